@@ -1,0 +1,329 @@
+"""The CIFAR-10 tutorial model: inference, loss and the training op.
+
+  inference(images) -> logits          the network
+  loss(logits, labels) -> total_loss   cross-entropy plus weight decay
+  train(total_loss, global_step, ...)  one-device training op
+
+The multi-tower trainer builds `inference` and `loss` once per tower and
+shares `learning_rate`, `optimizer`, `add_loss_summaries` and
+`apply_gradients` with `train`, so the schedule, the update and the moving
+averages are written once.
+
+Every variable is created on the CPU by `_variable_on_cpu`, so the towers of
+a multi-GPU trainer share one copy.
+"""
+
+import tensorflow as tf
+
+import cifar10_input
+import towers
+
+IMAGE_SIZE = cifar10_input.IMAGE_SIZE
+NUM_CLASSES = cifar10_input.NUM_CLASSES
+NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = (
+    cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
+)
+
+# Published training constants of the tutorial.
+MOVING_AVERAGE_DECAY = 0.9999  # Decay of the variables' shadow copies.
+LOSS_AVERAGE_DECAY = 0.9  # Decay of the loss averages in the summaries.
+NUM_EPOCHS_PER_DECAY = 350.0  # Epochs between learning-rate decays.
+LEARNING_RATE_DECAY_FACTOR = 0.1  # Learning-rate factor at each decay.
+INITIAL_LEARNING_RATE = 0.1  # Plain gradient descent.
+
+# Local response normalisation of the tutorial (after conv1 and conv2).
+LRN_DEPTH_RADIUS = 4
+LRN_BIAS = 1.0
+LRN_ALPHA = 0.001 / 9.0
+LRN_BETA = 0.75
+
+# Layer sizes and initialisation of the tutorial.
+CONV_FILTERS = 64  # conv1 and conv2, 5x5 kernels.
+CONV_STDDEV = 5e-2
+LOCAL3_UNITS, LOCAL4_UNITS = 384, 192
+LOCAL_STDDEV = 0.04
+LOCAL_WEIGHT_DECAY = 0.004
+
+
+def _variable_on_cpu(name, shape, initializer):
+    """Creates (or, in a reusing scope, gets) a float32 variable on the CPU.
+
+    The one place that decides where variables live.
+    """
+    with tf.device(towers.VARIABLE_DEVICE):
+        return tf.compat.v1.get_variable(
+            name, shape, initializer=initializer, dtype=tf.float32
+        )
+
+
+def _variable_with_weight_decay(name, shape, stddev, wd):
+    """Creates a truncated-normal variable and adds its weight decay.
+
+    Args:
+      name: str.
+      shape: list of ints.
+      stddev: float, stddev of the truncated normal initialiser.
+      wd: float or None; when not None, wd * l2_loss(var) joins the `losses`
+        collection (in the current name scope, so per tower).
+
+    Returns:
+      The float32 variable.
+    """
+    var = _variable_on_cpu(
+        name, shape, tf.compat.v1.truncated_normal_initializer(stddev=stddev)
+    )
+    if wd is not None:
+        weight_decay = tf.multiply(tf.nn.l2_loss(var), wd, name="weight_loss")
+        tf.compat.v1.add_to_collection("losses", weight_decay)
+    return var
+
+
+def _activation_summary(x):
+    """Adds the histogram and the sparsity (fraction of zeros) of x.
+
+    Called in the layer's scope, so the tags read 'conv1/activations'.
+    """
+    towers.histogram_summary("activations", x)
+    towers.scalar_summary("sparsity", tf.nn.zero_fraction(x))
+
+
+def _conv_relu(images, in_depth, bias_init, compute_dtype):
+    """5x5 convolution with stride 1 and a ReLU, in the current scope.
+
+    Args:
+      images: compute_dtype [batch, height, width, in_depth].
+
+    Returns:
+      compute_dtype [batch, height, width, 64].
+    """
+    kernel = _variable_with_weight_decay(
+        "weights", [5, 5, in_depth, CONV_FILTERS], stddev=CONV_STDDEV, wd=None
+    )
+    biases = _variable_on_cpu(
+        "biases", [CONV_FILTERS], tf.constant_initializer(bias_init)
+    )
+    conv = tf.nn.conv2d(
+        images, tf.cast(kernel, compute_dtype), [1, 1, 1, 1], padding="SAME"
+    )
+    return tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, compute_dtype)))
+
+
+def _local(inputs, units, stddev, wd, bias_init, compute_dtype):
+    """Fully connected layer: inputs [batch, n] -> [batch, units]."""
+    dim = inputs.shape[1]
+    weights = _variable_with_weight_decay(
+        "weights", [dim, units], stddev=stddev, wd=wd
+    )
+    biases = _variable_on_cpu(
+        "biases", [units], tf.constant_initializer(bias_init)
+    )
+    return tf.matmul(inputs, tf.cast(weights, compute_dtype)) + tf.cast(
+        biases, compute_dtype
+    )
+
+
+def _max_pool(x, name):
+    return tf.nn.max_pool2d(
+        x, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1], padding="SAME", name=name
+    )
+
+
+def _lrn(x, name):
+    # LRN runs in float32: reduced-precision kernels are not on every device.
+    normed = tf.nn.local_response_normalization(
+        tf.cast(x, tf.float32),
+        depth_radius=LRN_DEPTH_RADIUS,
+        bias=LRN_BIAS,
+        alpha=LRN_ALPHA,
+        beta=LRN_BETA,
+        name=name,
+    )
+    return tf.cast(normed, x.dtype)
+
+
+def inference(images, compute_dtype=tf.float32):
+    """Builds the CIFAR-10 network.
+
+    conv1 -> pool1 -> norm1 -> conv2 -> norm2 -> pool2 -> local3 -> local4
+    -> softmax_linear. Variables are float32 on the CPU; with a reduced
+    `compute_dtype` the layers compute in it and the logits are float32.
+
+    Args:
+      images: float32 [batch, 24, 24, 3], standardised.
+      compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
+
+    Returns:
+      logits: float32 [batch, 10], unnormalised (softmax is in the loss).
+    """
+    x = tf.cast(images, compute_dtype)
+    with tf.compat.v1.variable_scope("conv1") as scope:
+        conv1 = tf.identity(
+            _conv_relu(x, 3, 0.0, compute_dtype), name=scope.name
+        )
+        _activation_summary(conv1)
+    pool1 = _max_pool(conv1, "pool1")
+    norm1 = _lrn(pool1, "norm1")
+
+    with tf.compat.v1.variable_scope("conv2") as scope:
+        conv2 = _conv_relu(norm1, CONV_FILTERS, 0.1, compute_dtype)
+        conv2 = tf.identity(conv2, name=scope.name)
+        _activation_summary(conv2)
+    norm2 = _lrn(conv2, "norm2")
+    pool2 = _max_pool(norm2, "pool2")
+
+    with tf.compat.v1.variable_scope("local3") as scope:
+        # [batch, 6, 6, 64] -> [batch, 2304]: one vector per image.
+        flat = tf.reshape(
+            pool2, [-1, pool2.shape[1] * pool2.shape[2] * CONV_FILTERS]
+        )
+        local3 = _local(
+            flat,
+            LOCAL3_UNITS,
+            LOCAL_STDDEV,
+            LOCAL_WEIGHT_DECAY,
+            0.1,
+            compute_dtype,
+        )
+        local3 = tf.nn.relu(local3, name=scope.name)
+        _activation_summary(local3)
+
+    with tf.compat.v1.variable_scope("local4") as scope:
+        local4 = _local(
+            local3,
+            LOCAL4_UNITS,
+            LOCAL_STDDEV,
+            LOCAL_WEIGHT_DECAY,
+            0.1,
+            compute_dtype,
+        )
+        local4 = tf.nn.relu(local4, name=scope.name)
+        _activation_summary(local4)
+
+    # The softmax is applied in the loss, which takes unscaled logits.
+    with tf.compat.v1.variable_scope("softmax_linear") as scope:
+        logits = _local(
+            local4, NUM_CLASSES, 1.0 / LOCAL4_UNITS, None, 0.0, compute_dtype
+        )
+        logits = tf.cast(logits, tf.float32, name=scope.name)
+        _activation_summary(logits)
+    return logits
+
+
+def loss(logits, labels):
+    """Adds the cross-entropy of a batch to the `losses` collection.
+
+    Args:
+      logits: float32 [batch, 10] from `inference`.
+      labels: int32 [batch] in 0..9.
+
+    Returns:
+      total_loss: float32 scalar, the mean cross-entropy plus every weight
+      decay term in the `losses` collection.
+    """
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int64), logits=logits
+    )
+    cross_entropy_mean = tf.reduce_mean(cross_entropy, name="cross_entropy")
+    tf.compat.v1.add_to_collection("losses", cross_entropy_mean)
+    return tf.add_n(tf.compat.v1.get_collection("losses"), name="total_loss")
+
+
+def add_loss_summaries(total_loss, scope=None):
+    """Summarises the losses, raw and as moving averages.
+
+    Args:
+      total_loss: float32 scalar from `loss` (or a tower's total loss).
+      scope: str or None, only the `losses` of this name scope (a tower).
+
+    Returns:
+      The op that updates the moving averages of the losses.
+    """
+    averages = tf.compat.v1.train.ExponentialMovingAverage(
+        LOSS_AVERAGE_DECAY, name="avg"
+    )
+    losses = tf.compat.v1.get_collection("losses", scope) + [total_loss]
+    averages_op = averages.apply(losses)
+    for each in losses:
+        name = each.op.name
+        towers.scalar_summary(name + " (raw)", each)
+        towers.scalar_summary(name, averages.average(each))
+    return averages_op
+
+
+def learning_rate(global_step, examples_per_step):
+    """The tutorial's schedule: 0.1, times 0.1 every 350 epochs (staircase).
+
+    Args:
+      global_step: int64 scalar variable.
+      examples_per_step: int, examples of all towers per step.
+
+    Returns:
+      float32 scalar, also summarised as 'learning_rate'.
+    """
+    steps_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
+    lr = tf.compat.v1.train.exponential_decay(
+        INITIAL_LEARNING_RATE,
+        global_step,
+        int(steps_per_epoch * NUM_EPOCHS_PER_DECAY),
+        LEARNING_RATE_DECAY_FACTOR,
+        staircase=True,
+    )
+    towers.scalar_summary("learning_rate", lr)
+    return lr
+
+
+def optimizer(lr):
+    """Plain gradient descent, as in the tutorial."""
+    return tf.compat.v1.train.GradientDescentOptimizer(lr)
+
+
+def apply_gradients(opt, grads_and_vars, global_step):
+    """Applies gradients once and updates the variables' moving averages.
+
+    Adds histograms of every trainable variable and of every gradient.
+
+    Args:
+      opt: the optimizer from `optimizer`.
+      grads_and_vars: list of (gradient, variable).
+      global_step: int64 scalar variable, incremented once.
+
+    Returns:
+      The training op.
+    """
+    apply_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
+    for var in tf.compat.v1.trainable_variables():
+        towers.histogram_summary(var.op.name, var)
+    for grad, var in grads_and_vars:
+        if grad is not None:
+            towers.histogram_summary(var.op.name + "/gradients", grad)
+    # The eval restores these shadow values instead of the raw variables.
+    averages = tf.compat.v1.train.ExponentialMovingAverage(
+        MOVING_AVERAGE_DECAY, global_step
+    )
+    with tf.control_dependencies([apply_op]):
+        return averages.apply(tf.compat.v1.trainable_variables())
+
+
+def train(total_loss, global_step, batch_size):
+    """The one-device training op.
+
+    Args:
+      total_loss: float32 scalar from `loss`.
+      global_step: int64 scalar variable.
+      batch_size: int, examples per step.
+
+    Returns:
+      The op that runs one step of training.
+    """
+    lr = learning_rate(global_step, batch_size)
+    opt = optimizer(lr)
+    # Update the loss averages before the gradients, as the tutorial does.
+    with tf.control_dependencies([add_loss_summaries(total_loss)]):
+        grads = opt.compute_gradients(total_loss)
+    return apply_gradients(opt, grads, global_step)
+
+
+def variables_to_restore():
+    """Maps the shadow (moving-average) names to the model's variables."""
+    averages = tf.compat.v1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY)
+    return averages.variables_to_restore()

@@ -1,0 +1,173 @@
+"""Evaluates CIFAR-10 checkpoints: precision @ 1 of the moving averages.
+
+Run it beside a trainer, or once on its newest checkpoint:
+  python cifar10_eval.py --checkpoint_dir=/tmp/cifar10_train
+  python cifar10_eval.py --run_once --fake_data   # after a --fake_data run
+  tensorboard --logdir=/tmp/cifar10_eval
+
+Each new checkpoint is scored once: its moving-average (shadow) variables are
+restored into the model, exactly --num_examples examples are classified, and
+`Precision @ 1` is written at the checkpoint's global step.
+"""
+
+import datetime
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+import cifar10
+import cifar10_input
+import towers
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string(
+    "eval_dir", "/tmp/cifar10_eval", "Where to write event logs."
+)
+flags.DEFINE_enum("eval_data", "test", ["test", "train"], "Split to evaluate.")
+flags.DEFINE_string(
+    "checkpoint_dir",
+    "/tmp/cifar10_train",
+    "Where the trainer writes checkpoints.",
+)
+flags.DEFINE_integer(
+    "eval_interval_secs",
+    300,
+    "Seconds between looks for a new checkpoint.",
+    lower_bound=0,
+)
+flags.DEFINE_integer(
+    "num_examples", 10000, "Examples to evaluate.", lower_bound=1
+)
+flags.DEFINE_boolean("run_once", False, "Score the newest checkpoint and exit.")
+flags.DEFINE_integer("batch_size", 128, "Examples per batch.", lower_bound=1)
+flags.DEFINE_string(
+    "data_dir",
+    "/tmp/cifar10_data",
+    "Folder that holds cifar-10-batches-bin/.",
+)
+flags.DEFINE_boolean(
+    "fake_data",
+    False,
+    "Write (once) and evaluate on the generated sample set under --data_dir.",
+)
+
+
+def build_graph(eval_data, data_dir, batch_size, num_examples):
+    """Builds the eval input, the model and the top-1 hits.
+
+    Returns:
+      top_1: bool [<= batch_size], whether each example's label is the
+        top prediction.
+      init_op: rewinds the input to its first example.
+    """
+    with tf.device("/cpu:0"):
+        images, labels, init_op = cifar10_input.inputs(
+            eval_data, data_dir, batch_size, num_examples
+        )
+    logits = cifar10.inference(images)
+    return tf.nn.in_top_k(predictions=logits, targets=labels, k=1), init_op
+
+
+def eval_once(checkpoint, saver, summary_writer, top_1, init_op, summary_op):
+    """Scores one checkpoint on every example of the input, once.
+
+    Args:
+      checkpoint: str, the checkpoint path prefix ('.../model.ckpt-1000').
+      saver: restores the shadow variables into the model's variables.
+      summary_writer: writes the summaries at the checkpoint's global step.
+      top_1: bool [<= batch_size], from `build_graph`.
+      init_op: rewinds the input.
+      summary_op: the model's summaries, written beside the precision.
+
+    Returns:
+      float, the precision @ 1.
+    """
+    global_step = int(checkpoint.rsplit("-", 1)[1])
+    with tf.compat.v1.Session(config=towers.session_config()) as sess:
+        saver.restore(sess, checkpoint)
+        sess.run(init_op)
+        # The model's summaries come from the first batch.
+        batch_hits, summary_bytes = sess.run([top_1, summary_op])
+        hits, examples = np.sum(batch_hits), batch_hits.size
+        try:
+            while True:
+                batch_hits = sess.run(top_1)
+                hits += np.sum(batch_hits)
+                examples += batch_hits.size
+        except tf.errors.OutOfRangeError:
+            pass
+    summary = tf.compat.v1.Summary.FromString(summary_bytes)
+    precision = hits / examples
+    print("%s: precision @ 1 = %.3f" % (datetime.datetime.now(), precision))
+    summary.value.add(tag="Precision @ 1", simple_value=precision)
+    summary_writer.add_summary(summary, global_step)
+    summary_writer.flush()
+    return precision
+
+
+def evaluate(checkpoint_dir, eval_dir, run_once, eval_interval_secs, **data):
+    """Scores each new checkpoint; with run_once only the newest.
+
+    Args:
+      checkpoint_dir: str, where the trainer writes checkpoints.
+      eval_dir: str, where to write the event logs.
+      run_once: bool; True raises ValueError when there is no checkpoint.
+      eval_interval_secs: int, seconds between looks for a new checkpoint.
+      **data: eval_data, data_dir, batch_size, num_examples for the input.
+    """
+    with tf.Graph().as_default() as graph:
+        top_1, init_op = build_graph(**data)
+        saver = tf.compat.v1.train.Saver(cifar10.variables_to_restore())
+        summary_op = tf.compat.v1.summary.merge_all()
+        summary_writer = tf.compat.v1.summary.FileWriter(eval_dir, graph)
+        last_scored = None
+        while True:
+            checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
+            if checkpoint is None and run_once:
+                raise ValueError(
+                    "no checkpoint found in --checkpoint_dir=%s"
+                    % checkpoint_dir
+                )
+            if checkpoint is None:
+                print("No checkpoint in %s yet; waiting." % checkpoint_dir)
+            elif checkpoint != last_scored:
+                eval_once(
+                    checkpoint,
+                    saver,
+                    summary_writer,
+                    top_1,
+                    init_op,
+                    summary_op,
+                )
+                last_scored = checkpoint
+            if run_once:
+                return
+            time.sleep(eval_interval_secs)
+
+
+def main(argv):
+    del argv
+    if FLAGS.fake_data:
+        cifar10_input.write_fake_data(FLAGS.data_dir)
+    os.makedirs(FLAGS.eval_dir, exist_ok=True)
+    evaluate(
+        FLAGS.checkpoint_dir,
+        FLAGS.eval_dir,
+        FLAGS.run_once,
+        FLAGS.eval_interval_secs,
+        eval_data=FLAGS.eval_data,
+        data_dir=FLAGS.data_dir,
+        batch_size=FLAGS.batch_size,
+        num_examples=FLAGS.num_examples,
+    )
+
+
+def run():
+    towers.run_script(main)
+
+
+if __name__ == "__main__":
+    run()

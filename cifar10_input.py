@@ -1,0 +1,408 @@
+"""CIFAR-10 input: the binary records on disk, read, decoded and batched.
+
+The binary version of CIFAR-10 (cifar-10-binary.tar.gz) extracts to
+`cifar-10-batches-bin/` with five training files `data_batch_{1..5}.bin`
+(10,000 records each) and `test_batch.bin` (10,000). A record is one label
+byte followed by 3,072 image bytes, depth-major: the 1,024 red values, then
+green, then blue, each 32 rows of 32.
+
+Stages, one function each:
+  read (`read_records`) -> decode (`decode_record`) -> distort
+  (`distort_image`) or crop (`eval_image`) -> batch (`distorted_inputs`,
+  `inputs`).
+
+`write_fake_data` writes a small learnable set in the same format, so that
+every script runs with no download (`--fake_data`).
+"""
+
+import hashlib
+import os
+import sys
+import tarfile
+import urllib.error
+import urllib.request
+
+import numpy as np
+import tensorflow as tf
+
+# Dataset facts of the binary version.
+HEIGHT, WIDTH, DEPTH = 32, 32, 3
+LABEL_BYTES = 1
+IMAGE_BYTES = HEIGHT * WIDTH * DEPTH  # 3,072
+RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES  # 3,073
+NUM_CLASSES = 10
+NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50000
+NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = 10000
+TRAIN_FILES = ["data_batch_%d.bin" % i for i in range(1, 6)]
+TEST_FILES = ["test_batch.bin"]
+BATCHES_DIR = "cifar-10-batches-bin"
+
+# The official archive and the MD5 published beside it.
+DATA_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
+
+# The tutorial's model input: a 24x24 crop of the 32x32 image.
+IMAGE_SIZE = 24
+
+# The tutorial's distortions: brightness delta and contrast factor range.
+MAX_BRIGHTNESS_DELTA = 63
+CONTRAST_LOWER, CONTRAST_UPPER = 0.2, 1.8
+
+# The tutorial fills its shuffling queue with 40% of an epoch.
+MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
+
+# Size of the built-in sample set: 5 x 2,000 training records, a full-size
+# test file so that `cifar10_eval.py` runs with its default --num_examples.
+FAKE_RECORDS_PER_TRAIN_FILE = 2000
+FAKE_TEST_RECORDS = 10000
+# Pixel noise of the sample set (uint8 units) on top of each class pattern.
+FAKE_NOISE_STDDEV = 40.0
+
+
+def data_files(data_dir, eval_data=None):
+    """Returns the paths of the record files of one split.
+
+    Args:
+      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
+      eval_data: None for the training files, 'test' for the test file,
+        'train' for the training files read as evaluation data.
+    """
+    if eval_data not in (None, "train", "test"):
+        raise ValueError(
+            "--eval_data must be 'test' or 'train', got %r" % eval_data
+        )
+    names = TEST_FILES if eval_data == "test" else TRAIN_FILES
+    return [os.path.join(data_dir, BATCHES_DIR, name) for name in names]
+
+
+def check_files(filenames):
+    """Checks that the record files exist and hold whole, valid records.
+
+    Reads the label bytes only (every 3,073rd byte), so a full training set
+    takes well under a second.
+
+    Args:
+      filenames: list of str paths.
+
+    Returns:
+      int, the total number of records.
+
+    Raises:
+      ValueError: a file is missing, its size is not a multiple of 3,073
+        bytes, or a label is outside 0..9; the message names the file.
+    """
+    missing = [f for f in filenames if not os.path.isfile(f)]
+    if missing:
+        folder = os.path.dirname(missing[0])
+        raise ValueError(
+            "CIFAR-10 files missing in %s: %s. Download %s and extract it "
+            "in %s, or pass --fake_data to use a generated sample set."
+            % (
+                folder,
+                ", ".join(os.path.basename(f) for f in missing),
+                DATA_URL,
+                os.path.dirname(folder),
+            )
+        )
+    total = 0
+    for filename in filenames:
+        size = os.path.getsize(filename)
+        if size == 0 or size % RECORD_BYTES:
+            raise ValueError(
+                "%s: size %d bytes is not a positive multiple of the record "
+                "size %d (1 label byte + 3,072 image bytes)"
+                % (filename, size, RECORD_BYTES)
+            )
+        labels = np.fromfile(filename, dtype=np.uint8)[::RECORD_BYTES]
+        bad = np.flatnonzero(labels >= NUM_CLASSES)
+        if bad.size:
+            raise ValueError(
+                "%s: record %d has label %d, expected 0..%d"
+                % (filename, bad[0], labels[bad[0]], NUM_CLASSES - 1)
+            )
+        total += labels.size
+    return total
+
+
+def read_records(filenames):
+    """Reads the fixed-length records of the given files, in order.
+
+    Args:
+      filenames: list of str paths, already checked by `check_files`.
+
+    Returns:
+      A `tf.data.Dataset` of string scalars of 3,073 bytes each.
+    """
+    return tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES)
+
+
+def decode_record(record):
+    """Decodes one record.
+
+    Args:
+      record: string scalar of 3,073 bytes.
+
+    Returns:
+      image: uint8 [32, 32, 3], height x width x depth.
+      label: int32 scalar in 0..9.
+    """
+    raw = tf.io.decode_raw(record, tf.uint8)
+    label = tf.cast(raw[0], tf.int32)
+    # The bytes are depth-major [depth, height, width]; the model wants HWC.
+    depth_major = tf.reshape(raw[LABEL_BYTES:], [DEPTH, HEIGHT, WIDTH])
+    image = tf.transpose(depth_major, [1, 2, 0])
+    return image, label
+
+
+def distort_image(image):
+    """Applies the training distortions of the tutorial to one image.
+
+    Args:
+      image: uint8 [32, 32, 3].
+
+    Returns:
+      float32 [24, 24, 3]: a random crop, randomly flipped left-right, with
+      random brightness and contrast, standardised to mean 0 and stddev 1.
+    """
+    image = tf.cast(image, tf.float32)
+    image = tf.image.random_crop(image, [IMAGE_SIZE, IMAGE_SIZE, DEPTH])
+    image = tf.image.random_flip_left_right(image)
+    image = tf.image.random_brightness(image, max_delta=MAX_BRIGHTNESS_DELTA)
+    image = tf.image.random_contrast(image, CONTRAST_LOWER, CONTRAST_UPPER)
+    return tf.image.per_image_standardization(image)
+
+
+def eval_image(image):
+    """Prepares one image for evaluation.
+
+    Args:
+      image: uint8 [32, 32, 3].
+
+    Returns:
+      float32 [24, 24, 3]: the central crop, standardised.
+    """
+    image = tf.cast(image, tf.float32)
+    image = tf.image.resize_with_crop_or_pad(image, IMAGE_SIZE, IMAGE_SIZE)
+    return tf.image.per_image_standardization(image)
+
+
+def distorted_dataset(data_dir, batch_size):
+    """The endless, shuffled, distorted training batches.
+
+    Args:
+      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
+      batch_size: int, examples per batch.
+
+    Returns:
+      A `tf.data.Dataset` of (float32 [batch_size, 24, 24, 3],
+      int32 [batch_size]).
+    """
+    filenames = data_files(data_dir)
+    num_records = check_files(filenames)
+    buffer_size = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
+    dataset = read_records(filenames).cache().repeat()
+    dataset = dataset.shuffle(max(buffer_size, batch_size))
+    dataset = dataset.map(
+        lambda record: _map_image(distort_image, record),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return dataset.batch(batch_size, drop_remainder=True).prefetch(
+        tf.data.AUTOTUNE
+    )
+
+
+def _map_image(image_fn, record):
+    image, label = decode_record(record)
+    return image_fn(image), label
+
+
+def distorted_inputs(data_dir, batch_size):
+    """Training batches for one tower, from a one-shot iterator.
+
+    Args:
+      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
+      batch_size: int, examples per batch.
+
+    Returns:
+      images: float32 [batch_size, 24, 24, 3].
+      labels: int32 [batch_size].
+    """
+    dataset = distorted_dataset(data_dir, batch_size)
+    return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+
+
+def inputs(eval_data, data_dir, batch_size, num_examples):
+    """Evaluation batches: every example once, in file order.
+
+    Args:
+      eval_data: 'test' or 'train', the split to read.
+      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
+      batch_size: int, examples per batch (the last batch may be smaller).
+      num_examples: int, how many examples to read from the split's start.
+
+    Returns:
+      images: float32 [<= batch_size, 24, 24, 3].
+      labels: int32 [<= batch_size].
+      init_op: the op that rewinds the input to the first example.
+
+    Raises:
+      ValueError: the files are bad, or hold fewer than `num_examples`.
+    """
+    filenames = data_files(data_dir, eval_data)
+    num_records = check_files(filenames)
+    if num_examples > num_records:
+        raise ValueError(
+            "--num_examples=%d but the %s files hold %d records"
+            % (num_examples, eval_data, num_records)
+        )
+    dataset = read_records(filenames).take(num_examples)
+    dataset = dataset.map(
+        lambda record: _map_image(eval_image, record),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    dataset = dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+    images, labels = iterator.get_next()
+    return images, labels, iterator.initializer
+
+
+def write_records(filename, images, labels):
+    """Writes images and labels as CIFAR-10 binary records.
+
+    Args:
+      filename: str path.
+      images: uint8 array [n, 32, 32, 3].
+      labels: integer array [n] in 0..9.
+    """
+    depth_major = np.transpose(images, [0, 3, 1, 2]).reshape(len(images), -1)
+    records = np.concatenate(
+        [np.asarray(labels, np.uint8)[:, None], depth_major.astype(np.uint8)],
+        axis=1,
+    )
+    records.tofile(filename)
+
+
+def fake_examples(num_examples, seed):
+    """A learnable sample set: a fixed pattern per class plus pixel noise.
+
+    Each class has its own coarse 4x4 colour pattern (blocks of 8x8 pixels);
+    a crop or a flip keeps most of it, so a classifier must learn colour and
+    layout, not a single pixel.
+
+    Args:
+      num_examples: int.
+      seed: int, for the noise and labels (the class patterns never change).
+
+    Returns:
+      images: uint8 [num_examples, 32, 32, 3].
+      labels: uint8 [num_examples], classes in turn (0, 1, ..., 9, 0, ...).
+    """
+    patterns = np.random.default_rng(0).uniform(30, 225, (NUM_CLASSES, 4, 4, 3))
+    patterns = patterns.repeat(8, axis=1).repeat(8, axis=2)  # [10, 32, 32, 3]
+    labels = np.arange(num_examples) % NUM_CLASSES
+    noise = np.random.default_rng(seed).normal(
+        0.0, FAKE_NOISE_STDDEV, (num_examples, HEIGHT, WIDTH, DEPTH)
+    )
+    images = np.clip(patterns[labels] + noise, 0, 255).astype(np.uint8)
+    return images, labels.astype(np.uint8)
+
+
+def write_fake_data(data_dir):
+    """Writes the built-in sample set under data_dir, once.
+
+    Args:
+      data_dir: str; the files go to `data_dir/cifar-10-batches-bin/`.
+
+    Returns:
+      bool, True if the files were written, False if they were there.
+    """
+    filenames = data_files(data_dir) + data_files(data_dir, "test")
+    if all(os.path.isfile(f) for f in filenames):
+        return False
+    os.makedirs(os.path.dirname(filenames[0]), exist_ok=True)
+    sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(TRAIN_FILES) + [
+        FAKE_TEST_RECORDS
+    ]
+    for seed, (filename, size) in enumerate(zip(filenames, sizes), start=1):
+        images, labels = fake_examples(size, seed)
+        # Write aside and rename, so a crash never leaves a short file.
+        write_records(filename + ".tmp", images, labels)
+        os.replace(filename + ".tmp", filename)
+    return True
+
+
+def _print_progress(filename):
+    def report(blocks, block_size, total_size):
+        done = blocks * block_size
+        if total_size > 0:
+            percent = min(100.0, 100.0 * done / total_size)
+            sys.stdout.write("\r>> Downloading %s %.1f%%" % (filename, percent))
+        else:
+            sys.stdout.write("\r>> Downloading %s %d bytes" % (filename, done))
+        sys.stdout.flush()
+
+    return report
+
+
+def _md5(path):
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def maybe_download_and_extract(data_dir, url=DATA_URL):
+    """Downloads and extracts the binary CIFAR-10 archive unless it is there.
+
+    Does nothing when every record file is already in place. The archive is
+    downloaded beside its final name and renamed when complete; the MD5
+    published for the official archive is checked; a broken archive is
+    reported and removed.
+
+    Args:
+      data_dir: str, the folder to hold the archive and
+        `cifar-10-batches-bin/`.
+      url: str, where to fetch `cifar-10-binary.tar.gz`.
+
+    Raises:
+      ValueError: the download failed, or the archive is broken or lacks
+        the record files; the message says what to download and where.
+    """
+    filenames = data_files(data_dir) + data_files(data_dir, "test")
+    if all(os.path.isfile(f) for f in filenames):
+        return
+    os.makedirs(data_dir, exist_ok=True)
+    archive = os.path.join(data_dir, os.path.basename(url))
+    where = "Download %s and extract it in %s, or pass --fake_data" % (
+        url,
+        data_dir,
+    )
+    if not os.path.isfile(archive):
+        try:
+            urllib.request.urlretrieve(
+                url, archive + ".part", _print_progress(os.path.basename(url))
+            )
+        except (urllib.error.URLError, OSError) as e:
+            raise ValueError(
+                "Could not download %s (%s). %s." % (url, e, where)
+            ) from e
+        print()
+        os.replace(archive + ".part", archive)
+        print("Downloaded %s, %d bytes." % (archive, os.path.getsize(archive)))
+    if url == DATA_URL and _md5(archive) != DATA_MD5:
+        os.remove(archive)
+        raise ValueError(
+            "%s: MD5 differs from the published %s; removed it. %s."
+            % (archive, DATA_MD5, where)
+        )
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(data_dir, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as e:
+        os.remove(archive)
+        raise ValueError(
+            "%s is not a valid tar.gz archive (%s); removed it. %s."
+            % (archive, e, where)
+        ) from e
+    check_files(filenames)

@@ -1,0 +1,121 @@
+"""Trains the CIFAR-10 tutorial model on one device.
+
+Run it:
+  python cifar10_train.py --fake_data --max_steps=300      # no download
+  python cifar10_train.py                                  # real CIFAR-10
+  tensorboard --logdir=/tmp/cifar10_train
+  python cifar10_eval.py --run_once                        # score it
+
+The published anchor: about 86% precision @ 1 after 100K steps (256 epochs)
+at batch 128. Restarting on the same --train_dir resumes from its newest
+checkpoint; --clear_train_dir starts over.
+"""
+
+import shutil
+
+import tensorflow as tf
+from absl import flags
+
+import cifar10
+import cifar10_input
+import towers
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string(
+    "train_dir",
+    "/tmp/cifar10_train",
+    "Where to write checkpoints and event logs.",
+)
+flags.DEFINE_integer(
+    "max_steps", 1000000, "Global step to stop at.", lower_bound=1
+)
+flags.DEFINE_integer("batch_size", 128, "Examples per step.", lower_bound=1)
+flags.DEFINE_string(
+    "data_dir",
+    "/tmp/cifar10_data",
+    "Folder that holds (or receives) cifar-10-batches-bin/.",
+)
+flags.DEFINE_boolean(
+    "log_device_placement", False, "Log the device of every op."
+)
+flags.DEFINE_integer(
+    "log_frequency", 10, "Steps between progress lines.", lower_bound=1
+)
+flags.DEFINE_boolean(
+    "use_fp16",
+    False,
+    "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
+)
+flags.DEFINE_boolean(
+    "fake_data",
+    False,
+    "Write (once) and train on a small generated set in the CIFAR-10 "
+    "binary format under --data_dir instead of downloading CIFAR-10.",
+)
+flags.DEFINE_string(
+    "data_url", cifar10_input.DATA_URL, "Where to download the archive from."
+)
+flags.DEFINE_integer(
+    "save_checkpoint_steps", 1000, "Steps between checkpoints.", lower_bound=1
+)
+flags.DEFINE_boolean(
+    "clear_train_dir",
+    False,
+    "Delete --train_dir before training instead of resuming from it.",
+)
+
+
+def build_graph(data_dir, batch_size, compute_dtype):
+    """Builds input, model, loss and train op in the default graph.
+
+    Returns:
+      loss: float32 scalar, the total loss of the step's batch.
+      train_op: the op of one training step.
+    """
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    # The input pipeline stays on the CPU, so the device only computes.
+    with tf.device("/cpu:0"):
+        images, labels = cifar10_input.distorted_inputs(data_dir, batch_size)
+    logits = cifar10.inference(images, compute_dtype)
+    loss = cifar10.loss(logits, labels)
+    return loss, cifar10.train(loss, global_step, batch_size)
+
+
+def main(argv):
+    del argv
+    if FLAGS.fake_data:
+        cifar10_input.write_fake_data(FLAGS.data_dir)
+    else:
+        cifar10_input.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url)
+    if FLAGS.clear_train_dir and tf.io.gfile.exists(FLAGS.train_dir):
+        shutil.rmtree(FLAGS.train_dir)
+    devices = (
+        ["/gpu:0"] if tf.config.list_physical_devices("GPU") else ["/cpu:0"]
+    )
+    print(towers.describe_devices(devices))
+    with tf.Graph().as_default():
+        loss, train_op = build_graph(
+            FLAGS.data_dir,
+            FLAGS.batch_size,
+            towers.compute_dtype(FLAGS.use_fp16, devices),
+        )
+        towers.run_training(
+            train_op,
+            loss,
+            FLAGS.train_dir,
+            examples_per_step=FLAGS.batch_size,
+            log_frequency=FLAGS.log_frequency,
+            max_steps=FLAGS.max_steps,
+            save_checkpoint_steps=FLAGS.save_checkpoint_steps,
+            config=towers.session_config(
+                log_device_placement=FLAGS.log_device_placement
+            ),
+        )
+
+
+def run():
+    towers.run_script(main)
+
+
+if __name__ == "__main__":
+    run()
