@@ -149,6 +149,31 @@ def histogram_summary(name, values):
     return op
 
 
+def last_tower_summaries(scope):
+    """Merges the graph's summaries but those of all towers except one.
+
+    Every tower creates the same summaries under the same tags; merging them
+    all would repeat each tag, so only the last tower's are kept, with every
+    summary made outside the towers (learning rate, histograms, ...).
+
+    Args:
+      scope: str, the name scope of the tower to keep, e.g. 'tower_1/'.
+
+    Returns:
+      A string scalar, the merged `Summary` protocol buffer.
+    """
+    tower = re.compile("%s_[0-9]+/" % TOWER_NAME)
+    return tf.compat.v1.summary.merge(
+        [
+            s
+            for s in tf.compat.v1.get_collection(
+                tf.compat.v1.GraphKeys.SUMMARIES
+            )
+            if s.op.name.startswith(scope) or not tower.match(s.op.name)
+        ]
+    )
+
+
 def _op_name(tag):
     return re.sub(r"[^A-Za-z0-9_./-]", "_", tag)
 
