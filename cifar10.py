@@ -231,6 +231,9 @@ def loss(logits, labels):
 def add_loss_summaries(total_loss, scope=None):
     """Summarises the losses, raw and as moving averages.
 
+    Call it outside any tower's name scope: the tags are 'cross_entropy',
+    'local3/weight_loss', ..., and 'total_loss'.
+
     Args:
       total_loss: float32 scalar from `loss` (or a tower's total loss).
       scope: str or None, only the `losses` of this name scope (a tower).
@@ -241,10 +244,12 @@ def add_loss_summaries(total_loss, scope=None):
     averages = tf.compat.v1.train.ExponentialMovingAverage(
         LOSS_AVERAGE_DECAY, name="avg"
     )
-    losses = tf.compat.v1.get_collection("losses", scope) + [total_loss]
-    averages_op = averages.apply(losses)
-    for each in losses:
-        name = each.op.name
+    named_losses = [
+        (each.op.name, each)
+        for each in tf.compat.v1.get_collection("losses", scope)
+    ] + [("total_loss", total_loss)]
+    averages_op = averages.apply([each for _, each in named_losses])
+    for name, each in named_losses:
         towers.scalar_summary(name + " (raw)", each)
         towers.scalar_summary(name, averages.average(each))
     return averages_op

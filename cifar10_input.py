@@ -331,6 +331,20 @@ def write_fake_data(data_dir):
     return True
 
 
+def prepare_data_dir(data_dir, fake_data, url=DATA_URL):
+    """Makes sure data_dir holds record files: the sample set or CIFAR-10.
+
+    Args:
+      data_dir: str, the folder for `cifar-10-batches-bin/`.
+      fake_data: bool, write the built-in sample set instead of downloading.
+      url: str, where to download the real archive from.
+    """
+    if fake_data:
+        write_fake_data(data_dir)
+    else:
+        maybe_download_and_extract(data_dir, url)
+
+
 def _print_progress(filename):
     def report(blocks, block_size, total_size):
         done = blocks * block_size

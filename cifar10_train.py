@@ -11,8 +11,6 @@ at batch 128. Restarting on the same --train_dir resumes from its newest
 checkpoint; --clear_train_dir starts over.
 """
 
-import shutil
-
 import tensorflow as tf
 from absl import flags
 
@@ -76,6 +74,7 @@ def build_graph(data_dir, batch_size, compute_dtype):
     # The input pipeline stays on the CPU, so the device only computes.
     with tf.device("/cpu:0"):
         images, labels = cifar10_input.distorted_inputs(data_dir, batch_size)
+    towers.image_summary("images", images)
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
     return loss, cifar10.train(loss, global_step, batch_size)
@@ -83,12 +82,9 @@ def build_graph(data_dir, batch_size, compute_dtype):
 
 def main(argv):
     del argv
-    if FLAGS.fake_data:
-        cifar10_input.write_fake_data(FLAGS.data_dir)
-    else:
-        cifar10_input.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url)
-    if FLAGS.clear_train_dir and tf.io.gfile.exists(FLAGS.train_dir):
-        shutil.rmtree(FLAGS.train_dir)
+    cifar10_input.prepare_data_dir(
+        FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
+    )
     devices = (
         ["/gpu:0"] if tf.config.list_physical_devices("GPU") else ["/cpu:0"]
     )
@@ -110,6 +106,7 @@ def main(argv):
             config=towers.session_config(
                 log_device_placement=FLAGS.log_device_placement
             ),
+            clear_train_dir=FLAGS.clear_train_dir,
         )
 
 

@@ -20,6 +20,7 @@ Nothing here reads flags or does work at import.
 import datetime
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -128,11 +129,11 @@ def scalar_summary(name, value):
       name: str, the tag below the current name scope.
       value: a scalar tensor of a real dtype.
     """
-    op = tf.raw_ops.ScalarSummary(
-        tags=_summary_tag(name), values=value, name=_op_name(name)
+    return _collect(
+        tf.raw_ops.ScalarSummary(
+            tags=_summary_tag(name), values=value, name=_op_name(name)
+        )
     )
-    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SUMMARIES, op)
-    return op
 
 
 def histogram_summary(name, values):
@@ -142,11 +143,11 @@ def histogram_summary(name, values):
       name: str, the tag below the current name scope.
       values: a tensor of a real dtype, any shape.
     """
-    op = tf.raw_ops.HistogramSummary(
-        tag=_summary_tag(name), values=values, name=_op_name(name)
+    return _collect(
+        tf.raw_ops.HistogramSummary(
+            tag=_summary_tag(name), values=values, name=_op_name(name)
+        )
     )
-    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SUMMARIES, op)
-    return op
 
 
 def last_tower_summaries(scope):
@@ -174,8 +175,31 @@ def last_tower_summaries(scope):
     )
 
 
+def image_summary(name, images, max_images=3):
+    """Adds an image summary of the first images, tagged like the others.
+
+    Args:
+      name: str, the tag below the current name scope.
+      images: float32 [batch, height, width, 1 or 3].
+      max_images: int, how many images of the batch to show.
+    """
+    return _collect(
+        tf.raw_ops.ImageSummary(
+            tag=_summary_tag(name),
+            tensor=images,
+            max_images=max_images,
+            name=_op_name(name),
+        )
+    )
+
+
 def _op_name(tag):
     return re.sub(r"[^A-Za-z0-9_./-]", "_", tag)
+
+
+def _collect(summary):
+    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SUMMARIES, summary)
+    return summary
 
 
 def tower_total_loss(scope):
@@ -331,6 +355,7 @@ def run_training(
     save_summaries_steps=100,
     summary_op=None,
     config=None,
+    clear_train_dir=False,
 ):
     """Runs the train op until max_steps or the end of the input.
 
@@ -349,6 +374,7 @@ def run_training(
       save_summaries_steps: int, steps between summaries.
       summary_op: the summary op to write, default all summaries.
       config: the session's `ConfigProto`.
+      clear_train_dir: bool, delete train_dir first instead of resuming.
 
     Returns:
       int, the global step reached.
@@ -357,6 +383,8 @@ def run_training(
       TrainingError: the loss became NaN; no checkpoint of that step is
         written.
     """
+    if clear_train_dir and os.path.isdir(train_dir):
+        shutil.rmtree(train_dir)
     logger = StepLoggerHook(loss, examples_per_step, log_frequency)
     # The logger runs first, so its step is the step that made the NaN.
     hooks = [logger, tf.compat.v1.train.NanTensorHook(loss)]

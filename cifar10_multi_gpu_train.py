@@ -1,0 +1,175 @@
+"""Trains the CIFAR-10 tutorial model on several GPUs: one tower per GPU.
+
+Run it:
+  python cifar10_multi_gpu_train.py --num_gpus=2                # 2 GPUs
+  python cifar10_multi_gpu_train.py --num_gpus=2 --cpu_towers \\
+      --fake_data --max_steps=300                               # no GPU
+  tensorboard --logdir=/tmp/cifar10_train
+  python cifar10_eval.py --run_once                             # score it
+
+Each tower reads its own batch of --batch_size examples, so a step trains on
+batch_size * num_gpus examples. The variables live on the CPU; each tower
+computes its gradients; the CPU averages them and applies them once.
+Restarting on the same --train_dir resumes from its newest checkpoint.
+"""
+
+import tensorflow as tf
+from absl import flags
+
+import cifar10
+import cifar10_input
+import towers
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string(
+    "train_dir",
+    "/tmp/cifar10_train",
+    "Where to write checkpoints and event logs.",
+)
+flags.DEFINE_integer(
+    "max_steps", 1000000, "Global step to stop at.", lower_bound=1
+)
+flags.DEFINE_integer(
+    "num_gpus",
+    1,
+    "Number of towers, one per GPU (see --cpu_towers).",
+    lower_bound=1,
+)
+flags.DEFINE_integer(
+    "batch_size",
+    128,
+    "Examples per step of EACH tower: a step trains on "
+    "batch_size * num_gpus examples.",
+    lower_bound=1,
+)
+flags.DEFINE_string(
+    "data_dir",
+    "/tmp/cifar10_data",
+    "Folder that holds (or receives) cifar-10-batches-bin/.",
+)
+flags.DEFINE_boolean(
+    "cpu_towers",
+    False,
+    "When fewer than --num_gpus GPUs are visible, run each tower on its "
+    "own virtual CPU device instead of stopping with an error.",
+)
+flags.DEFINE_boolean(
+    "log_device_placement", False, "Log the device of every op."
+)
+flags.DEFINE_integer(
+    "log_frequency", 10, "Steps between progress lines.", lower_bound=1
+)
+flags.DEFINE_boolean(
+    "use_fp16",
+    False,
+    "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
+)
+flags.DEFINE_float(
+    "clip_gradients",
+    0.0,
+    "If > 0, scale the averaged gradients to at most this global norm.",
+    lower_bound=0.0,
+)
+flags.DEFINE_boolean(
+    "fake_data",
+    False,
+    "Write (once) and train on a small generated set in the CIFAR-10 "
+    "binary format under --data_dir instead of downloading CIFAR-10.",
+)
+flags.DEFINE_string(
+    "data_url", cifar10_input.DATA_URL, "Where to download the archive from."
+)
+flags.DEFINE_integer(
+    "save_checkpoint_steps",
+    1000,
+    "Steps between checkpoints (one is also saved at the last step).",
+    lower_bound=1,
+)
+flags.DEFINE_boolean(
+    "clear_train_dir",
+    False,
+    "Delete --train_dir before training instead of resuming from it.",
+)
+
+
+def build_graph(data_dir, batch_size, devices, compute_dtype, clip_norm):
+    """Builds the input, the towers, the averaged update and the summaries.
+
+    Args:
+      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
+      batch_size: int, examples per tower per step.
+      devices: list of the towers' device strings.
+      compute_dtype: the dtype the layers compute in.
+      clip_norm: float, 0 for no clipping.
+
+    Returns:
+      loss: float32 scalar, the mean of the towers' total losses.
+      train_op: the op of one training step.
+      summary_op: the summaries of the last tower and of the update.
+    """
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    lr = cifar10.learning_rate(global_step, batch_size * len(devices))
+    opt = cifar10.optimizer(lr)
+    # One input pipeline on the CPU; each tower takes its own batch from it.
+    with tf.device("/cpu:0"):
+        dataset = cifar10_input.distorted_dataset(data_dir, batch_size)
+        iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
+
+    def tower_loss(scope):
+        with tf.device("/cpu:0"):
+            images, labels = iterator.get_next()
+        towers.image_summary("images", images)
+        logits = cifar10.inference(images, compute_dtype)
+        cifar10.loss(logits, labels)
+        return towers.tower_total_loss(scope)
+
+    tower_losses, tower_grads, last_scope = towers.build_towers(
+        devices, opt, tower_loss
+    )
+    loss_averages_op = cifar10.add_loss_summaries(tower_losses[-1], last_scope)
+    # Synchronisation point: every tower's gradients, averaged on the CPU.
+    grads = towers.average_gradients(tower_grads)
+    if clip_norm > 0:
+        grads = towers.clip_gradients(grads, clip_norm)
+    train_op = tf.group(
+        cifar10.apply_gradients(opt, grads, global_step), loss_averages_op
+    )
+    loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
+    return loss, train_op, towers.last_tower_summaries(last_scope)
+
+
+def main(argv):
+    del argv
+    devices = towers.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    print(towers.describe_devices(devices))
+    cifar10_input.prepare_data_dir(
+        FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
+    )
+    with tf.Graph().as_default():
+        loss, train_op, summary_op = build_graph(
+            FLAGS.data_dir,
+            FLAGS.batch_size,
+            devices,
+            towers.compute_dtype(FLAGS.use_fp16, devices),
+            FLAGS.clip_gradients,
+        )
+        towers.run_training(
+            train_op,
+            loss,
+            FLAGS.train_dir,
+            examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
+            log_frequency=FLAGS.log_frequency,
+            max_steps=FLAGS.max_steps,
+            save_checkpoint_steps=FLAGS.save_checkpoint_steps,
+            summary_op=summary_op,
+            config=towers.session_config(devices, FLAGS.log_device_placement),
+            clear_train_dir=FLAGS.clear_train_dir,
+        )
+
+
+def run():
+    towers.run_script(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,115 @@
+"""cifar10_multi_gpu_train.py end to end, on two virtual CPU towers."""
+
+import re
+
+import pytest
+import tensorflow as tf
+from conftest import run_script
+from tensorboard.backend.event_processing import event_accumulator
+
+MAX_STEPS = 200
+PER_TOWER_BATCH = 32
+
+
+@pytest.fixture(scope="module")
+def two_tower_run(cifar10_data_dir, tmp_path_factory):
+    """Trains 2 towers for MAX_STEPS steps; returns (train_dir, stdout)."""
+    train_dir = tmp_path_factory.mktemp("multi_gpu_train")
+    result = run_script(
+        "cifar10_multi_gpu_train.py",
+        "--num_gpus=2",
+        "--cpu_towers",
+        "--fake_data",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % train_dir,
+        "--batch_size=%d" % PER_TOWER_BATCH,
+        "--max_steps=%d" % MAX_STEPS,
+        "--save_checkpoint_steps=100",
+        "--log_frequency=20",
+    )
+    return train_dir, result.stdout
+
+
+def _checkpoint_steps(train_dir):
+    state = tf.train.get_checkpoint_state(str(train_dir))
+    return [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths]
+
+
+@pytest.mark.slow
+def test_two_towers_checkpoint_every_n_steps_and_at_the_last(two_tower_run):
+    train_dir, stdout = two_tower_run
+    assert _checkpoint_steps(train_dir) == [0, 100, 200]
+    assert "No GPU used: 2 tower(s) on virtual CPU devices /cpu:0, /cpu:1" in (
+        stdout
+    )
+
+
+@pytest.mark.slow
+def test_two_towers_lower_the_loss(two_tower_run):
+    train_dir, _ = two_tower_run
+    events = event_accumulator.EventAccumulator(
+        str(train_dir), size_guidance={event_accumulator.SCALARS: 0}
+    )
+    events.Reload()
+    raw = events.Scalars("total_loss (raw)")
+    assert [e.step for e in raw][-1] >= 100
+    # From about 4.6 (2.3 of cross-entropy plus the initial weight decay).
+    assert raw[0].value > 4.0
+    assert raw[-1].value < raw[0].value - 1.0
+
+
+@pytest.mark.slow
+def test_logged_examples_per_sec_counts_both_towers(two_tower_run):
+    _, stdout = two_tower_run
+    lines = re.findall(
+        r"step (\d+), loss = [\d.]+ \(([\d.]+) examples/sec; ([\d.]+) "
+        r"sec/batch\)",
+        stdout,
+    )
+    assert [int(step) for step, _, _ in lines] == list(range(20, 201, 20))
+    for _, examples_per_sec, sec_per_batch in lines:
+        assert float(examples_per_sec) == pytest.approx(
+            2 * PER_TOWER_BATCH / float(sec_per_batch), rel=0.01
+        )
+
+
+@pytest.mark.slow
+def test_eval_scores_the_two_tower_checkpoint_far_above_chance(
+    two_tower_run, cifar10_data_dir, tmp_path
+):
+    train_dir, _ = two_tower_run
+    result = run_script(
+        "cifar10_eval.py",
+        "--run_once",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--checkpoint_dir=%s" % train_dir,
+        "--eval_dir=%s" % tmp_path,
+        "--num_examples=2000",
+    )
+    precision = float(re.search(r"precision @ 1 = ([\d.]+)", result.stdout)[1])
+    # Chance is 0.1; the sample classes differ by colour layout, which
+    # 200 steps of 64 examples learn well beyond half of the test set.
+    assert precision > 0.5
+
+
+def test_more_towers_than_gpus_without_cpu_towers_is_an_error(tmp_path):
+    result = run_script(
+        "cifar10_multi_gpu_train.py",
+        "--num_gpus=2",
+        "--fake_data",
+        "--data_dir=%s" % tmp_path,
+        expect_success=False,
+    )
+    assert result.stderr.strip().endswith(
+        "cifar10_multi_gpu_train.py: error: --num_gpus=2 but 0 GPU(s) are "
+        "visible; pass --cpu_towers to run the towers on virtual CPU devices"
+    )
+    assert not (tmp_path / "cifar-10-batches-bin").exists()
+
+
+@pytest.mark.parametrize("flag", ["--num_gpus", "--batch_size"])
+def test_a_count_below_one_is_a_flag_error(flag):
+    result = run_script(
+        "cifar10_multi_gpu_train.py", "%s=0" % flag, expect_success=False
+    )
+    assert "flag %s=0: 0 is not a positive integer" % flag in result.stderr
