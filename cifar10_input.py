@@ -19,7 +19,6 @@ import hashlib
 import os
 import sys
 import tarfile
-import urllib.error
 import urllib.request
 
 import numpy as np
@@ -40,6 +39,8 @@ BATCHES_DIR = "cifar-10-batches-bin"
 # The official archive and the MD5 published beside it.
 DATA_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
+# Seconds a download may wait for data before it gives up.
+DOWNLOAD_TIMEOUT_SECS = 60
 
 # The tutorial's model input: a 24x24 crop of the 32x32 image.
 IMAGE_SIZE = 24
@@ -93,17 +94,7 @@ def check_files(filenames):
     """
     missing = [f for f in filenames if not os.path.isfile(f)]
     if missing:
-        folder = os.path.dirname(missing[0])
-        raise ValueError(
-            "CIFAR-10 files missing in %s: %s. Download %s and extract it "
-            "in %s, or pass --fake_data to use a generated sample set."
-            % (
-                folder,
-                ", ".join(os.path.basename(f) for f in missing),
-                DATA_URL,
-                os.path.dirname(folder),
-            )
-        )
+        raise ValueError(_missing_files_message(missing))
     total = 0
     for filename in filenames:
         size = os.path.getsize(filename)
@@ -122,6 +113,21 @@ def check_files(filenames):
             )
         total += labels.size
     return total
+
+
+def _missing_files_message(missing):
+    """Says which record files are missing and how to get them."""
+    folder = os.path.dirname(missing[0])
+    return (
+        "CIFAR-10 files missing in %s: %s. Download %s and extract it in %s, "
+        "or pass --fake_data to use a generated sample set."
+        % (
+            folder,
+            ", ".join(os.path.basename(f) for f in missing),
+            DATA_URL,
+            os.path.dirname(folder),
+        )
+    )
 
 
 def read_records(filenames):
@@ -345,17 +351,33 @@ def prepare_data_dir(data_dir, fake_data, url=DATA_URL):
         maybe_download_and_extract(data_dir, url)
 
 
-def _print_progress(filename):
-    def report(blocks, block_size, total_size):
-        done = blocks * block_size
-        if total_size > 0:
-            percent = min(100.0, 100.0 * done / total_size)
-            sys.stdout.write("\r>> Downloading %s %.1f%%" % (filename, percent))
-        else:
-            sys.stdout.write("\r>> Downloading %s %d bytes" % (filename, done))
-        sys.stdout.flush()
+def _download(url, path):
+    """Copies url to path, printing one progress line.
 
-    return report
+    Writes beside path and renames when complete, so a failed download
+    never leaves a file that looks whole.
+
+    Raises:
+      OSError: the connection failed, stalled, or ended early.
+    """
+    name = os.path.basename(path)
+    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECS) as source:
+        total = int(source.headers.get("Content-Length", 0))
+        done = 0
+        with open(path + ".part", "wb") as f:
+            for chunk in iter(lambda: source.read(1 << 20), b""):
+                f.write(chunk)
+                done += len(chunk)
+                if total:
+                    progress = "%.1f%%" % (100.0 * done / total)
+                else:
+                    progress = "%d bytes" % done
+                sys.stdout.write("\r>> Downloading %s %s" % (name, progress))
+                sys.stdout.flush()
+    print()
+    if done < total:
+        raise OSError("got %d of %d bytes" % (done, total))
+    os.replace(path + ".part", path)
 
 
 def _md5(path):
@@ -388,27 +410,22 @@ def maybe_download_and_extract(data_dir, url=DATA_URL):
         return
     os.makedirs(data_dir, exist_ok=True)
     archive = os.path.join(data_dir, os.path.basename(url))
-    where = "Download %s and extract it in %s, or pass --fake_data" % (
-        url,
-        data_dir,
+    missing = _missing_files_message(
+        [f for f in filenames if not os.path.isfile(f)]
     )
     if not os.path.isfile(archive):
         try:
-            urllib.request.urlretrieve(
-                url, archive + ".part", _print_progress(os.path.basename(url))
-            )
-        except (urllib.error.URLError, OSError) as e:
+            _download(url, archive)
+        except OSError as e:
             raise ValueError(
-                "Could not download %s (%s). %s." % (url, e, where)
+                "Could not download %s (%s). %s" % (url, e, missing)
             ) from e
-        print()
-        os.replace(archive + ".part", archive)
         print("Downloaded %s, %d bytes." % (archive, os.path.getsize(archive)))
     if url == DATA_URL and _md5(archive) != DATA_MD5:
         os.remove(archive)
         raise ValueError(
-            "%s: MD5 differs from the published %s; removed it. %s."
-            % (archive, DATA_MD5, where)
+            "%s: MD5 differs from the published %s; removed it. %s"
+            % (archive, DATA_MD5, missing)
         )
     try:
         with tarfile.open(archive, "r:gz") as tar:
@@ -416,7 +433,7 @@ def maybe_download_and_extract(data_dir, url=DATA_URL):
     except (tarfile.TarError, EOFError, OSError) as e:
         os.remove(archive)
         raise ValueError(
-            "%s is not a valid tar.gz archive (%s); removed it. %s."
-            % (archive, e, where)
+            "%s is not a valid tar.gz archive (%s); removed it. %s"
+            % (archive, e, missing)
         ) from e
     check_files(filenames)

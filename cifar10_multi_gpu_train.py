@@ -90,9 +90,40 @@ flags.DEFINE_boolean(
     False,
     "Delete --train_dir before training instead of resuming from it.",
 )
+flags.DEFINE_string(
+    "ps_hosts", "", "Cluster mode: comma-separated HOST:PORT of the ps tasks."
+)
+flags.DEFINE_string(
+    "worker_hosts",
+    "",
+    "Cluster mode: comma-separated HOST:PORT of the worker tasks; worker 0 "
+    "is the chief (initialises, checkpoints, writes summaries).",
+)
+flags.DEFINE_string("job_name", "", "Cluster mode: 'ps' or 'worker'.")
+flags.DEFINE_integer("task_index", 0, "Cluster mode: index within the job.")
+flags.DEFINE_boolean(
+    "sync_replicas",
+    False,
+    "Cluster mode: every step averages the gradients of the workers "
+    "(SyncReplicasOptimizer) instead of each worker updating on its own.",
+)
+flags.DEFINE_integer(
+    "replicas_to_aggregate",
+    0,
+    "Cluster mode with --sync_replicas: gradients per step; 0 = one per "
+    "worker.",
+    lower_bound=0,
+)
+flags.DEFINE_integer(
+    "operation_timeout_secs",
+    120,
+    "Cluster mode: an operation waiting longer than this (e.g. on a dead "
+    "peer) ends the run with an error; 0 waits forever.",
+    lower_bound=0,
+)
 
 
-def build_graph(data_dir, batch_size, devices, compute_dtype, clip_norm):
+def build_graph(data_dir, batch_size, devices, compute_dtype, clip_norm, task):
     """Builds the input, the towers, the averaged update and the summaries.
 
     Args:
@@ -101,15 +132,18 @@ def build_graph(data_dir, batch_size, devices, compute_dtype, clip_norm):
       devices: list of the towers' device strings.
       compute_dtype: the dtype the layers compute in.
       clip_norm: float, 0 for no clipping.
+      task: the `towers.ClusterTask` of this process.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
       train_op: the op of one training step.
       summary_op: the summaries of the last tower and of the update.
+      hooks: the session hooks the optimizer needs.
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    lr = cifar10.learning_rate(global_step, batch_size * len(devices))
-    opt = cifar10.optimizer(lr)
+    examples_per_step = batch_size * len(devices) * task.replicas_per_step
+    lr = cifar10.learning_rate(global_step, examples_per_step)
+    opt = towers.sync_optimizer(cifar10.optimizer(lr), task)
     # One input pipeline on the CPU; each tower takes its own batch from it.
     with tf.device("/cpu:0"):
         dataset = cifar10_input.distorted_dataset(data_dir, batch_size)
@@ -135,23 +169,41 @@ def build_graph(data_dir, batch_size, devices, compute_dtype, clip_norm):
         cifar10.apply_gradients(opt, grads, global_step), loss_averages_op
     )
     loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    return loss, train_op, towers.last_tower_summaries(last_scope)
+    summary_op = towers.last_tower_summaries(last_scope)
+    return loss, train_op, summary_op, towers.sync_hooks(opt, task)
 
 
 def main(argv):
     del argv
+    task = towers.cluster_task(
+        FLAGS.ps_hosts,
+        FLAGS.worker_hosts,
+        FLAGS.job_name,
+        FLAGS.task_index,
+        FLAGS.sync_replicas,
+        FLAGS.replicas_to_aggregate,
+    )
     devices = towers.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    config = towers.session_config(
+        devices, FLAGS.log_device_placement, FLAGS.operation_timeout_secs
+    )
+    if task.job_name == "ps":
+        return towers.run_ps(task, config)
     print(towers.describe_devices(devices))
     cifar10_input.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
-    with tf.Graph().as_default():
-        loss, train_op, summary_op = build_graph(
+    with (
+        tf.Graph().as_default(),
+        tf.compat.v1.device(towers.device_setter(task)),
+    ):
+        loss, train_op, summary_op, hooks = build_graph(
             FLAGS.data_dir,
             FLAGS.batch_size,
             devices,
             towers.compute_dtype(FLAGS.use_fp16, devices),
             FLAGS.clip_gradients,
+            task,
         )
         towers.run_training(
             train_op,
@@ -162,8 +214,10 @@ def main(argv):
             max_steps=FLAGS.max_steps,
             save_checkpoint_steps=FLAGS.save_checkpoint_steps,
             summary_op=summary_op,
-            config=towers.session_config(devices, FLAGS.log_device_placement),
+            config=config,
             clear_train_dir=FLAGS.clear_train_dir,
+            task=task,
+            hooks=hooks,
         )
 
 

@@ -17,10 +17,14 @@ holds the pieces the trainers share:
 Nothing here reads flags or does work at import.
 """
 
+import collections
+import copy
 import datetime
+import ipaddress
 import os
 import re
 import shutil
+import socket
 import sys
 import time
 
@@ -29,6 +33,9 @@ from absl import app
 
 # Prefix of the name scope of each tower, as in the TF1 tutorial: tower_0, ...
 TOWER_NAME = "tower"
+
+# Seconds a finished session waits for its background threads.
+STOP_GRACE_PERIOD_SECS = 5
 
 # Where the variables live and the gradients are averaged (the TF1 design).
 VARIABLE_DEVICE = "/cpu:0"
@@ -73,7 +80,9 @@ def describe_devices(devices):
     return "%d tower(s) on %s" % (len(devices), ", ".join(devices))
 
 
-def session_config(devices=("/cpu:0",), log_device_placement=False):
+def session_config(
+    devices=("/cpu:0",), log_device_placement=False, operation_timeout_secs=0
+):
     """Returns the `ConfigProto` of every session of the suite.
 
     Soft placement lets ops without a GPU kernel fall back to the CPU. One
@@ -83,12 +92,15 @@ def session_config(devices=("/cpu:0",), log_device_placement=False):
     Args:
       devices: the tower device strings from `tower_devices`.
       log_device_placement: bool, whether TensorFlow logs each op's device.
+      operation_timeout_secs: int, an op waiting longer fails with
+        DeadlineExceededError (a dead cluster peer); 0 waits forever.
     """
     num_cpu_devices = max(1, sum(d.startswith("/cpu") for d in devices))
     return tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
         log_device_placement=log_device_placement,
         device_count={"CPU": num_cpu_devices},
+        operation_timeout_in_ms=operation_timeout_secs * 1000,
     )
 
 
@@ -309,6 +321,7 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
         self._examples_per_step = examples_per_step
         self._log_frequency = log_frequency
         self.step = None
+        self.runs = 0
 
     def begin(self):
         self._global_step = tf.compat.v1.train.get_global_step()
@@ -319,18 +332,20 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
             "%s: training from step %d" % (datetime.datetime.now(), self.step)
         )
         self._start_time = time.time()
-        self._runs = 0
+        self._runs_at_start = self.runs
 
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs(self._loss)
 
     def after_run(self, run_context, run_values):
         self.step += 1
-        self._runs += 1
-        if self._runs % self._log_frequency == 0:
+        self.runs += 1
+        if (self.runs - self._runs_at_start) % self._log_frequency == 0:
             now = time.time()
             sec_per_batch = (now - self._start_time) / self._log_frequency
             self._start_time = now
+            # In a cluster other workers move the global step too.
+            self.step = run_context.session.run(self._global_step)
             print(
                 "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)"
                 % (
@@ -356,12 +371,16 @@ def run_training(
     summary_op=None,
     config=None,
     clear_train_dir=False,
+    task=None,
+    hooks=(),
 ):
     """Runs the train op until max_steps or the end of the input.
 
     A `MonitoredTrainingSession` restores the newest checkpoint of train_dir
     (so a restart resumes), saves one every save_checkpoint_steps and at the
-    end, and writes summaries and the step logger's line.
+    end, and writes summaries and the step logger's line. In a cluster it
+    runs on the worker's server; only the chief initialises, restores,
+    checkpoints and writes summaries.
 
     Args:
       train_op: the op of one training step.
@@ -371,48 +390,178 @@ def run_training(
       log_frequency: int, steps between log lines.
       max_steps: int or None; None trains until the input ends.
       save_checkpoint_steps: int, steps between checkpoints.
-      save_summaries_steps: int, steps between summaries.
+      save_summaries_steps: int, steps between summaries; None writes no
+        summaries at all (not even the step counter's global_step/sec).
       summary_op: the summary op to write, default all summaries.
       config: the session's `ConfigProto`.
       clear_train_dir: bool, delete train_dir first instead of resuming.
+      task: a worker's `ClusterTask`, or None to train in this process.
+      hooks: more `SessionRunHook`s, e.g. from `sync_hooks`.
 
     Returns:
       int, the global step reached.
 
     Raises:
-      TrainingError: the loss became NaN; no checkpoint of that step is
-        written.
+      TrainingError: the loss became NaN, or a summarised tensor NaN or
+        infinite; no checkpoint of that step is written.
     """
-    if clear_train_dir and os.path.isdir(train_dir):
+    task = task or LOCAL_TASK
+    config = task_config(config, task)
+    if clear_train_dir and task.is_chief and os.path.isdir(train_dir):
         shutil.rmtree(train_dir)
     logger = StepLoggerHook(loss, examples_per_step, log_frequency)
-    # The logger runs first, so its step is the step that made the NaN.
-    hooks = [logger, tf.compat.v1.train.NanTensorHook(loss)]
+    # The logger runs first, so its step is the step that made the NaN; the
+    # NaN hook runs before the checkpoint saver, so that step is never saved.
+    hooks = [logger, tf.compat.v1.train.NanTensorHook(loss), *hooks]
     if max_steps is not None:
         hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=max_steps))
+    scaffold = tf.compat.v1.train.Scaffold(summary_op=summary_op)
+    if task.is_chief:
+        hooks += _chief_hooks(
+            train_dir, scaffold, save_checkpoint_steps, save_summaries_steps
+        )
+    server = _start_server(task, config)
+    done_ops = _done_signals(task)
     try:
-        with tf.compat.v1.train.MonitoredTrainingSession(
-            checkpoint_dir=train_dir,
-            scaffold=tf.compat.v1.train.Scaffold(summary_op=summary_op),
+        with tf.compat.v1.train.MonitoredSession(
+            session_creator=_session_creator(
+                task, server, scaffold, config, train_dir
+            ),
             hooks=hooks,
-            config=config,
-            save_checkpoint_steps=save_checkpoint_steps,
-            save_checkpoint_secs=None,
-            save_summaries_steps=save_summaries_steps,
+            # A sync chief's queue runner waits for gradients that no worker
+            # sends after the last step; do not wait for it.
+            stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
         ) as sess:
             while not sess.should_stop():
                 sess.run(train_op)
     except tf.compat.v1.train.NanLossDuringTrainingError as e:
+        raise _diverged(logger.step, "loss is NaN", train_dir) from e
+    except tf.errors.InvalidArgumentError as e:
+        # On a summary step a NaN or infinite histogram fails the step
+        # before the NaN hook sees the loss.
+        found = _NON_FINITE_HISTOGRAM.search(e.message)
+        if found is None:
+            raise
+        raise _diverged(logger.step + 1, found.group(0), train_dir) from e
+    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as e:
         raise TrainingError(
-            "loss is NaN at step %d; stopped without saving it, the newest "
-            "checkpoint is %s"
-            % (logger.step, tf.train.latest_checkpoint(train_dir))
+            "lost the cluster after %d local steps (%s): %s"
+            % (logger.runs, type(e).__name__, unreachable_tasks(task.cluster))
         ) from e
+    if server:
+        _report_done(server, done_ops, task, logger.runs, config)
     return logger.step
+
+
+def _chief_hooks(
+    train_dir, scaffold, save_checkpoint_steps, save_summaries_steps
+):
+    """The chief's step counter, summary writer and checkpoint saver."""
+    hooks = []
+    if save_summaries_steps is not None:
+        hooks += [
+            tf.compat.v1.train.StepCounterHook(
+                every_n_steps=save_summaries_steps, output_dir=train_dir
+            ),
+            tf.compat.v1.train.SummarySaverHook(
+                save_steps=save_summaries_steps,
+                output_dir=train_dir,
+                scaffold=scaffold,
+            ),
+        ]
+    hooks.append(
+        tf.compat.v1.train.CheckpointSaverHook(
+            train_dir, save_steps=save_checkpoint_steps, scaffold=scaffold
+        )
+    )
+    return hooks
+
+
+def _session_creator(task, server, scaffold, config, train_dir):
+    """The chief restores or initialises; other workers wait for it."""
+    if task.is_chief:
+        creator = tf.compat.v1.train.ChiefSessionCreator(
+            scaffold,
+            server.target if server else "",
+            config,
+            checkpoint_dir=train_dir,
+        )
+    else:
+        creator = _WorkerSessionCreator(scaffold, server.target, config)
+    return _BoundedSessionCreator(creator, _timeout_secs(config))
+
+
+class _WorkerSessionCreator(tf.compat.v1.train.SessionCreator):
+    """Waits for the chief to initialise the model, checking every second.
+
+    TensorFlow's own worker creator checks every 30 seconds, which makes a
+    short run start long after the chief.
+    """
+
+    def __init__(self, scaffold, master, config):
+        self._scaffold = scaffold
+        self._master = master
+        self._config = config
+
+    def create_session(self):
+        self._scaffold.finalize()
+        manager = tf.compat.v1.train.SessionManager(
+            local_init_op=self._scaffold.local_init_op,
+            ready_op=self._scaffold.ready_op,
+            ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+            graph=tf.compat.v1.get_default_graph(),
+            recovery_wait_secs=1,
+        )
+        return manager.wait_for_session(
+            self._master, self._config, _timeout_secs(self._config)
+        )
+
+
+class _BoundedSessionCreator(tf.compat.v1.train.SessionCreator):
+    """Retries a lost cluster for at most the operation timeout.
+
+    A `MonitoredSession` re-creates its session, forever, whenever a peer
+    is unavailable (TF1's recovery from a restarted ps). Past the timeout
+    this creator gives up with DeadlineExceededError instead, so a dead peer
+    ends the run rather than hanging it.
+    """
+
+    def __init__(self, creator, timeout_secs):
+        self._creator = creator
+        self._timeout_secs = timeout_secs
+
+    def create_session(self):
+        deadline = time.time() + self._timeout_secs
+        while True:
+            try:
+                return self._creator.create_session()
+            except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+                if time.time() > deadline:
+                    raise tf.errors.DeadlineExceededError(
+                        None,
+                        None,
+                        "no session after %d s: %s"
+                        % (self._timeout_secs, e.message),
+                    ) from e
+                time.sleep(1)
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. the loss diverged)."""
+
+
+# TensorFlow's error for a histogram summary of NaN or infinite values.
+_NON_FINITE_HISTOGRAM = re.compile(
+    r"(Nan|Infinity) in (summary )?histogram for: \S+", re.IGNORECASE
+)
+
+
+def _diverged(step, reason, train_dir):
+    return TrainingError(
+        "the model diverged at step %d (%s); stopped without saving it, the "
+        "newest checkpoint is %s"
+        % (step, reason, tf.train.latest_checkpoint(train_dir))
+    )
 
 
 def run_script(main):
@@ -429,3 +578,277 @@ def run_script(main):
             sys.exit("%s: error: %s" % (os.path.basename(sys.argv[0]), e))
 
     app.run(main_with_errors)
+
+
+# Beyond one machine: between-graph replication on TensorFlow's gRPC runtime.
+# Every task runs this same script; `ps` tasks hold the variables, `worker`
+# tasks build the towers and train, worker 0 is the chief.
+
+
+class ClusterTask(
+    collections.namedtuple(
+        "ClusterTask",
+        "cluster job_name task_index sync_replicas replicas_to_aggregate",
+    )
+):
+    """This process's place in the cluster (cluster None: no cluster)."""
+
+    @property
+    def is_chief(self):
+        return self.job_name == "worker" and self.task_index == 0
+
+    @property
+    def replicas_per_step(self):
+        """Worker batches that make one global step."""
+        return self.replicas_to_aggregate if self.sync_replicas else 1
+
+    @property
+    def num_workers(self):
+        return self.cluster.num_tasks("worker") if self.cluster else 1
+
+
+LOCAL_TASK = ClusterTask(None, "worker", 0, False, 1)
+
+
+def _parse_hosts(flag, hosts):
+    """Splits 'h1:p1,h2:p2' and checks each HOST:PORT."""
+    parsed = [h.strip() for h in hosts.split(",") if h.strip()]
+    for host in parsed:
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                "--%s: %r has no port; expected HOST:PORT, e.g. "
+                "localhost:2222" % (flag, host)
+            )
+    if not parsed:
+        raise ValueError("--%s is empty; expected HOST:PORT,..." % flag)
+    return parsed
+
+
+def cluster_task(
+    ps_hosts,
+    worker_hosts,
+    job_name,
+    task_index,
+    sync_replicas=False,
+    replicas_to_aggregate=0,
+):
+    """Validates the cluster flags.
+
+    Args:
+      ps_hosts, worker_hosts: str, comma-separated HOST:PORT lists; both
+        empty means no cluster.
+      job_name: 'ps' or 'worker'.
+      task_index: int, this task's index in its job.
+      sync_replicas: bool, aggregate the workers' gradients every step.
+      replicas_to_aggregate: int, gradients per step in sync mode; 0 for
+        one from every worker.
+
+    Returns:
+      A `ClusterTask`; `LOCAL_TASK` when no hosts are given.
+
+    Raises:
+      ValueError: a bad job name, host list or task index.
+    """
+    if not ps_hosts and not worker_hosts:
+        return LOCAL_TASK
+    cluster = tf.train.ClusterSpec(
+        {
+            "ps": _parse_hosts("ps_hosts", ps_hosts),
+            "worker": _parse_hosts("worker_hosts", worker_hosts),
+        }
+    )
+    if job_name not in ("ps", "worker"):
+        raise ValueError(
+            "--job_name must be 'ps' or 'worker', got %r" % job_name
+        )
+    num_tasks = cluster.num_tasks(job_name)
+    if not 0 <= task_index < num_tasks:
+        raise ValueError(
+            "--task_index=%d is out of range: --%s_hosts lists %d task(s), "
+            "so 0..%d" % (task_index, job_name, num_tasks, num_tasks - 1)
+        )
+    for address in cluster.job_tasks("ps") + cluster.job_tasks("worker"):
+        if not _is_private(address.rpartition(":")[0]):
+            print(
+                "WARNING: %s is not a loopback or private address. The "
+                "TensorFlow server has no authentication and runs any graph "
+                "sent to it: keep the cluster on a trusted network." % address,
+                file=sys.stderr,
+            )
+    num_workers = cluster.num_tasks("worker")
+    return ClusterTask(
+        cluster,
+        job_name,
+        task_index,
+        sync_replicas,
+        replicas_to_aggregate or num_workers,
+    )
+
+
+def _is_private(host):
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
+def _timeout_secs(config):
+    timeout_ms = config.operation_timeout_in_ms if config else 0
+    return timeout_ms / 1000 if timeout_ms > 0 else 7200
+
+
+def device_setter(task):
+    """The device function of a task's graph (None when not in a cluster).
+
+    Variables go to the ps tasks in turn; every other op to this worker,
+    keeping the tower device ('/gpu:1', '/cpu:1') given inside it.
+    """
+    if task.cluster is None:
+        return None
+    return tf.compat.v1.train.replica_device_setter(
+        worker_device="/job:worker/task:%d" % task.task_index,
+        cluster=task.cluster,
+    )
+
+
+def sync_optimizer(opt, task):
+    """Wraps opt so that each step averages the gradients of all workers.
+
+    Returns opt itself unless the task is a worker in sync mode.
+    """
+    if task.cluster is None or not task.sync_replicas:
+        return opt
+    return tf.compat.v1.train.SyncReplicasOptimizer(
+        opt,
+        replicas_to_aggregate=task.replicas_to_aggregate,
+        total_num_replicas=task.num_workers,
+    )
+
+
+def sync_hooks(opt, task):
+    """The session hooks a `SyncReplicasOptimizer` needs on every worker.
+
+    Call it after `opt.apply_gradients`. Returns [] for other optimizers.
+    """
+    if not isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer):
+        return []
+    return [
+        opt.make_session_run_hook(task.is_chief),
+        _ReleaseWorkersHook(opt.get_init_tokens_op(task.num_workers)),
+    ]
+
+
+class _ReleaseWorkersHook(tf.compat.v1.train.SessionRunHook):
+    """At its end, a worker puts one token per worker in the token queue.
+
+    A worker that took more than its share of tokens can reach the last
+    step while another still waits for a token that no step will make; the
+    tokens let that worker's step end, see the last step and stop.
+    """
+
+    def __init__(self, tokens_op):
+        self._tokens_op = tokens_op
+
+    def end(self, session):
+        session.run(self._tokens_op)
+
+
+def task_config(config, task):
+    """The session config of a task: it talks to the ps tasks and itself.
+
+    Without these device filters a worker's session would wait for every
+    other worker to be up, and fail when any of them goes away.
+    """
+    if task.cluster is None:
+        return config
+    config = copy.deepcopy(config)
+    config.device_filters.extend(
+        ["/job:ps", "/job:%s/task:%d" % (task.job_name, task.task_index)]
+    )
+    return config
+
+
+def _start_server(task, config):
+    if task.cluster is None:
+        return None
+    return tf.distribute.Server(
+        task.cluster, task.job_name, task.task_index, config=config
+    )
+
+
+def _done_signals(task):
+    """One queue per ps task into which each worker puts a token at its end.
+
+    Returns the enqueue ops of this worker (an empty list outside a cluster).
+    """
+    if task.cluster is None:
+        return []
+    ops = []
+    for i in range(task.cluster.num_tasks("ps")):
+        with tf.device("/job:ps/task:%d" % i):
+            queue = tf.queue.FIFOQueue(
+                task.num_workers,
+                tf.int32,
+                shapes=[[]],
+                shared_name="done_queue%d" % i,
+            )
+            if task.job_name == "worker":
+                ops.append(queue.enqueue(task.task_index))
+            else:
+                ops.append(queue.dequeue_many(task.num_workers))
+    return ops
+
+
+def _report_done(server, done_ops, task, runs, config):
+    with tf.compat.v1.Session(server.target, config=config) as sess:
+        global_step = sess.run(tf.compat.v1.train.get_global_step())
+        sess.run(done_ops)
+    print(
+        "Worker task %d ran %d local steps; global step %d."
+        % (task.task_index, runs, global_step),
+        flush=True,
+    )
+
+
+def run_ps(task, config):
+    """Serves the variables of a ps task until every worker has finished."""
+    config = task_config(config, task)
+    # No operation timeout here: a ps waits as long as training lasts.
+    config.operation_timeout_in_ms = 0
+    server = _start_server(task, config)
+    print("ps task %d serving at %s" % (task.task_index, server.target))
+    with tf.Graph().as_default():
+        dequeue = _done_signals(task)[task.task_index]
+        with tf.compat.v1.Session(server.target, config=config) as sess:
+            sess.run(dequeue)
+    print(
+        "ps task %d: all %d workers done." % (task.task_index, task.num_workers)
+    )
+
+
+def unreachable_tasks(cluster):
+    """Names the tasks of the cluster whose port does not answer.
+
+    Returns:
+      str, e.g. 'unreachable: worker task 1 (localhost:2224)', or a note
+      that every task answered.
+    """
+    if cluster is None:
+        return "not in a cluster"
+    lost = []
+    for job in cluster.jobs:
+        for index, address in enumerate(cluster.job_tasks(job)):
+            host, _, port = address.rpartition(":")
+            try:
+                socket.create_connection(
+                    (host.strip("[]"), int(port)), 2
+                ).close()
+            except OSError:
+                lost.append("%s task %d (%s)" % (job, index, address))
+    if not lost:
+        return "every task answers; a peer may be stuck or too slow"
+    return "unreachable: " + ", ".join(lost)

@@ -5,6 +5,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -49,3 +50,58 @@ def cifar10_data_dir(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("cifar10_data")
     cifar10_input.write_fake_data(str(data_dir))
     return data_dir
+
+
+def write_cifar10_files(data_dir, records_per_file, seed=0):
+    """Writes the six CIFAR-10 record files with random colour images.
+
+    Args:
+      data_dir: the --data_dir; the files go to its cifar-10-batches-bin/.
+      records_per_file: int.
+      seed: int, for the images.
+
+    Returns:
+      dict file name -> (uint8 images [n, 32, 32, 3], uint8 labels [n]); the
+      labels count on through the files in order: 0, 1, ..., 9, 0, ...
+    """
+    import cifar10_input
+
+    folder = os.path.join(str(data_dir), cifar10_input.BATCHES_DIR)
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    names = cifar10_input.TRAIN_FILES + cifar10_input.TEST_FILES
+    written = {}
+    for i, name in enumerate(names):
+        images = rng.integers(0, 256, (records_per_file, 32, 32, 3), np.uint8)
+        labels = (np.arange(records_per_file) + i * records_per_file) % 10
+        cifar10_input.write_records(os.path.join(folder, name), images, labels)
+        written[name] = images, labels.astype(np.uint8)
+    return written
+
+
+def checkpoint_steps(train_dir):
+    """The global steps of the checkpoints listed in train_dir, oldest first."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(str(train_dir))
+    return [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths]
+
+
+def read_events(logdir):
+    """Loads every scalar and histogram of the event files in logdir.
+
+    Returns:
+      A reloaded TensorBoard `EventAccumulator`: `.Tags()`,
+      `.Scalars(tag)`, `.Histograms(tag)`.
+    """
+    from tensorboard.backend.event_processing import event_accumulator
+
+    events = event_accumulator.EventAccumulator(
+        str(logdir),
+        size_guidance={
+            event_accumulator.SCALARS: 0,
+            event_accumulator.HISTOGRAMS: 0,
+        },
+    )
+    events.Reload()
+    return events

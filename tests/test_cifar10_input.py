@@ -1,0 +1,173 @@
+"""CIFAR-10 input: records on disk, the eval input, the training distortions."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import write_cifar10_files
+
+import cifar10_input
+
+CROP = cifar10_input.IMAGE_SIZE
+# Crop offsets per axis (0..8) times the two flips: every distorted view.
+OFFSETS = range(32 - CROP + 1)
+
+
+def _standardize(image):
+    """NumPy `tf.image.per_image_standardization` of one image."""
+    image = image.astype(np.float64)
+    floor = 1.0 / np.sqrt(image.size)
+    return (image - image.mean()) / max(image.std(), floor)
+
+
+def _run_to_end(tensors, init_op=None):
+    """Evaluates tensors until the input ends; returns the list of results."""
+    results = []
+    with tf.compat.v1.Session() as sess:
+        if init_op is not None:
+            sess.run(init_op)
+        try:
+            while True:
+                results.append(sess.run(tensors))
+        except tf.errors.OutOfRangeError:
+            return results
+
+
+def test_records_are_written_depth_major_and_read_back_as_hwc(tmp_path):
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (7, 32, 32, 3), np.uint8)
+    labels = np.array([3, 1, 4, 1, 5, 9, 2])
+    filename = str(tmp_path / "records.bin")
+    cifar10_input.write_records(filename, images, labels)
+
+    raw = np.fromfile(filename, np.uint8).reshape(7, 3073)
+    assert raw[:, 0].tolist() == [3, 1, 4, 1, 5, 9, 2]
+    # After the label: all red values row by row, then green, then blue.
+    assert raw[2, 1 : 1 + 1024].tolist() == images[2, :, :, 0].ravel().tolist()
+    assert raw[2, 1 + 2048 :].tolist() == images[2, :, :, 2].ravel().tolist()
+
+    with tf.Graph().as_default():
+        dataset = cifar10_input.read_records([filename])
+        decoded = tf.compat.v1.data.make_one_shot_iterator(
+            dataset.map(cifar10_input.decode_record)
+        ).get_next()
+        read_back = _run_to_end(decoded)
+    np.testing.assert_array_equal([image for image, _ in read_back], images)
+    assert [label for _, label in read_back] == [3, 1, 4, 1, 5, 9, 2]
+
+
+def test_eval_input_yields_every_example_once_in_file_order(tmp_path):
+    written = write_cifar10_files(tmp_path, records_per_file=11)
+    images, labels = written["test_batch.bin"]
+    with tf.Graph().as_default():
+        batch_images, batch_labels, init_op = cifar10_input.inputs(
+            "test", str(tmp_path), batch_size=4, num_examples=11
+        )
+        batches = _run_to_end([batch_images, batch_labels], init_op)
+
+    assert [len(b_labels) for _, b_labels in batches] == [4, 4, 3]
+    read_labels = np.concatenate([b_labels for _, b_labels in batches])
+    assert read_labels.tolist() == labels.tolist()
+    # The central 24x24 crop of each 32x32 image, standardised.
+    expected = [_standardize(image[4:28, 4:28]) for image in images]
+    read_images = np.concatenate([b_images for b_images, _ in batches])
+    np.testing.assert_allclose(read_images, expected, atol=1e-4)
+
+
+def test_eval_input_stops_after_num_examples(tmp_path):
+    write_cifar10_files(tmp_path, records_per_file=11)
+    with tf.Graph().as_default():
+        _, labels, init_op = cifar10_input.inputs(
+            "train", str(tmp_path), batch_size=4, num_examples=6
+        )
+        batches = _run_to_end(labels, init_op)
+    # The first six records of data_batch_1.bin.
+    assert np.concatenate(batches).tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_eval_input_refuses_more_examples_than_the_files_hold(tmp_path):
+    write_cifar10_files(tmp_path, records_per_file=11)
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError) as error:
+            cifar10_input.inputs(
+                "test", str(tmp_path), batch_size=4, num_examples=12
+            )
+    assert str(error.value) == (
+        "--num_examples=12 but the test files hold 11 records"
+    )
+
+
+@pytest.fixture(scope="module")
+def gray_data_dir(tmp_path_factory):
+    """Ten grey random images, labels 0..9, two per training file.
+
+    Grey images have equal channel means, so random brightness and contrast
+    cancel in the standardisation and a distorted image is exactly a
+    standardised crop, possibly flipped, of its record.
+    """
+    data_dir = tmp_path_factory.mktemp("gray_cifar10")
+    folder = data_dir / cifar10_input.BATCHES_DIR
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    gray = rng.integers(0, 256, (10, 32, 32, 1), np.uint8)
+    images = np.repeat(gray, 3, axis=3)
+    for i, name in enumerate(cifar10_input.TRAIN_FILES):
+        cifar10_input.write_records(
+            str(folder / name), images[2 * i : 2 * i + 2], [2 * i, 2 * i + 1]
+        )
+    return data_dir, images
+
+
+def _distorted_batches(data_dir, batch_size, num_batches):
+    with tf.Graph().as_default():
+        images, labels = cifar10_input.distorted_inputs(
+            str(data_dir), batch_size
+        )
+        with tf.compat.v1.Session() as sess:
+            return [sess.run([images, labels]) for _ in range(num_batches)]
+
+
+def test_distorted_inputs_are_standardised_24x24x3_batches(gray_data_dir):
+    data_dir, _ = gray_data_dir
+    [(images, labels)] = _distorted_batches(data_dir, 10, 1)
+    assert images.shape == (10, 24, 24, 3)
+    assert images.dtype == np.float32
+    assert labels.shape == (10,)
+    assert labels.dtype == np.int32
+    np.testing.assert_allclose(images.mean(axis=(1, 2, 3)), 0.0, atol=1e-4)
+    np.testing.assert_allclose(images.std(axis=(1, 2, 3)), 1.0, atol=1e-3)
+
+
+def _views(image):
+    """Every standardised crop of image: {(row, column, flipped): view}."""
+    views = {}
+    for row in OFFSETS:
+        for column in OFFSETS:
+            crop = image[row : row + CROP, column : column + CROP]
+            views[row, column, False] = _standardize(crop)
+            views[row, column, True] = _standardize(crop[:, ::-1])
+    return views
+
+
+def test_crops_and_flips_vary_between_epochs(gray_data_dir):
+    data_dir, images = gray_data_dir
+    # Ten epochs of the ten records.
+    batches = _distorted_batches(data_dir, 10, 10)
+    views = [_views(image) for image in images]
+    seen = {label: [] for label in range(10)}
+    for batch_images, batch_labels in batches:
+        for image, label in zip(batch_images, batch_labels):
+            errors = {
+                key: np.abs(image - view).max()
+                for key, view in views[label].items()
+            }
+            key = min(errors, key=errors.get)
+            # Every distorted image is one crop and flip of its own record.
+            assert errors[key] < 1e-3
+            seen[label].append(key)
+
+    # 162 views each: about 10 draws repeating one view are a 1e-19 chance.
+    assert min(len(set(keys)) for keys in seen.values()) >= 2
+    all_keys = [key for keys in seen.values() for key in keys]
+    assert {flipped for _, _, flipped in all_keys} == {False, True}
+    # 100 draws of 81 offsets give about 57 distinct ones.
+    assert len({(row, column) for row, column, _ in all_keys}) >= 30
