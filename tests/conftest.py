@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# Quiet TensorFlow's C++ logging; see each line of Python output at once.
+SCRIPT_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
 
 
 def run_script(script, *args, timeout=600, expect_success=True):
@@ -25,13 +27,12 @@ def run_script(script, *args, timeout=600, expect_success=True):
     Returns:
       The `subprocess.CompletedProcess`, stdout and stderr as text.
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     result = subprocess.run(
         [sys.executable, str(REPO / script), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=SCRIPT_ENV,
         cwd=REPO,
     )
     output = "%s\n--- stderr ---\n%s" % (result.stdout, result.stderr[-5000:])
@@ -40,6 +41,24 @@ def run_script(script, *args, timeout=600, expect_success=True):
     else:
         assert result.returncode != 0, output
     return result
+
+
+def start_script(script, *args, log_path):
+    """Starts a script in the background, its output going to log_path.
+
+    The caller must end it (`kill`, then `wait`), e.g. in a finally block.
+
+    Returns:
+      The `subprocess.Popen`.
+    """
+    with open(log_path, "w") as log:
+        return subprocess.Popen(
+            [sys.executable, str(REPO / script), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=SCRIPT_ENV,
+            cwd=REPO,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,231 @@
+"""The MNIST convolutional model of the multi-GPU tutorial.
+
+  inference(images) -> logits           the network
+  loss(logits, labels) -> total_loss    cross-entropy plus weight decay
+  train(next_batch, devices, lr)        the multi-tower training step
+  evaluation(logits, labels) -> hits    correct predictions of a batch
+  evaluate(checkpoint_dir, ...)         test accuracy of a checkpoint
+
+Every variable is created on the CPU by the CIFAR-10 model's variable
+helpers (one place decides where variables live), so the towers share one
+copy.
+"""
+
+import tensorflow as tf
+
+import cifar10
+import mnist_input
+import towers
+
+HEIGHT, WIDTH, DEPTH = mnist_input.HEIGHT, mnist_input.WIDTH, mnist_input.DEPTH
+NUM_CLASSES = mnist_input.NUM_CLASSES
+
+# Layer sizes and initialisation of the reference model.
+CONV1_FILTERS, CONV2_FILTERS = 32, 64  # 5x5 kernels, stride 1
+CONV_STDDEV = 5e-2
+LOCAL3_UNITS = 1024
+LOCAL_STDDEV = 0.04  # local3 and local4
+LOCAL_WEIGHT_DECAY = 0.004  # local3 and local4
+SOFTMAX_STDDEV = 1.0 / 192  # the reference kept CIFAR-10's 1 / local4 width
+
+# Momentum of the optimizer (with Nesterov's update).
+MOMENTUM = 0.9
+
+
+def _conv_relu(images, kernel_shape, bias_init):
+    """5x5 convolution, stride 1, and a ReLU, in the current variable scope.
+
+    Args:
+      images: float32 [batch, height, width, kernel_shape[2]].
+      kernel_shape: [5, 5, in_depth, out_depth].
+      bias_init: float, the biases' initial value.
+
+    Returns:
+      float32 [batch, height, width, out_depth].
+    """
+    kernel = cifar10._variable_with_weight_decay(
+        "weights", kernel_shape, stddev=CONV_STDDEV, wd=None
+    )
+    biases = cifar10._variable_on_cpu(
+        "biases", kernel_shape[-1:], tf.constant_initializer(bias_init)
+    )
+    conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding="SAME")
+    return tf.nn.relu(tf.nn.bias_add(conv, biases))
+
+
+def _local(inputs, units, stddev, wd, bias_init):
+    """Fully connected layer: float32 [batch, n] -> float32 [batch, units]."""
+    return cifar10._local(inputs, units, stddev, wd, bias_init, tf.float32)
+
+
+def _max_pool(x, name):
+    """2x2 max-pooling, stride 2: [batch, h, w, c] -> [batch, h/2, w/2, c]."""
+    return tf.nn.max_pool2d(
+        x, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="SAME", name=name
+    )
+
+
+def inference(images):
+    """Builds the MNIST network.
+
+    conv1 -> pool1 -> conv2 -> pool2 -> local3 -> local4 -> softmax_linear,
+    with a ReLU after every layer but the last.
+
+    Args:
+      images: float32 [batch, 784], the pixels row by row, in [-0.5, 0.5].
+
+    Returns:
+      logits: float32 [batch, 10], unnormalised (softmax is in the loss).
+    """
+    # [batch, 784] -> [batch, 28, 28, 1]: the images, one channel.
+    x = tf.reshape(images, [-1, HEIGHT, WIDTH, DEPTH])
+    with tf.compat.v1.variable_scope("conv1"):
+        conv1 = _conv_relu(x, [5, 5, DEPTH, CONV1_FILTERS], 0.0)
+    pool1 = _max_pool(conv1, "pool1")  # [batch, 14, 14, 32]
+    with tf.compat.v1.variable_scope("conv2"):
+        conv2 = _conv_relu(pool1, [5, 5, CONV1_FILTERS, CONV2_FILTERS], 0.1)
+    pool2 = _max_pool(conv2, "pool2")  # [batch, 7, 7, 64]
+    with tf.compat.v1.variable_scope("local3"):
+        # [batch, 7, 7, 64] -> [batch, 3136]: one vector per image.
+        flat = tf.reshape(pool2, [-1, 7 * 7 * CONV2_FILTERS])
+        local3 = tf.nn.relu(
+            _local(flat, LOCAL3_UNITS, LOCAL_STDDEV, LOCAL_WEIGHT_DECAY, 0.1)
+        )
+    with tf.compat.v1.variable_scope("local4"):
+        local4 = tf.nn.relu(
+            _local(local3, NUM_CLASSES, LOCAL_STDDEV, LOCAL_WEIGHT_DECAY, 0.1)
+        )
+    with tf.compat.v1.variable_scope("softmax_linear"):
+        return _local(local4, NUM_CLASSES, SOFTMAX_STDDEV, None, 0.0)
+
+
+def loss(logits, labels):
+    """Adds the mean cross-entropy of a batch to the `losses` collection.
+
+    The collection already holds the weight decay of local3 and local4
+    (added by `inference`); a tower sums only its own terms with
+    `towers.tower_total_loss`.
+
+    Args:
+      logits: float32 [batch, 10] from `inference`.
+      labels: int32 [batch] in 0..9.
+
+    Returns:
+      total_loss: float32 scalar, the sum of the `losses` collection.
+    """
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=logits
+    )
+    tf.compat.v1.add_to_collection(
+        "losses", tf.reduce_mean(cross_entropy, name="cross_entropy")
+    )
+    return tf.add_n(tf.compat.v1.get_collection("losses"), name="total_loss")
+
+
+def optimizer(learning_rate):
+    """Momentum 0.9 with Nesterov's update, as in the reference."""
+    return tf.compat.v1.train.MomentumOptimizer(
+        learning_rate, MOMENTUM, use_nesterov=True
+    )
+
+
+def train(next_batch, devices, learning_rate):
+    """Builds one training step of the towers on `devices`.
+
+    Each tower takes its own batch, so a step trains on as many batches as
+    there are towers. The towers' gradients are averaged on the CPU and
+    applied once, incrementing the global step.
+
+    Args:
+      next_batch: callable() -> (float32 [batch, 784], int32 [batch]), the
+        next batch of a shared input; called once per tower, on the CPU.
+      devices: list of the towers' device strings.
+      learning_rate: float.
+
+    Returns:
+      loss: float32 scalar, the mean of the towers' total losses.
+      train_op: the op of one training step.
+      summary_op: string scalar, the loss summaries of the last tower.
+    """
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    opt = optimizer(learning_rate)
+
+    def tower_loss(scope):
+        # The input stays on the CPU; the tower's device only computes.
+        with tf.device("/cpu:0"):
+            images, labels = next_batch()
+        loss(inference(images), labels)
+        total_loss = towers.tower_total_loss(scope)
+        for each in tf.compat.v1.get_collection("losses", scope):
+            towers.scalar_summary(each.op.name[len(scope) :], each)
+        towers.scalar_summary("total_loss", total_loss)
+        return total_loss
+
+    tower_losses, tower_grads, last_scope = towers.build_towers(
+        devices, opt, tower_loss
+    )
+    # Synchronisation point: every tower's gradients, averaged on the CPU.
+    grads = towers.average_gradients(tower_grads)
+    train_op = opt.apply_gradients(grads, global_step=global_step)
+    mean_loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
+    return mean_loss, train_op, towers.last_tower_summaries(last_scope)
+
+
+def evaluation(logits, labels):
+    """The number of examples whose highest logit is their label.
+
+    Args:
+      logits: float32 [batch, 10].
+      labels: int32 [batch].
+
+    Returns:
+      int32 scalar.
+    """
+    correct = tf.nn.in_top_k(predictions=logits, targets=labels, k=1)
+    return tf.reduce_sum(tf.cast(correct, tf.int32))
+
+
+def evaluate(checkpoint_dir, data_dir, batch_size):
+    """Scores the newest checkpoint on every example of the test split.
+
+    Args:
+      checkpoint_dir: str, where the trainer wrote its checkpoints.
+      data_dir: str, the folder that holds test.tfrecords.
+      batch_size: int, examples per batch.
+
+    Returns:
+      accuracy: float, the fraction of test examples classified correctly.
+      num_examples: int, the test examples counted.
+      global_step: int, the checkpoint's step.
+
+    Raises:
+      ValueError: no checkpoint in checkpoint_dir, or a bad test file.
+    """
+    checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
+    if checkpoint is None:
+        raise ValueError("no checkpoint in %s to evaluate" % checkpoint_dir)
+    filename = mnist_input.data_file(data_dir, "test")
+    with tf.Graph().as_default():
+        with tf.device("/cpu:0"):
+            batches = mnist_input.dataset(
+                data_dir, "test", batch_size, num_epochs=1, training=False
+            )
+            images, labels = tf.compat.v1.data.make_one_shot_iterator(
+                batches
+            ).get_next()
+        hits = evaluation(inference(images), labels)
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session(config=towers.session_config()) as sess:
+            saver.restore(sess, checkpoint)
+            total_hits, num_examples = 0, 0
+            with mnist_input.reading(filename):
+                try:
+                    while True:
+                        batch_hits, batch_labels = sess.run([hits, labels])
+                        total_hits += batch_hits
+                        num_examples += len(batch_labels)
+                except tf.errors.OutOfRangeError:
+                    pass
+            step = sess.run(global_step)
+    return float(total_hits / num_examples), num_examples, int(step)

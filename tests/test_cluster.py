@@ -1,0 +1,275 @@
+"""Cluster mode: ps and worker tasks as processes on 127.0.0.1.
+
+Every process a test starts is ended by the test; every wait is bounded.
+"""
+
+import re
+import socket
+import time
+
+import pytest
+from conftest import checkpoint_steps, run_script, start_script
+
+import towers
+
+SCRIPT = "cifar10_multi_gpu_train.py"
+# Seconds a test waits for a task to end before it fails.
+TASK_DEADLINE_SECS = 180
+# The operation timeout of the fault tests: a dead peer must end a run
+# within it (plus start-up and the probe of the peers).
+FAULT_TIMEOUT_SECS = 15
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+class Cluster:
+    """Starts the tasks of one cluster and ends them all at the end."""
+
+    def __init__(self, tmp_path, data_dir, num_workers, *flags):
+        ps_port, *worker_ports = _free_ports(1 + num_workers)
+        self.ps_address = "127.0.0.1:%d" % ps_port
+        self.worker_addresses = ["127.0.0.1:%d" % p for p in worker_ports]
+        self.tmp_path = tmp_path
+        self.flags = [
+            "--ps_hosts=%s" % self.ps_address,
+            "--worker_hosts=%s" % ",".join(self.worker_addresses),
+            "--cpu_towers",
+            "--fake_data",
+            "--data_dir=%s" % data_dir,
+            "--batch_size=16",
+            "--log_frequency=5",
+            *flags,
+        ]
+        self.processes = {}
+
+    def train_dir(self, index):
+        return self.tmp_path / ("train%d" % index)
+
+    def start(self, job_name, index, *flags):
+        name = "%s%d" % (job_name, index)
+        self.processes[name] = start_script(
+            SCRIPT,
+            *self.flags,
+            "--job_name=%s" % job_name,
+            "--task_index=%d" % index,
+            "--train_dir=%s" % self.train_dir(index),
+            *flags,
+            log_path=self.log_path(name),
+        )
+        return self.processes[name]
+
+    def log_path(self, name):
+        return self.tmp_path / ("%s.log" % name)
+
+    def log(self, name):
+        return self.log_path(name).read_text()
+
+    def wait(self, name):
+        """Waits for a task to end; returns (exit code, seconds waited)."""
+        start = time.time()
+        code = self.processes[name].wait(timeout=TASK_DEADLINE_SECS)
+        return code, time.time() - start
+
+    def stop_all(self):
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=30)
+
+
+@pytest.fixture
+def make_cluster(tmp_path, cifar10_data_dir):
+    clusters = []
+
+    def make(num_workers, *flags):
+        clusters.append(
+            Cluster(tmp_path, cifar10_data_dir, num_workers, *flags)
+        )
+        return clusters[-1]
+
+    yield make
+    for cluster in clusters:
+        cluster.stop_all()
+
+
+def _local_steps(log):
+    """(local steps, global step) from 'Worker task N ran R local steps...'."""
+    found = re.search(r"ran (\d+) local steps; global step (\d+)\.", log)
+    assert found, log[-3000:]
+    return int(found[1]), int(found[2])
+
+
+def _run_to_the_end(cluster, num_workers):
+    cluster.start("ps", 0)
+    for index in range(num_workers):
+        cluster.start("worker", index)
+    for index in range(num_workers):
+        code, _ = cluster.wait("worker%d" % index)
+        assert code == 0, cluster.log("worker%d" % index)[-3000:]
+    code, _ = cluster.wait("ps0")
+    assert code == 0, cluster.log("ps0")[-3000:]
+    return [
+        _local_steps(cluster.log("worker%d" % i)) for i in range(num_workers)
+    ]
+
+
+@pytest.mark.slow
+def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
+    make_cluster, cifar10_data_dir, tmp_path
+):
+    cluster = make_cluster(2, "--max_steps=100", "--save_checkpoint_steps=50")
+    steps = _run_to_the_end(cluster, 2)
+
+    # Each worker updates on its own: the local steps add up to the global
+    # step, which each worker may pass by the one step it had under way.
+    global_step = max(g for _, g in steps)
+    assert 100 <= global_step <= 102
+    assert sum(local for local, _ in steps) == global_step
+    assert checkpoint_steps(cluster.train_dir(0))[-1] == global_step
+    assert not cluster.train_dir(1).exists()
+    assert "ps task 0: all 2 workers done." in cluster.log("ps0")
+
+    result = run_script(
+        "cifar10_eval.py",
+        "--run_once",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--checkpoint_dir=%s" % cluster.train_dir(0),
+        "--eval_dir=%s" % (tmp_path / "eval"),
+        "--num_examples=1000",
+    )
+    precision = float(re.search(r"precision @ 1 = ([\d.]+)", result.stdout)[1])
+    # Chance is 0.1; 100 steps of 16 learn the sample classes' colours.
+    assert precision > 0.4
+
+
+@pytest.mark.slow
+def test_sync_workers_aggregate_both_gradients_every_step(make_cluster):
+    cluster = make_cluster(2, "--max_steps=40", "--sync_replicas")
+    steps = _run_to_the_end(cluster, 2)
+
+    global_step = max(g for _, g in steps)
+    assert global_step == 40
+    # Each global step took two gradients; a gradient that arrived after
+    # its step had been applied is dropped, so a few more may be computed.
+    assert 2 * 40 <= sum(local for local, _ in steps) <= 2 * 40 + 4
+    assert checkpoint_steps(cluster.train_dir(0))[-1] == 40
+
+
+def _fault_flags():
+    return ("--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,)
+
+
+def _wait_for_step(cluster, name, step):
+    """Waits until the task has logged a global step of at least step."""
+    deadline = time.time() + TASK_DEADLINE_SECS
+    while (
+        max(map(int, re.findall(r"step (\d+),", cluster.log(name))), default=0)
+        < step
+    ):
+        assert time.time() < deadline, cluster.log(name)[-3000:]
+        assert cluster.processes[name].poll() is None, cluster.log(name)
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
+    make_cluster,
+):
+    cluster = make_cluster(
+        2, "--max_steps=100000", "--sync_replicas", *_fault_flags()
+    )
+    cluster.start("ps", 0)
+    cluster.start("worker", 0)
+    cluster.start("worker", 1)
+    _wait_for_step(cluster, "worker0", 10)
+    cluster.processes["worker1"].kill()
+
+    code, seconds = cluster.wait("worker0")
+    assert code == 1
+    assert seconds < FAULT_TIMEOUT_SECS + 15
+    assert (
+        "cifar10_multi_gpu_train.py: error: lost the cluster after"
+        in cluster.log("worker0")
+    )
+    assert (
+        "(DeadlineExceededError): unreachable: worker task 1 (%s)"
+        % cluster.worker_addresses[1]
+    ) in cluster.log("worker0")
+
+
+@pytest.mark.slow
+def test_a_killed_ps_ends_the_workers_and_a_restarted_chief_resumes(
+    make_cluster,
+):
+    cluster = make_cluster(
+        1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
+    )
+    cluster.start("ps", 0)
+    cluster.start("worker", 0)
+    _wait_for_step(cluster, "worker0", 10)
+    cluster.processes["ps0"].kill()
+
+    code, seconds = cluster.wait("worker0")
+    assert code == 1
+    assert seconds < FAULT_TIMEOUT_SECS + 15
+    assert "unreachable: ps task 0 (%s)" % cluster.ps_address in (
+        cluster.log("worker0")
+    )
+    saved = checkpoint_steps(cluster.train_dir(0))[-1]
+    assert saved >= 10
+
+    # A new ps and a restarted chief go on from the chief's checkpoint.
+    cluster.start("ps", 0)
+    cluster.start("worker", 0, "--max_steps=%d" % (saved + 5))
+    code, _ = cluster.wait("worker0")
+    assert code == 0, cluster.log("worker0")[-3000:]
+    assert "training from step %d" % saved in cluster.log("worker0")
+    assert checkpoint_steps(cluster.train_dir(0))[-1] == saved + 5
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--job_name=chief"],
+            "--job_name must be 'ps' or 'worker', got 'chief'",
+        ),
+        (
+            ["--job_name=worker", "--task_index=2"],
+            "--task_index=2 is out of range: --worker_hosts lists 2 task(s),"
+            " so 0..1",
+        ),
+        (
+            ["--job_name=worker", "--worker_hosts=127.0.0.1:2223,127.0.0.1"],
+            "--worker_hosts: '127.0.0.1' has no port; expected HOST:PORT, "
+            "e.g. localhost:2222",
+        ),
+    ],
+)
+def test_bad_cluster_flags_are_errors_with_their_own_message(flags, message):
+    result = run_script(
+        SCRIPT,
+        "--ps_hosts=127.0.0.1:2222",
+        "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224",
+        "--cpu_towers",
+        *flags,
+        expect_success=False,
+    )
+    assert result.stderr.strip().endswith(
+        "cifar10_multi_gpu_train.py: error: " + message
+    )
+
+
+def test_a_public_cluster_address_is_warned_about(capsys):
+    towers.cluster_task("8.8.8.8:2222", "127.0.0.1:2223", "worker", 0)
+    assert "WARNING: 8.8.8.8:2222 is not a loopback or private address." in (
+        capsys.readouterr().err
+    )

@@ -1,0 +1,210 @@
+"""mnist_multi_gpu_train.py end to end, on virtual CPU towers."""
+
+import re
+import shutil
+
+import pytest
+import tensorflow as tf
+from conftest import run_script
+from tensorboard.backend.event_processing import event_accumulator
+from test_mnist_input import record_offset
+
+import mnist_input
+import mnist_model
+
+NUM_TOWERS = 2
+PER_TOWER_BATCH = 11
+NUM_EPOCHS = 3
+LEARNING_RATE = 0.01
+# The last partial step is dropped: floor(3000 * 3 / 22) = 409 steps.
+EXPECTED_STEPS = (
+    mnist_input.FAKE_SPLIT_SIZES["train"]
+    * NUM_EPOCHS
+    // (PER_TOWER_BATCH * NUM_TOWERS)
+)
+# Chance is 0.1, and so is the score of a pipeline that detaches labels
+# from images or of a network whose 10 local4 ReLUs all died. This setting
+# scored 0.997 to 1.0 over eight seeds; 0.5 leaves room for a slow start.
+MIN_ACCURACY = 0.5
+
+
+@pytest.fixture(scope="module")
+def mnist_data_dir(tmp_path_factory):
+    """A --data_dir holding the built-in MNIST sample set."""
+    data_dir = tmp_path_factory.mktemp("mnist_data")
+    mnist_input.write_fake_data(str(data_dir))
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def two_tower_run(mnist_data_dir, tmp_path_factory):
+    """Trains 2 towers for 3 epochs; returns (train_dir, stdout)."""
+    train_dir = tmp_path_factory.mktemp("mnist_train")
+    result = run_script(
+        "mnist_multi_gpu_train.py",
+        "--fake_data",
+        "--num_gpus=%d" % NUM_TOWERS,
+        "--cpu_towers",
+        "--num_epochs=%d" % NUM_EPOCHS,
+        "--batch_size=%d" % PER_TOWER_BATCH,
+        "--learning_rate=%g" % LEARNING_RATE,
+        "--data_dir=%s" % mnist_data_dir,
+        "--train_dir=%s" % train_dir,
+        "--tb_logging",
+    )
+    return train_dir, result.stdout
+
+
+def accuracy_lines(stdout):
+    return re.findall(r": (test accuracy = .*)", stdout)
+
+
+@pytest.mark.slow
+def test_two_towers_stop_after_the_epochs_at_the_floor_step(two_tower_run):
+    train_dir, stdout = two_tower_run
+    assert "Done training for 3 epochs, %d steps." % EXPECTED_STEPS in (
+        stdout.splitlines()
+    )
+    checkpoint = tf.train.latest_checkpoint(str(train_dir))
+    assert checkpoint.endswith("model.ckpt-%d" % EXPECTED_STEPS)
+    assert tf.train.load_variable(checkpoint, "global_step") == EXPECTED_STEPS
+
+
+@pytest.mark.slow
+def test_two_towers_learn_the_sample_set_far_above_chance(
+    two_tower_run, mnist_data_dir
+):
+    train_dir, stdout = two_tower_run
+    accuracy, num_examples, step = mnist_model.evaluate(
+        str(train_dir), str(mnist_data_dir), 100
+    )
+    print("test accuracy after %d steps: %.4f" % (step, accuracy))
+    assert accuracy > MIN_ACCURACY
+    assert (num_examples, step) == (1000, EXPECTED_STEPS)
+    # The trainer reports the same score of the same checkpoint.
+    assert accuracy_lines(stdout) == [
+        "test accuracy = %.4f (1000 examples, step %d)"
+        % (accuracy, EXPECTED_STEPS)
+    ]
+
+
+@pytest.mark.slow
+def test_tb_logging_writes_the_loss_summaries(two_tower_run):
+    train_dir, _ = two_tower_run
+    events = event_accumulator.EventAccumulator(
+        str(train_dir), size_guidance={event_accumulator.SCALARS: 0}
+    )
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == {
+        "cross_entropy",
+        "local3/weight_loss",
+        "local4/weight_loss",
+        "total_loss",
+        "global_step/sec",
+    }
+    total_loss = events.Scalars("total_loss")
+    # Written after the first step, then every 100 steps.
+    assert [e.step for e in total_loss] == [1, 101, 201, 301, 401]
+    assert total_loss[-1].value < total_loss[0].value - 1.0
+
+
+@pytest.mark.slow
+def test_eval_only_scores_the_newest_checkpoint_without_training(
+    two_tower_run, mnist_data_dir
+):
+    train_dir, stdout = two_tower_run
+    result = run_script(
+        "mnist_multi_gpu_train.py",
+        "--eval_only",
+        "--data_dir=%s" % mnist_data_dir,
+        "--train_dir=%s" % train_dir,
+    )
+    assert accuracy_lines(result.stdout) == accuracy_lines(stdout)
+    assert "Done training" not in result.stdout
+
+
+@pytest.mark.slow
+def test_a_restart_resumes_and_counts_only_its_own_steps(
+    two_tower_run, mnist_data_dir, tmp_path
+):
+    train_dir, _ = two_tower_run
+    shutil.copytree(train_dir, tmp_path, dirs_exist_ok=True)
+    result = run_script(
+        "mnist_multi_gpu_train.py",
+        "--num_gpus=2",
+        "--cpu_towers",
+        "--num_epochs=1",
+        "--batch_size=150",
+        "--data_dir=%s" % mnist_data_dir,
+        "--train_dir=%s" % tmp_path,
+    )
+    # floor(3000 * 1 / 300) = 10 more steps.
+    assert "Done training for 1 epochs, 10 steps." in result.stdout
+    assert "training from step %d" % EXPECTED_STEPS in result.stdout
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith(
+        "model.ckpt-%d" % (EXPECTED_STEPS + 10)
+    )
+
+
+@pytest.mark.slow
+def test_without_tb_logging_no_summaries_are_written(mnist_data_dir, tmp_path):
+    result = run_script(
+        "mnist_multi_gpu_train.py",
+        "--num_gpus=2",
+        "--cpu_towers",
+        "--num_epochs=1",
+        "--batch_size=100",
+        "--data_dir=%s" % mnist_data_dir,
+        "--train_dir=%s" % tmp_path,
+    )
+    # floor(3000 * 1 / 200) = 15 steps.
+    assert "Done training for 1 epochs, 15 steps." in result.stdout
+    events = event_accumulator.EventAccumulator(str(tmp_path))
+    events.Reload()
+    tags = events.Tags()
+    assert tags["graph"]  # the checkpoint saver writes the graph, no more
+    summary_kinds = {kind for kind, names in tags.items() if names}
+    assert summary_kinds == {"graph", "meta_graph"}
+
+
+@pytest.mark.slow
+def test_more_towers_than_gpus_needs_cpu_towers(mnist_data_dir, tmp_path):
+    visible = len(tf.config.list_physical_devices("GPU"))
+    result = run_script(
+        "mnist_multi_gpu_train.py",
+        "--num_gpus=%d" % (visible + 1),
+        "--data_dir=%s" % mnist_data_dir,
+        "--train_dir=%s" % tmp_path,
+        expect_success=False,
+    )
+    assert result.stderr.splitlines()[-1] == (
+        "mnist_multi_gpu_train.py: error: --num_gpus=%d but %d GPU(s) are "
+        "visible; pass --cpu_towers to run the towers on virtual CPU devices"
+        % (visible + 1, visible)
+    )
+
+
+@pytest.mark.slow
+def test_a_corrupt_training_file_stops_with_its_name(mnist_data_dir, tmp_path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(mnist_data_dir, data_dir)
+    filename = data_dir / "train.tfrecords"
+    data = bytearray(filename.read_bytes())
+    data[record_offset(data, 1000) + 500] ^= 0xFF  # in record 1000's image
+    filename.write_bytes(bytes(data))
+    result = run_script(
+        "mnist_multi_gpu_train.py",
+        "--num_gpus=2",
+        "--cpu_towers",
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % (tmp_path / "train"),
+        expect_success=False,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "mnist_multi_gpu_train.py: error: %s is corrupt: a record fails its "
+        "checksum or is cut short; make it again with mnist_input.py" % filename
+    )
+    # Only the initial checkpoint: the first step failed.
+    assert tf.train.load_variable(str(tmp_path / "train"), "global_step") == 0
