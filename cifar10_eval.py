@@ -7,11 +7,15 @@ Run it beside a trainer, or once on its newest checkpoint:
 
 Each new checkpoint is scored once: its moving-average (shadow) variables are
 restored into the model, exactly --num_examples examples are classified, and
-`Precision @ 1` is written at the checkpoint's global step.
+`Precision @ 1` is written at the checkpoint's global step. Only checkpoints
+that read in full are scored (`towers.newest_valid_checkpoint`); one that the
+trainer deletes before it is restored is skipped with a warning.
+--last_step ends the watch once the trainer's last checkpoint is scored.
 """
 
 import datetime
 import os
+import sys
 import time
 
 import numpy as np
@@ -42,6 +46,13 @@ flags.DEFINE_integer(
     "num_examples", 10000, "Examples to evaluate.", lower_bound=1
 )
 flags.DEFINE_boolean("run_once", False, "Score the newest checkpoint and exit.")
+flags.DEFINE_integer(
+    "last_step",
+    0,
+    "Exit once a checkpoint of this global step or later is scored, e.g. the "
+    "trainer's --max_steps; 0 waits for new checkpoints forever.",
+    lower_bound=0,
+)
 flags.DEFINE_integer("batch_size", 128, "Examples per batch.", lower_bound=1)
 flags.DEFINE_string(
     "data_dir",
@@ -83,11 +94,31 @@ def eval_once(checkpoint, saver, summary_writer, top_1, init_op, summary_op):
       summary_op: the model's summaries, written beside the precision.
 
     Returns:
-      float, the precision @ 1.
+      float, the precision @ 1; None when the checkpoint went away before
+      it was restored.
     """
     global_step = int(checkpoint.rsplit("-", 1)[1])
     with tf.compat.v1.Session(config=towers.session_config()) as sess:
-        saver.restore(sess, checkpoint)
+        try:
+            saver.restore(sess, checkpoint)
+        except (
+            ValueError,
+            tf.errors.NotFoundError,
+            tf.errors.DataLossError,
+        ) as e:
+            # The trainer deletes its oldest checkpoints (max_to_keep), the
+            # index file first, so one may go between being chosen and being
+            # opened. Any other failure (e.g. another model's checkpoint) is
+            # an error.
+            if tf.io.gfile.exists(checkpoint + ".index"):
+                raise
+            print(
+                "WARNING: skipping checkpoint %s, it went away (%s: %s)"
+                % (checkpoint, type(e).__name__, str(e).split("\n")[0]),
+                file=sys.stderr,
+            )
+            return None
+        print("%s: evaluating %s" % (datetime.datetime.now(), checkpoint))
         sess.run(init_op)
         # The model's summaries come from the first batch.
         batch_hits, summary_bytes = sess.run([top_1, summary_op])
@@ -108,7 +139,9 @@ def eval_once(checkpoint, saver, summary_writer, top_1, init_op, summary_op):
     return precision
 
 
-def evaluate(checkpoint_dir, eval_dir, run_once, eval_interval_secs, **data):
+def evaluate(
+    checkpoint_dir, eval_dir, run_once, eval_interval_secs, last_step, **data
+):
     """Scores each new checkpoint; with run_once only the newest.
 
     Args:
@@ -116,6 +149,8 @@ def evaluate(checkpoint_dir, eval_dir, run_once, eval_interval_secs, **data):
       eval_dir: str, where to write the event logs.
       run_once: bool; True raises ValueError when there is no checkpoint.
       eval_interval_secs: int, seconds between looks for a new checkpoint.
+      last_step: int, return once a checkpoint of this global step or later
+        is scored; 0 never.
       **data: eval_data, data_dir, batch_size, num_examples for the input.
     """
     with tf.Graph().as_default() as graph:
@@ -125,16 +160,9 @@ def evaluate(checkpoint_dir, eval_dir, run_once, eval_interval_secs, **data):
         summary_writer = tf.compat.v1.summary.FileWriter(eval_dir, graph)
         last_scored = None
         while True:
-            checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
-            if checkpoint is None and run_once:
-                raise ValueError(
-                    "no checkpoint found in --checkpoint_dir=%s"
-                    % checkpoint_dir
-                )
-            if checkpoint is None:
-                print("No checkpoint in %s yet; waiting." % checkpoint_dir)
-            elif checkpoint != last_scored:
-                eval_once(
+            checkpoint = _newest_checkpoint(checkpoint_dir, run_once)
+            if checkpoint is not None and checkpoint != last_scored:
+                precision = eval_once(
                     checkpoint,
                     saver,
                     summary_writer,
@@ -143,9 +171,36 @@ def evaluate(checkpoint_dir, eval_dir, run_once, eval_interval_secs, **data):
                     summary_op,
                 )
                 last_scored = checkpoint
+                step = int(checkpoint.rsplit("-", 1)[1])
+                if precision is not None and 0 < last_step <= step:
+                    return
             if run_once:
                 return
             time.sleep(eval_interval_secs)
+
+
+def _newest_checkpoint(checkpoint_dir, run_once):
+    """The newest checkpoint that reads, or None (after saying why).
+
+    Raises:
+      ValueError: with run_once, there is no checkpoint.
+      towers.TrainingError: with run_once, no checkpoint reads.
+    """
+    try:
+        checkpoint = towers.newest_valid_checkpoint(checkpoint_dir)
+    except towers.TrainingError as e:
+        if run_once:
+            raise
+        # Maybe the trainer deleted them while they were read.
+        print("WARNING: %s; waiting." % e, file=sys.stderr)
+        return None
+    if checkpoint is None and run_once:
+        raise ValueError(
+            "no checkpoint found in --checkpoint_dir=%s" % checkpoint_dir
+        )
+    if checkpoint is None:
+        print("No checkpoint in %s yet; waiting." % checkpoint_dir)
+    return checkpoint
 
 
 def main(argv):
@@ -158,6 +213,7 @@ def main(argv):
         FLAGS.eval_dir,
         FLAGS.run_once,
         FLAGS.eval_interval_secs,
+        FLAGS.last_step,
         eval_data=FLAGS.eval_data,
         data_dir=FLAGS.data_dir,
         batch_size=FLAGS.batch_size,

@@ -331,9 +331,11 @@ def write_fake_data(data_dir):
     ]
     for seed, (filename, size) in enumerate(zip(filenames, sizes), start=1):
         images, labels = fake_examples(size, seed)
-        # Write aside and rename, so a crash never leaves a short file.
-        write_records(filename + ".tmp", images, labels)
-        os.replace(filename + ".tmp", filename)
+        # Written aside and renamed: a crash never leaves a short file, and
+        # processes writing the same file at once (cluster tasks) do not mix.
+        part = "%s.%d.tmp" % (filename, os.getpid())
+        write_records(part, images, labels)
+        os.replace(part, filename)
     return True
 
 

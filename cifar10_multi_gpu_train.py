@@ -90,37 +90,8 @@ flags.DEFINE_boolean(
     False,
     "Delete --train_dir before training instead of resuming from it.",
 )
-flags.DEFINE_string(
-    "ps_hosts", "", "Cluster mode: comma-separated HOST:PORT of the ps tasks."
-)
-flags.DEFINE_string(
-    "worker_hosts",
-    "",
-    "Cluster mode: comma-separated HOST:PORT of the worker tasks; worker 0 "
-    "is the chief (initialises, checkpoints, writes summaries).",
-)
-flags.DEFINE_string("job_name", "", "Cluster mode: 'ps' or 'worker'.")
-flags.DEFINE_integer("task_index", 0, "Cluster mode: index within the job.")
-flags.DEFINE_boolean(
-    "sync_replicas",
-    False,
-    "Cluster mode: every step averages the gradients of the workers "
-    "(SyncReplicasOptimizer) instead of each worker updating on its own.",
-)
-flags.DEFINE_integer(
-    "replicas_to_aggregate",
-    0,
-    "Cluster mode with --sync_replicas: gradients per step; 0 = one per "
-    "worker.",
-    lower_bound=0,
-)
-flags.DEFINE_integer(
-    "operation_timeout_secs",
-    120,
-    "Cluster mode: an operation waiting longer than this (e.g. on a dead "
-    "peer) ends the run with an error; 0 waits forever.",
-    lower_bound=0,
-)
+towers.define_cluster_flags()
+flags.adopt_module_key_flags(towers)
 
 
 def build_graph(data_dir, batch_size, devices, compute_dtype, clip_norm, task):
@@ -183,12 +154,12 @@ def main(argv):
         FLAGS.sync_replicas,
         FLAGS.replicas_to_aggregate,
     )
+    if task.job_name == "ps":
+        return towers.run_ps(task, towers.session_config())
     devices = towers.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
     config = towers.session_config(
         devices, FLAGS.log_device_placement, FLAGS.operation_timeout_secs
     )
-    if task.job_name == "ps":
-        return towers.run_ps(task, config)
     print(towers.describe_devices(devices))
     cifar10_input.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url

@@ -245,7 +245,10 @@ def write_records(filename, images, labels):
     def int64(value):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
-    with tf.io.TFRecordWriter(filename + ".tmp") as writer:
+    # Written aside and renamed: a crash never leaves a short file, and
+    # processes writing the same file at once (cluster tasks) do not mix.
+    part = "%s.%d.tmp" % (filename, os.getpid())
+    with tf.io.TFRecordWriter(part) as writer:
         for image, label in zip(images, labels):
             raw = np.asarray(image, np.uint8).tobytes()
             feature = {
@@ -261,7 +264,7 @@ def write_records(filename, images, labels):
                 features=tf.train.Features(feature=feature)
             )
             writer.write(example.SerializeToString())
-    os.replace(filename + ".tmp", filename)
+    os.replace(part, filename)
 
 
 def _gunzip(path):

@@ -129,7 +129,7 @@ def optimizer(learning_rate):
     )
 
 
-def train(next_batch, devices, learning_rate):
+def train(next_batch, devices, learning_rate, task=towers.LOCAL_TASK):
     """Builds one training step of the towers on `devices`.
 
     Each tower takes its own batch, so a step trains on as many batches as
@@ -141,14 +141,17 @@ def train(next_batch, devices, learning_rate):
         next batch of a shared input; called once per tower, on the CPU.
       devices: list of the towers' device strings.
       learning_rate: float.
+      task: the `towers.ClusterTask` of this process (sync mode wraps the
+        optimizer).
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
       train_op: the op of one training step.
       summary_op: string scalar, the loss summaries of the last tower.
+      hooks: the session hooks the optimizer needs.
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    opt = optimizer(learning_rate)
+    opt = towers.sync_optimizer(optimizer(learning_rate), task)
 
     def tower_loss(scope):
         # The input stays on the CPU; the tower's device only computes.
@@ -168,7 +171,8 @@ def train(next_batch, devices, learning_rate):
     grads = towers.average_gradients(tower_grads)
     train_op = opt.apply_gradients(grads, global_step=global_step)
     mean_loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    return mean_loss, train_op, towers.last_tower_summaries(last_scope)
+    summary_op = towers.last_tower_summaries(last_scope)
+    return mean_loss, train_op, summary_op, towers.sync_hooks(opt, task)
 
 
 def evaluation(logits, labels):

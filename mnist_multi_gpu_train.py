@@ -105,17 +105,21 @@ flags.DEFINE_boolean(
     "resumed run trains --num_epochs more epochs).",
 )
 
+towers.define_cluster_flags()
+flags.adopt_module_key_flags(towers)
+
 # Steps between the loss summaries that --tb_logging writes.
 SUMMARY_STEPS = 100
 
 
-def build_graph(data_dir, batch_size, num_epochs, devices, learning_rate):
+def build_graph(data_dir, batch_size, num_epochs, devices, learning_rate, task):
     """Builds the shared input and the towers' training step.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
       train_op: the op of one training step.
       summary_op: the loss summaries of the last tower.
+      hooks: the session hooks the optimizer needs.
     """
     # One reader for all towers, on the CPU: each get_next() is a new batch.
     with tf.device("/cpu:0"):
@@ -123,15 +127,7 @@ def build_graph(data_dir, batch_size, num_epochs, devices, learning_rate):
             data_dir, "train", batch_size, num_epochs, training=True
         )
         iterator = tf.compat.v1.data.make_one_shot_iterator(batches)
-    return mnist_model.train(iterator.get_next, devices, learning_rate)
-
-
-def newest_step(train_dir):
-    """The global step of train_dir's newest checkpoint; 0 if there is none."""
-    checkpoint = tf.train.latest_checkpoint(train_dir)
-    if checkpoint is None:
-        return 0
-    return int(tf.train.load_variable(checkpoint, "global_step"))
+    return mnist_model.train(iterator.get_next, devices, learning_rate, task)
 
 
 def report_accuracy(train_dir, data_dir, batch_size):
@@ -147,6 +143,16 @@ def report_accuracy(train_dir, data_dir, batch_size):
 
 def main(argv):
     del argv
+    task = towers.cluster_task(
+        FLAGS.ps_hosts,
+        FLAGS.worker_hosts,
+        FLAGS.job_name,
+        FLAGS.task_index,
+        FLAGS.sync_replicas,
+        FLAGS.replicas_to_aggregate,
+    )
+    if task.job_name == "ps":
+        return towers.run_ps(task, towers.session_config())
     if FLAGS.fake_data:
         mnist_input.write_fake_data(FLAGS.data_dir)
     if FLAGS.eval_only:
@@ -155,18 +161,21 @@ def main(argv):
     devices = towers.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
     print(towers.describe_devices(devices))
     train_file = mnist_input.data_file(FLAGS.data_dir, "train")
-    first_step = 0 if FLAGS.clear_train_dir else newest_step(FLAGS.train_dir)
-    with tf.Graph().as_default():
-        loss, train_op, summary_op = build_graph(
+    with (
+        tf.Graph().as_default(),
+        tf.compat.v1.device(towers.device_setter(task)),
+    ):
+        loss, train_op, summary_op, hooks = build_graph(
             FLAGS.data_dir,
             FLAGS.batch_size,
             FLAGS.num_epochs,
             devices,
             FLAGS.learning_rate,
+            task,
         )
         # A corrupt record stops the run with an error naming the file.
         with mnist_input.reading(train_file):
-            last_step = towers.run_training(
+            steps = towers.run_training(
                 train_op,
                 loss,
                 FLAGS.train_dir,
@@ -177,15 +186,17 @@ def main(argv):
                 ),
                 summary_op=summary_op,
                 config=towers.session_config(
-                    devices, FLAGS.log_device_placement
+                    devices,
+                    FLAGS.log_device_placement,
+                    FLAGS.operation_timeout_secs,
                 ),
                 clear_train_dir=FLAGS.clear_train_dir,
+                task=task,
+                hooks=hooks,
             )
-    print(
-        "Done training for %d epochs, %d steps."
-        % (FLAGS.num_epochs, last_step - first_step)
-    )
-    report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
+    print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
+    if task.is_chief:
+        report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
 
 
 def run():

@@ -13,6 +13,8 @@ holds the pieces the trainers share:
 - `session_config`: soft placement and the virtual CPU devices.
 - `scalar_summary`, `histogram_summary`: summaries tagged without `tower_N/`.
 - `StepLoggerHook`: the classic `step N, loss = L` progress line.
+- `run_training`: the training loop, resumed from
+  `newest_valid_checkpoint`.
 
 Nothing here reads flags or does work at import.
 """
@@ -26,19 +28,26 @@ import re
 import shutil
 import socket
 import sys
+import threading
 import time
 
 import tensorflow as tf
-from absl import app
+from absl import app, flags
 
 # Prefix of the name scope of each tower, as in the TF1 tutorial: tower_0, ...
 TOWER_NAME = "tower"
+
+# Seconds between two looks of a worker at its ps tasks' ports.
+WATCHDOG_INTERVAL_SECS = 2
 
 # Seconds a finished session waits for its background threads.
 STOP_GRACE_PERIOD_SECS = 5
 
 # Where the variables live and the gradients are averaged (the TF1 design).
 VARIABLE_DEVICE = "/cpu:0"
+
+# Checkpoints are train_dir/model.ckpt-STEP (TensorFlow's default name).
+CHECKPOINT_BASENAME = "model.ckpt"
 
 
 def tower_devices(num_gpus, cpu_towers):
@@ -376,11 +385,11 @@ def run_training(
 ):
     """Runs the train op until max_steps or the end of the input.
 
-    A `MonitoredTrainingSession` restores the newest checkpoint of train_dir
-    (so a restart resumes), saves one every save_checkpoint_steps and at the
-    end, and writes summaries and the step logger's line. In a cluster it
-    runs on the worker's server; only the chief initialises, restores,
-    checkpoints and writes summaries.
+    A `MonitoredSession` restores the newest checkpoint of train_dir that
+    reads (`newest_valid_checkpoint`, so a restart resumes), saves one every
+    save_checkpoint_steps and at the end, and writes summaries and the step
+    logger's line. In a cluster it runs on the worker's server; only the
+    chief initialises, restores, checkpoints and writes summaries.
 
     Args:
       train_op: the op of one training step.
@@ -399,11 +408,13 @@ def run_training(
       hooks: more `SessionRunHook`s, e.g. from `sync_hooks`.
 
     Returns:
-      int, the global step reached.
+      int, the steps this process ran (a resumed run counts its own).
 
     Raises:
       TrainingError: the loss became NaN, or a summarised tensor NaN or
-        infinite; no checkpoint of that step is written.
+        infinite (no checkpoint of that step is written); a checkpoint could
+        not be written (e.g. the disk is full); no checkpoint of train_dir
+        reads; the cluster was lost.
     """
     task = task or LOCAL_TASK
     config = task_config(config, task)
@@ -416,24 +427,26 @@ def run_training(
     if max_steps is not None:
         hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=max_steps))
     scaffold = tf.compat.v1.train.Scaffold(summary_op=summary_op)
+    saves = _SaveWatcher()
     if task.is_chief:
         hooks += _chief_hooks(
-            train_dir, scaffold, save_checkpoint_steps, save_summaries_steps
+            train_dir,
+            scaffold,
+            save_checkpoint_steps,
+            save_summaries_steps,
+            saves,
         )
     server = _start_server(task, config)
     done_ops = _done_signals(task)
     try:
-        with tf.compat.v1.train.MonitoredSession(
-            session_creator=_session_creator(
-                task, server, scaffold, config, train_dir
-            ),
-            hooks=hooks,
-            # A sync chief's queue runner waits for gradients that no worker
-            # sends after the last step; do not wait for it.
-            stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
-        ) as sess:
-            while not sess.should_stop():
-                sess.run(train_op)
+        with _PsWatchdog(task, _timeout_secs(config)):
+            _train_loop(
+                train_op,
+                hooks,
+                _session_creator(task, server, scaffold, config, train_dir),
+            )
+            if server:
+                _report_done(server, done_ops, task, logger.runs, config)
     except tf.compat.v1.train.NanLossDuringTrainingError as e:
         raise _diverged(logger.step, "loss is NaN", train_dir) from e
     except tf.errors.InvalidArgumentError as e:
@@ -448,15 +461,33 @@ def run_training(
             "lost the cluster after %d local steps (%s): %s"
             % (logger.runs, type(e).__name__, unreachable_tasks(task.cluster))
         ) from e
-    if server:
-        _report_done(server, done_ops, task, logger.runs, config)
-    return logger.step
+    except tf.errors.OpError as e:
+        if saves.step is None:
+            raise
+        raise _save_failed(saves.step, train_dir, e) from e
+    return logger.runs
+
+
+def _train_loop(train_op, hooks, session_creator):
+    """Runs train_op until a hook asks to stop or the input ends."""
+    with tf.compat.v1.train.MonitoredSession(
+        session_creator=session_creator,
+        hooks=hooks,
+        # A sync chief's queue runner waits for gradients that no worker
+        # sends after the last step; do not wait for it.
+        stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
+    ) as sess:
+        while not sess.should_stop():
+            sess.run(train_op)
 
 
 def _chief_hooks(
-    train_dir, scaffold, save_checkpoint_steps, save_summaries_steps
+    train_dir, scaffold, save_checkpoint_steps, save_summaries_steps, saves
 ):
-    """The chief's step counter, summary writer and checkpoint saver."""
+    """The chief's step counter, summary writer and checkpoint saver.
+
+    The saver tells `saves` (a `_SaveWatcher`) when it writes.
+    """
     hooks = []
     if save_summaries_steps is not None:
         hooks += [
@@ -471,27 +502,197 @@ def _chief_hooks(
         ]
     hooks.append(
         tf.compat.v1.train.CheckpointSaverHook(
-            train_dir, save_steps=save_checkpoint_steps, scaffold=scaffold
+            train_dir,
+            save_steps=save_checkpoint_steps,
+            scaffold=scaffold,
+            checkpoint_basename=CHECKPOINT_BASENAME,
+            listeners=[saves],
         )
     )
     return hooks
 
 
+class _SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
+    """Knows the step of the checkpoint being written, if any.
+
+    An error raised while `step` is set comes from writing that checkpoint.
+    """
+
+    def __init__(self):
+        self.step = None
+
+    def before_save(self, session, global_step_value):
+        self.step = global_step_value
+
+    def after_save(self, session, global_step_value):
+        self.step = None
+
+
+# The operating system's reason at the end of a file error, e.g. '...; No
+# space left on device' or '...; File too large'.
+_OS_REASON = re.compile(r"; ([A-Z][a-z]+(?: [a-z]+)*)$", re.MULTILINE)
+
+
+def _save_failed(step, train_dir, error):
+    # A failed save leaves its partial files in PREFIX-STEP_temp (the
+    # saver's sharded layout); they take the space a retry needs.
+    shutil.rmtree(
+        os.path.join(train_dir, "%s-%d_temp" % (CHECKPOINT_BASENAME, step)),
+        ignore_errors=True,
+    )
+    found = _OS_REASON.search(error.message)
+    reason = found.group(1) if found else error.message.strip().split("\n")[0]
+    return TrainingError(
+        "could not write the checkpoint of step %d to %s (%s: %s); the "
+        "newest complete checkpoint is %s, and a run started once the cause "
+        "is fixed resumes from it"
+        % (
+            step,
+            train_dir,
+            type(error).__name__,
+            reason,
+            tf.train.latest_checkpoint(train_dir),
+        )
+    )
+
+
 def _session_creator(task, server, scaffold, config, train_dir):
     """The chief restores or initialises; other workers wait for it."""
     if task.is_chief:
-        creator = tf.compat.v1.train.ChiefSessionCreator(
-            scaffold,
-            server.target if server else "",
-            config,
-            checkpoint_dir=train_dir,
+        creator = _ResumingSessionCreator(
+            scaffold, server.target if server else "", config, train_dir
         )
     else:
-        creator = _WorkerSessionCreator(scaffold, server.target, config)
+        creator = PromptWorkerSessionCreator(scaffold, server.target, config)
     return _BoundedSessionCreator(creator, _timeout_secs(config))
 
 
-class _WorkerSessionCreator(tf.compat.v1.train.SessionCreator):
+class _ResumingSessionCreator(tf.compat.v1.train.SessionCreator):
+    """The chief's session, restored from `newest_valid_checkpoint`.
+
+    The checkpoint is chosen whenever a session is made, so that a session
+    made again after a lost peer resumes from the newest one.
+    """
+
+    def __init__(self, scaffold, master, config, train_dir):
+        self._scaffold = scaffold
+        self._master = master
+        self._config = config
+        self._train_dir = train_dir
+
+    def create_session(self):
+        checkpoint = newest_valid_checkpoint(self._train_dir)
+        session = tf.compat.v1.train.ChiefSessionCreator(
+            self._scaffold,
+            self._master,
+            self._config,
+            checkpoint_filename_with_path=checkpoint,
+        ).create_session()
+        state = _checkpoint_state(self._train_dir)
+        if state is not None:
+            # As TensorFlow's restore from a folder does, so that the saver
+            # goes on deleting the oldest listed checkpoints (max_to_keep).
+            self._scaffold.saver.recover_last_checkpoints(
+                state.all_model_checkpoint_paths
+            )
+        return session
+
+
+# A checkpoint's index file: PREFIX-STEP.index, e.g. model.ckpt-1000.index.
+_CHECKPOINT_INDEX = re.compile(r"^(.+-([0-9]+))\.index$")
+
+
+def newest_valid_checkpoint(checkpoint_dir):
+    """Returns the newest checkpoint of checkpoint_dir that reads in full.
+
+    TensorFlow itself restores the checkpoint that the `checkpoint` state
+    file names: if that checkpoint's files are gone or damaged the restore
+    fails, and if the state file is garbage training starts again from step
+    0 without a word. Here the named checkpoint is tried first, then every
+    PREFIX-STEP checkpoint of the folder, highest step first. Each is read
+    in full (every tensor, checksums checked); one that does not read is
+    skipped with a warning naming it and why.
+
+    Args:
+      checkpoint_dir: str, the folder of the checkpoints (--train_dir).
+
+    Returns:
+      str, the checkpoint's path prefix, e.g. '/tmp/train/model.ckpt-1000';
+      None when the folder holds no checkpoint at all.
+
+    Raises:
+      TrainingError: the folder holds checkpoints, but none of them reads.
+    """
+    candidates = _checkpoint_candidates(checkpoint_dir)
+    for checkpoint in candidates:
+        error = _read_error(checkpoint)
+        if error is None:
+            return checkpoint
+        print(
+            "WARNING: skipping checkpoint %s, it does not read (%s)"
+            % (checkpoint, error),
+            file=sys.stderr,
+            flush=True,
+        )
+    if candidates:
+        raise TrainingError(
+            "none of the %d checkpoint(s) in %s reads (the newest is %s); "
+            "move them away to train from step 0"
+            % (len(candidates), checkpoint_dir, candidates[0])
+        )
+    return None
+
+
+def _checkpoint_state(checkpoint_dir):
+    """The `CheckpointState` of the folder, None if missing or garbage."""
+    try:
+        return tf.train.get_checkpoint_state(checkpoint_dir)
+    except ValueError:
+        # TensorFlow returns None for a file it cannot parse, but raises
+        # for an empty one or one of bytes that are not text.
+        return None
+
+
+def _checkpoint_candidates(checkpoint_dir):
+    """The checkpoint the state file names, then the others, newest first."""
+    state = _checkpoint_state(checkpoint_dir)
+    named = [state.model_checkpoint_path] if state else []
+    state_file = os.path.join(checkpoint_dir, "checkpoint")
+    if not named and os.path.exists(state_file):
+        print(
+            "WARNING: %s names no checkpoint; looking for the newest one"
+            % state_file,
+            file=sys.stderr,
+        )
+    found = []
+    if os.path.isdir(checkpoint_dir):
+        for name in os.listdir(checkpoint_dir):
+            match = _CHECKPOINT_INDEX.match(name)
+            if match:
+                path = os.path.join(checkpoint_dir, match.group(1))
+                found.append((int(match.group(2)), path))
+    named_paths = {os.path.abspath(p) for p in named}
+    return named + [
+        path
+        for _, path in sorted(found, reverse=True)
+        if os.path.abspath(path) not in named_paths
+    ]
+
+
+def _read_error(checkpoint):
+    """Why the checkpoint does not read in full; None when it does."""
+    try:
+        reader = tf.train.load_checkpoint(checkpoint)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, IndexError) as e:
+        # A short data file raises IndexError ('Read less bytes than
+        # requested'); the others raise TensorFlow errors.
+        return "%s: %s" % (type(e).__name__, str(e).strip().split("\n")[0])
+    return None
+
+
+class PromptWorkerSessionCreator(tf.compat.v1.train.SessionCreator):
     """Waits for the chief to initialise the model, checking every second.
 
     TensorFlow's own worker creator checks every 30 seconds, which makes a
@@ -518,23 +719,32 @@ class _WorkerSessionCreator(tf.compat.v1.train.SessionCreator):
 
 
 class _BoundedSessionCreator(tf.compat.v1.train.SessionCreator):
-    """Retries a lost cluster for at most the operation timeout.
+    """Creates the one session of a run, waiting at most the timeout.
 
-    A `MonitoredSession` re-creates its session, forever, whenever a peer
-    is unavailable (TF1's recovery from a restarted ps). Past the timeout
-    this creator gives up with DeadlineExceededError instead, so a dead peer
-    ends the run rather than hanging it.
+    A `MonitoredSession` re-creates its session, forever, whenever a peer is
+    unavailable (TF1's recovery from a restarted ps). Here a lost peer ends
+    the run instead, with an error: the first session may wait for the
+    cluster to come up for at most timeout_secs; a second one is refused.
+    Restarting the task resumes from the chief's newest checkpoint.
     """
 
     def __init__(self, creator, timeout_secs):
         self._creator = creator
         self._timeout_secs = timeout_secs
+        self._created = False
 
     def create_session(self):
+        if self._created:
+            # Not UnavailableError: the MonitoredSession would retry it.
+            raise tf.errors.DeadlineExceededError(
+                None, None, "a cluster peer was lost during the run"
+            )
         deadline = time.time() + self._timeout_secs
         while True:
             try:
-                return self._creator.create_session()
+                session = self._creator.create_session()
+                self._created = True
+                return session
             except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
                 if time.time() > deadline:
                     raise tf.errors.DeadlineExceededError(
@@ -608,6 +818,47 @@ class ClusterTask(
 
 
 LOCAL_TASK = ClusterTask(None, "worker", 0, False, 1)
+
+
+def define_cluster_flags():
+    """Defines the cluster-mode flags of a trainer; call it at its top.
+
+    The flags are written once here for both multi-GPU trainers: the
+    trainer's `main` reads them and passes them to `cluster_task`.
+    """
+    flags.DEFINE_string(
+        "ps_hosts",
+        "",
+        "Cluster mode: comma-separated HOST:PORT of the ps tasks.",
+    )
+    flags.DEFINE_string(
+        "worker_hosts",
+        "",
+        "Cluster mode: comma-separated HOST:PORT of the worker tasks; worker "
+        "0 is the chief (initialises, checkpoints, writes summaries).",
+    )
+    flags.DEFINE_string("job_name", "", "Cluster mode: 'ps' or 'worker'.")
+    flags.DEFINE_integer("task_index", 0, "Cluster mode: index within the job.")
+    flags.DEFINE_boolean(
+        "sync_replicas",
+        False,
+        "Cluster mode: every step averages the gradients of the workers "
+        "(SyncReplicasOptimizer) instead of each worker updating on its own.",
+    )
+    flags.DEFINE_integer(
+        "replicas_to_aggregate",
+        0,
+        "Cluster mode with --sync_replicas: gradients per step; 0 = one per "
+        "worker.",
+        lower_bound=0,
+    )
+    flags.DEFINE_integer(
+        "operation_timeout_secs",
+        120,
+        "Cluster mode: an operation waiting longer than this (e.g. on a dead "
+        "peer) ends the run with an error; 0 waits forever.",
+        lower_bound=0,
+    )
 
 
 def _parse_hosts(flag, hosts):
@@ -828,6 +1079,46 @@ def run_ps(task, config):
     print(
         "ps task %d: all %d workers done." % (task.task_index, task.num_workers)
     )
+
+
+class _PsWatchdog:
+    """Ends the process when a ps task stops answering for timeout_secs.
+
+    After a ps dies, TensorFlow's own recovery closes the session, and that
+    close can wait forever for the dead ps. A ps answers until every worker
+    is done, so a silent ps is a lost cluster: say so, and exit 1.
+    """
+
+    def __init__(self, task, timeout_secs):
+        self._task = task
+        self._timeout_secs = timeout_secs
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        if self._task.cluster is not None:
+            threading.Thread(target=self._watch, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+
+    def _watch(self):
+        silent_since = None
+        ps = tf.train.ClusterSpec({"ps": self._task.cluster.job_tasks("ps")})
+        while not self._stop.wait(WATCHDOG_INTERVAL_SECS):
+            lost = unreachable_tasks(ps)
+            if not lost.startswith("unreachable"):
+                silent_since = None
+                continue
+            silent_since = silent_since or time.time()
+            if time.time() - silent_since >= self._timeout_secs:
+                print(
+                    "%s: error: lost the cluster: %s"
+                    % (os.path.basename(sys.argv[0]), lost),
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(1)
 
 
 def unreachable_tasks(cluster):

@@ -1,5 +1,6 @@
 """Shared test helpers: running the scripts, and the sample data sets."""
 
+import collections
 import os
 import pathlib
 import subprocess
@@ -124,3 +125,53 @@ def read_events(logdir):
     )
     events.Reload()
     return events
+
+
+# The eval-beside-training run of test_faults.py and test_tensorboard.py: a
+# checkpoint every step, so that the trainer deletes its oldest (max_to_keep
+# 5) while the eval loop picks and restores them.
+WATCHED_MAX_STEPS = 200
+
+WatchedTraining = collections.namedtuple(
+    "WatchedTraining", "train_dir eval_dir eval_log eval_returncode"
+)
+
+
+@pytest.fixture(scope="session")
+def watched_training(cifar10_data_dir, tmp_path_factory):
+    """Trains with a checkpoint every step while cifar10_eval.py scores them.
+
+    The eval loop ends once it has scored the last checkpoint (--last_step).
+    """
+    root = tmp_path_factory.mktemp("watched")
+    train_dir, eval_dir = root / "train", root / "eval"
+    evaluator = start_script(
+        "cifar10_eval.py",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--checkpoint_dir=%s" % train_dir,
+        "--eval_dir=%s" % eval_dir,
+        "--eval_interval_secs=1",
+        "--num_examples=100",
+        "--batch_size=50",
+        "--last_step=%d" % WATCHED_MAX_STEPS,
+        log_path=root / "eval.log",
+    )
+    try:
+        run_script(
+            "cifar10_train.py",
+            "--data_dir=%s" % cifar10_data_dir,
+            "--train_dir=%s" % train_dir,
+            "--batch_size=4",
+            "--max_steps=%d" % WATCHED_MAX_STEPS,
+            "--save_checkpoint_steps=1",
+        )
+        evaluator.wait(timeout=120)
+    finally:
+        evaluator.kill()
+        evaluator.wait()
+    return WatchedTraining(
+        train_dir,
+        eval_dir,
+        (root / "eval.log").read_text(),
+        evaluator.returncode,
+    )

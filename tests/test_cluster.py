@@ -33,8 +33,9 @@ def _free_ports(count):
 class Cluster:
     """Starts the tasks of one cluster and ends them all at the end."""
 
-    def __init__(self, tmp_path, data_dir, num_workers, *flags):
+    def __init__(self, tmp_path, script, num_workers, *flags):
         ps_port, *worker_ports = _free_ports(1 + num_workers)
+        self.script = script
         self.ps_address = "127.0.0.1:%d" % ps_port
         self.worker_addresses = ["127.0.0.1:%d" % p for p in worker_ports]
         self.tmp_path = tmp_path
@@ -43,9 +44,6 @@ class Cluster:
             "--worker_hosts=%s" % ",".join(self.worker_addresses),
             "--cpu_towers",
             "--fake_data",
-            "--data_dir=%s" % data_dir,
-            "--batch_size=16",
-            "--log_frequency=5",
             *flags,
         ]
         self.processes = {}
@@ -56,7 +54,7 @@ class Cluster:
     def start(self, job_name, index, *flags):
         name = "%s%d" % (job_name, index)
         self.processes[name] = start_script(
-            SCRIPT,
+            self.script,
             *self.flags,
             "--job_name=%s" % job_name,
             "--task_index=%d" % index,
@@ -89,10 +87,15 @@ class Cluster:
 def make_cluster(tmp_path, cifar10_data_dir):
     clusters = []
 
-    def make(num_workers, *flags):
-        clusters.append(
-            Cluster(tmp_path, cifar10_data_dir, num_workers, *flags)
-        )
+    def make(num_workers, *flags, script=SCRIPT):
+        if script == SCRIPT:
+            flags = (
+                "--data_dir=%s" % cifar10_data_dir,
+                "--batch_size=16",
+                "--log_frequency=5",
+                *flags,
+            )
+        clusters.append(Cluster(tmp_path, script, num_workers, *flags))
         return clusters[-1]
 
     yield make
@@ -163,6 +166,31 @@ def test_sync_workers_aggregate_both_gradients_every_step(make_cluster):
     assert checkpoint_steps(cluster.train_dir(0))[-1] == 40
 
 
+@pytest.mark.slow
+def test_mnist_workers_each_train_their_epochs_in_the_cluster(
+    make_cluster, tmp_path
+):
+    cluster = make_cluster(
+        2,
+        "--data_dir=%s" % (tmp_path / "mnist"),
+        "--batch_size=11",
+        "--num_epochs=1",
+        script="mnist_multi_gpu_train.py",
+    )
+    steps = _run_to_the_end(cluster, 2)
+
+    # Each worker reads one epoch of the 3,000 sample images by itself:
+    # floor(3000 / 11) = 272 steps.
+    assert [local for local, _ in steps] == [272, 272]
+    assert max(g for _, g in steps) == 544
+    # The chief saves at its own end, while the other may still train.
+    assert 272 <= checkpoint_steps(cluster.train_dir(0))[-1] <= 544
+    accuracy = re.search(r"test accuracy = ([\d.]+)", cluster.log("worker0"))
+    # Chance is 0.1; the sample digits are learned in far fewer steps.
+    assert float(accuracy[1]) > 0.5
+    assert "test accuracy" not in cluster.log("worker1")
+
+
 def _fault_flags():
     return ("--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,)
 
@@ -206,12 +234,8 @@ def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
 
 
 @pytest.mark.slow
-def test_a_killed_ps_ends_the_workers_and_a_restarted_chief_resumes(
-    make_cluster,
-):
-    cluster = make_cluster(
-        1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
-    )
+def test_a_killed_ps_ends_the_worker_with_a_message_naming_it(make_cluster):
+    cluster = make_cluster(1, "--max_steps=100000", *_fault_flags())
     cluster.start("ps", 0)
     cluster.start("worker", 0)
     _wait_for_step(cluster, "worker0", 10)
@@ -223,16 +247,28 @@ def test_a_killed_ps_ends_the_workers_and_a_restarted_chief_resumes(
     assert "unreachable: ps task 0 (%s)" % cluster.ps_address in (
         cluster.log("worker0")
     )
-    saved = checkpoint_steps(cluster.train_dir(0))[-1]
-    assert saved >= 10
 
-    # A new ps and a restarted chief go on from the chief's checkpoint.
+
+@pytest.mark.slow
+def test_a_restarted_chief_resumes_from_its_checkpoint(make_cluster):
+    cluster = make_cluster(
+        1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
+    )
     cluster.start("ps", 0)
+    cluster.start("worker", 0)
+    _wait_for_step(cluster, "worker0", 10)
+    cluster.processes["worker0"].kill()
+    cluster.wait("worker0")
+    saved = checkpoint_steps(cluster.train_dir(0))[-1]
+    assert saved >= 5
+
     cluster.start("worker", 0, "--max_steps=%d" % (saved + 5))
     code, _ = cluster.wait("worker0")
     assert code == 0, cluster.log("worker0")[-3000:]
     assert "training from step %d" % saved in cluster.log("worker0")
     assert checkpoint_steps(cluster.train_dir(0))[-1] == saved + 5
+    code, _ = cluster.wait("ps0")
+    assert code == 0
 
 
 @pytest.mark.parametrize(

@@ -128,7 +128,7 @@ def one_training_step(images, labels, num_towers, initial_values):
             len(images) // num_towers
         )
         iterator = tf.compat.v1.data.make_one_shot_iterator(batches)
-        loss, train_op, _ = mnist_model.train(
+        loss, train_op, _, _ = mnist_model.train(
             iterator.get_next, devices, LEARNING_RATE
         )
         variables = tf.compat.v1.trainable_variables()

@@ -1,0 +1,557 @@
+"""What a long run survives: kills, bad checkpoints, a full disk, NaN, time.
+
+Each test provokes the fault for real on the scripts, run as a user runs
+them, and reads what is left: checkpoints, event files, exit codes. Every
+process a test starts is killed and waited for by the test.
+"""
+
+import collections
+import glob
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import (
+    WATCHED_MAX_STEPS,
+    checkpoint_steps,
+    read_events,
+    run_script,
+    start_script,
+)
+from tensorboard.backend.event_processing import event_file_loader
+
+import towers
+
+# The trainers, as (script, flags): one device, and two towers on the CPU.
+SINGLE = ("cifar10_train.py",)
+MULTI = (
+    "cifar10_multi_gpu_train.py",
+    "--num_gpus=2",
+    "--cpu_towers",
+    # Batches of 2 make the gradients noisy enough to diverge now and then.
+    "--clip_gradients=5",
+)
+# Small steps: the faults are under test, not the learning (at batch 2
+# the tutorial learning rate of 0.1 diverges within a few hundred steps).
+BATCH_SIZE = 4
+MAX_STEPS = 200
+SAVE_STEPS = 25
+# Seconds a started trainer has to reach what a test waits for.
+START_TIMEOUT_SECS = 120
+# TensorFlow's default number of checkpoints kept (Saver max_to_keep).
+MAX_TO_KEEP = 5
+KILLS = 20
+
+
+def _flags(data_dir, train_dir, *flags):
+    """The trainer's flags; a flag in `flags` wins over these (absl)."""
+    return [
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % train_dir,
+        "--batch_size=%d" % BATCH_SIZE,
+        "--log_frequency=1000",
+        *flags,
+    ]
+
+
+def _train(trainer, data_dir, train_dir, *flags, **kwargs):
+    script, *script_flags = trainer
+    return run_script(
+        script, *script_flags, *_flags(data_dir, train_dir, *flags), **kwargs
+    )
+
+
+def _start(trainer, data_dir, train_dir, *flags):
+    script, *script_flags = trainer
+    return start_script(
+        script,
+        *script_flags,
+        *_flags(data_dir, train_dir, *flags),
+        log_path="%s.log" % train_dir,
+    )
+
+
+def _wait_for(process, ready, timeout=START_TIMEOUT_SECS):
+    """Waits, while the process runs, until ready() holds."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert process.poll() is None, "exited (%d)" % process.returncode
+        assert time.monotonic() < deadline, "not ready in %d s" % timeout
+        time.sleep(0.01)
+
+
+def _kill(*processes):
+    """Kills (SIGKILL, as `kill -9`) and waits for each process."""
+    for process in processes:
+        process.kill()
+        process.wait()
+
+
+def _kill_when(process, ready):
+    """Kills the process as soon as ready() holds (or the wait fails)."""
+    try:
+        _wait_for(process, ready)
+    finally:
+        _kill(process)
+
+
+def _newest_step(train_dir):
+    """The step of the checkpoint the state file names; -1 without one."""
+    checkpoint = tf.train.latest_checkpoint(str(train_dir))
+    return int(checkpoint.rsplit("-", 1)[1]) if checkpoint else -1
+
+
+def _event_files(logdir):
+    """The event files of logdir, one per run, oldest first."""
+    files = glob.glob(os.path.join(str(logdir), "events.out.tfevents.*"))
+    # events.out.tfevents.SECONDS.HOST: a run's start time.
+    return sorted(files, key=lambda f: int(os.path.basename(f).split(".")[3]))
+
+
+def _summary_steps(event_file):
+    """The steps at which a run wrote summaries, read as TensorBoard does.
+
+    TensorBoard's loader stops quietly at a record cut short by a kill.
+    """
+    loader = event_file_loader.LegacyEventFileLoader(event_file)
+    return [e.step for e in loader.Load() if e.summary.value]
+
+
+KilledRuns = collections.namedtuple(
+    "KilledRuns", "train_dir saved_before_first_kill saved_before_kill"
+)
+
+
+def _kill_mid_run_and_resume(trainer, data_dir, train_dir):
+    """Kills a run after two saves, then runs again to MAX_STEPS.
+
+    Returns:
+      int, the newest saved step when it was killed.
+    """
+    flags = (
+        "--max_steps=%d" % MAX_STEPS,
+        "--save_checkpoint_steps=%d" % SAVE_STEPS,
+    )
+    _kill_when(
+        _start(trainer, data_dir, train_dir, *flags),
+        lambda: _newest_step(train_dir) >= 2 * SAVE_STEPS,
+    )
+    saved = _newest_step(train_dir)
+    _train(trainer, data_dir, train_dir, *flags)
+    return saved
+
+
+@pytest.fixture(scope="module")
+def single_runs(cifar10_data_dir, tmp_path_factory):
+    """One device: killed before its first save, killed mid-run, finished."""
+    train_dir = tmp_path_factory.mktemp("killed") / "train"
+    _kill_when(
+        _start(SINGLE, cifar10_data_dir, train_dir),
+        lambda: _event_files(train_dir),
+    )
+    saved_before_first_kill = _newest_step(train_dir)
+    return KilledRuns(
+        train_dir,
+        saved_before_first_kill,
+        _kill_mid_run_and_resume(SINGLE, cifar10_data_dir, train_dir),
+    )
+
+
+@pytest.fixture(scope="module")
+def multi_runs(cifar10_data_dir, tmp_path_factory):
+    """Two towers: killed mid-run, then finished."""
+    train_dir = tmp_path_factory.mktemp("killed_multi") / "train"
+    saved = _kill_mid_run_and_resume(MULTI, cifar10_data_dir, train_dir)
+    return KilledRuns(train_dir, None, saved)
+
+
+@pytest.mark.slow
+def test_a_trainer_killed_before_its_first_save_starts_again_at_step_0(
+    single_runs,
+):
+    assert single_runs.saved_before_first_kill == -1
+    killed, restarted, _ = _event_files(single_runs.train_dir)
+    assert _summary_steps(killed) == []
+    # A run's first summary is of its first step: global step 0 + 1.
+    assert _summary_steps(restarted)[0] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runs", ["single_runs", "multi_runs"])
+def test_a_trainer_killed_mid_run_resumes_from_its_newest_checkpoint(
+    runs, request
+):
+    runs = request.getfixturevalue(runs)
+    assert runs.saved_before_kill >= 2 * SAVE_STEPS
+    *_, killed, resumed = _event_files(runs.train_dir)
+    # The killed run's file reads (its last summaries may not be flushed).
+    assert all(step <= MAX_STEPS for step in _summary_steps(killed))
+    assert _summary_steps(resumed)[0] == runs.saved_before_kill + 1
+    assert checkpoint_steps(runs.train_dir)[-1] == MAX_STEPS
+
+
+@pytest.mark.slow
+def test_twenty_kills_during_saves_leave_the_named_checkpoint_whole(
+    cifar10_data_dir, tmp_path
+):
+    # A save every step, most of a step's time: the kills land in saves.
+    # Two trainers on two folders, killed in turn, use both cores.
+    rng = random.Random(7)
+    folders = [tmp_path / "a", tmp_path / "b"]
+    newest = {folder: -1 for folder in folders}
+    for _ in range(KILLS // len(folders)):
+        trainers = [
+            _start(
+                SINGLE,
+                cifar10_data_dir,
+                folder,
+                "--max_steps=1000000",
+                "--save_checkpoint_steps=1",
+            )
+            for folder in folders
+        ]
+        try:
+            for folder, trainer in zip(folders, trainers):
+                # Once this run has saved a step of its own, within 0.5 s.
+                _wait_for(trainer, lambda f=folder: _newest_step(f) > newest[f])
+                time.sleep(rng.uniform(0, 0.5))
+                _kill(trainer)
+        finally:
+            _kill(*trainers)
+        for folder in folders:
+            checkpoint = tf.train.latest_checkpoint(str(folder))
+            # TensorFlow's own choice reads in full: no fallback needed.
+            assert towers.newest_valid_checkpoint(str(folder)) == checkpoint
+            # Each run resumed from the one before, none from step 0.
+            assert _newest_step(folder) > newest[folder]
+            newest[folder] = _newest_step(folder)
+
+
+@pytest.fixture
+def three_checkpoints(tmp_path):
+    """tmp_path holding checkpoints of steps 10, 20 and 30 of one variable."""
+    with tf.Graph().as_default():
+        tf.compat.v1.get_variable("weights", initializer=tf.range(1000.0))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in (10, 20, 30):
+                global_step.load(step, sess)
+                saver.save(sess, str(tmp_path / "model.ckpt"), step)
+    return tmp_path
+
+
+def _truncate(checkpoint):
+    """Cuts the largest data file of a checkpoint to half its size."""
+    data = max(glob.glob(checkpoint + ".data-*"), key=os.path.getsize)
+    os.truncate(data, os.path.getsize(data) // 2)
+
+
+def test_a_truncated_newest_checkpoint_gives_way_to_the_one_before(
+    three_checkpoints, capsys
+):
+    newest = str(three_checkpoints / "model.ckpt-30")
+    _truncate(newest)
+    found = towers.newest_valid_checkpoint(str(three_checkpoints))
+    assert found == str(three_checkpoints / "model.ckpt-20")
+    assert capsys.readouterr().err == (
+        "WARNING: skipping checkpoint %s, it does not read (IndexError: Read "
+        "less bytes than requested)\n" % newest
+    )
+
+
+def test_a_deleted_newest_checkpoint_still_named_gives_way_to_the_one_before(
+    three_checkpoints, capsys
+):
+    newest = str(three_checkpoints / "model.ckpt-30")
+    for path in glob.glob(newest + ".*"):
+        os.remove(path)
+    found = towers.newest_valid_checkpoint(str(three_checkpoints))
+    assert found == str(three_checkpoints / "model.ckpt-20")
+    assert capsys.readouterr().err == (
+        "WARNING: skipping checkpoint %s, it does not read (NotFoundError: "
+        "Unsuccessful TensorSliceReader constructor: Failed to find any "
+        "matching files for %s)\n" % (newest, newest)
+    )
+
+
+@pytest.mark.parametrize(
+    "state",
+    [b"", b"model_checkpoint_path: {{{", bytes(range(256))],
+    ids=["empty", "unparsable", "binary"],
+)
+def test_a_garbage_state_file_gives_way_to_the_newest_checkpoint(
+    three_checkpoints, capsys, state
+):
+    (three_checkpoints / "checkpoint").write_bytes(state)
+    found = towers.newest_valid_checkpoint(str(three_checkpoints))
+    assert found == str(three_checkpoints / "model.ckpt-30")
+    assert capsys.readouterr().err == (
+        "WARNING: %s names no checkpoint; looking for the newest one\n"
+        % (three_checkpoints / "checkpoint")
+    )
+
+
+def test_checkpoints_of_which_none_reads_are_an_error_not_a_fresh_start(
+    three_checkpoints,
+):
+    for step in (10, 20, 30):
+        _truncate(str(three_checkpoints / ("model.ckpt-%d" % step)))
+    with pytest.raises(towers.TrainingError) as error:
+        towers.newest_valid_checkpoint(str(three_checkpoints))
+    assert str(error.value) == (
+        "none of the 3 checkpoint(s) in %s reads (the newest is %s); move "
+        "them away to train from step 0"
+        % (three_checkpoints, three_checkpoints / "model.ckpt-30")
+    )
+
+
+def test_a_folder_without_checkpoints_is_a_fresh_start(tmp_path, capsys):
+    assert towers.newest_valid_checkpoint(str(tmp_path)) is None
+    assert towers.newest_valid_checkpoint(str(tmp_path / "new")) is None
+    assert capsys.readouterr().err == ""
+
+
+def _copy_checkpoints(train_dir, copy_dir):
+    """Copies the checkpoints of train_dir; the state file names the copies.
+
+    Returns:
+      list of int, the steps of the copies, oldest first.
+    """
+    os.makedirs(copy_dir)
+    for path in glob.glob(os.path.join(str(train_dir), "model.ckpt-*")):
+        shutil.copy(path, str(copy_dir))
+    steps = checkpoint_steps(train_dir)
+    names = ["model.ckpt-%d" % step for step in steps]
+    tf.compat.v1.train.update_checkpoint_state(str(copy_dir), names[-1], names)
+    return steps
+
+
+@pytest.mark.slow
+def test_trainer_and_eval_skip_a_truncated_newest_checkpoint(
+    single_runs, cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "train"
+    *_, before, newest = _copy_checkpoints(single_runs.train_dir, train_dir)
+    _truncate(str(train_dir / ("model.ckpt-%d" % newest)))
+    warning = (
+        "WARNING: skipping checkpoint %s/model.ckpt-%d, it does not read"
+        % (train_dir, newest)
+    )
+
+    evaluated = run_script(
+        "cifar10_eval.py",
+        "--run_once",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--checkpoint_dir=%s" % train_dir,
+        "--eval_dir=%s" % (tmp_path / "eval"),
+        "--num_examples=100",
+    )
+    assert warning in evaluated.stderr
+    [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
+    assert precision.step == before
+
+    trained = _train(
+        SINGLE, cifar10_data_dir, train_dir, "--max_steps=%d" % (newest + 5)
+    )
+    assert warning in trained.stderr
+    [resumed] = _event_files(train_dir)
+    assert _summary_steps(resumed)[0] == before + 1
+    assert checkpoint_steps(train_dir)[-1] == newest + 5
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 30 MB tmpfs (three checkpoints fit, the fourth does not).
+
+    Mounting needs root (or CAP_SYS_ADMIN); the test is skipped without.
+    """
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=30M", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode:
+        pytest.skip("cannot mount a tmpfs: %s" % mounted.stderr.strip())
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_training_with_a_message_and_resume_works_later(
+    cifar10_data_dir, small_disk
+):
+    train_dir = small_disk / "train"
+    flags = ("--max_steps=%d" % MAX_STEPS, "--save_checkpoint_steps=50")
+    full = _train(
+        SINGLE, cifar10_data_dir, train_dir, *flags, expect_success=False
+    )
+    newest = _newest_step(train_dir)
+    assert full.returncode == 1
+    assert "Traceback" not in full.stderr
+    assert full.stderr.strip().splitlines()[-1] == (
+        "cifar10_train.py: error: could not write the checkpoint of step %d "
+        "to %s (ResourceExhaustedError: No space left on device); the newest "
+        "complete checkpoint is %s/model.ckpt-%d, and a run started once the "
+        "cause is fixed resumes from it"
+        % (newest + 50, train_dir, train_dir, newest)
+    )
+    assert newest >= 50
+    checkpoint = tf.train.latest_checkpoint(str(train_dir))
+    assert towers.newest_valid_checkpoint(str(train_dir)) == checkpoint
+    # The partial files of the failed save are gone.
+    assert glob.glob(str(train_dir / "*_temp")) == []
+
+    subprocess.run(
+        ["mount", "-o", "remount,size=200M", str(small_disk)], check=True
+    )
+    _train(SINGLE, cifar10_data_dir, train_dir, *flags)
+    *_, resumed = _event_files(train_dir)
+    assert _summary_steps(resumed)[0] == newest + 1
+    assert checkpoint_steps(train_dir)[-1] == MAX_STEPS
+
+
+def _write_infinite_copy(checkpoint, train_dir):
+    """Saves the checkpoint's variables in train_dir, every float infinite.
+
+    Returns:
+      str, the path of the copy, at the same step.
+    """
+    reader = tf.train.load_checkpoint(checkpoint)
+    step = int(checkpoint.rsplit("-", 1)[1])
+    with tf.Graph().as_default():
+        variables = {}
+        for name, dtype in reader.get_variable_to_dtype_map().items():
+            value = reader.get_tensor(name)
+            if dtype.is_floating:
+                value = np.full_like(value, np.inf)
+            variables[name] = tf.compat.v1.Variable(value)
+        saver = tf.compat.v1.train.Saver(variables)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return saver.save(sess, str(train_dir / "model.ckpt"), step)
+
+
+@pytest.mark.slow
+def test_a_diverged_multi_tower_model_stops_with_a_message(
+    multi_runs, cifar10_data_dir, tmp_path
+):
+    checkpoint = _write_infinite_copy(
+        tf.train.latest_checkpoint(str(multi_runs.train_dir)), tmp_path
+    )
+    diverged = _train(
+        MULTI,
+        cifar10_data_dir,
+        tmp_path,
+        "--max_steps=%d" % (MAX_STEPS + 10),
+        expect_success=False,
+    )
+    assert diverged.returncode == 1
+    error = diverged.stderr.strip().splitlines()[-1]
+    assert error.startswith(
+        "cifar10_multi_gpu_train.py: error: the model diverged at step %d ("
+        % (MAX_STEPS + 1)
+    )
+    assert error.endswith(
+        "); stopped without saving it, the newest checkpoint is %s" % checkpoint
+    )
+    assert tf.train.latest_checkpoint(str(tmp_path)) == checkpoint
+
+
+def _evaluated_checkpoints(eval_log):
+    """The steps of the checkpoints the eval printed it was scoring."""
+    return [
+        int(step) for step in re.findall(r": evaluating \S+-(\d+)\n", eval_log)
+    ]
+
+
+@pytest.mark.slow
+def test_an_eval_beside_training_scores_only_whole_checkpoints(
+    watched_training,
+):
+    assert watched_training.eval_returncode == 0, watched_training.eval_log
+    scored = _evaluated_checkpoints(watched_training.eval_log)
+    precision = read_events(watched_training.eval_dir).Scalars("Precision @ 1")
+    # One summary per checkpoint scored, at its step, the last one included.
+    assert [p.step for p in precision] == scored
+    assert scored == sorted(set(scored))
+    assert len(scored) >= 2
+    assert scored[-1] == WATCHED_MAX_STEPS
+    # A checkpoint deleted under the eval is skipped, never scored.
+    skipped = re.findall(
+        r"WARNING: skipping checkpoint \S+-(\d+)", watched_training.eval_log
+    )
+    assert not set(map(int, skipped)) & set(scored)
+    assert checkpoint_steps(watched_training.train_dir) == list(
+        range(WATCHED_MAX_STEPS - MAX_TO_KEEP + 1, WATCHED_MAX_STEPS + 1)
+    )
+
+
+def _rss_mb(pid):
+    """The resident memory of a process in MB; None once it has ended."""
+    try:
+        with open("/proc/%d/status" % pid) as status:
+            found = re.search(r"^VmRSS:\s+(\d+) kB$", status.read(), re.M)
+    except FileNotFoundError:
+        return None
+    return int(found.group(1)) / 1024 if found else None
+
+
+# The soak: thousands of small steps, a checkpoint every 100 (a batch of 8
+# keeps the loss finite that long).
+SOAK_STEPS = 2000
+SOAK_BATCH_SIZE = 8
+# The median resident memory over the last quarter of the soak may exceed
+# that over its second quarter (after the warm-up) by this much at most.
+SOAK_RSS_GROWTH_MB = 30
+
+
+@pytest.mark.slow
+def test_a_long_run_keeps_its_memory_and_five_checkpoints(
+    cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "train"
+    trainer = _start(
+        SINGLE,
+        cifar10_data_dir,
+        train_dir,
+        "--batch_size=%d" % SOAK_BATCH_SIZE,
+        "--max_steps=%d" % SOAK_STEPS,
+        "--save_checkpoint_steps=100",
+    )
+    samples = []  # (newest saved step, RSS in MB)
+    try:
+        while trainer.poll() is None:
+            samples.append((_newest_step(train_dir), _rss_mb(trainer.pid)))
+            time.sleep(0.1)
+    finally:
+        _kill(trainer)
+    assert trainer.returncode == 0
+
+    def median_rss(first_step, last_step):
+        return statistics.median(
+            rss
+            for step, rss in samples
+            if first_step <= step <= last_step and rss is not None
+        )
+
+    second_quarter = median_rss(SOAK_STEPS // 4, SOAK_STEPS // 2 - 1)
+    last_quarter = median_rss(SOAK_STEPS * 3 // 4, SOAK_STEPS)
+    assert last_quarter - second_quarter < SOAK_RSS_GROWTH_MB, samples
+    indexes = glob.glob(str(train_dir / "model.ckpt-*.index"))
+    assert len(indexes) == MAX_TO_KEEP
+    assert checkpoint_steps(train_dir) == list(
+        range(SOAK_STEPS - 400, SOAK_STEPS + 1, 100)
+    )
