@@ -18,6 +18,10 @@ TASK_DEADLINE_SECS = 180
 # The operation timeout of the fault tests: a dead peer must end a run
 # within it (plus start-up and the probe of the peers).
 FAULT_TIMEOUT_SECS = 15
+# The async run: enough examples to learn the sample set despite stale
+# gradients.
+ASYNC_BATCH_SIZE = 32
+ASYNC_MAX_STEPS = 200
 
 
 def _free_ports(count):
@@ -128,13 +132,21 @@ def _run_to_the_end(cluster, num_workers):
 def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
     make_cluster, cifar10_data_dir, tmp_path
 ):
-    cluster = make_cluster(2, "--max_steps=100", "--save_checkpoint_steps=50")
+    cluster = make_cluster(
+        2,
+        "--batch_size=%d" % ASYNC_BATCH_SIZE,
+        "--max_steps=%d" % ASYNC_MAX_STEPS,
+        "--save_checkpoint_steps=100",
+        # Stale gradients at the tutorial's learning rate of 0.1 make the
+        # loss jump now and then; clipping keeps the run learning.
+        "--clip_gradients=5",
+    )
     steps = _run_to_the_end(cluster, 2)
 
     # Each worker updates on its own: the local steps add up to the global
     # step, which each worker may pass by the one step it had under way.
     global_step = max(g for _, g in steps)
-    assert 100 <= global_step <= 102
+    assert ASYNC_MAX_STEPS <= global_step <= ASYNC_MAX_STEPS + 2
     assert sum(local for local, _ in steps) == global_step
     assert checkpoint_steps(cluster.train_dir(0))[-1] == global_step
     assert not cluster.train_dir(1).exists()
@@ -149,7 +161,7 @@ def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
         "--num_examples=1000",
     )
     precision = float(re.search(r"precision @ 1 = ([\d.]+)", result.stdout)[1])
-    # Chance is 0.1; 100 steps of 16 learn the sample classes' colours.
+    # Chance is 0.1; by 200 steps of 32 the sample classes are learned.
     assert precision > 0.4
 
 
