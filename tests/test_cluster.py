@@ -5,10 +5,21 @@ Every process a test starts is ended by the test; every wait is bounded.
 
 import re
 import socket
+import subprocess
+import sys
 import time
 
+import numpy as np
 import pytest
-from conftest import checkpoint_steps, run_script, start_script
+import tensorflow as tf
+from conftest import (
+    REPO,
+    SCRIPT_ENV,
+    checkpoint_steps,
+    run_script,
+    start_script,
+)
+from test_towers import cifar10_step, cifar10_step_graph
 
 import towers
 
@@ -321,3 +332,161 @@ def test_a_public_cluster_address_is_warned_about(capsys):
     assert "WARNING: 8.8.8.8:2222 is not a loopback or private address." in (
         capsys.readouterr().err
     )
+
+
+# Examples per worker in the one synchronous step of the numeric test.
+SYNC_WORKER_BATCH = 8
+# The operation timeout of the numeric test's sessions: no op waits longer.
+SYNC_TIMEOUT_SECS = 60
+# One task's gRPC server and nothing else: argv is ps_hosts, worker_hosts,
+# job_name, task_index. A separate process, so that the test can end it.
+_SERVE_TASK = """
+import sys
+import tensorflow as tf
+import towers
+task = towers.cluster_task(*sys.argv[1:4], int(sys.argv[4]))
+tf.distribute.Server(task.cluster, task.job_name, task.task_index).join()
+"""
+
+
+def _start_servers(ps_hosts, worker_hosts):
+    """Starts the servers of 1 ps and 2 worker tasks; waits for their ports.
+
+    Returns:
+      The `subprocess.Popen` of each; the caller must kill them.
+    """
+    servers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SERVE_TASK, ps_hosts, worker_hosts]
+            + [job, str(index)],
+            env=SCRIPT_ENV,
+            cwd=REPO,
+        )
+        for job, index in [("ps", 0), ("worker", 0), ("worker", 1)]
+    ]
+    cluster = towers.cluster_task(ps_hosts, worker_hosts, "ps", 0).cluster
+    deadline = time.time() + TASK_DEADLINE_SECS
+    while towers.unreachable_tasks(cluster).startswith("unreachable"):
+        assert time.time() < deadline, towers.unreachable_tasks(cluster)
+        assert all(s.poll() is None for s in servers), "a server ended"
+        time.sleep(0.5)
+    return servers
+
+
+def _sync_worker_session(task, images, labels):
+    """Builds a sync worker's graph and opens its session on its server.
+
+    As the trainer's `run_training`: the chief initialises the variables on
+    the ps; the other worker waits for it. The hooks of `towers.sync_hooks`
+    run the sync init ops, the chief's token queue and its queue runner.
+
+    Args:
+      task: the worker's `towers.ClusterTask`, sync_replicas True.
+      images: float32 [batch, 24, 24, 3], this worker's batch.
+      labels: int32 [batch].
+
+    Returns:
+      session: a `MonitoredSession`; the caller closes it.
+      train_op: the op of one step.
+      variables: dict name -> the trainable variables and global_step.
+    """
+    with (
+        tf.Graph().as_default(),
+        tf.compat.v1.device(towers.device_setter(task)),
+    ):
+        _, train_op, hooks = cifar10_step_graph(images, labels, task=task)
+        variables = {
+            v.op.name: v
+            for v in tf.compat.v1.trainable_variables()
+            + [tf.compat.v1.train.get_global_step()]
+        }
+        scaffold = tf.compat.v1.train.Scaffold()
+        address = task.cluster.task_address("worker", task.task_index)
+        target = "grpc://" + address
+        config = towers.task_config(
+            towers.session_config(operation_timeout_secs=SYNC_TIMEOUT_SECS),
+            task,
+        )
+        if task.is_chief:
+            creator = tf.compat.v1.train.ChiefSessionCreator(
+                scaffold, target, config
+            )
+        else:
+            creator = towers.PromptWorkerSessionCreator(
+                scaffold, target, config
+            )
+        # The chief's queue runner waits for the gradients of a second step
+        # that never comes: closing the session cancels it after 1 s.
+        session = tf.compat.v1.train.MonitoredSession(
+            creator, hooks, stop_grace_period_secs=1
+        )
+    return session, train_op, variables
+
+
+def _two_sync_workers_step(images, labels):
+    """Runs one synchronous step of 2 workers, each on half of the batch.
+
+    Returns:
+      before, after: dict variable name -> array, read from the ps before
+      and after the step; 'global_step' is among them.
+    """
+    ps_port, *worker_ports = _free_ports(3)
+    ps_hosts = "127.0.0.1:%d" % ps_port
+    worker_hosts = ",".join("127.0.0.1:%d" % p for p in worker_ports)
+    servers = _start_servers(ps_hosts, worker_hosts)
+    workers = []
+    try:
+        for index, worker_images, worker_labels in zip(
+            range(2), np.split(images, 2), np.split(labels, 2)
+        ):
+            task = towers.cluster_task(
+                ps_hosts, worker_hosts, "worker", index, sync_replicas=True
+            )
+            workers.append(
+                _sync_worker_session(task, worker_images, worker_labels)
+            )
+        chief, _, variables = workers[0]
+        before = chief.run(variables)
+        for session, train_op, _ in workers:
+            # Returns at once: the first step's tokens are in the queue, and
+            # the chief's queue runner applies the step once both gradients
+            # are in the accumulators. One run each: a chief that ran again
+            # would take the other first-step token and give the step its
+            # own gradient twice; worker 1's, of step 0, would then be stale
+            # and dropped.
+            session.run(train_op)
+        deadline = time.time() + SYNC_TIMEOUT_SECS
+        while chief.run(variables["global_step"]) < 1:
+            assert time.time() < deadline, "no step within the timeout"
+            time.sleep(0.1)
+        return before, chief.run(variables)
+    finally:
+        for session, _, _ in reversed(workers):
+            session.close()
+        for server in servers:
+            server.kill()
+            server.wait(timeout=30)
+
+
+@pytest.mark.slow
+# Closing the chief's session cancels its queue runner's wait for the next
+# step, and TensorFlow re-raises that CancelledError in the runner's thread.
+@pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnhandledThreadExceptionWarning"
+)
+def test_two_sync_workers_step_like_one_worker_with_both_batches():
+    rng = np.random.default_rng(0)
+    batch = 2 * SYNC_WORKER_BATCH
+    images = rng.normal(size=[batch, 24, 24, 3]).astype(np.float32)
+    labels = rng.integers(0, 10, size=[batch]).astype(np.int32)
+
+    before, after = _two_sync_workers_step(images, labels)
+    assert (before.pop("global_step"), after.pop("global_step")) == (0, 1)
+    _, expected = cifar10_step(1, images, labels, before)
+
+    assert sorted(after) == sorted(expected)
+    for name, value in expected.items():
+        # Measured: at most 7.5e-9 apart (float32 sums in another order).
+        np.testing.assert_allclose(after[name], value, rtol=0, atol=1e-6)
+        # The step really moved the weights: the check is not vacuous.
+        assert not np.allclose(value, before[name], rtol=0, atol=1e-5), name

@@ -10,10 +10,54 @@ import towers
 PER_TOWER_BATCH = 8
 
 
-def _cifar10_step(num_towers, images, labels, initial_values):
-    """Runs one training step of the CIFAR-10 model on num_towers towers.
+def cifar10_step_graph(images, labels, num_towers=1, task=towers.LOCAL_TASK):
+    """Builds one training step of the CIFAR-10 model on a fixed batch.
 
-    The batch is split evenly: tower i gets the i-th slice.
+    The step of `cifar10_multi_gpu_train.build_graph` without its input
+    pipeline: the batch is split evenly, tower i on virtual CPU device
+    /cpu:i gets the i-th slice. Call it inside the task's device function
+    (`towers.device_setter`).
+
+    Args:
+      images: float32 [n, 24, 24, 3], n divisible by num_towers.
+      labels: int32 [n].
+      num_towers: int, the towers of this graph.
+      task: a `towers.ClusterTask`; a sync worker's optimizer is wrapped by
+        `towers.sync_optimizer`.
+
+    Returns:
+      loss: float32 scalar, the mean of the towers' total losses.
+      train_op: the op of one step.
+      hooks: the session hooks of `towers.sync_hooks` ([] unless sync).
+    """
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    opt = towers.sync_optimizer(
+        cifar10.optimizer(
+            cifar10.learning_rate(
+                global_step, images.shape[0] * task.replicas_per_step
+            )
+        ),
+        task,
+    )
+    batches = iter(
+        zip(np.split(images, num_towers), np.split(labels, num_towers))
+    )
+
+    def tower_loss(scope):
+        tower_images, tower_labels = next(batches)
+        cifar10.loss(cifar10.inference(tower_images), tower_labels)
+        return towers.tower_total_loss(scope)
+
+    devices = ["/cpu:%d" % i for i in range(num_towers)]
+    tower_losses, tower_grads, _ = towers.build_towers(devices, opt, tower_loss)
+    grads = towers.average_gradients(tower_grads)
+    train_op = cifar10.apply_gradients(opt, grads, global_step)
+    loss = tf.reduce_mean(tf.stack(tower_losses))
+    return loss, train_op, towers.sync_hooks(opt, task)
+
+
+def cifar10_step(num_towers, images, labels, initial_values):
+    """Runs one training step of the CIFAR-10 model on num_towers towers.
 
     Args:
       num_towers: int, towers on virtual CPU devices /cpu:0 ... /cpu:N-1.
@@ -25,28 +69,10 @@ def _cifar10_step(num_towers, images, labels, initial_values):
       loss: float, the mean of the towers' total losses before the step.
       values: dict variable name -> array after the step.
     """
-    devices = ["/cpu:%d" % i for i in range(num_towers)]
     with tf.Graph().as_default():
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        opt = cifar10.optimizer(
-            cifar10.learning_rate(global_step, images.shape[0])
-        )
-        batches = iter(
-            zip(np.split(images, num_towers), np.split(labels, num_towers))
-        )
-
-        def tower_loss(scope):
-            tower_images, tower_labels = next(batches)
-            cifar10.loss(cifar10.inference(tower_images), tower_labels)
-            return towers.tower_total_loss(scope)
-
-        tower_losses, tower_grads, _ = towers.build_towers(
-            devices, opt, tower_loss
-        )
-        grads = towers.average_gradients(tower_grads)
-        train_op = cifar10.apply_gradients(opt, grads, global_step)
-        loss = tf.reduce_mean(tf.stack(tower_losses))
+        loss, train_op, _ = cifar10_step_graph(images, labels, num_towers)
         variables = tf.compat.v1.trainable_variables()
+        devices = ["/cpu:%d" % i for i in range(num_towers)]
         with tf.compat.v1.Session(
             config=towers.session_config(devices)
         ) as sess:
@@ -80,8 +106,8 @@ def test_n_towers_take_the_same_step_as_one_tower_with_n_times_the_batch(
     labels = rng.integers(0, 10, size=[batch]).astype(np.int32)
     initial = _initial_values()
 
-    one_loss, one_values = _cifar10_step(1, images, labels, initial)
-    many_loss, many_values = _cifar10_step(num_towers, images, labels, initial)
+    one_loss, one_values = cifar10_step(1, images, labels, initial)
+    many_loss, many_values = cifar10_step(num_towers, images, labels, initial)
 
     assert many_loss == pytest.approx(one_loss, rel=1e-6)
     for name, value in one_values.items():
