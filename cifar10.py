@@ -9,8 +9,9 @@ shares `learning_rate`, `optimizer`, `add_loss_summaries` and
 `apply_gradients` with `train`, so the schedule, the update and the moving
 averages are written once.
 
-Every variable is created on the CPU by `_variable_on_cpu`, so the towers of
-a multi-GPU trainer share one copy.
+Every variable is created by `_variable_on_cpu`, on the CPU unless the
+trainer passes another `variable_device` to `inference`, so the towers of a
+multi-GPU trainer share one copy.
 """
 
 import tensorflow as tf
@@ -45,18 +46,22 @@ LOCAL_STDDEV = 0.04
 LOCAL_WEIGHT_DECAY = 0.004
 
 
-def _variable_on_cpu(name, shape, initializer):
+def _variable_on_cpu(name, shape, initializer, device=towers.VARIABLE_DEVICE):
     """Creates (or, in a reusing scope, gets) a float32 variable on the CPU.
 
-    The one place that decides where variables live.
+    The one place that decides where variables live: on `device`, which is
+    the CPU unless a trainer passes another (`towers.variable_device`, e.g.
+    its first tower's GPU).
     """
-    with tf.device(towers.VARIABLE_DEVICE):
+    with tf.device(device):
         return tf.compat.v1.get_variable(
             name, shape, initializer=initializer, dtype=tf.float32
         )
 
 
-def _variable_with_weight_decay(name, shape, stddev, wd):
+def _variable_with_weight_decay(
+    name, shape, stddev, wd, device=towers.VARIABLE_DEVICE
+):
     """Creates a truncated-normal variable and adds its weight decay.
 
     Args:
@@ -65,12 +70,16 @@ def _variable_with_weight_decay(name, shape, stddev, wd):
       stddev: float, stddev of the truncated normal initialiser.
       wd: float or None; when not None, wd * l2_loss(var) joins the `losses`
         collection (in the current name scope, so per tower).
+      device: str, where the variable lives.
 
     Returns:
       The float32 variable.
     """
     var = _variable_on_cpu(
-        name, shape, tf.compat.v1.truncated_normal_initializer(stddev=stddev)
+        name,
+        shape,
+        tf.compat.v1.truncated_normal_initializer(stddev=stddev),
+        device,
     )
     if wd is not None:
         weight_decay = tf.multiply(tf.nn.l2_loss(var), wd, name="weight_loss")
@@ -87,20 +96,28 @@ def _activation_summary(x):
     towers.scalar_summary("sparsity", tf.nn.zero_fraction(x))
 
 
-def _conv_relu(images, in_depth, bias_init, compute_dtype):
+def _conv_relu(images, in_depth, bias_init, compute_dtype, variable_device):
     """5x5 convolution with stride 1 and a ReLU, in the current scope.
 
     Args:
       images: compute_dtype [batch, height, width, in_depth].
+      variable_device: str, where the kernel and biases live.
 
     Returns:
       compute_dtype [batch, height, width, 64].
     """
     kernel = _variable_with_weight_decay(
-        "weights", [5, 5, in_depth, CONV_FILTERS], stddev=CONV_STDDEV, wd=None
+        "weights",
+        [5, 5, in_depth, CONV_FILTERS],
+        stddev=CONV_STDDEV,
+        wd=None,
+        device=variable_device,
     )
     biases = _variable_on_cpu(
-        "biases", [CONV_FILTERS], tf.constant_initializer(bias_init)
+        "biases",
+        [CONV_FILTERS],
+        tf.constant_initializer(bias_init),
+        variable_device,
     )
     conv = tf.nn.conv2d(
         images, tf.cast(kernel, compute_dtype), [1, 1, 1, 1], padding="SAME"
@@ -108,14 +125,22 @@ def _conv_relu(images, in_depth, bias_init, compute_dtype):
     return tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, compute_dtype)))
 
 
-def _local(inputs, units, stddev, wd, bias_init, compute_dtype):
+def _local(
+    inputs,
+    units,
+    stddev,
+    wd,
+    bias_init,
+    compute_dtype,
+    variable_device=towers.VARIABLE_DEVICE,
+):
     """Fully connected layer: inputs [batch, n] -> [batch, units]."""
     dim = inputs.shape[1]
     weights = _variable_with_weight_decay(
-        "weights", [dim, units], stddev=stddev, wd=wd
+        "weights", [dim, units], stddev=stddev, wd=wd, device=variable_device
     )
     biases = _variable_on_cpu(
-        "biases", [units], tf.constant_initializer(bias_init)
+        "biases", [units], tf.constant_initializer(bias_init), variable_device
     )
     return tf.matmul(inputs, tf.cast(weights, compute_dtype)) + tf.cast(
         biases, compute_dtype
@@ -141,16 +166,21 @@ def _lrn(x, name):
     return tf.cast(normed, x.dtype)
 
 
-def inference(images, compute_dtype=tf.float32):
+def inference(
+    images, compute_dtype=tf.float32, variable_device=towers.VARIABLE_DEVICE
+):
     """Builds the CIFAR-10 network.
 
     conv1 -> pool1 -> norm1 -> conv2 -> norm2 -> pool2 -> local3 -> local4
-    -> softmax_linear. Variables are float32 on the CPU; with a reduced
-    `compute_dtype` the layers compute in it and the logits are float32.
+    -> softmax_linear. Variables are float32 on the CPU (or on
+    `variable_device`); with a reduced `compute_dtype` the layers compute in
+    it and the logits are float32.
 
     Args:
       images: float32 [batch, 24, 24, 3], standardised.
       compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
+      variable_device: str, where the variables live (see
+        `towers.variable_device`).
 
     Returns:
       logits: float32 [batch, 10], unnormalised (softmax is in the loss).
@@ -158,14 +188,17 @@ def inference(images, compute_dtype=tf.float32):
     x = tf.cast(images, compute_dtype)
     with tf.compat.v1.variable_scope("conv1") as scope:
         conv1 = tf.identity(
-            _conv_relu(x, 3, 0.0, compute_dtype), name=scope.name
+            _conv_relu(x, 3, 0.0, compute_dtype, variable_device),
+            name=scope.name,
         )
         _activation_summary(conv1)
     pool1 = _max_pool(conv1, "pool1")
     norm1 = _lrn(pool1, "norm1")
 
     with tf.compat.v1.variable_scope("conv2") as scope:
-        conv2 = _conv_relu(norm1, CONV_FILTERS, 0.1, compute_dtype)
+        conv2 = _conv_relu(
+            norm1, CONV_FILTERS, 0.1, compute_dtype, variable_device
+        )
         conv2 = tf.identity(conv2, name=scope.name)
         _activation_summary(conv2)
     norm2 = _lrn(conv2, "norm2")
@@ -183,6 +216,7 @@ def inference(images, compute_dtype=tf.float32):
             LOCAL_WEIGHT_DECAY,
             0.1,
             compute_dtype,
+            variable_device,
         )
         local3 = tf.nn.relu(local3, name=scope.name)
         _activation_summary(local3)
@@ -195,6 +229,7 @@ def inference(images, compute_dtype=tf.float32):
             LOCAL_WEIGHT_DECAY,
             0.1,
             compute_dtype,
+            variable_device,
         )
         local4 = tf.nn.relu(local4, name=scope.name)
         _activation_summary(local4)
@@ -202,7 +237,13 @@ def inference(images, compute_dtype=tf.float32):
     # The softmax is applied in the loss, which takes unscaled logits.
     with tf.compat.v1.variable_scope("softmax_linear") as scope:
         logits = _local(
-            local4, NUM_CLASSES, 1.0 / LOCAL4_UNITS, None, 0.0, compute_dtype
+            local4,
+            NUM_CLASSES,
+            1.0 / LOCAL4_UNITS,
+            None,
+            0.0,
+            compute_dtype,
+            variable_device,
         )
         logits = tf.cast(logits, tf.float32, name=scope.name)
         _activation_summary(logits)

@@ -4,6 +4,8 @@ Run it:
   python cifar10_multi_gpu_train.py --num_gpus=2                # 2 GPUs
   python cifar10_multi_gpu_train.py --num_gpus=2 --cpu_towers \\
       --fake_data --max_steps=300                               # no GPU
+  python cifar10_multi_gpu_train.py --num_gpus=2 --xla \\
+      --variable_device=tower                                   # options
   tensorboard --logdir=/tmp/cifar10_train
   python cifar10_eval.py --run_once                             # score it
 
@@ -11,6 +13,13 @@ Each tower reads its own batch of --batch_size examples, so a step trains on
 batch_size * num_gpus examples. The variables live on the CPU; each tower
 computes its gradients; the CPU averages them and applies them once.
 Restarting on the same --train_dir resumes from its newest checkpoint.
+
+Options for GPUs, each checked on the CPU path (tests/test_towers.py):
+--variable_device=tower keeps the variables and the averaging on the first
+tower's device; --xla compiles each tower in a `jit_scope` (see
+`towers.build_towers` for why not the session's global_jit_level);
+--prefetch_to_device (on by default) stages each tower's next batch on its
+device during the current step.
 """
 
 import tensorflow as tf
@@ -90,11 +99,22 @@ flags.DEFINE_boolean(
     False,
     "Delete --train_dir before training instead of resuming from it.",
 )
+towers.define_device_flags()
 towers.define_cluster_flags()
 flags.adopt_module_key_flags(towers)
 
 
-def build_graph(data_dir, batch_size, devices, compute_dtype, clip_norm, task):
+def build_graph(
+    data_dir,
+    batch_size,
+    devices,
+    compute_dtype,
+    clip_norm,
+    task,
+    variable_device=towers.VARIABLE_DEVICE,
+    xla=False,
+    prefetch=False,
+):
     """Builds the input, the towers, the averaged update and the summaries.
 
     Args:
@@ -104,12 +124,16 @@ def build_graph(data_dir, batch_size, devices, compute_dtype, clip_norm, task):
       compute_dtype: the dtype the layers compute in.
       clip_norm: float, 0 for no clipping.
       task: the `towers.ClusterTask` of this process.
+      variable_device: str, where the variables live and the gradients are
+        averaged.
+      xla: bool, compile each tower with XLA.
+      prefetch: bool, stage each tower's next batch on its device.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
       train_op: the op of one training step.
       summary_op: the summaries of the last tower and of the update.
-      hooks: the session hooks the optimizer needs.
+      hooks: the session hooks the optimizer and the staging need.
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples_per_step = batch_size * len(devices) * task.replicas_per_step
@@ -119,29 +143,40 @@ def build_graph(data_dir, batch_size, devices, compute_dtype, clip_norm, task):
     with tf.device("/cpu:0"):
         dataset = cifar10_input.distorted_dataset(data_dir, batch_size)
         iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
+    put_ops = []
 
     def tower_loss(scope):
         with tf.device("/cpu:0"):
             images, labels = iterator.get_next()
+        if prefetch:
+            # The step computes on the batch staged by the step before.
+            (images, labels), put_op = towers.stage_on_device([images, labels])
+            put_ops.append(put_op)
         towers.image_summary("images", images)
-        logits = cifar10.inference(images, compute_dtype)
+        logits = cifar10.inference(images, compute_dtype, variable_device)
         cifar10.loss(logits, labels)
         return towers.tower_total_loss(scope)
 
     tower_losses, tower_grads, last_scope = towers.build_towers(
-        devices, opt, tower_loss
+        devices, opt, tower_loss, xla
     )
     loss_averages_op = cifar10.add_loss_summaries(tower_losses[-1], last_scope)
-    # Synchronisation point: every tower's gradients, averaged on the CPU.
-    grads = towers.average_gradients(tower_grads)
+    # Synchronisation point: every tower's gradients, averaged where the
+    # variables live.
+    grads = towers.average_gradients(tower_grads, variable_device)
     if clip_norm > 0:
         grads = towers.clip_gradients(grads, clip_norm)
     train_op = tf.group(
-        cifar10.apply_gradients(opt, grads, global_step), loss_averages_op
+        cifar10.apply_gradients(opt, grads, global_step),
+        loss_averages_op,
+        *put_ops,
     )
     loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     summary_op = towers.last_tower_summaries(last_scope)
-    return loss, train_op, summary_op, towers.sync_hooks(opt, task)
+    hooks = towers.sync_hooks(opt, task)
+    if put_ops:
+        hooks.append(towers.WarmUpHook(put_ops))
+    return loss, train_op, summary_op, hooks
 
 
 def main(argv):
@@ -157,6 +192,9 @@ def main(argv):
     if task.job_name == "ps":
         return towers.run_ps(task, towers.session_config())
     devices = towers.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    variable_device = towers.variable_device(
+        FLAGS.variable_device, devices, task
+    )
     config = towers.session_config(
         devices, FLAGS.log_device_placement, FLAGS.operation_timeout_secs
     )
@@ -175,6 +213,9 @@ def main(argv):
             towers.compute_dtype(FLAGS.use_fp16, devices),
             FLAGS.clip_gradients,
             task,
+            variable_device,
+            FLAGS.xla,
+            FLAGS.prefetch_to_device,
         )
         towers.run_training(
             train_op,

@@ -1,13 +1,18 @@
 """What every multi-tower trainer needs, written once.
 
 A tower is one replica of the model on one device. The variables live on the
-CPU; each tower computes the loss and gradients of its own batch; the
-gradients are averaged on the CPU and applied once per step. This module
-holds the pieces the trainers share:
+CPU (or on the first tower's device, `variable_device`); each tower computes
+the loss and gradients of its own batch; the gradients are averaged where the
+variables live and applied once per step. This module holds the pieces the
+trainers share:
 
 - `tower_devices`: which device each tower runs on.
+- `variable_device`: where the variables live and the gradients meet.
 - `build_towers`: one tower per device under `tower_N` name scopes, with
-  the variables created by the first tower and reused by the others.
+  the variables created by the first tower and reused by the others,
+  optionally each tower compiled by XLA.
+- `stage_on_device`, `WarmUpHook`: each tower's next batch copied to its
+  device while the current step computes.
 - `tower_total_loss`: the loss of one tower (its `losses` collection).
 - `average_gradients`: the per-variable mean of the towers' gradients.
 - `session_config`: soft placement and the virtual CPU devices.
@@ -20,6 +25,7 @@ Nothing here reads flags or does work at import.
 """
 
 import collections
+import contextlib
 import copy
 import datetime
 import ipaddress
@@ -43,8 +49,19 @@ WATCHDOG_INTERVAL_SECS = 2
 # Seconds a finished session waits for its background threads.
 STOP_GRACE_PERIOD_SECS = 5
 
-# Where the variables live and the gradients are averaged (the TF1 design).
+# Where the variables live and the gradients are averaged (the TF1 design),
+# unless --variable_device=tower (see `variable_device`).
 VARIABLE_DEVICE = "/cpu:0"
+
+# The --variable_device choices: 'cpu' keeps VARIABLE_DEVICE; 'tower' (or its
+# alias 'gpu', tf_cnn_benchmarks' word) uses the first tower's device.
+VARIABLE_DEVICE_CHOICES = ("cpu", "tower", "gpu")
+
+# Whether the trainers stage each tower's next batch on its device
+# (`stage_on_device`): as fast as reading it in the step on the CPU path
+# (0.97x to 1.00x, benchmarks/bench_options.py), and it overlaps the
+# host-to-device copy with the compute on GPUs.
+PREFETCH_TO_DEVICE_DEFAULT = True
 
 # Checkpoints are train_dir/model.ckpt-STEP (TensorFlow's default name).
 CHECKPOINT_BASENAME = "model.ckpt"
@@ -77,6 +94,43 @@ def tower_devices(num_gpus, cpu_towers):
             "the towers on virtual CPU devices" % (num_gpus, visible)
         )
     return ["/cpu:%d" % i for i in range(num_gpus)]
+
+
+def variable_device(choice, devices, task=None):
+    """Where the variables live and the towers' gradients are averaged.
+
+    'cpu' is the classic TF1 design: one copy in host memory, each GPU
+    reads it over PCIe and sends its gradients back. 'tower' puts the
+    variables on the first tower's device (tf_cnn_benchmarks'
+    --local_parameter_device=gpu): tower 0 reads them in its own memory, the
+    other GPUs copy from it peer to peer and the mean is computed there,
+    which pays off when the GPUs talk to each other faster than to the host.
+
+    Args:
+      choice: one of VARIABLE_DEVICE_CHOICES ('gpu' is 'tower').
+      devices: the tower device strings from `tower_devices`.
+      task: the `ClusterTask`, or None outside a cluster.
+
+    Returns:
+      str, a device: VARIABLE_DEVICE or devices[0].
+
+    Raises:
+      ValueError: an unknown choice, or 'tower' in a cluster, where
+        `replica_device_setter` puts the variables on the ps tasks.
+    """
+    if choice not in VARIABLE_DEVICE_CHOICES:
+        raise ValueError(
+            "--variable_device must be one of %s, got %r"
+            % (", ".join(VARIABLE_DEVICE_CHOICES), choice)
+        )
+    if choice == "cpu":
+        return VARIABLE_DEVICE
+    if task is not None and task.cluster is not None:
+        raise ValueError(
+            "--variable_device=%s does not apply in cluster mode: the "
+            "variables live on the ps tasks" % choice
+        )
+    return devices[0]
 
 
 def describe_devices(devices):
@@ -241,8 +295,20 @@ def tower_total_loss(scope):
     )
 
 
-def build_towers(devices, optimizer, tower_loss_fn):
+def build_towers(devices, optimizer, tower_loss_fn, xla=False):
     """Builds one tower per device and the gradients of each.
+
+    With xla, each tower (its forward and backward pass) is built inside its
+    own `tf.xla.experimental.jit_scope`, so XLA compiles the ops of that
+    scope that it can and leaves the rest (input, staging, summaries) to
+    TensorFlow. An explicit scope is used rather than the session's
+    `global_jit_level`: auto-clustering skips CPUs unless TF_XLA_FLAGS is set
+    before TensorFlow loads, and it would also cluster the gradient
+    averaging and the update, which belong to no tower. On a CPU, Grappler
+    fuses each forward convolution with its bias and ReLU (_FusedConv2D)
+    before XLA clusters the graph, so those stay in TensorFlow too; there
+    the compiled step matches TensorFlow's to 1e-4 of each update and is
+    slower (0.84x, benchmarks/bench_options.py): XLA is for GPUs.
 
     Args:
       devices: list of device strings, one per tower.
@@ -251,6 +317,7 @@ def build_towers(devices, optimizer, tower_loss_fn):
       tower_loss_fn: callable(scope) -> float32 scalar, builds the inputs,
         model and loss of one tower inside the current device and name scope
         and returns the tower's total loss.
+      xla: bool, compile each tower with XLA.
 
     Returns:
       tower_losses: list of float32 scalars, one per tower.
@@ -263,6 +330,7 @@ def build_towers(devices, optimizer, tower_loss_fn):
             with (
                 tf.device(device),
                 tf.name_scope("%s_%d" % (TOWER_NAME, i)) as scope,
+                _jit_scope(xla),
             ):
                 loss = tower_loss_fn(scope)
                 # The first tower created the variables; the others share them.
@@ -272,7 +340,62 @@ def build_towers(devices, optimizer, tower_loss_fn):
     return tower_losses, tower_grads, scope
 
 
-def average_gradients(tower_grads):
+def _jit_scope(xla):
+    if xla:
+        return tf.xla.experimental.jit_scope()
+    return contextlib.nullcontext()
+
+
+def stage_on_device(tensors):
+    """Stages tensors on the current device, one step ahead.
+
+    Call it inside a tower's device and name scope, with the batch the tower
+    would take from the shared CPU input. The tower computes on the batch
+    staged at the previous step, while `put_op` takes the next batch from
+    the input and copies it to the device: on a GPU the host-to-device copy
+    overlaps the compute (tf_cnn_benchmarks' StagingArea). The area lives
+    in the session's device memory: each new session needs one `put_op`
+    before its first step (`WarmUpHook`), and only runs that also run
+    `put_op` (the train op) may fetch the staged tensors, or the next step
+    finds the area empty and waits forever.
+
+    Args:
+      tensors: list of tensors, e.g. [images, labels] from the iterator.
+
+    Returns:
+      staged: list of tensors of the same dtypes and shapes, on the device.
+      put_op: the op that stages `tensors`; run it with every step.
+    """
+    # Stage and Unstage find their area on the device by its unique name.
+    with tf.name_scope("staging_area") as shared_name:
+        put_op = tf.raw_ops.Stage(
+            values=tensors, shared_name=shared_name, name="put"
+        )
+        staged = tf.raw_ops.Unstage(
+            dtypes=[t.dtype for t in tensors],
+            shared_name=shared_name,
+            name="get",
+        )
+    for tensor, each in zip(tensors, staged):
+        each.set_shape(tensor.shape)
+    return list(staged), put_op
+
+
+class WarmUpHook(tf.compat.v1.train.SessionRunHook):
+    """Runs ops once in every new session, before its first step.
+
+    E.g. the first `put_op` of `stage_on_device`. A resumed run makes a new
+    session, so it stages its first batch again.
+    """
+
+    def __init__(self, ops):
+        self._ops = ops
+
+    def after_create_session(self, session, coord):
+        session.run(self._ops)
+
+
+def average_gradients(tower_grads, device=VARIABLE_DEVICE):
     """Averages each variable's gradient over the towers.
 
     This is the synchronisation point of the towers: no variable is updated
@@ -281,13 +404,14 @@ def average_gradients(tower_grads):
     Args:
       tower_grads: list (one per tower) of lists of (gradient, variable),
         all in the same variable order.
+      device: str, where to average: the variables' device.
 
     Returns:
       A list of (gradient, variable), the gradient the mean over the towers;
       a variable that no tower has a gradient for keeps None.
     """
     average_grads = []
-    with tf.device(VARIABLE_DEVICE):
+    with tf.device(device):
         for grads_and_var in zip(*tower_grads):
             var = grads_and_var[0][1]
             grads = [g for g, _ in grads_and_var if g is not None]
@@ -858,6 +982,39 @@ def define_cluster_flags():
         "Cluster mode: an operation waiting longer than this (e.g. on a dead "
         "peer) ends the run with an error; 0 waits forever.",
         lower_bound=0,
+    )
+
+
+def define_device_flags():
+    """Defines a multi-tower trainer's device and speed flags.
+
+    --variable_device, --xla and --prefetch_to_device, written once for the
+    multi-GPU trainers: the trainer's `main` reads them and passes them to
+    `variable_device`, `build_towers` and `stage_on_device`.
+    """
+    flags.DEFINE_enum(
+        "variable_device",
+        "cpu",
+        list(VARIABLE_DEVICE_CHOICES),
+        "Where the variables live and the towers' gradients are averaged: "
+        "'cpu' (the TF1 design, /cpu:0) or 'tower' (alias 'gpu': the first "
+        "tower's device, e.g. /gpu:0, for GPUs linked peer to peer). With "
+        "--cpu_towers the first tower is /cpu:0, so both are the same. Not "
+        "in cluster mode, where the variables live on the ps tasks.",
+    )
+    flags.DEFINE_boolean(
+        "xla",
+        False,
+        "Compile each tower (forward and backward) with XLA, through "
+        "tf.xla.experimental.jit_scope (no TF_XLA_FLAGS needed). Meant for "
+        "GPUs: on a CPU the step is the same but slower.",
+    )
+    flags.DEFINE_boolean(
+        "prefetch_to_device",
+        PREFETCH_TO_DEVICE_DEFAULT,
+        "Stage each tower's next batch on its device while the current step "
+        "computes (a StagingArea per tower), so that the input copy overlaps "
+        "the compute; --noprefetch_to_device reads the batch in the step.",
     )
 
 

@@ -310,6 +310,8 @@ class TrainGraph(NamedTuple):
     init_op: tf.Operation
     devices: list
     examples_per_step: int
+    # Ops to run once after init_op (the first put of staged input).
+    warm_up_ops: tuple = ()
 
 
 def one_device_graph(make_input, batch_size, compute_dtype=tf.float32):
@@ -339,7 +341,15 @@ def one_device_graph(make_input, batch_size, compute_dtype=tf.float32):
     )
 
 
-def tower_graph(make_input, num_towers, batch_size, compute_dtype=tf.float32):
+def tower_graph(
+    make_input,
+    num_towers,
+    batch_size,
+    compute_dtype=tf.float32,
+    xla=False,
+    prefetch=False,
+    variable_device="cpu",
+):
     """The graph of cifar10_multi_gpu_train.py on virtual CPU devices.
 
     Args:
@@ -347,33 +357,44 @@ def tower_graph(make_input, num_towers, batch_size, compute_dtype=tf.float32):
       num_towers: int, one tower per virtual CPU device.
       batch_size: int, examples per tower per step.
       compute_dtype: the dtype the layers compute in.
+      xla, prefetch, variable_device: the trainer's --xla,
+        --prefetch_to_device and --variable_device.
 
     Returns:
       A `TrainGraph` whose step trains num_towers * batch_size examples.
     """
     devices = towers.tower_devices(num_towers, cpu_towers=True)
+    variable_device = towers.variable_device(variable_device, devices)
     graph = tf.Graph()
     with graph.as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         lr = cifar10.learning_rate(global_step, batch_size * num_towers)
         opt = cifar10.optimizer(lr)
         get_next = make_input(batch_size)
+        put_ops = []
 
         def tower_loss(scope):
             with tf.device("/cpu:0"):
                 images, labels = get_next()
+            if prefetch:
+                (images, labels), put_op = towers.stage_on_device(
+                    [images, labels]
+                )
+                put_ops.append(put_op)
             towers.image_summary("images", images)
-            logits = cifar10.inference(images, compute_dtype)
+            logits = cifar10.inference(images, compute_dtype, variable_device)
             cifar10.loss(logits, labels)
             return towers.tower_total_loss(scope)
 
         losses, tower_grads, scope = towers.build_towers(
-            devices, opt, tower_loss
+            devices, opt, tower_loss, xla
         )
         averages_op = cifar10.add_loss_summaries(losses[-1], scope)
-        grads = towers.average_gradients(tower_grads)
+        grads = towers.average_gradients(tower_grads, variable_device)
         train_op = tf.group(
-            cifar10.apply_gradients(opt, grads, global_step), averages_op
+            cifar10.apply_gradients(opt, grads, global_step),
+            averages_op,
+            *put_ops,
         )
         loss = tf.reduce_mean(tf.stack(losses))
         summary_op = towers.last_tower_summaries(scope)
@@ -386,6 +407,7 @@ def tower_graph(make_input, num_towers, batch_size, compute_dtype=tf.float32):
         init_op,
         devices,
         batch_size * num_towers,
+        put_ops,
     )
 
 
@@ -401,6 +423,8 @@ def start_session(model, config=None):
         graph=model.graph, config=config or towers.session_config(model.devices)
     )
     sess.run(model.init_op)
+    if model.warm_up_ops:
+        sess.run(model.warm_up_ops)
     return sess
 
 

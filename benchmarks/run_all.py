@@ -4,6 +4,7 @@ Run it from the repository root (about 10 minutes on 2 cores; PyTorch from
 the `bench` extra, `pip install -e ".[bench]"`, or its row says so):
   python -m benchmarks.run_all [--rounds=3] [--only=train,peers]
   python -m benchmarks.run_all --only=levers     # oneDNN, threads, XLA
+  python -m benchmarks.run_all --only=options    # staged input, --xla
 
 Each benchmark runs in its own process, one after the other (a fresh
 TensorFlow each, so no session or thread pool of one benchmark sizes the
@@ -34,7 +35,10 @@ BENCHMARKS = (
     ("fp16", "9. --use_fp16 vs float32"),
 )
 # Run only when named in --only: slower, and a study rather than a check.
-EXTRA_BENCHMARKS = (("levers", "10. Levers without code changes"),)
+EXTRA_BENCHMARKS = (
+    ("levers", "10. Levers without code changes"),
+    ("options", "11. --prefetch_to_device and --xla"),
+)
 ALL_BENCHMARKS = BENCHMARKS + EXTRA_BENCHMARKS
 
 

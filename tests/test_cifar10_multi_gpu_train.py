@@ -116,3 +116,45 @@ def test_a_count_below_one_is_a_flag_error(flag):
         "cifar10_multi_gpu_train.py", "%s=0" % flag, expect_success=False
     )
     assert "flag %s=0: 0 is not a positive integer" % flag in result.stderr
+
+
+@pytest.mark.slow
+def test_xla_variables_on_the_tower_and_staged_input_train_and_resume(
+    cifar10_data_dir, tmp_path
+):
+    common = [
+        "cifar10_multi_gpu_train.py",
+        "--num_gpus=2",
+        "--cpu_towers",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % tmp_path,
+        "--batch_size=8",
+        "--log_frequency=2",
+    ]
+    first = run_script(
+        *common, "--max_steps=4", "--xla", "--variable_device=tower"
+    )
+    # The checkpoint holds no trace of the options: resume without them.
+    second = run_script(*common, "--max_steps=6", "--noprefetch_to_device")
+    assert _checkpoint_steps(tmp_path) == [0, 4, 6]
+    assert re.findall(r"step (\d+), loss", first.stdout) == ["2", "4"]
+    assert "training from step 4" in second.stdout
+    assert re.findall(r"step (\d+), loss", second.stdout) == ["6"]
+
+
+def test_variables_on_a_tower_are_refused_in_cluster_mode(tmp_path):
+    result = run_script(
+        "cifar10_multi_gpu_train.py",
+        "--variable_device=gpu",
+        "--cpu_towers",
+        "--ps_hosts=localhost:2222",
+        "--worker_hosts=localhost:2223",
+        "--job_name=worker",
+        "--fake_data",
+        "--data_dir=%s" % tmp_path,
+        expect_success=False,
+    )
+    assert result.stderr.strip().endswith(
+        "cifar10_multi_gpu_train.py: error: --variable_device=gpu does not "
+        "apply in cluster mode: the variables live on the ps tasks"
+    )

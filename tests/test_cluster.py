@@ -482,7 +482,7 @@ def test_two_sync_workers_step_like_one_worker_with_both_batches():
 
     before, after = _two_sync_workers_step(images, labels)
     assert (before.pop("global_step"), after.pop("global_step")) == (0, 1)
-    _, expected = cifar10_step(1, images, labels, before)
+    _, expected, _ = cifar10_step(1, images, labels, before)
 
     assert sorted(after) == sorted(expected)
     for name, value in expected.items():

@@ -1,5 +1,7 @@
 """The tower machinery: equivalence with one big batch, placement, devices."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,13 +12,22 @@ import towers
 PER_TOWER_BATCH = 8
 
 
-def cifar10_step_graph(images, labels, num_towers=1, task=towers.LOCAL_TASK):
+def cifar10_step_graph(
+    images,
+    labels,
+    num_towers=1,
+    task=towers.LOCAL_TASK,
+    devices=None,
+    variable_device=towers.VARIABLE_DEVICE,
+    xla=False,
+    compute_dtype=tf.float32,
+):
     """Builds one training step of the CIFAR-10 model on a fixed batch.
 
     The step of `cifar10_multi_gpu_train.build_graph` without its input
-    pipeline: the batch is split evenly, tower i on virtual CPU device
-    /cpu:i gets the i-th slice. Call it inside the task's device function
-    (`towers.device_setter`).
+    pipeline: the batch is split evenly, tower i (on virtual CPU device
+    /cpu:i unless `devices` says otherwise) gets the i-th slice. Call it
+    inside the task's device function (`towers.device_setter`).
 
     Args:
       images: float32 [n, 24, 24, 3], n divisible by num_towers.
@@ -24,12 +35,15 @@ def cifar10_step_graph(images, labels, num_towers=1, task=towers.LOCAL_TASK):
       num_towers: int, the towers of this graph.
       task: a `towers.ClusterTask`; a sync worker's optimizer is wrapped by
         `towers.sync_optimizer`.
+      devices: the towers' devices instead of /cpu:0 ... /cpu:N-1.
+      variable_device, xla, compute_dtype: as the trainer passes them.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
       train_op: the op of one step.
       hooks: the session hooks of `towers.sync_hooks` ([] unless sync).
     """
+    devices = devices or ["/cpu:%d" % i for i in range(num_towers)]
     global_step = tf.compat.v1.train.get_or_create_global_step()
     opt = towers.sync_optimizer(
         cifar10.optimizer(
@@ -45,18 +59,20 @@ def cifar10_step_graph(images, labels, num_towers=1, task=towers.LOCAL_TASK):
 
     def tower_loss(scope):
         tower_images, tower_labels = next(batches)
-        cifar10.loss(cifar10.inference(tower_images), tower_labels)
+        logits = cifar10.inference(tower_images, compute_dtype, variable_device)
+        cifar10.loss(logits, tower_labels)
         return towers.tower_total_loss(scope)
 
-    devices = ["/cpu:%d" % i for i in range(num_towers)]
-    tower_losses, tower_grads, _ = towers.build_towers(devices, opt, tower_loss)
-    grads = towers.average_gradients(tower_grads)
+    tower_losses, tower_grads, _ = towers.build_towers(
+        devices, opt, tower_loss, xla
+    )
+    grads = towers.average_gradients(tower_grads, variable_device)
     train_op = cifar10.apply_gradients(opt, grads, global_step)
     loss = tf.reduce_mean(tf.stack(tower_losses))
     return loss, train_op, towers.sync_hooks(opt, task)
 
 
-def cifar10_step(num_towers, images, labels, initial_values):
+def cifar10_step(num_towers, images, labels, initial_values, **options):
     """Runs one training step of the CIFAR-10 model on num_towers towers.
 
     Args:
@@ -64,24 +80,50 @@ def cifar10_step(num_towers, images, labels, initial_values):
       images: float32 [n, 24, 24, 3], n divisible by num_towers.
       labels: int32 [n].
       initial_values: dict variable name -> array, or None to draw them.
+      **options: devices, variable_device, xla, compute_dtype of
+        `cifar10_step_graph`.
 
     Returns:
       loss: float, the mean of the towers' total losses before the step.
       values: dict variable name -> array after the step.
+      ran: list of (device, op name, op type) the step ran, e.g.
+        ('CPU:1', 'cluster_3_1/xla_run', '_XlaRun').
     """
+    devices = options.get("devices") or [
+        "/cpu:%d" % i for i in range(num_towers)
+    ]
     with tf.Graph().as_default():
-        loss, train_op, _ = cifar10_step_graph(images, labels, num_towers)
+        loss, train_op, _ = cifar10_step_graph(
+            images, labels, num_towers, **options
+        )
         variables = tf.compat.v1.trainable_variables()
-        devices = ["/cpu:%d" % i for i in range(num_towers)]
-        with tf.compat.v1.Session(
-            config=towers.session_config(devices)
-        ) as sess:
+        # One CPU device per tower, and /cpu:0 for the variables.
+        config = towers.session_config(["/cpu:0"] + list(devices))
+        with tf.compat.v1.Session(config=config) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             if initial_values is not None:
                 for var in variables:
                     var.load(initial_values[var.op.name], sess)
-            loss_value, _ = sess.run([loss, train_op])
-            return loss_value, {v.op.name: sess.run(v) for v in variables}
+            metadata = tf.compat.v1.RunMetadata()
+            loss_value, _ = sess.run(
+                [loss, train_op],
+                options=tf.compat.v1.RunOptions(
+                    trace_level=tf.compat.v1.RunOptions.FULL_TRACE
+                ),
+                run_metadata=metadata,
+            )
+            ran = [
+                (device.device[-5:], node.node_name, _op_type(node))
+                for device in metadata.step_stats.dev_stats
+                for node in device.node_stats
+            ]
+            values = {v.op.name: sess.run(v) for v in variables}
+            return loss_value, values, ran
+
+
+def _op_type(node_stats):
+    # The timeline label reads 'NAME = TYPE(INPUTS)'.
+    return node_stats.timeline_label.partition(" = ")[2].partition("(")[0]
 
 
 def _initial_values():
@@ -106,8 +148,10 @@ def test_n_towers_take_the_same_step_as_one_tower_with_n_times_the_batch(
     labels = rng.integers(0, 10, size=[batch]).astype(np.int32)
     initial = _initial_values()
 
-    one_loss, one_values = cifar10_step(1, images, labels, initial)
-    many_loss, many_values = cifar10_step(num_towers, images, labels, initial)
+    one_loss, one_values, _ = cifar10_step(1, images, labels, initial)
+    many_loss, many_values, _ = cifar10_step(
+        num_towers, images, labels, initial
+    )
 
     assert many_loss == pytest.approx(one_loss, rel=1e-6)
     for name, value in one_values.items():
@@ -118,7 +162,11 @@ def test_n_towers_take_the_same_step_as_one_tower_with_n_times_the_batch(
         assert not np.allclose(value, initial[name], rtol=0, atol=1e-7), name
 
 
-def _two_tower_graph():
+def _two_tower_graph(
+    devices=("/cpu:0", "/cpu:1"),
+    variable_device=towers.VARIABLE_DEVICE,
+    compute_dtype=tf.float32,
+):
     graph = tf.Graph()
     with graph.as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
@@ -126,13 +174,12 @@ def _two_tower_graph():
 
         def tower_loss(scope):
             images = tf.zeros([2, 24, 24, 3])
-            cifar10.loss(cifar10.inference(images), tf.zeros([2], tf.int32))
+            logits = cifar10.inference(images, compute_dtype, variable_device)
+            cifar10.loss(logits, tf.zeros([2], tf.int32))
             return towers.tower_total_loss(scope)
 
-        _, tower_grads, _ = towers.build_towers(
-            ["/cpu:0", "/cpu:1"], opt, tower_loss
-        )
-        grads = towers.average_gradients(tower_grads)
+        _, tower_grads, _ = towers.build_towers(list(devices), opt, tower_loss)
+        grads = towers.average_gradients(tower_grads, variable_device)
         cifar10.apply_gradients(opt, grads, global_step)
     return graph
 
@@ -234,3 +281,186 @@ def test_clipping_bounds_the_global_norm_of_the_averaged_gradients():
         with tf.compat.v1.Session() as sess:
             values = sess.run([g for g, _ in clipped])
     np.testing.assert_allclose(values, [0.6, 0.8], rtol=1e-6)
+
+
+def _random_batch(seed, size):
+    rng = np.random.default_rng(seed)
+    images = rng.normal(size=[size, 24, 24, 3]).astype(np.float32)
+    labels = rng.integers(0, 10, size=[size]).astype(np.int32)
+    return images, labels
+
+
+def test_fp16_keeps_every_variable_float32_while_the_towers_compute_bfloat16():
+    devices = towers.tower_devices(2, cpu_towers=True)
+    compute_dtype = towers.compute_dtype(True, devices)
+    graph = _two_tower_graph(devices, compute_dtype=compute_dtype)
+    variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+    assert compute_dtype == tf.bfloat16
+    assert len(variables) == 10
+    assert {v.dtype.base_dtype for v in variables} == {tf.float32}
+    forward = [
+        op
+        for op in graph.get_operations()
+        if op.type in ("Conv2D", "MatMul") and "gradients" not in op.name
+    ]
+    # conv1, conv2, local3, local4, softmax_linear in each of the 2 towers.
+    assert len(forward) == 10
+    assert {op.get_attr("T") for op in forward} == {tf.bfloat16}
+    # The averaged gradients reach the float32 variables as float32.
+    updates = [
+        op
+        for op in graph.get_operations()
+        if op.type == "ResourceApplyGradientDescent"
+    ]
+    assert len(updates) == 10
+    assert {op.inputs[2].dtype for op in updates} == {tf.float32}
+
+
+# XLA compiles about 45 clusters per run: some 8 s on 2 shared cores.
+@pytest.mark.slow
+def test_xla_takes_the_same_first_step_as_tensorflow_within_1e_4():
+    images, labels = _random_batch(0, 2 * PER_TOWER_BATCH)
+    initial = _initial_values()
+    loss, values, _ = cifar10_step(2, images, labels, initial)
+    xla_loss, xla_values, ran = cifar10_step(
+        2, images, labels, initial, xla=True
+    )
+    assert xla_loss == pytest.approx(loss, rel=1e-6)
+    for name, value in values.items():
+        update = value - initial[name]
+        xla_update = xla_values[name] - initial[name]
+        # Each update agrees to 1e-4 of the variable's largest update.
+        np.testing.assert_allclose(
+            xla_update,
+            update,
+            rtol=0,
+            atol=1e-4 * np.abs(update).max(),
+            err_msg=name,
+        )
+    # XLA really ran the towers: compiled clusters on both tower devices.
+    # Outside them ran only the forward convolutions, which Grappler fuses
+    # with their bias and ReLU (_FusedConv2D, no XLA kernel) before XLA
+    # clusters the graph, and constants.
+    xla_devices = {device for device, _, kind in ran if kind == "_XlaRun"}
+    assert xla_devices == {"CPU:0", "CPU:1"}
+    outside = collections.Counter(
+        kind
+        for _, op, kind in ran
+        if op.startswith("tower_") and kind != "Const"
+    )
+    assert outside == {"_FusedConv2D": 4}
+
+
+@pytest.mark.parametrize("choice", ["tower", "gpu"])
+def test_variables_on_the_first_tower_take_the_same_step_as_on_the_cpu(choice):
+    # Towers on /cpu:1 and /cpu:2, so that the first tower's device is not
+    # the CPU device /cpu:0 the variables live on by default.
+    devices = ["/cpu:1", "/cpu:2"]
+    variable_device = towers.variable_device(choice, devices)
+    assert variable_device == "/cpu:1"
+    images, labels = _random_batch(1, 2 * PER_TOWER_BATCH)
+    initial = _initial_values()
+    cpu_loss, cpu_values, _ = cifar10_step(
+        2, images, labels, initial, devices=devices
+    )
+    loss, values, ran = cifar10_step(
+        2,
+        images,
+        labels,
+        initial,
+        devices=devices,
+        variable_device=variable_device,
+    )
+    assert loss == pytest.approx(cpu_loss, rel=1e-6)
+    for name, value in cpu_values.items():
+        np.testing.assert_allclose(
+            values[name], value, rtol=1e-6, atol=0, err_msg=name
+        )
+    # The variables were updated on the first tower's device.
+    applied = {device for device, _, kind in ran if "ApplyGradient" in kind}
+    assert applied == {"CPU:1"}
+
+
+def test_variables_and_their_gradient_mean_live_on_the_variable_device():
+    graph = _two_tower_graph(["/cpu:1", "/cpu:2"], variable_device="/cpu:1")
+    variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+    assert len(variables) == 10
+    assert {v.device for v in variables} == {"/device:CPU:1"}
+    means = [
+        op
+        for op in graph.get_operations()
+        if op.type == "Mean" and not op.name.startswith("tower_")
+    ]
+    assert len(means) == 10
+    assert {op.device for op in means} == {"/device:CPU:1"}
+
+
+def test_variables_on_a_tower_are_an_error_in_cluster_mode():
+    task = towers.cluster_task("localhost:2222", "localhost:2223", "worker", 0)
+    assert towers.variable_device("cpu", ["/cpu:0"], task) == "/cpu:0"
+    with pytest.raises(ValueError) as error:
+        towers.variable_device("tower", ["/cpu:0"], task)
+    assert str(error.value) == (
+        "--variable_device=tower does not apply in cluster mode: the "
+        "variables live on the ps tasks"
+    )
+
+
+def _batches_per_step(prefetch, steps_per_session):
+    """The batch numbers each step's two towers took, session by session.
+
+    The input is the batches 0, 1, 2, ... of one shared iterator, as in the
+    trainer; each tower takes one per step, staged or not.
+    """
+    with tf.Graph().as_default():
+        dataset = tf.data.Dataset.range(1000)
+        iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
+        taken, put_ops = [], []
+        for i in range(2):
+            with tf.device("/cpu:%d" % i), tf.name_scope("tower_%d" % i):
+                with tf.device("/cpu:0"):
+                    batch = iterator.get_next()
+                if prefetch:
+                    (batch,), put_op = towers.stage_on_device([batch])
+                    put_ops.append(put_op)
+                taken.append(tf.identity(batch))
+        train_op = tf.group(*taken, *put_ops)
+        hooks = [towers.WarmUpHook(put_ops)] if prefetch else []
+        sessions = []
+        for steps in steps_per_session:
+            with tf.compat.v1.train.MonitoredSession(
+                session_creator=tf.compat.v1.train.ChiefSessionCreator(
+                    config=towers.session_config(["/cpu:0", "/cpu:1"])
+                ),
+                hooks=hooks,
+            ) as sess:
+                sessions.append(
+                    [
+                        sorted(sess.run([taken, train_op])[0])
+                        for _ in range(steps)
+                    ]
+                )
+        return sessions
+
+
+def test_staged_batches_are_the_unstaged_ones_in_order_in_each_new_session():
+    unstaged = _batches_per_step(False, [3, 2])
+    staged = _batches_per_step(True, [3, 2])
+    # A new session (a resumed run) reads the input from its start again.
+    assert unstaged == [[[0, 1], [2, 3], [4, 5]], [[0, 1], [2, 3]]]
+    assert staged == unstaged
+
+
+def test_a_staged_tensor_keeps_the_dtype_and_shape_on_the_device():
+    with tf.Graph().as_default():
+        images = tf.zeros([4, 24, 24, 3])
+        labels = tf.zeros([4], tf.int32)
+        with tf.device("/cpu:1"), tf.name_scope("tower_1"):
+            staged, put_op = towers.stage_on_device([images, labels])
+    assert [(t.dtype, t.shape.as_list()) for t in staged] == [
+        (tf.float32, [4, 24, 24, 3]),
+        (tf.int32, [4]),
+    ]
+    assert {t.device for t in staged} == {"/device:CPU:1"}
+    assert put_op.device == "/device:CPU:1"
+    assert put_op.name == "tower_1/staging_area/put"
