@@ -143,14 +143,7 @@ def report_accuracy(train_dir, data_dir, batch_size):
 
 def main(argv):
     del argv
-    task = towers.cluster_task(
-        FLAGS.ps_hosts,
-        FLAGS.worker_hosts,
-        FLAGS.job_name,
-        FLAGS.task_index,
-        FLAGS.sync_replicas,
-        FLAGS.replicas_to_aggregate,
-    )
+    task = towers.cluster_task_from_flags(FLAGS)
     if task.job_name == "ps":
         return towers.run_ps(task, towers.session_config())
     if FLAGS.fake_data:

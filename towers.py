@@ -948,7 +948,7 @@ def define_cluster_flags():
     """Defines the cluster-mode flags of a trainer; call it at its top.
 
     The flags are written once here for both multi-GPU trainers: the
-    trainer's `main` reads them and passes them to `cluster_task`.
+    trainer's `main` passes them to `cluster_task_from_flags`.
     """
     flags.DEFINE_string(
         "ps_hosts",
@@ -982,6 +982,26 @@ def define_cluster_flags():
         "Cluster mode: an operation waiting longer than this (e.g. on a dead "
         "peer) ends the run with an error; 0 waits forever.",
         lower_bound=0,
+    )
+
+
+def cluster_task_from_flags(flag_values):
+    """The `cluster_task` of the flags of `define_cluster_flags`.
+
+    Args:
+      flag_values: the parsed flags, the trainer's `FLAGS`, passed by its
+        `main`.
+
+    Returns:
+      A `ClusterTask`, as `cluster_task` returns it.
+    """
+    return cluster_task(
+        flag_values.ps_hosts,
+        flag_values.worker_hosts,
+        flag_values.job_name,
+        flag_values.task_index,
+        flag_values.sync_replicas,
+        flag_values.replicas_to_aggregate,
     )
 
 
