@@ -350,13 +350,15 @@ def apply_gradients(opt, grads_and_vars, global_step):
         return averages.apply(tf.compat.v1.trainable_variables())
 
 
-def train(total_loss, global_step, batch_size):
+def train(total_loss, global_step, batch_size, clip_norm=0.0):
     """The one-device training op.
 
     Args:
       total_loss: float32 scalar from `loss`.
       global_step: int64 scalar variable.
       batch_size: int, examples per step.
+      clip_norm: float; if > 0, the gradients are scaled to at most this
+        global norm.
 
     Returns:
       The op that runs one step of training.
@@ -366,6 +368,8 @@ def train(total_loss, global_step, batch_size):
     # Update the loss averages before the gradients, as the tutorial does.
     with tf.control_dependencies([add_loss_summaries(total_loss)]):
         grads = opt.compute_gradients(total_loss)
+    if clip_norm > 0:
+        grads = towers.clip_gradients(grads, clip_norm)
     return apply_gradients(opt, grads, global_step)
 
 

@@ -56,6 +56,13 @@ flags.DEFINE_string(
 flags.DEFINE_integer(
     "save_checkpoint_steps", 1000, "Steps between checkpoints.", lower_bound=1
 )
+flags.DEFINE_float(
+    "clip_gradients",
+    0.0,
+    "If > 0, scale the gradients to at most this global norm (small "
+    "batches at the tutorial's learning rate can diverge without it).",
+    lower_bound=0.0,
+)
 flags.DEFINE_boolean(
     "clear_train_dir",
     False,
@@ -63,8 +70,10 @@ flags.DEFINE_boolean(
 )
 
 
-def build_graph(data_dir, batch_size, compute_dtype):
+def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
     """Builds input, model, loss and train op in the default graph.
+
+    clip_norm: float, 0 for no clipping of the gradients' global norm.
 
     Returns:
       loss: float32 scalar, the total loss of the step's batch.
@@ -77,7 +86,7 @@ def build_graph(data_dir, batch_size, compute_dtype):
     towers.image_summary("images", images)
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
-    return loss, cifar10.train(loss, global_step, batch_size)
+    return loss, cifar10.train(loss, global_step, batch_size, clip_norm)
 
 
 def main(argv):
@@ -94,6 +103,7 @@ def main(argv):
             FLAGS.data_dir,
             FLAGS.batch_size,
             towers.compute_dtype(FLAGS.use_fp16, devices),
+            FLAGS.clip_gradients,
         )
         towers.run_training(
             train_op,

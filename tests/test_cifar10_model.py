@@ -88,3 +88,24 @@ def test_learning_rate_drops_tenfold_every_350_epochs(step, rate):
         learning_rate = cifar10.learning_rate(global_step, 128)
         with tf.compat.v1.Session() as sess:
             assert sess.run(learning_rate) == pytest.approx(rate, rel=1e-6)
+
+
+def test_a_clipped_step_moves_the_weights_by_the_learning_rate_times_the_norm():
+    # At step 0 the rate is 0.1; a norm of 0.001 is far below the gradients'
+    # own, so the clipped step's global norm is exactly 0.1 * 0.001.
+    images = np.random.default_rng(4).normal(size=(5, 24, 24, 3))
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        total_loss = cifar10.loss(
+            cifar10.inference(tf.constant(images, tf.float32)),
+            tf.constant(LABELS),
+        )
+        train_op = cifar10.train(total_loss, global_step, 5, clip_norm=0.001)
+        variables = tf.compat.v1.trainable_variables()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            before = sess.run(variables)
+            sess.run(train_op)
+            after = sess.run(variables)
+    moved = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in zip(after, before)))
+    assert moved == pytest.approx(0.1 * 0.001, rel=1e-3)
