@@ -222,6 +222,25 @@ def _map_image(image_fn, record):
     return image_fn(image), label
 
 
+def distorted_batches(data_dir, batch_size):
+    """Training batches for several towers, from one shared iterator.
+
+    Each call of the returned function adds its own read of the next batch,
+    so every tower that calls it trains on a batch of its own and one epoch
+    is one pass over the files whatever the number of towers.
+
+    Args:
+      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
+      batch_size: int, examples per batch.
+
+    Returns:
+      get_next: callable() -> (float32 [batch_size, 24, 24, 3] images,
+        int32 [batch_size] labels).
+    """
+    dataset = distorted_dataset(data_dir, batch_size)
+    return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
+
+
 def distorted_inputs(data_dir, batch_size):
     """Training batches for one tower, from a one-shot iterator.
 
@@ -233,8 +252,7 @@ def distorted_inputs(data_dir, batch_size):
       images: float32 [batch_size, 24, 24, 3].
       labels: int32 [batch_size].
     """
-    dataset = distorted_dataset(data_dir, batch_size)
-    return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    return distorted_batches(data_dir, batch_size)()
 
 
 def inputs(eval_data, data_dir, batch_size, num_examples):

@@ -105,20 +105,22 @@ flags.adopt_module_key_flags(towers)
 
 
 def build_graph(
-    data_dir,
+    get_next,
     batch_size,
     devices,
     compute_dtype,
-    clip_norm,
-    task,
+    clip_norm=0.0,
+    task=towers.LOCAL_TASK,
     variable_device=towers.VARIABLE_DEVICE,
     xla=False,
     prefetch=False,
 ):
-    """Builds the input, the towers, the averaged update and the summaries.
+    """Builds the towers, the averaged update and the summaries.
 
     Args:
-      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
+      get_next: callable() -> (float32 [batch_size, 24, 24, 3] images,
+        int32 [batch_size] labels), called once per tower for its own batch,
+        e.g. of `cifar10_input.distorted_batches`.
       batch_size: int, examples per tower per step.
       devices: list of the towers' device strings.
       compute_dtype: the dtype the layers compute in.
@@ -139,15 +141,11 @@ def build_graph(
     examples_per_step = batch_size * len(devices) * task.replicas_per_step
     lr = cifar10.learning_rate(global_step, examples_per_step)
     opt = towers.sync_optimizer(cifar10.optimizer(lr), task)
-    # One input pipeline on the CPU; each tower takes its own batch from it.
-    with tf.device("/cpu:0"):
-        dataset = cifar10_input.distorted_dataset(data_dir, batch_size)
-        iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
     put_ops = []
 
     def tower_loss(scope):
         with tf.device("/cpu:0"):
-            images, labels = iterator.get_next()
+            images, labels = get_next()
         if prefetch:
             # The step computes on the batch staged by the step before.
             (images, labels), put_op = towers.stage_on_device([images, labels])
@@ -199,8 +197,13 @@ def main(argv):
         tf.Graph().as_default(),
         tf.compat.v1.device(towers.device_setter(task)),
     ):
+        # One input pipeline on the CPU; each tower takes its own batches.
+        with tf.device("/cpu:0"):
+            get_next = cifar10_input.distorted_batches(
+                FLAGS.data_dir, FLAGS.batch_size
+            )
         loss, train_op, summary_op, hooks = build_graph(
-            FLAGS.data_dir,
+            get_next,
             FLAGS.batch_size,
             devices,
             towers.compute_dtype(FLAGS.use_fp16, devices),

@@ -30,8 +30,11 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+# cifar10_multi_gpu_train is the one script the benchmarks import (for its
+# build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_input
+import cifar10_multi_gpu_train
 import towers
 
 # The repository root: the scripts run there (`python -m benchmarks.X`).
@@ -284,20 +287,13 @@ def synthetic_input(batch_size):
 def real_input(batch_size, data_dir=None):
     """Returns get_next() of the trainers' pipeline on the sample set.
 
-    One `cifar10_input.distorted_dataset` iterator on the CPU, shared by
+    `cifar10_input.distorted_batches` on the CPU, one iterator shared by
     the towers as in cifar10_multi_gpu_train.py. Call it inside the graph.
     """
     with tf.device("/cpu:0"):
-        dataset = cifar10_input.distorted_dataset(
+        return cifar10_input.distorted_batches(
             data_dir or cifar10_data_dir(), batch_size
         )
-        iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
-
-    def get_next():
-        with tf.device("/cpu:0"):
-            return iterator.get_next()
-
-    return get_next
 
 
 class TrainGraph(NamedTuple):
@@ -310,8 +306,9 @@ class TrainGraph(NamedTuple):
     init_op: tf.Operation
     devices: list
     examples_per_step: int
-    # Ops to run once after init_op (the first put of staged input).
-    warm_up_ops: tuple = ()
+    # Session hooks of the trainer's graph (e.g. the first put of staged
+    # input), given each new session as a MonitoredSession would.
+    hooks: tuple = ()
 
 
 def one_device_graph(make_input, batch_size, compute_dtype=tf.float32):
@@ -352,6 +349,8 @@ def tower_graph(
 ):
     """The graph of cifar10_multi_gpu_train.py on virtual CPU devices.
 
+    Its own `build_graph`, fed by make_input instead of the files.
+
     Args:
       make_input: `synthetic_input` or `real_input`.
       num_towers: int, one tower per virtual CPU device.
@@ -364,40 +363,17 @@ def tower_graph(
       A `TrainGraph` whose step trains num_towers * batch_size examples.
     """
     devices = towers.tower_devices(num_towers, cpu_towers=True)
-    variable_device = towers.variable_device(variable_device, devices)
     graph = tf.Graph()
     with graph.as_default():
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        lr = cifar10.learning_rate(global_step, batch_size * num_towers)
-        opt = cifar10.optimizer(lr)
-        get_next = make_input(batch_size)
-        put_ops = []
-
-        def tower_loss(scope):
-            with tf.device("/cpu:0"):
-                images, labels = get_next()
-            if prefetch:
-                (images, labels), put_op = towers.stage_on_device(
-                    [images, labels]
-                )
-                put_ops.append(put_op)
-            towers.image_summary("images", images)
-            logits = cifar10.inference(images, compute_dtype, variable_device)
-            cifar10.loss(logits, labels)
-            return towers.tower_total_loss(scope)
-
-        losses, tower_grads, scope = towers.build_towers(
-            devices, opt, tower_loss, xla
+        loss, train_op, summary_op, hooks = cifar10_multi_gpu_train.build_graph(
+            make_input(batch_size),
+            batch_size,
+            devices,
+            compute_dtype,
+            variable_device=towers.variable_device(variable_device, devices),
+            xla=xla,
+            prefetch=prefetch,
         )
-        averages_op = cifar10.add_loss_summaries(losses[-1], scope)
-        grads = towers.average_gradients(tower_grads, variable_device)
-        train_op = tf.group(
-            cifar10.apply_gradients(opt, grads, global_step),
-            averages_op,
-            *put_ops,
-        )
-        loss = tf.reduce_mean(tf.stack(losses))
-        summary_op = towers.last_tower_summaries(scope)
         init_op = tf.compat.v1.global_variables_initializer()
     return TrainGraph(
         graph,
@@ -407,7 +383,7 @@ def tower_graph(
         init_op,
         devices,
         batch_size * num_towers,
-        put_ops,
+        tuple(hooks),
     )
 
 
@@ -423,8 +399,8 @@ def start_session(model, config=None):
         graph=model.graph, config=config or towers.session_config(model.devices)
     )
     sess.run(model.init_op)
-    if model.warm_up_ops:
-        sess.run(model.warm_up_ops)
+    for hook in model.hooks:
+        hook.after_create_session(sess, None)
     return sess
 
 

@@ -137,6 +137,24 @@ def test_distorted_inputs_are_standardised_24x24x3_batches(gray_data_dir):
     np.testing.assert_allclose(images.std(axis=(1, 2, 3)), 1.0, atol=1e-3)
 
 
+def test_each_tower_reads_its_own_batch_from_one_shared_iterator(
+    gray_data_dir,
+):
+    data_dir, _ = gray_data_dir
+    with tf.Graph().as_default():
+        get_next = cifar10_input.distorted_batches(str(data_dir), 5)
+        (first, first_labels), (second, second_labels) = get_next(), get_next()
+        with tf.compat.v1.Session() as sess:
+            values = sess.run([first, second])
+    # Two reads of one iterator, as the towers of a trainer make them.
+    assert first.op is not second.op
+    assert first.op.inputs[0] is second.op.inputs[0]
+    assert first_labels.shape.as_list() == second_labels.shape.as_list() == [5]
+    # In one step the reads took different batches (random crops of random
+    # grey images never coincide).
+    assert not np.array_equal(values[0], values[1])
+
+
 def _views(image):
     """Every standardised crop of image: {(row, column, flipped): view}."""
     views = {}
