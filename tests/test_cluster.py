@@ -159,7 +159,10 @@ def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
     global_step = max(g for _, g in steps)
     assert ASYNC_MAX_STEPS <= global_step <= ASYNC_MAX_STEPS + 2
     assert sum(local for local, _ in steps) == global_step
-    assert checkpoint_steps(cluster.train_dir(0))[-1] == global_step
+    # The chief saves when it stops, at max_steps or past it; a step the
+    # other worker applies after that save is in no checkpoint (async TF1).
+    last_saved = checkpoint_steps(cluster.train_dir(0))[-1]
+    assert ASYNC_MAX_STEPS <= last_saved <= global_step
     assert not cluster.train_dir(1).exists()
     assert "ps task 0: all 2 workers done." in cluster.log("ps0")
 
