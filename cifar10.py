@@ -17,7 +17,7 @@ multi-GPU trainer share one copy.
 import tensorflow as tf
 
 import cifar10_input
-import towers
+from multigpu import placement, summaries, towers
 
 IMAGE_SIZE = cifar10_input.IMAGE_SIZE
 NUM_CLASSES = cifar10_input.NUM_CLASSES
@@ -46,11 +46,13 @@ LOCAL_STDDEV = 0.04
 LOCAL_WEIGHT_DECAY = 0.004
 
 
-def _variable_on_cpu(name, shape, initializer, device=towers.VARIABLE_DEVICE):
+def _variable_on_cpu(
+    name, shape, initializer, device=placement.VARIABLE_DEVICE
+):
     """Creates (or, in a reusing scope, gets) a float32 variable on the CPU.
 
     The one place that decides where variables live: on `device`, which is
-    the CPU unless a trainer passes another (`towers.variable_device`, e.g.
+    the CPU unless a trainer passes another (`placement.variable_device`, e.g.
     its first tower's GPU).
     """
     with tf.device(device):
@@ -60,7 +62,7 @@ def _variable_on_cpu(name, shape, initializer, device=towers.VARIABLE_DEVICE):
 
 
 def _variable_with_weight_decay(
-    name, shape, stddev, wd, device=towers.VARIABLE_DEVICE
+    name, shape, stddev, wd, device=placement.VARIABLE_DEVICE
 ):
     """Creates a truncated-normal variable and adds its weight decay.
 
@@ -92,8 +94,8 @@ def _activation_summary(x):
 
     Called in the layer's scope, so the tags read 'conv1/activations'.
     """
-    towers.histogram_summary("activations", x)
-    towers.scalar_summary("sparsity", tf.nn.zero_fraction(x))
+    summaries.histogram_summary("activations", x)
+    summaries.scalar_summary("sparsity", tf.nn.zero_fraction(x))
 
 
 def _conv_relu(images, in_depth, bias_init, compute_dtype, variable_device):
@@ -132,7 +134,7 @@ def _local(
     wd,
     bias_init,
     compute_dtype,
-    variable_device=towers.VARIABLE_DEVICE,
+    variable_device=placement.VARIABLE_DEVICE,
 ):
     """Fully connected layer: inputs [batch, n] -> [batch, units]."""
     dim = inputs.shape[1]
@@ -167,7 +169,7 @@ def _lrn(x, name):
 
 
 def inference(
-    images, compute_dtype=tf.float32, variable_device=towers.VARIABLE_DEVICE
+    images, compute_dtype=tf.float32, variable_device=placement.VARIABLE_DEVICE
 ):
     """Builds the CIFAR-10 network.
 
@@ -180,7 +182,7 @@ def inference(
       images: float32 [batch, 24, 24, 3], standardised.
       compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
       variable_device: str, where the variables live (see
-        `towers.variable_device`).
+        `placement.variable_device`).
 
     Returns:
       logits: float32 [batch, 10], unnormalised (softmax is in the loss).
@@ -291,8 +293,8 @@ def add_loss_summaries(total_loss, scope=None):
     ] + [("total_loss", total_loss)]
     averages_op = averages.apply([each for _, each in named_losses])
     for name, each in named_losses:
-        towers.scalar_summary(name + " (raw)", each)
-        towers.scalar_summary(name, averages.average(each))
+        summaries.scalar_summary(name + " (raw)", each)
+        summaries.scalar_summary(name, averages.average(each))
     return averages_op
 
 
@@ -314,7 +316,7 @@ def learning_rate(global_step, examples_per_step):
         LEARNING_RATE_DECAY_FACTOR,
         staircase=True,
     )
-    towers.scalar_summary("learning_rate", lr)
+    summaries.scalar_summary("learning_rate", lr)
     return lr
 
 
@@ -338,10 +340,10 @@ def apply_gradients(opt, grads_and_vars, global_step):
     """
     apply_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
     for var in tf.compat.v1.trainable_variables():
-        towers.histogram_summary(var.op.name, var)
+        summaries.histogram_summary(var.op.name, var)
     for grad, var in grads_and_vars:
         if grad is not None:
-            towers.histogram_summary(var.op.name + "/gradients", grad)
+            summaries.histogram_summary(var.op.name + "/gradients", grad)
     # The eval restores these shadow values instead of the raw variables.
     averages = tf.compat.v1.train.ExponentialMovingAverage(
         MOVING_AVERAGE_DECAY, global_step

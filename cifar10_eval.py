@@ -8,8 +8,8 @@ Run it beside a trainer, or once on its newest checkpoint:
 Each new checkpoint is scored once: its moving-average (shadow) variables are
 restored into the model, exactly --num_examples examples are classified, and
 `Precision @ 1` is written at the checkpoint's global step. Only checkpoints
-that read in full are scored (`towers.newest_valid_checkpoint`); one that the
-trainer deletes before it is restored is skipped with a warning.
+that read in full are scored (`checkpoints.newest_valid_checkpoint`); one
+that the trainer deletes before it is restored is skipped with a warning.
 --last_step ends the watch once the trainer's last checkpoint is scored.
 """
 
@@ -24,7 +24,7 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-import towers
+from multigpu import checkpoints, errors, placement
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -98,7 +98,7 @@ def eval_once(checkpoint, saver, summary_writer, top_1, init_op, summary_op):
       it was restored.
     """
     global_step = int(checkpoint.rsplit("-", 1)[1])
-    with tf.compat.v1.Session(config=towers.session_config()) as sess:
+    with tf.compat.v1.Session(config=placement.session_config()) as sess:
         try:
             saver.restore(sess, checkpoint)
         except (
@@ -184,11 +184,11 @@ def _newest_checkpoint(checkpoint_dir, run_once):
 
     Raises:
       ValueError: with run_once, there is no checkpoint.
-      towers.TrainingError: with run_once, no checkpoint reads.
+      errors.TrainingError: with run_once, no checkpoint reads.
     """
     try:
-        checkpoint = towers.newest_valid_checkpoint(checkpoint_dir)
-    except towers.TrainingError as e:
+        checkpoint = checkpoints.newest_valid_checkpoint(checkpoint_dir)
+    except errors.TrainingError as e:
         if run_once:
             raise
         # Maybe the trainer deleted them while they were read.
@@ -222,7 +222,7 @@ def main(argv):
 
 
 def run():
-    towers.run_script(main)
+    errors.run_script(main)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,15 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-import towers
+from multigpu import (
+    cluster,
+    common_flags,
+    errors,
+    placement,
+    summaries,
+    towers,
+    training,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -99,9 +107,9 @@ flags.DEFINE_boolean(
     False,
     "Delete --train_dir before training instead of resuming from it.",
 )
-towers.define_device_flags()
-towers.define_cluster_flags()
-flags.adopt_module_key_flags(towers)
+common_flags.define_device_flags()
+common_flags.define_cluster_flags()
+flags.adopt_module_key_flags(common_flags)
 
 
 def build_graph(
@@ -110,8 +118,8 @@ def build_graph(
     devices,
     compute_dtype,
     clip_norm=0.0,
-    task=towers.LOCAL_TASK,
-    variable_device=towers.VARIABLE_DEVICE,
+    task=cluster.LOCAL_TASK,
+    variable_device=placement.VARIABLE_DEVICE,
     xla=False,
     prefetch=False,
 ):
@@ -125,7 +133,7 @@ def build_graph(
       devices: list of the towers' device strings.
       compute_dtype: the dtype the layers compute in.
       clip_norm: float, 0 for no clipping.
-      task: the `towers.ClusterTask` of this process.
+      task: the `cluster.ClusterTask` of this process.
       variable_device: str, where the variables live and the gradients are
         averaged.
       xla: bool, compile each tower with XLA.
@@ -140,7 +148,7 @@ def build_graph(
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples_per_step = batch_size * len(devices) * task.replicas_per_step
     lr = cifar10.learning_rate(global_step, examples_per_step)
-    opt = towers.sync_optimizer(cifar10.optimizer(lr), task)
+    opt = cluster.sync_optimizer(cifar10.optimizer(lr), task)
     put_ops = []
 
     def tower_loss(scope):
@@ -150,7 +158,7 @@ def build_graph(
             # The step computes on the batch staged by the step before.
             (images, labels), put_op = towers.stage_on_device([images, labels])
             put_ops.append(put_op)
-        towers.image_summary("images", images)
+        summaries.image_summary("images", images)
         logits = cifar10.inference(images, compute_dtype, variable_device)
         cifar10.loss(logits, labels)
         return towers.tower_total_loss(scope)
@@ -170,8 +178,8 @@ def build_graph(
         *put_ops,
     )
     loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    summary_op = towers.last_tower_summaries(last_scope)
-    hooks = towers.sync_hooks(opt, task)
+    summary_op = summaries.last_tower_summaries(last_scope)
+    hooks = cluster.sync_hooks(opt, task)
     if put_ops:
         hooks.append(towers.WarmUpHook(put_ops))
     return loss, train_op, summary_op, hooks
@@ -179,23 +187,23 @@ def build_graph(
 
 def main(argv):
     del argv
-    task = towers.cluster_task_from_flags(FLAGS)
+    task = cluster.cluster_task_from_flags(FLAGS)
     if task.job_name == "ps":
-        return towers.run_ps(task, towers.session_config())
-    devices = towers.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
-    variable_device = towers.variable_device(
+        return cluster.run_ps(task, placement.session_config())
+    devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    variable_device = placement.variable_device(
         FLAGS.variable_device, devices, task
     )
-    config = towers.session_config(
+    config = placement.session_config(
         devices, FLAGS.log_device_placement, FLAGS.operation_timeout_secs
     )
-    print(towers.describe_devices(devices))
+    print(placement.describe_devices(devices))
     cifar10_input.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
     with (
         tf.Graph().as_default(),
-        tf.compat.v1.device(towers.device_setter(task)),
+        tf.compat.v1.device(cluster.device_setter(task)),
     ):
         # One input pipeline on the CPU; each tower takes its own batches.
         with tf.device("/cpu:0"):
@@ -206,14 +214,14 @@ def main(argv):
             get_next,
             FLAGS.batch_size,
             devices,
-            towers.compute_dtype(FLAGS.use_fp16, devices),
+            placement.compute_dtype(FLAGS.use_fp16, devices),
             FLAGS.clip_gradients,
             task,
             variable_device,
             FLAGS.xla,
             FLAGS.prefetch_to_device,
         )
-        towers.run_training(
+        training.run_training(
             train_op,
             loss,
             FLAGS.train_dir,
@@ -230,7 +238,7 @@ def main(argv):
 
 
 def run():
-    towers.run_script(main)
+    errors.run_script(main)
 
 
 if __name__ == "__main__":

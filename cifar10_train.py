@@ -16,7 +16,7 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-import towers
+from multigpu import errors, placement, summaries, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -83,7 +83,7 @@ def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
     # The input pipeline stays on the CPU, so the device only computes.
     with tf.device("/cpu:0"):
         images, labels = cifar10_input.distorted_inputs(data_dir, batch_size)
-    towers.image_summary("images", images)
+    summaries.image_summary("images", images)
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
     return loss, cifar10.train(loss, global_step, batch_size, clip_norm)
@@ -97,15 +97,15 @@ def main(argv):
     devices = (
         ["/gpu:0"] if tf.config.list_physical_devices("GPU") else ["/cpu:0"]
     )
-    print(towers.describe_devices(devices))
+    print(placement.describe_devices(devices))
     with tf.Graph().as_default():
         loss, train_op = build_graph(
             FLAGS.data_dir,
             FLAGS.batch_size,
-            towers.compute_dtype(FLAGS.use_fp16, devices),
+            placement.compute_dtype(FLAGS.use_fp16, devices),
             FLAGS.clip_gradients,
         )
-        towers.run_training(
+        training.run_training(
             train_op,
             loss,
             FLAGS.train_dir,
@@ -113,7 +113,7 @@ def main(argv):
             log_frequency=FLAGS.log_frequency,
             max_steps=FLAGS.max_steps,
             save_checkpoint_steps=FLAGS.save_checkpoint_steps,
-            config=towers.session_config(
+            config=placement.session_config(
                 log_device_placement=FLAGS.log_device_placement
             ),
             clear_train_dir=FLAGS.clear_train_dir,
@@ -121,7 +121,7 @@ def main(argv):
 
 
 def run():
-    towers.run_script(main)
+    errors.run_script(main)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import cifar10
 import mnist_input
-import towers
+from multigpu import cluster, placement, summaries, towers
 
 HEIGHT, WIDTH, DEPTH = mnist_input.HEIGHT, mnist_input.WIDTH, mnist_input.DEPTH
 NUM_CLASSES = mnist_input.NUM_CLASSES
@@ -129,7 +129,7 @@ def optimizer(learning_rate):
     )
 
 
-def train(next_batch, devices, learning_rate, task=towers.LOCAL_TASK):
+def train(next_batch, devices, learning_rate, task=cluster.LOCAL_TASK):
     """Builds one training step of the towers on `devices`.
 
     Each tower takes its own batch, so a step trains on as many batches as
@@ -141,7 +141,7 @@ def train(next_batch, devices, learning_rate, task=towers.LOCAL_TASK):
         next batch of a shared input; called once per tower, on the CPU.
       devices: list of the towers' device strings.
       learning_rate: float.
-      task: the `towers.ClusterTask` of this process (sync mode wraps the
+      task: the `cluster.ClusterTask` of this process (sync mode wraps the
         optimizer).
 
     Returns:
@@ -151,7 +151,7 @@ def train(next_batch, devices, learning_rate, task=towers.LOCAL_TASK):
       hooks: the session hooks the optimizer needs.
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    opt = towers.sync_optimizer(optimizer(learning_rate), task)
+    opt = cluster.sync_optimizer(optimizer(learning_rate), task)
 
     def tower_loss(scope):
         # The input stays on the CPU; the tower's device only computes.
@@ -160,8 +160,8 @@ def train(next_batch, devices, learning_rate, task=towers.LOCAL_TASK):
         loss(inference(images), labels)
         total_loss = towers.tower_total_loss(scope)
         for each in tf.compat.v1.get_collection("losses", scope):
-            towers.scalar_summary(each.op.name[len(scope) :], each)
-        towers.scalar_summary("total_loss", total_loss)
+            summaries.scalar_summary(each.op.name[len(scope) :], each)
+        summaries.scalar_summary("total_loss", total_loss)
         return total_loss
 
     tower_losses, tower_grads, last_scope = towers.build_towers(
@@ -171,8 +171,8 @@ def train(next_batch, devices, learning_rate, task=towers.LOCAL_TASK):
     grads = towers.average_gradients(tower_grads)
     train_op = opt.apply_gradients(grads, global_step=global_step)
     mean_loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    summary_op = towers.last_tower_summaries(last_scope)
-    return mean_loss, train_op, summary_op, towers.sync_hooks(opt, task)
+    summary_op = summaries.last_tower_summaries(last_scope)
+    return mean_loss, train_op, summary_op, cluster.sync_hooks(opt, task)
 
 
 def evaluation(logits, labels):
@@ -220,7 +220,7 @@ def evaluate(checkpoint_dir, data_dir, batch_size):
         hits = evaluation(inference(images), labels)
         global_step = tf.compat.v1.train.get_or_create_global_step()
         saver = tf.compat.v1.train.Saver()
-        with tf.compat.v1.Session(config=towers.session_config()) as sess:
+        with tf.compat.v1.Session(config=placement.session_config()) as sess:
             saver.restore(sess, checkpoint)
             total_hits, num_examples = 0, 0
             with mnist_input.reading(filename):

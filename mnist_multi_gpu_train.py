@@ -32,7 +32,7 @@ from absl import flags
 
 import mnist_input
 import mnist_model
-import towers
+from multigpu import cluster, common_flags, errors, placement, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -105,8 +105,8 @@ flags.DEFINE_boolean(
     "resumed run trains --num_epochs more epochs).",
 )
 
-towers.define_cluster_flags()
-flags.adopt_module_key_flags(towers)
+common_flags.define_cluster_flags()
+flags.adopt_module_key_flags(common_flags)
 
 # Steps between the loss summaries that --tb_logging writes.
 SUMMARY_STEPS = 100
@@ -143,20 +143,20 @@ def report_accuracy(train_dir, data_dir, batch_size):
 
 def main(argv):
     del argv
-    task = towers.cluster_task_from_flags(FLAGS)
+    task = cluster.cluster_task_from_flags(FLAGS)
     if task.job_name == "ps":
-        return towers.run_ps(task, towers.session_config())
+        return cluster.run_ps(task, placement.session_config())
     if FLAGS.fake_data:
         mnist_input.write_fake_data(FLAGS.data_dir)
     if FLAGS.eval_only:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
         return
-    devices = towers.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
-    print(towers.describe_devices(devices))
+    devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    print(placement.describe_devices(devices))
     train_file = mnist_input.data_file(FLAGS.data_dir, "train")
     with (
         tf.Graph().as_default(),
-        tf.compat.v1.device(towers.device_setter(task)),
+        tf.compat.v1.device(cluster.device_setter(task)),
     ):
         loss, train_op, summary_op, hooks = build_graph(
             FLAGS.data_dir,
@@ -168,7 +168,7 @@ def main(argv):
         )
         # A corrupt record stops the run with an error naming the file.
         with mnist_input.reading(train_file):
-            steps = towers.run_training(
+            steps = training.run_training(
                 train_op,
                 loss,
                 FLAGS.train_dir,
@@ -178,7 +178,7 @@ def main(argv):
                     SUMMARY_STEPS if FLAGS.tb_logging else None
                 ),
                 summary_op=summary_op,
-                config=towers.session_config(
+                config=placement.session_config(
                     devices,
                     FLAGS.log_device_placement,
                     FLAGS.operation_timeout_secs,
@@ -193,7 +193,7 @@ def main(argv):
 
 
 def run():
-    towers.run_script(main)
+    errors.run_script(main)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ import tensorflow as tf
 
 import cifar10
 import cifar10_input
-import towers
 from benchmarks import common
+from multigpu import placement
 
 NAME = "eval"
 
@@ -33,7 +33,7 @@ def eval_variant(data_dir, batch_size, num_examples):
         logits = cifar10.inference(images)
         top_1 = tf.nn.in_top_k(predictions=logits, targets=labels, k=1)
         init_op = tf.compat.v1.global_variables_initializer()
-    sess = tf.compat.v1.Session(graph=graph, config=towers.session_config())
+    sess = tf.compat.v1.Session(graph=graph, config=placement.session_config())
     sess.run(init_op)
 
     def one_pass():

@@ -4,7 +4,7 @@ Run it from the repository root:
   python -m benchmarks.bench_fp16 [--steps=3] [--rounds=2]
 
 The one-device graph of cifar10_train.py, fed one random batch held in the
-graph, with the layers computing in towers.compute_dtype(True, ['/cpu:0'])
+graph, with the layers computing in placement.compute_dtype(True, ['/cpu:0'])
 (bfloat16; variables and LRN stay float32) vs float32. Goal: >= 1.6x. A CPU
 without bfloat16 instructions (AVX512_BF16, AMX) converts instead of
 computing faster; the result says which instructions this CPU has.
@@ -12,8 +12,8 @@ computing faster; the result says which instructions this CPU has.
 
 import tensorflow as tf
 
-import towers
 from benchmarks import common
+from multigpu import placement
 
 NAME = "fp16"
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "avx512f", "avx_vnni")
@@ -32,7 +32,7 @@ def cpu_flags():
 def main():
     """Measures float32 and the reduced dtype interleaved."""
     args = common.parse_args(NAME, __doc__, steps=3, rounds=2)
-    reduced = towers.compute_dtype(True, ["/cpu:0"])
+    reduced = placement.compute_dtype(True, ["/cpu:0"])
     variants = {
         dtype.name: common.train_variant(
             common.one_device_graph(

@@ -7,7 +7,7 @@ The same one-device graph of cifar10_train.py (through the real input
 pipeline), trained for --steps steps from scratch in two ways, interleaved:
 - bare: a plain Session, the variables initialised, then
   `sess.run(train_op)` in a loop;
-- run_training: `towers.run_training` with a temporary train_dir and the
+- run_training: `training.run_training` with a temporary train_dir and the
   trainer's defaults (log every 10 steps, summaries every 100 steps,
   checkpoints every 1,000 steps and at the end, NaN check every step).
 Two rates each: the steady state, steps 11 to --steps (for run_training
@@ -23,8 +23,8 @@ import re
 import shutil
 import tempfile
 
-import towers
 from benchmarks import common
+from multigpu import placement, training
 
 NAME = "hooks"
 LOG_FREQUENCY = 10  # cifar10_train.py's default --log_frequency.
@@ -81,7 +81,7 @@ class StepLineClock(io.StringIO):
 
 
 def run_training_variant(steps, batch_size):
-    """Returns a variant: `towers.run_training` for `steps` steps.
+    """Returns a variant: `training.run_training` for `steps` steps.
 
     The sample is the steady state, timed by `StepLineClock`, with the
     whole call's measures prefixed 'whole_'.
@@ -94,14 +94,14 @@ def run_training_variant(steps, batch_size):
         whole = common.Stopwatch()
         whole.start()
         with model.graph.as_default(), contextlib.redirect_stdout(clock):
-            towers.run_training(
+            training.run_training(
                 model.train_op,
                 model.loss,
                 train_dir,
                 examples_per_step=batch_size,
                 log_frequency=LOG_FREQUENCY,
                 max_steps=steps,
-                config=towers.session_config(),
+                config=placement.session_config(),
             )
         result = dict(clock.result, **whole_run(whole.stop(steps * batch_size)))
         shutil.rmtree(train_dir)

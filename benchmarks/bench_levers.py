@@ -26,8 +26,8 @@ import sys
 
 import tensorflow as tf
 
-import towers
 from benchmarks import common
+from multigpu import placement
 
 NAME = "levers"
 # name -> (environment variables, ConfigProto fields)
@@ -46,7 +46,7 @@ REPEATS = 3  # Timed segments per child, after the warm-up.
 def child(name, steps):
     """Measures one lever in this process; prints its samples as JSON."""
     model = common.one_device_graph(common.real_input, common.BATCH_SIZE)
-    config = towers.session_config()
+    config = placement.session_config()
     for field, value in LEVERS[name][1].items():
         if field == "xla":
             config.graph_options.optimizer_options.global_jit_level = (

@@ -5,7 +5,7 @@ Run it from the repository root:
 
 The graph of cifar10_multi_gpu_train.py (towers.build_towers,
 average_gradients, cifar10.apply_gradients) on virtual CPU devices
-(towers.session_config), fed one random batch held in the graph so that
+(placement.session_config), fed one random batch held in the graph so that
 only the towers are compared: 1 x 128, 2 x 64 and 4 x 32 examples. On one
 machine the towers share the same 2 cores, so more towers cannot be faster;
 the ratio to 1 tower is what splitting the batch and averaging the

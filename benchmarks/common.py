@@ -35,7 +35,7 @@ import tensorflow as tf
 import cifar10
 import cifar10_input
 import cifar10_multi_gpu_train
-import towers
+from multigpu import placement, summaries
 
 # The repository root: the scripts run there (`python -m benchmarks.X`).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -328,7 +328,7 @@ def one_device_graph(make_input, batch_size, compute_dtype=tf.float32):
         global_step = tf.compat.v1.train.get_or_create_global_step()
         with tf.device("/cpu:0"):
             images, labels = make_input(batch_size)()
-        towers.image_summary("images", images)
+        summaries.image_summary("images", images)
         logits = cifar10.inference(images, compute_dtype)
         loss = cifar10.loss(logits, labels)
         train_op = cifar10.train(loss, global_step, batch_size)
@@ -362,7 +362,7 @@ def tower_graph(
     Returns:
       A `TrainGraph` whose step trains num_towers * batch_size examples.
     """
-    devices = towers.tower_devices(num_towers, cpu_towers=True)
+    devices = placement.tower_devices(num_towers, cpu_towers=True)
     graph = tf.Graph()
     with graph.as_default():
         loss, train_op, summary_op, hooks = cifar10_multi_gpu_train.build_graph(
@@ -370,7 +370,7 @@ def tower_graph(
             batch_size,
             devices,
             compute_dtype,
-            variable_device=towers.variable_device(variable_device, devices),
+            variable_device=placement.variable_device(variable_device, devices),
             xla=xla,
             prefetch=prefetch,
         )
@@ -392,11 +392,12 @@ def start_session(model, config=None):
 
     Args:
       model: a `TrainGraph`.
-      config: a `ConfigProto`; default `towers.session_config` of the
+      config: a `ConfigProto`; default `placement.session_config` of the
         model's devices, as the trainers use.
     """
     sess = tf.compat.v1.Session(
-        graph=model.graph, config=config or towers.session_config(model.devices)
+        graph=model.graph,
+        config=config or placement.session_config(model.devices),
     )
     sess.run(model.init_op)
     for hook in model.hooks:

@@ -15,7 +15,7 @@ from conftest import (
 
 import cifar10
 import cifar10_input
-import towers
+from multigpu import errors, training
 
 MAX_STEPS = 200
 BATCH_SIZE = 32
@@ -258,8 +258,8 @@ def test_a_nan_loss_on_a_checkpoint_step_is_not_saved(tmp_path):
         loss = tf.sqrt(2.5 - tf.cast(global_step, tf.float32))
         with tf.control_dependencies([loss]):
             train_op = global_step.assign_add(1)
-        with pytest.raises(towers.TrainingError) as error:
-            towers.run_training(
+        with pytest.raises(errors.TrainingError) as error:
+            training.run_training(
                 train_op,
                 loss,
                 str(tmp_path),

@@ -21,7 +21,7 @@ from conftest import (
 )
 from test_towers import cifar10_step, cifar10_step_graph
 
-import towers
+from multigpu import cluster, placement, sessions, watchdog
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # Seconds a test waits for a task to end before it fails.
@@ -114,8 +114,8 @@ def make_cluster(tmp_path, cifar10_data_dir):
         return clusters[-1]
 
     yield make
-    for cluster in clusters:
-        cluster.stop_all()
+    for each in clusters:
+        each.stop_all()
 
 
 def _local_steps(log):
@@ -331,7 +331,7 @@ def test_bad_cluster_flags_are_errors_with_their_own_message(flags, message):
 
 
 def test_a_public_cluster_address_is_warned_about(capsys):
-    towers.cluster_task("8.8.8.8:2222", "127.0.0.1:2223", "worker", 0)
+    cluster.cluster_task("8.8.8.8:2222", "127.0.0.1:2223", "worker", 0)
     assert "WARNING: 8.8.8.8:2222 is not a loopback or private address." in (
         capsys.readouterr().err
     )
@@ -346,8 +346,8 @@ SYNC_TIMEOUT_SECS = 60
 _SERVE_TASK = """
 import sys
 import tensorflow as tf
-import towers
-task = towers.cluster_task(*sys.argv[1:4], int(sys.argv[4]))
+from multigpu import cluster
+task = cluster.cluster_task(*sys.argv[1:4], int(sys.argv[4]))
 tf.distribute.Server(task.cluster, task.job_name, task.task_index).join()
 """
 
@@ -367,10 +367,10 @@ def _start_servers(ps_hosts, worker_hosts):
         )
         for job, index in [("ps", 0), ("worker", 0), ("worker", 1)]
     ]
-    cluster = towers.cluster_task(ps_hosts, worker_hosts, "ps", 0).cluster
+    spec = cluster.cluster_task(ps_hosts, worker_hosts, "ps", 0).cluster
     deadline = time.time() + TASK_DEADLINE_SECS
-    while towers.unreachable_tasks(cluster).startswith("unreachable"):
-        assert time.time() < deadline, towers.unreachable_tasks(cluster)
+    while watchdog.unreachable_tasks(spec).startswith("unreachable"):
+        assert time.time() < deadline, watchdog.unreachable_tasks(spec)
         assert all(s.poll() is None for s in servers), "a server ended"
         time.sleep(0.5)
     return servers
@@ -380,11 +380,11 @@ def _sync_worker_session(task, images, labels):
     """Builds a sync worker's graph and opens its session on its server.
 
     As the trainer's `run_training`: the chief initialises the variables on
-    the ps; the other worker waits for it. The hooks of `towers.sync_hooks`
+    the ps; the other worker waits for it. The hooks of `cluster.sync_hooks`
     run the sync init ops, the chief's token queue and its queue runner.
 
     Args:
-      task: the worker's `towers.ClusterTask`, sync_replicas True.
+      task: the worker's `cluster.ClusterTask`, sync_replicas True.
       images: float32 [batch, 24, 24, 3], this worker's batch.
       labels: int32 [batch].
 
@@ -395,7 +395,7 @@ def _sync_worker_session(task, images, labels):
     """
     with (
         tf.Graph().as_default(),
-        tf.compat.v1.device(towers.device_setter(task)),
+        tf.compat.v1.device(cluster.device_setter(task)),
     ):
         _, train_op, hooks = cifar10_step_graph(images, labels, task=task)
         variables = {
@@ -406,8 +406,8 @@ def _sync_worker_session(task, images, labels):
         scaffold = tf.compat.v1.train.Scaffold()
         address = task.cluster.task_address("worker", task.task_index)
         target = "grpc://" + address
-        config = towers.task_config(
-            towers.session_config(operation_timeout_secs=SYNC_TIMEOUT_SECS),
+        config = cluster.task_config(
+            placement.session_config(operation_timeout_secs=SYNC_TIMEOUT_SECS),
             task,
         )
         if task.is_chief:
@@ -415,7 +415,7 @@ def _sync_worker_session(task, images, labels):
                 scaffold, target, config
             )
         else:
-            creator = towers.PromptWorkerSessionCreator(
+            creator = sessions.PromptWorkerSessionCreator(
                 scaffold, target, config
             )
         # The chief's queue runner waits for the gradients of a second step
@@ -442,7 +442,7 @@ def _two_sync_workers_step(images, labels):
         for index, worker_images, worker_labels in zip(
             range(2), np.split(images, 2), np.split(labels, 2)
         ):
-            task = towers.cluster_task(
+            task = cluster.cluster_task(
                 ps_hosts, worker_hosts, "worker", index, sync_replicas=True
             )
             workers.append(

@@ -27,7 +27,7 @@ from conftest import (
 )
 from tensorboard.backend.event_processing import event_file_loader
 
-import towers
+from multigpu import checkpoints, errors
 
 # The trainers, as (script, flags): one device, and two towers on the CPU.
 SINGLE = ("cifar10_train.py",)
@@ -225,7 +225,9 @@ def test_twenty_kills_during_saves_leave_the_named_checkpoint_whole(
         for folder in folders:
             checkpoint = tf.train.latest_checkpoint(str(folder))
             # TensorFlow's own choice reads in full: no fallback needed.
-            assert towers.newest_valid_checkpoint(str(folder)) == checkpoint
+            assert (
+                checkpoints.newest_valid_checkpoint(str(folder)) == checkpoint
+            )
             # Each run resumed from the one before, none from step 0.
             assert _newest_step(folder) > newest[folder]
             newest[folder] = _newest_step(folder)
@@ -257,7 +259,7 @@ def test_a_truncated_newest_checkpoint_gives_way_to_the_one_before(
 ):
     newest = str(three_checkpoints / "model.ckpt-30")
     _truncate(newest)
-    found = towers.newest_valid_checkpoint(str(three_checkpoints))
+    found = checkpoints.newest_valid_checkpoint(str(three_checkpoints))
     assert found == str(three_checkpoints / "model.ckpt-20")
     assert capsys.readouterr().err == (
         "WARNING: skipping checkpoint %s, it does not read (IndexError: Read "
@@ -271,7 +273,7 @@ def test_a_deleted_newest_checkpoint_still_named_gives_way_to_the_one_before(
     newest = str(three_checkpoints / "model.ckpt-30")
     for path in glob.glob(newest + ".*"):
         os.remove(path)
-    found = towers.newest_valid_checkpoint(str(three_checkpoints))
+    found = checkpoints.newest_valid_checkpoint(str(three_checkpoints))
     assert found == str(three_checkpoints / "model.ckpt-20")
     assert capsys.readouterr().err == (
         "WARNING: skipping checkpoint %s, it does not read (NotFoundError: "
@@ -289,7 +291,7 @@ def test_a_garbage_state_file_gives_way_to_the_newest_checkpoint(
     three_checkpoints, capsys, state
 ):
     (three_checkpoints / "checkpoint").write_bytes(state)
-    found = towers.newest_valid_checkpoint(str(three_checkpoints))
+    found = checkpoints.newest_valid_checkpoint(str(three_checkpoints))
     assert found == str(three_checkpoints / "model.ckpt-30")
     assert capsys.readouterr().err == (
         "WARNING: %s names no checkpoint; looking for the newest one\n"
@@ -302,8 +304,8 @@ def test_checkpoints_of_which_none_reads_are_an_error_not_a_fresh_start(
 ):
     for step in (10, 20, 30):
         _truncate(str(three_checkpoints / ("model.ckpt-%d" % step)))
-    with pytest.raises(towers.TrainingError) as error:
-        towers.newest_valid_checkpoint(str(three_checkpoints))
+    with pytest.raises(errors.TrainingError) as error:
+        checkpoints.newest_valid_checkpoint(str(three_checkpoints))
     assert str(error.value) == (
         "none of the 3 checkpoint(s) in %s reads (the newest is %s); move "
         "them away to train from step 0"
@@ -312,8 +314,8 @@ def test_checkpoints_of_which_none_reads_are_an_error_not_a_fresh_start(
 
 
 def test_a_folder_without_checkpoints_is_a_fresh_start(tmp_path, capsys):
-    assert towers.newest_valid_checkpoint(str(tmp_path)) is None
-    assert towers.newest_valid_checkpoint(str(tmp_path / "new")) is None
+    assert checkpoints.newest_valid_checkpoint(str(tmp_path)) is None
+    assert checkpoints.newest_valid_checkpoint(str(tmp_path / "new")) is None
     assert capsys.readouterr().err == ""
 
 
@@ -407,7 +409,7 @@ def test_a_full_disk_stops_training_with_a_message_and_resume_works_later(
     )
     assert newest >= 50
     checkpoint = tf.train.latest_checkpoint(str(train_dir))
-    assert towers.newest_valid_checkpoint(str(train_dir)) == checkpoint
+    assert checkpoints.newest_valid_checkpoint(str(train_dir)) == checkpoint
     # The partial files of the failed save are gone.
     assert glob.glob(str(train_dir / "*_temp")) == []
 

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import mnist_model
-import towers
+from multigpu import placement
 
 LEARNING_RATE = 0.02
 PER_TOWER_BATCH = 4
@@ -133,7 +133,7 @@ def one_training_step(images, labels, num_towers, initial_values):
         )
         variables = tf.compat.v1.trainable_variables()
         with tf.compat.v1.Session(
-            config=towers.session_config(devices)
+            config=placement.session_config(devices)
         ) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             if initial_values is not None:

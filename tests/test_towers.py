@@ -10,7 +10,7 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-import towers
+from multigpu import cluster, placement, summaries, towers
 
 PER_TOWER_BATCH = 8
 
@@ -19,9 +19,9 @@ def cifar10_step_graph(
     images,
     labels,
     num_towers=1,
-    task=towers.LOCAL_TASK,
+    task=cluster.LOCAL_TASK,
     devices=None,
-    variable_device=towers.VARIABLE_DEVICE,
+    variable_device=placement.VARIABLE_DEVICE,
     xla=False,
     compute_dtype=tf.float32,
 ):
@@ -30,21 +30,21 @@ def cifar10_step_graph(
     The trainer's own `build_graph`, fed a fixed batch split evenly: tower
     i (on virtual CPU device /cpu:i unless `devices` says otherwise) gets
     the i-th slice. Call it inside the task's device function
-    (`towers.device_setter`).
+    (`cluster.device_setter`).
 
     Args:
       images: float32 [n, 24, 24, 3], n divisible by num_towers.
       labels: int32 [n].
       num_towers: int, the towers of this graph.
-      task: a `towers.ClusterTask`; a sync worker's optimizer is wrapped by
-        `towers.sync_optimizer`.
+      task: a `cluster.ClusterTask`; a sync worker's optimizer is wrapped by
+        `cluster.sync_optimizer`.
       devices: the towers' devices instead of /cpu:0 ... /cpu:N-1.
       variable_device, xla, compute_dtype: as the trainer passes them.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
       train_op: the op of one step.
-      hooks: the session hooks of `towers.sync_hooks` ([] unless sync).
+      hooks: the session hooks of `cluster.sync_hooks` ([] unless sync).
     """
     devices = devices or ["/cpu:%d" % i for i in range(num_towers)]
     batches = iter(
@@ -93,7 +93,7 @@ def cifar10_step(num_towers, images, labels, initial_values, **options):
         )
         variables = tf.compat.v1.trainable_variables()
         # One CPU device per tower, and /cpu:0 for the variables.
-        config = towers.session_config(["/cpu:0"] + list(devices))
+        config = placement.session_config(["/cpu:0"] + list(devices))
         with tf.compat.v1.Session(config=config) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             if initial_values is not None:
@@ -159,7 +159,7 @@ def test_n_towers_take_the_same_step_as_one_tower_with_n_times_the_batch(
 
 def _two_tower_graph(
     devices=("/cpu:0", "/cpu:1"),
-    variable_device=towers.VARIABLE_DEVICE,
+    variable_device=placement.VARIABLE_DEVICE,
     compute_dtype=tf.float32,
 ):
     graph = tf.Graph()
@@ -233,7 +233,7 @@ def test_average_gradients_is_the_mean_and_keeps_variables_without_one():
 
 def test_asking_for_more_gpus_than_visible_names_both_numbers():
     with pytest.raises(ValueError) as error:
-        towers.tower_devices(3, cpu_towers=False)
+        placement.tower_devices(3, cpu_towers=False)
     assert str(error.value) == (
         "--num_gpus=3 but 0 GPU(s) are visible; pass --cpu_towers to run "
         "the towers on virtual CPU devices"
@@ -241,9 +241,9 @@ def test_asking_for_more_gpus_than_visible_names_both_numbers():
 
 
 def test_cpu_towers_get_one_virtual_cpu_device_each():
-    devices = towers.tower_devices(3, cpu_towers=True)
+    devices = placement.tower_devices(3, cpu_towers=True)
     assert devices == ["/cpu:0", "/cpu:1", "/cpu:2"]
-    config = towers.session_config(devices)
+    config = placement.session_config(devices)
     assert config.device_count["CPU"] == 3
     assert config.allow_soft_placement
     with tf.Graph().as_default():
@@ -256,7 +256,7 @@ def test_summary_tags_leave_out_the_tower_scope():
     graph = tf.Graph()
     with graph.as_default(), tf.name_scope("tower_3"):
         with tf.name_scope("conv1"):
-            summary = towers.scalar_summary("sparsity", tf.constant(0.5))
+            summary = summaries.scalar_summary("sparsity", tf.constant(0.5))
         with tf.compat.v1.Session() as sess:
             value = tf.compat.v1.Summary.FromString(sess.run(summary)).value
     assert summary.op.name == "tower_3/conv1/sparsity"
@@ -282,8 +282,8 @@ def _random_batch(seed, size):
 
 
 def test_fp16_keeps_every_variable_float32_while_the_towers_compute_bfloat16():
-    devices = towers.tower_devices(2, cpu_towers=True)
-    compute_dtype = towers.compute_dtype(True, devices)
+    devices = placement.tower_devices(2, cpu_towers=True)
+    compute_dtype = placement.compute_dtype(True, devices)
     graph = _two_tower_graph(devices, compute_dtype=compute_dtype)
     variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
     assert compute_dtype == tf.bfloat16
@@ -348,7 +348,7 @@ def test_variables_on_the_first_tower_take_the_same_step_as_on_the_cpu(choice):
     # Towers on /cpu:1 and /cpu:2, so that the first tower's device is not
     # the CPU device /cpu:0 the variables live on by default.
     devices = ["/cpu:1", "/cpu:2"]
-    variable_device = towers.variable_device(choice, devices)
+    variable_device = placement.variable_device(choice, devices)
     assert variable_device == "/cpu:1"
     images, labels = _random_batch(1, 2 * PER_TOWER_BATCH)
     initial = _initial_values()
@@ -392,10 +392,10 @@ def test_variables_and_their_gradient_mean_live_on_the_variable_device():
 
 
 def test_variables_on_a_tower_are_an_error_in_cluster_mode():
-    task = towers.cluster_task("localhost:2222", "localhost:2223", "worker", 0)
-    assert towers.variable_device("cpu", ["/cpu:0"], task) == "/cpu:0"
+    task = cluster.cluster_task("localhost:2222", "localhost:2223", "worker", 0)
+    assert placement.variable_device("cpu", ["/cpu:0"], task) == "/cpu:0"
     with pytest.raises(ValueError) as error:
-        towers.variable_device("tower", ["/cpu:0"], task)
+        placement.variable_device("tower", ["/cpu:0"], task)
     assert str(error.value) == (
         "--variable_device=tower does not apply in cluster mode: the "
         "variables live on the ps tasks"
@@ -426,7 +426,7 @@ def _batches_per_step(prefetch, steps_per_session):
         for steps in steps_per_session:
             with tf.compat.v1.train.MonitoredSession(
                 session_creator=tf.compat.v1.train.ChiefSessionCreator(
-                    config=towers.session_config(["/cpu:0", "/cpu:1"])
+                    config=placement.session_config(["/cpu:0", "/cpu:1"])
                 ),
                 hooks=hooks,
             ) as sess:

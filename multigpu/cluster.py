@@ -1,0 +1,272 @@
+"""Beyond one machine: between-graph replication on TensorFlow's gRPC runtime.
+
+Every task runs the same script; `ps` tasks hold the variables, `worker`
+tasks build the towers and train, worker 0 is the chief.
+"""
+
+import collections
+import copy
+import ipaddress
+import sys
+
+import tensorflow as tf
+
+
+class ClusterTask(
+    collections.namedtuple(
+        "ClusterTask",
+        "cluster job_name task_index sync_replicas replicas_to_aggregate",
+    )
+):
+    """This process's place in the cluster (cluster None: no cluster)."""
+
+    @property
+    def is_chief(self):
+        return self.job_name == "worker" and self.task_index == 0
+
+    @property
+    def replicas_per_step(self):
+        """Worker batches that make one global step."""
+        return self.replicas_to_aggregate if self.sync_replicas else 1
+
+    @property
+    def num_workers(self):
+        return self.cluster.num_tasks("worker") if self.cluster else 1
+
+
+LOCAL_TASK = ClusterTask(None, "worker", 0, False, 1)
+
+
+def _parse_hosts(flag, hosts):
+    """Splits 'h1:p1,h2:p2' and checks each HOST:PORT."""
+    parsed = [h.strip() for h in hosts.split(",") if h.strip()]
+    for host in parsed:
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                "--%s: %r has no port; expected HOST:PORT, e.g. "
+                "localhost:2222" % (flag, host)
+            )
+    if not parsed:
+        raise ValueError("--%s is empty; expected HOST:PORT,..." % flag)
+    return parsed
+
+
+def cluster_task(
+    ps_hosts,
+    worker_hosts,
+    job_name,
+    task_index,
+    sync_replicas=False,
+    replicas_to_aggregate=0,
+):
+    """Validates the cluster flags.
+
+    Args:
+      ps_hosts, worker_hosts: str, comma-separated HOST:PORT lists; both
+        empty means no cluster.
+      job_name: 'ps' or 'worker'.
+      task_index: int, this task's index in its job.
+      sync_replicas: bool, aggregate the workers' gradients every step.
+      replicas_to_aggregate: int, gradients per step in sync mode; 0 for
+        one from every worker.
+
+    Returns:
+      A `ClusterTask`; `LOCAL_TASK` when no hosts are given.
+
+    Raises:
+      ValueError: a bad job name, host list or task index.
+    """
+    if not ps_hosts and not worker_hosts:
+        return LOCAL_TASK
+    cluster = tf.train.ClusterSpec(
+        {
+            "ps": _parse_hosts("ps_hosts", ps_hosts),
+            "worker": _parse_hosts("worker_hosts", worker_hosts),
+        }
+    )
+    if job_name not in ("ps", "worker"):
+        raise ValueError(
+            "--job_name must be 'ps' or 'worker', got %r" % job_name
+        )
+    num_tasks = cluster.num_tasks(job_name)
+    if not 0 <= task_index < num_tasks:
+        raise ValueError(
+            "--task_index=%d is out of range: --%s_hosts lists %d task(s), "
+            "so 0..%d" % (task_index, job_name, num_tasks, num_tasks - 1)
+        )
+    for address in cluster.job_tasks("ps") + cluster.job_tasks("worker"):
+        if not _is_private(address.rpartition(":")[0]):
+            print(
+                "WARNING: %s is not a loopback or private address. The "
+                "TensorFlow server has no authentication and runs any graph "
+                "sent to it: keep the cluster on a trusted network." % address,
+                file=sys.stderr,
+            )
+    num_workers = cluster.num_tasks("worker")
+    return ClusterTask(
+        cluster,
+        job_name,
+        task_index,
+        sync_replicas,
+        replicas_to_aggregate or num_workers,
+    )
+
+
+def cluster_task_from_flags(flag_values):
+    """The `cluster_task` of the flags of `common_flags.define_cluster_flags`.
+
+    Args:
+      flag_values: the parsed flags, the trainer's `FLAGS`, passed by its
+        `main`.
+
+    Returns:
+      A `ClusterTask`, as `cluster_task` returns it.
+    """
+    return cluster_task(
+        flag_values.ps_hosts,
+        flag_values.worker_hosts,
+        flag_values.job_name,
+        flag_values.task_index,
+        flag_values.sync_replicas,
+        flag_values.replicas_to_aggregate,
+    )
+
+
+def _is_private(host):
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
+def device_setter(task):
+    """The device function of a task's graph (None when not in a cluster).
+
+    Variables go to the ps tasks in turn; every other op to this worker,
+    keeping the tower device ('/gpu:1', '/cpu:1') given inside it.
+    """
+    if task.cluster is None:
+        return None
+    return tf.compat.v1.train.replica_device_setter(
+        worker_device="/job:worker/task:%d" % task.task_index,
+        cluster=task.cluster,
+    )
+
+
+def sync_optimizer(opt, task):
+    """Wraps opt so that each step averages the gradients of all workers.
+
+    Returns opt itself unless the task is a worker in sync mode.
+    """
+    if task.cluster is None or not task.sync_replicas:
+        return opt
+    return tf.compat.v1.train.SyncReplicasOptimizer(
+        opt,
+        replicas_to_aggregate=task.replicas_to_aggregate,
+        total_num_replicas=task.num_workers,
+    )
+
+
+def sync_hooks(opt, task):
+    """The session hooks a `SyncReplicasOptimizer` needs on every worker.
+
+    Call it after `opt.apply_gradients`. Returns [] for other optimizers.
+    """
+    if not isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer):
+        return []
+    return [
+        opt.make_session_run_hook(task.is_chief),
+        _ReleaseWorkersHook(opt.get_init_tokens_op(task.num_workers)),
+    ]
+
+
+class _ReleaseWorkersHook(tf.compat.v1.train.SessionRunHook):
+    """At its end, a worker puts one token per worker in the token queue.
+
+    A worker that took more than its share of tokens can reach the last
+    step while another still waits for a token that no step will make; the
+    tokens let that worker's step end, see the last step and stop.
+    """
+
+    def __init__(self, tokens_op):
+        self._tokens_op = tokens_op
+
+    def end(self, session):
+        session.run(self._tokens_op)
+
+
+def task_config(config, task):
+    """The session config of a task: it talks to the ps tasks and itself.
+
+    Without these device filters a worker's session would wait for every
+    other worker to be up, and fail when any of them goes away.
+    """
+    if task.cluster is None:
+        return config
+    config = copy.deepcopy(config)
+    config.device_filters.extend(
+        ["/job:ps", "/job:%s/task:%d" % (task.job_name, task.task_index)]
+    )
+    return config
+
+
+def start_server(task, config):
+    if task.cluster is None:
+        return None
+    return tf.distribute.Server(
+        task.cluster, task.job_name, task.task_index, config=config
+    )
+
+
+def done_signals(task):
+    """One queue per ps task into which each worker puts a token at its end.
+
+    Returns the enqueue ops of this worker (an empty list outside a cluster).
+    """
+    if task.cluster is None:
+        return []
+    ops = []
+    for i in range(task.cluster.num_tasks("ps")):
+        with tf.device("/job:ps/task:%d" % i):
+            queue = tf.queue.FIFOQueue(
+                task.num_workers,
+                tf.int32,
+                shapes=[[]],
+                shared_name="done_queue%d" % i,
+            )
+            if task.job_name == "worker":
+                ops.append(queue.enqueue(task.task_index))
+            else:
+                ops.append(queue.dequeue_many(task.num_workers))
+    return ops
+
+
+def report_done(server, done_ops, task, runs, config):
+    with tf.compat.v1.Session(server.target, config=config) as sess:
+        global_step = sess.run(tf.compat.v1.train.get_global_step())
+        sess.run(done_ops)
+    print(
+        "Worker task %d ran %d local steps; global step %d."
+        % (task.task_index, runs, global_step),
+        flush=True,
+    )
+
+
+def run_ps(task, config):
+    """Serves the variables of a ps task until every worker has finished."""
+    config = task_config(config, task)
+    # No operation timeout here: a ps waits as long as training lasts.
+    config.operation_timeout_in_ms = 0
+    server = start_server(task, config)
+    print("ps task %d serving at %s" % (task.task_index, server.target))
+    with tf.Graph().as_default():
+        dequeue = done_signals(task)[task.task_index]
+        with tf.compat.v1.Session(server.target, config=config) as sess:
+            sess.run(dequeue)
+    print(
+        "ps task %d: all %d workers done." % (task.task_index, task.num_workers)
+    )

@@ -1,0 +1,80 @@
+"""Flags that several trainers share, defined once."""
+
+from absl import flags
+
+from multigpu import placement, towers
+
+
+def define_cluster_flags():
+    """Defines the cluster-mode flags of a trainer; call it at its top.
+
+    The flags are written once here for both multi-GPU trainers: the
+    trainer's `main` passes them to `cluster.cluster_task_from_flags`.
+    """
+    flags.DEFINE_string(
+        "ps_hosts",
+        "",
+        "Cluster mode: comma-separated HOST:PORT of the ps tasks.",
+    )
+    flags.DEFINE_string(
+        "worker_hosts",
+        "",
+        "Cluster mode: comma-separated HOST:PORT of the worker tasks; worker "
+        "0 is the chief (initialises, checkpoints, writes summaries).",
+    )
+    flags.DEFINE_string("job_name", "", "Cluster mode: 'ps' or 'worker'.")
+    flags.DEFINE_integer("task_index", 0, "Cluster mode: index within the job.")
+    flags.DEFINE_boolean(
+        "sync_replicas",
+        False,
+        "Cluster mode: every step averages the gradients of the workers "
+        "(SyncReplicasOptimizer) instead of each worker updating on its own.",
+    )
+    flags.DEFINE_integer(
+        "replicas_to_aggregate",
+        0,
+        "Cluster mode with --sync_replicas: gradients per step; 0 = one per "
+        "worker.",
+        lower_bound=0,
+    )
+    flags.DEFINE_integer(
+        "operation_timeout_secs",
+        120,
+        "Cluster mode: an operation waiting longer than this (e.g. on a dead "
+        "peer) ends the run with an error; 0 waits forever.",
+        lower_bound=0,
+    )
+
+
+def define_device_flags():
+    """Defines a multi-tower trainer's device and speed flags.
+
+    --variable_device, --xla and --prefetch_to_device, written once for the
+    multi-GPU trainers: the trainer's `main` reads them and passes them to
+    `placement.variable_device`, `towers.build_towers` and
+    `towers.stage_on_device`.
+    """
+    flags.DEFINE_enum(
+        "variable_device",
+        "cpu",
+        list(placement.VARIABLE_DEVICE_CHOICES),
+        "Where the variables live and the towers' gradients are averaged: "
+        "'cpu' (the TF1 design, /cpu:0) or 'tower' (alias 'gpu': the first "
+        "tower's device, e.g. /gpu:0, for GPUs linked peer to peer). With "
+        "--cpu_towers the first tower is /cpu:0, so both are the same. Not "
+        "in cluster mode, where the variables live on the ps tasks.",
+    )
+    flags.DEFINE_boolean(
+        "xla",
+        False,
+        "Compile each tower (forward and backward) with XLA, through "
+        "tf.xla.experimental.jit_scope (no TF_XLA_FLAGS needed). Meant for "
+        "GPUs: on a CPU the step is the same but slower.",
+    )
+    flags.DEFINE_boolean(
+        "prefetch_to_device",
+        towers.PREFETCH_TO_DEVICE_DEFAULT,
+        "Stage each tower's next batch on its device while the current step "
+        "computes (a StagingArea per tower), so that the input copy overlaps "
+        "the compute; --noprefetch_to_device reads the batch in the step.",
+    )

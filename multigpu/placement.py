@@ -1,0 +1,128 @@
+"""Where the towers run and where the variables live; the session config."""
+
+import tensorflow as tf
+
+# Where the variables live and the gradients are averaged (the TF1 design),
+# unless --variable_device=tower (see `variable_device`).
+VARIABLE_DEVICE = "/cpu:0"
+
+
+# The --variable_device choices: 'cpu' keeps VARIABLE_DEVICE; 'tower' (or its
+# alias 'gpu', tf_cnn_benchmarks' word) uses the first tower's device.
+VARIABLE_DEVICE_CHOICES = ("cpu", "tower", "gpu")
+
+
+def tower_devices(num_gpus, cpu_towers):
+    """Chooses the device of each tower.
+
+    Args:
+      num_gpus: int >= 1, the number of towers asked for.
+      cpu_towers: bool, whether towers may run on virtual CPU devices when
+        fewer than `num_gpus` GPUs are visible.
+
+    Returns:
+      A list of `num_gpus` device strings: '/gpu:i' when enough GPUs are
+      visible, otherwise '/cpu:i' (one virtual CPU device per tower).
+
+    Raises:
+      ValueError: `num_gpus` < 1, or more GPUs asked for than are visible
+        and `cpu_towers` is False.
+    """
+    if num_gpus < 1:
+        raise ValueError("--num_gpus must be at least 1, got %d" % num_gpus)
+    visible = len(tf.config.list_physical_devices("GPU"))
+    if num_gpus <= visible:
+        return ["/gpu:%d" % i for i in range(num_gpus)]
+    if not cpu_towers:
+        raise ValueError(
+            "--num_gpus=%d but %d GPU(s) are visible; pass --cpu_towers to run "
+            "the towers on virtual CPU devices" % (num_gpus, visible)
+        )
+    return ["/cpu:%d" % i for i in range(num_gpus)]
+
+
+def variable_device(choice, devices, task=None):
+    """Where the variables live and the towers' gradients are averaged.
+
+    'cpu' is the classic TF1 design: one copy in host memory, each GPU
+    reads it over PCIe and sends its gradients back. 'tower' puts the
+    variables on the first tower's device (tf_cnn_benchmarks'
+    --local_parameter_device=gpu): tower 0 reads them in its own memory, the
+    other GPUs copy from it peer to peer and the mean is computed there,
+    which pays off when the GPUs talk to each other faster than to the host.
+
+    Args:
+      choice: one of VARIABLE_DEVICE_CHOICES ('gpu' is 'tower').
+      devices: the tower device strings from `tower_devices`.
+      task: the `cluster.ClusterTask`, or None outside a cluster.
+
+    Returns:
+      str, a device: VARIABLE_DEVICE or devices[0].
+
+    Raises:
+      ValueError: an unknown choice, or 'tower' in a cluster, where
+        `replica_device_setter` puts the variables on the ps tasks.
+    """
+    if choice not in VARIABLE_DEVICE_CHOICES:
+        raise ValueError(
+            "--variable_device must be one of %s, got %r"
+            % (", ".join(VARIABLE_DEVICE_CHOICES), choice)
+        )
+    if choice == "cpu":
+        return VARIABLE_DEVICE
+    if task is not None and task.cluster is not None:
+        raise ValueError(
+            "--variable_device=%s does not apply in cluster mode: the "
+            "variables live on the ps tasks" % choice
+        )
+    return devices[0]
+
+
+def describe_devices(devices):
+    """Returns the log line that says where the towers run."""
+    if devices[0].startswith("/cpu"):
+        return "No GPU used: %d tower(s) on virtual CPU devices %s" % (
+            len(devices),
+            ", ".join(devices),
+        )
+    return "%d tower(s) on %s" % (len(devices), ", ".join(devices))
+
+
+def session_config(
+    devices=("/cpu:0",), log_device_placement=False, operation_timeout_secs=0
+):
+    """Returns the `ConfigProto` of every session of the suite.
+
+    Soft placement lets ops without a GPU kernel fall back to the CPU. One
+    CPU device is created per tower that runs on a CPU, so that CPU towers
+    are separate devices exactly as GPU towers are.
+
+    Args:
+      devices: the tower device strings from `tower_devices`.
+      log_device_placement: bool, whether TensorFlow logs each op's device.
+      operation_timeout_secs: int, an op waiting longer fails with
+        DeadlineExceededError (a dead cluster peer); 0 waits forever.
+    """
+    num_cpu_devices = max(1, sum(d.startswith("/cpu") for d in devices))
+    return tf.compat.v1.ConfigProto(
+        allow_soft_placement=True,
+        log_device_placement=log_device_placement,
+        device_count={"CPU": num_cpu_devices},
+        operation_timeout_in_ms=operation_timeout_secs * 1000,
+    )
+
+
+def compute_dtype(use_fp16, devices):
+    """The dtype the layers compute in (variables stay float32).
+
+    Args:
+      use_fp16: bool, whether to compute in reduced precision.
+      devices: the tower device strings.
+
+    Returns:
+      tf.float32; with use_fp16, tf.float16 on GPUs and tf.bfloat16 on CPUs
+      (CPUs have fast bfloat16 kernels, not float16 ones).
+    """
+    if not use_fp16:
+        return tf.float32
+    return tf.float16 if devices[0].startswith("/gpu") else tf.bfloat16

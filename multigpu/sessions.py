@@ -1,0 +1,118 @@
+"""Session creators: the chief restores, workers wait, both bounded."""
+
+import time
+
+import tensorflow as tf
+
+from multigpu import checkpoints
+
+
+def session_creator(task, server, scaffold, config, train_dir):
+    """The chief restores or initialises; other workers wait for it."""
+    if task.is_chief:
+        creator = ResumingSessionCreator(
+            scaffold, server.target if server else "", config, train_dir
+        )
+    else:
+        creator = PromptWorkerSessionCreator(scaffold, server.target, config)
+    return BoundedSessionCreator(creator, timeout_secs(config))
+
+
+class ResumingSessionCreator(tf.compat.v1.train.SessionCreator):
+    """The chief's session, restored from `checkpoints.newest_valid_checkpoint`.
+
+    The checkpoint is chosen whenever a session is made, so that a session
+    made again after a lost peer resumes from the newest one.
+    """
+
+    def __init__(self, scaffold, master, config, train_dir):
+        self._scaffold = scaffold
+        self._master = master
+        self._config = config
+        self._train_dir = train_dir
+
+    def create_session(self):
+        checkpoint = checkpoints.newest_valid_checkpoint(self._train_dir)
+        session = tf.compat.v1.train.ChiefSessionCreator(
+            self._scaffold,
+            self._master,
+            self._config,
+            checkpoint_filename_with_path=checkpoint,
+        ).create_session()
+        state = checkpoints.checkpoint_state(self._train_dir)
+        if state is not None:
+            # As TensorFlow's restore from a folder does, so that the saver
+            # goes on deleting the oldest listed checkpoints (max_to_keep).
+            self._scaffold.saver.recover_last_checkpoints(
+                state.all_model_checkpoint_paths
+            )
+        return session
+
+
+class PromptWorkerSessionCreator(tf.compat.v1.train.SessionCreator):
+    """Waits for the chief to initialise the model, checking every second.
+
+    TensorFlow's own worker creator checks every 30 seconds, which makes a
+    short run start long after the chief.
+    """
+
+    def __init__(self, scaffold, master, config):
+        self._scaffold = scaffold
+        self._master = master
+        self._config = config
+
+    def create_session(self):
+        self._scaffold.finalize()
+        manager = tf.compat.v1.train.SessionManager(
+            local_init_op=self._scaffold.local_init_op,
+            ready_op=self._scaffold.ready_op,
+            ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+            graph=tf.compat.v1.get_default_graph(),
+            recovery_wait_secs=1,
+        )
+        return manager.wait_for_session(
+            self._master, self._config, timeout_secs(self._config)
+        )
+
+
+class BoundedSessionCreator(tf.compat.v1.train.SessionCreator):
+    """Creates the one session of a run, waiting at most the timeout.
+
+    A `MonitoredSession` re-creates its session, forever, whenever a peer is
+    unavailable (TF1's recovery from a restarted ps). Here a lost peer ends
+    the run instead, with an error: the first session may wait for the
+    cluster to come up for at most timeout_secs; a second one is refused.
+    Restarting the task resumes from the chief's newest checkpoint.
+    """
+
+    def __init__(self, creator, timeout_secs):
+        self._creator = creator
+        self._timeout_secs = timeout_secs
+        self._created = False
+
+    def create_session(self):
+        if self._created:
+            # Not UnavailableError: the MonitoredSession would retry it.
+            raise tf.errors.DeadlineExceededError(
+                None, None, "a cluster peer was lost during the run"
+            )
+        deadline = time.time() + self._timeout_secs
+        while True:
+            try:
+                session = self._creator.create_session()
+                self._created = True
+                return session
+            except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+                if time.time() > deadline:
+                    raise tf.errors.DeadlineExceededError(
+                        None,
+                        None,
+                        "no session after %d s: %s"
+                        % (self._timeout_secs, e.message),
+                    ) from e
+                time.sleep(1)
+
+
+def timeout_secs(config):
+    timeout_ms = config.operation_timeout_in_ms if config else 0
+    return timeout_ms / 1000 if timeout_ms > 0 else 7200

@@ -1,0 +1,101 @@
+"""Summaries tagged without the 'tower_N/' scope, and the last tower's."""
+
+import re
+
+import tensorflow as tf
+
+from multigpu import towers
+
+
+def strip_tower_prefix(name):
+    """Returns `name` without its 'tower_N/' scopes, e.g. for summary tags."""
+    return re.sub("%s_[0-9]+/" % towers.TOWER_NAME, "", name)
+
+
+def _summary_tag(name):
+    scope = tf.compat.v1.get_default_graph().get_name_scope()
+    return strip_tower_prefix(scope + "/" + name if scope else name)
+
+
+def scalar_summary(name, value):
+    """Adds a scalar summary to the SUMMARIES collection.
+
+    The op lives in the current name scope (so a tower's summaries can be
+    picked by its scope) while the tag leaves out 'tower_N/', so that every
+    tower writes under the same tag, e.g. 'total_loss'.
+
+    Args:
+      name: str, the tag below the current name scope.
+      value: a scalar tensor of a real dtype.
+    """
+    return _collect(
+        tf.raw_ops.ScalarSummary(
+            tags=_summary_tag(name), values=value, name=_op_name(name)
+        )
+    )
+
+
+def histogram_summary(name, values):
+    """Adds a histogram summary tagged like `scalar_summary`.
+
+    Args:
+      name: str, the tag below the current name scope.
+      values: a tensor of a real dtype, any shape.
+    """
+    return _collect(
+        tf.raw_ops.HistogramSummary(
+            tag=_summary_tag(name), values=values, name=_op_name(name)
+        )
+    )
+
+
+def last_tower_summaries(scope):
+    """Merges the graph's summaries but those of all towers except one.
+
+    Every tower creates the same summaries under the same tags; merging them
+    all would repeat each tag, so only the last tower's are kept, with every
+    summary made outside the towers (learning rate, histograms, ...).
+
+    Args:
+      scope: str, the name scope of the tower to keep, e.g. 'tower_1/'.
+
+    Returns:
+      A string scalar, the merged `Summary` protocol buffer.
+    """
+    tower = re.compile("%s_[0-9]+/" % towers.TOWER_NAME)
+    return tf.compat.v1.summary.merge(
+        [
+            s
+            for s in tf.compat.v1.get_collection(
+                tf.compat.v1.GraphKeys.SUMMARIES
+            )
+            if s.op.name.startswith(scope) or not tower.match(s.op.name)
+        ]
+    )
+
+
+def image_summary(name, images, max_images=3):
+    """Adds an image summary of the first images, tagged like the others.
+
+    Args:
+      name: str, the tag below the current name scope.
+      images: float32 [batch, height, width, 1 or 3].
+      max_images: int, how many images of the batch to show.
+    """
+    return _collect(
+        tf.raw_ops.ImageSummary(
+            tag=_summary_tag(name),
+            tensor=images,
+            max_images=max_images,
+            name=_op_name(name),
+        )
+    )
+
+
+def _op_name(tag):
+    return re.sub(r"[^A-Za-z0-9_./-]", "_", tag)
+
+
+def _collect(summary):
+    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SUMMARIES, summary)
+    return summary

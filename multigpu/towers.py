@@ -1,0 +1,178 @@
+"""Building the towers, their losses and gradients, and averaging them."""
+
+import contextlib
+
+import tensorflow as tf
+
+from multigpu import placement
+
+# Prefix of the name scope of each tower, as in the TF1 tutorial: tower_0, ...
+TOWER_NAME = "tower"
+
+
+# Whether the trainers stage each tower's next batch on its device
+# (`stage_on_device`): as fast as reading it in the step on the CPU path
+# (0.97x to 1.00x, benchmarks/bench_options.py), and it overlaps the
+# host-to-device copy with the compute on GPUs.
+PREFETCH_TO_DEVICE_DEFAULT = True
+
+
+def tower_total_loss(scope):
+    """Sums the `losses` collection of one tower.
+
+    The model's `loss` function adds the cross-entropy of the tower's batch
+    and, per weight, a weight-decay term; filtering by the tower's scope
+    keeps the other towers' terms out.
+
+    Args:
+      scope: str, the tower's name scope, e.g. 'tower_1/'.
+
+    Returns:
+      A float32 scalar tensor named '<scope>total_loss'.
+    """
+    return tf.add_n(
+        tf.compat.v1.get_collection("losses", scope), name="total_loss"
+    )
+
+
+def build_towers(devices, optimizer, tower_loss_fn, xla=False):
+    """Builds one tower per device and the gradients of each.
+
+    With xla, each tower (its forward and backward pass) is built inside its
+    own `tf.xla.experimental.jit_scope`, so XLA compiles the ops of that
+    scope that it can and leaves the rest (input, staging, summaries) to
+    TensorFlow. An explicit scope is used rather than the session's
+    `global_jit_level`: auto-clustering skips CPUs unless TF_XLA_FLAGS is set
+    before TensorFlow loads, and it would also cluster the gradient
+    averaging and the update, which belong to no tower. On a CPU, Grappler
+    fuses each forward convolution with its bias and ReLU (_FusedConv2D)
+    before XLA clusters the graph, so those stay in TensorFlow too; there
+    the compiled step matches TensorFlow's to 1e-4 of each update and is
+    slower (0.84x, benchmarks/bench_options.py): XLA is for GPUs.
+
+    Args:
+      devices: list of device strings, one per tower.
+      optimizer: a `tf.compat.v1.train.Optimizer`; only its
+        `compute_gradients` is used here.
+      tower_loss_fn: callable(scope) -> float32 scalar, builds the inputs,
+        model and loss of one tower inside the current device and name scope
+        and returns the tower's total loss.
+      xla: bool, compile each tower with XLA.
+
+    Returns:
+      tower_losses: list of float32 scalars, one per tower.
+      tower_grads: list (one per tower) of lists of (gradient, variable).
+      scope: str, the name scope of the last tower (for its summaries).
+    """
+    tower_losses, tower_grads = [], []
+    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope()):
+        for i, device in enumerate(devices):
+            with (
+                tf.device(device),
+                tf.name_scope("%s_%d" % (TOWER_NAME, i)) as scope,
+                _jit_scope(xla),
+            ):
+                loss = tower_loss_fn(scope)
+                # The first tower created the variables; the others share them.
+                tf.compat.v1.get_variable_scope().reuse_variables()
+                tower_losses.append(loss)
+                tower_grads.append(optimizer.compute_gradients(loss))
+    return tower_losses, tower_grads, scope
+
+
+def _jit_scope(xla):
+    if xla:
+        return tf.xla.experimental.jit_scope()
+    return contextlib.nullcontext()
+
+
+def stage_on_device(tensors):
+    """Stages tensors on the current device, one step ahead.
+
+    Call it inside a tower's device and name scope, with the batch the tower
+    would take from the shared CPU input. The tower computes on the batch
+    staged at the previous step, while `put_op` takes the next batch from
+    the input and copies it to the device: on a GPU the host-to-device copy
+    overlaps the compute (tf_cnn_benchmarks' StagingArea). The area lives
+    in the session's device memory: each new session needs one `put_op`
+    before its first step (`WarmUpHook`), and only runs that also run
+    `put_op` (the train op) may fetch the staged tensors, or the next step
+    finds the area empty and waits forever.
+
+    Args:
+      tensors: list of tensors, e.g. [images, labels] from the iterator.
+
+    Returns:
+      staged: list of tensors of the same dtypes and shapes, on the device.
+      put_op: the op that stages `tensors`; run it with every step.
+    """
+    # Stage and Unstage find their area on the device by its unique name.
+    with tf.name_scope("staging_area") as shared_name:
+        put_op = tf.raw_ops.Stage(
+            values=tensors, shared_name=shared_name, name="put"
+        )
+        staged = tf.raw_ops.Unstage(
+            dtypes=[t.dtype for t in tensors],
+            shared_name=shared_name,
+            name="get",
+        )
+    for tensor, each in zip(tensors, staged):
+        each.set_shape(tensor.shape)
+    return list(staged), put_op
+
+
+def average_gradients(tower_grads, device=placement.VARIABLE_DEVICE):
+    """Averages each variable's gradient over the towers.
+
+    This is the synchronisation point of the towers: no variable is updated
+    before every tower has computed its gradients.
+
+    Args:
+      tower_grads: list (one per tower) of lists of (gradient, variable),
+        all in the same variable order.
+      device: str, where to average: the variables' device.
+
+    Returns:
+      A list of (gradient, variable), the gradient the mean over the towers;
+      a variable that no tower has a gradient for keeps None.
+    """
+    average_grads = []
+    with tf.device(device):
+        for grads_and_var in zip(*tower_grads):
+            var = grads_and_var[0][1]
+            grads = [g for g, _ in grads_and_var if g is not None]
+            if grads:
+                mean = tf.reduce_mean(tf.stack(grads, axis=0), axis=0)
+                average_grads.append((mean, var))
+            else:
+                average_grads.append((None, var))
+    return average_grads
+
+
+def clip_gradients(grads_and_vars, clip_norm):
+    """Scales the gradients so that their global norm is at most clip_norm.
+
+    Args:
+      grads_and_vars: list of (gradient, variable).
+      clip_norm: float > 0.
+
+    Returns:
+      The list of (clipped gradient, variable), None gradients kept.
+    """
+    grads, variables = zip(*grads_and_vars)
+    clipped, _ = tf.clip_by_global_norm(list(grads), clip_norm)
+    return list(zip(clipped, variables))
+
+
+class WarmUpHook(tf.compat.v1.train.SessionRunHook):
+    """Runs ops once in every new session, before its first step.
+
+    E.g. the first `put_op` of `stage_on_device`. A resumed run makes a new
+    session, so it stages its first batch again.
+    """
+
+    def __init__(self, ops):
+        self._ops = ops
+
+    def after_create_session(self, session, coord):
+        session.run(self._ops)

@@ -1,0 +1,279 @@
+"""The training loop: a `MonitoredSession` and its hooks (progress, saves)."""
+
+import datetime
+import os
+import re
+import shutil
+import time
+
+import tensorflow as tf
+
+from multigpu import checkpoints, cluster, errors, sessions, watchdog
+
+# Seconds a finished session waits for its background threads.
+STOP_GRACE_PERIOD_SECS = 5
+
+
+class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
+    """Prints `DATE: step N, loss = L (E examples/sec; S sec/batch)`.
+
+    N is the global step reached; E counts the examples of all towers.
+    """
+
+    def __init__(self, loss, examples_per_step, log_frequency):
+        """Args:
+        loss: float32 scalar tensor to print.
+        examples_per_step: int, examples consumed by one run of the train op.
+        log_frequency: int, print every this many steps.
+        """
+        self._loss = loss
+        self._examples_per_step = examples_per_step
+        self._log_frequency = log_frequency
+        self.step = None
+        self.runs = 0
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self.step = session.run(self._global_step)
+        print(
+            "%s: training from step %d" % (datetime.datetime.now(), self.step)
+        )
+        self._start_time = time.time()
+        self._runs_at_start = self.runs
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._loss)
+
+    def after_run(self, run_context, run_values):
+        self.step += 1
+        self.runs += 1
+        if (self.runs - self._runs_at_start) % self._log_frequency == 0:
+            now = time.time()
+            sec_per_batch = (now - self._start_time) / self._log_frequency
+            self._start_time = now
+            # In a cluster other workers move the global step too.
+            self.step = run_context.session.run(self._global_step)
+            print(
+                "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)"
+                % (
+                    datetime.datetime.now(),
+                    self.step,
+                    run_values.results,
+                    self._examples_per_step / sec_per_batch,
+                    sec_per_batch,
+                ),
+                flush=True,
+            )
+
+
+class _SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
+    """Knows the step of the checkpoint being written, if any.
+
+    An error raised while `step` is set comes from writing that checkpoint.
+    """
+
+    def __init__(self):
+        self.step = None
+
+    def before_save(self, session, global_step_value):
+        self.step = global_step_value
+
+    def after_save(self, session, global_step_value):
+        self.step = None
+
+
+def run_training(
+    train_op,
+    loss,
+    train_dir,
+    examples_per_step,
+    log_frequency,
+    max_steps=None,
+    save_checkpoint_steps=1000,
+    save_summaries_steps=100,
+    summary_op=None,
+    config=None,
+    clear_train_dir=False,
+    task=None,
+    hooks=(),
+):
+    """Runs the train op until max_steps or the end of the input.
+
+    A `MonitoredSession` restores the newest checkpoint of train_dir that
+    reads (`checkpoints.newest_valid_checkpoint`, so a restart resumes),
+    saves one every save_checkpoint_steps and at the end, and writes
+    summaries and the step logger's line. In a cluster it runs on the
+    worker's server; only the chief initialises, restores, checkpoints and
+    writes summaries.
+
+    Args:
+      train_op: the op of one training step.
+      loss: float32 scalar, logged and checked for NaN every step.
+      train_dir: str, checkpoints and event files.
+      examples_per_step: int, examples of all towers per step.
+      log_frequency: int, steps between log lines.
+      max_steps: int or None; None trains until the input ends.
+      save_checkpoint_steps: int, steps between checkpoints.
+      save_summaries_steps: int, steps between summaries; None writes no
+        summaries at all (not even the step counter's global_step/sec).
+      summary_op: the summary op to write, default all summaries.
+      config: the session's `ConfigProto`.
+      clear_train_dir: bool, delete train_dir first instead of resuming.
+      task: a worker's `cluster.ClusterTask`, or None to train in this process.
+      hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
+
+    Returns:
+      int, the steps this process ran (a resumed run counts its own).
+
+    Raises:
+      errors.TrainingError: the loss became NaN, or a summarised tensor NaN or
+        infinite (no checkpoint of that step is written); a checkpoint could
+        not be written (e.g. the disk is full); no checkpoint of train_dir
+        reads; the cluster was lost.
+    """
+    task = task or cluster.LOCAL_TASK
+    config = cluster.task_config(config, task)
+    if clear_train_dir and task.is_chief and os.path.isdir(train_dir):
+        shutil.rmtree(train_dir)
+    logger = StepLoggerHook(loss, examples_per_step, log_frequency)
+    # The logger runs first, so its step is the step that made the NaN; the
+    # NaN hook runs before the checkpoint saver, so that step is never saved.
+    hooks = [logger, tf.compat.v1.train.NanTensorHook(loss), *hooks]
+    if max_steps is not None:
+        hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=max_steps))
+    scaffold = tf.compat.v1.train.Scaffold(summary_op=summary_op)
+    saves = _SaveWatcher()
+    if task.is_chief:
+        hooks += _chief_hooks(
+            train_dir,
+            scaffold,
+            save_checkpoint_steps,
+            save_summaries_steps,
+            saves,
+        )
+    server = cluster.start_server(task, config)
+    done_ops = cluster.done_signals(task)
+    try:
+        with watchdog.PsWatchdog(task, sessions.timeout_secs(config)):
+            _train_loop(
+                train_op,
+                hooks,
+                sessions.session_creator(
+                    task, server, scaffold, config, train_dir
+                ),
+            )
+            if server:
+                cluster.report_done(server, done_ops, task, logger.runs, config)
+    except tf.compat.v1.train.NanLossDuringTrainingError as e:
+        raise _diverged(logger.step, "loss is NaN", train_dir) from e
+    except tf.errors.InvalidArgumentError as e:
+        # On a summary step a NaN or infinite histogram fails the step
+        # before the NaN hook sees the loss.
+        found = _NON_FINITE_HISTOGRAM.search(e.message)
+        if found is None:
+            raise
+        raise _diverged(logger.step + 1, found.group(0), train_dir) from e
+    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as e:
+        raise errors.TrainingError(
+            "lost the cluster after %d local steps (%s): %s"
+            % (
+                logger.runs,
+                type(e).__name__,
+                watchdog.unreachable_tasks(task.cluster),
+            )
+        ) from e
+    except tf.errors.OpError as e:
+        if saves.step is None:
+            raise
+        raise save_failed(saves.step, train_dir, e) from e
+    return logger.runs
+
+
+def _train_loop(train_op, hooks, session_creator):
+    """Runs train_op until a hook asks to stop or the input ends."""
+    with tf.compat.v1.train.MonitoredSession(
+        session_creator=session_creator,
+        hooks=hooks,
+        # A sync chief's queue runner waits for gradients that no worker
+        # sends after the last step; do not wait for it.
+        stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
+    ) as sess:
+        while not sess.should_stop():
+            sess.run(train_op)
+
+
+def _chief_hooks(
+    train_dir, scaffold, save_checkpoint_steps, save_summaries_steps, saves
+):
+    """The chief's step counter, summary writer and checkpoint saver.
+
+    The saver tells `saves` (a `_SaveWatcher`) when it writes.
+    """
+    hooks = []
+    if save_summaries_steps is not None:
+        hooks += [
+            tf.compat.v1.train.StepCounterHook(
+                every_n_steps=save_summaries_steps, output_dir=train_dir
+            ),
+            tf.compat.v1.train.SummarySaverHook(
+                save_steps=save_summaries_steps,
+                output_dir=train_dir,
+                scaffold=scaffold,
+            ),
+        ]
+    hooks.append(
+        tf.compat.v1.train.CheckpointSaverHook(
+            train_dir,
+            save_steps=save_checkpoint_steps,
+            scaffold=scaffold,
+            checkpoint_basename=checkpoints.CHECKPOINT_BASENAME,
+            listeners=[saves],
+        )
+    )
+    return hooks
+
+
+# The operating system's reason at the end of a file error, e.g. '...; No
+# space left on device' or '...; File too large'.
+_OS_REASON = re.compile(r"; ([A-Z][a-z]+(?: [a-z]+)*)$", re.MULTILINE)
+
+
+def save_failed(step, train_dir, error):
+    # A failed save leaves its partial files in PREFIX-STEP_temp (the
+    # saver's sharded layout); they take the space a retry needs.
+    shutil.rmtree(
+        os.path.join(
+            train_dir, "%s-%d_temp" % (checkpoints.CHECKPOINT_BASENAME, step)
+        ),
+        ignore_errors=True,
+    )
+    found = _OS_REASON.search(error.message)
+    reason = found.group(1) if found else error.message.strip().split("\n")[0]
+    return errors.TrainingError(
+        "could not write the checkpoint of step %d to %s (%s: %s); the "
+        "newest complete checkpoint is %s, and a run started once the cause "
+        "is fixed resumes from it"
+        % (
+            step,
+            train_dir,
+            type(error).__name__,
+            reason,
+            tf.train.latest_checkpoint(train_dir),
+        )
+    )
+
+
+# TensorFlow's error for a histogram summary of NaN or infinite values.
+_NON_FINITE_HISTOGRAM = re.compile(
+    r"(Nan|Infinity) in (summary )?histogram for: \S+", re.IGNORECASE
+)
+
+
+def _diverged(step, reason, train_dir):
+    return errors.TrainingError(
+        "the model diverged at step %d (%s); stopped without saving it, the "
+        "newest checkpoint is %s"
+        % (step, reason, tf.train.latest_checkpoint(train_dir))
+    )
