@@ -329,10 +329,13 @@ def test_xla_takes_the_same_first_step_as_tensorflow_within_1e_4():
             err_msg=name,
         )
     # XLA really ran the towers: compiled clusters on both tower devices.
-    # Outside them ran only the forward convolutions, which Grappler fuses
-    # with their bias and ReLU (_FusedConv2D, no XLA kernel) before XLA
-    # clusters the graph, constants, and the handles of the loss averages'
-    # variables (named after the last tower's losses).
+    # Outside them ran only constants, the handles of the loss averages'
+    # variables (named after the last tower's losses) and the fused kernels
+    # that the CPU's graph passes make before XLA clusters the graph (no XLA
+    # kernel): the forward convolutions with their bias and ReLU
+    # (_FusedConv2D, or oneDNN's _MklNativeFusedConv2D on CPUs with
+    # AVX-512), and on such CPUs the fully connected layers too
+    # (_MklNativeFusedMatMul).
     xla_devices = {device for device, _, kind in ran if kind == "_XlaRun"}
     assert xla_devices == {"CPU:0", "CPU:1"}
     outside = collections.Counter(
@@ -340,7 +343,13 @@ def test_xla_takes_the_same_first_step_as_tensorflow_within_1e_4():
         for _, op, kind in ran
         if op.startswith("tower_") and kind not in ("Const", "VarHandleOp")
     )
-    assert outside == {"_FusedConv2D": 4}
+    convolutions = sum(
+        n for kind, n in outside.items() if kind.endswith("FusedConv2D")
+    )
+    assert convolutions == 4, outside
+    assert all(
+        kind.endswith(("FusedConv2D", "FusedMatMul")) for kind in outside
+    ), outside
 
 
 @pytest.mark.parametrize("choice", ["tower", "gpu"])
