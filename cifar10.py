@@ -9,7 +9,7 @@ shares `learning_rate`, `optimizer`, `add_loss_summaries` and
 `apply_gradients` with `train`, so the schedule, the update and the moving
 averages are written once.
 
-Every variable is created by `_variable_on_cpu`, on the CPU unless the
+Every variable is created by `variables.variable_on_cpu`, on the CPU unless the
 trainer passes another `variable_device` to `inference`, so the towers of a
 multi-GPU trainer share one copy.
 """
@@ -17,7 +17,7 @@ multi-GPU trainer share one copy.
 import tensorflow as tf
 
 import cifar10_input
-from multigpu import placement, summaries, towers
+from multigpu import placement, summaries, towers, variables
 
 IMAGE_SIZE = cifar10_input.IMAGE_SIZE
 NUM_CLASSES = cifar10_input.NUM_CLASSES
@@ -46,49 +46,6 @@ LOCAL_STDDEV = 0.04
 LOCAL_WEIGHT_DECAY = 0.004
 
 
-def _variable_on_cpu(
-    name, shape, initializer, device=placement.VARIABLE_DEVICE
-):
-    """Creates (or, in a reusing scope, gets) a float32 variable on the CPU.
-
-    The one place that decides where variables live: on `device`, which is
-    the CPU unless a trainer passes another (`placement.variable_device`, e.g.
-    its first tower's GPU).
-    """
-    with tf.device(device):
-        return tf.compat.v1.get_variable(
-            name, shape, initializer=initializer, dtype=tf.float32
-        )
-
-
-def _variable_with_weight_decay(
-    name, shape, stddev, wd, device=placement.VARIABLE_DEVICE
-):
-    """Creates a truncated-normal variable and adds its weight decay.
-
-    Args:
-      name: str.
-      shape: list of ints.
-      stddev: float, stddev of the truncated normal initialiser.
-      wd: float or None; when not None, wd * l2_loss(var) joins the `losses`
-        collection (in the current name scope, so per tower).
-      device: str, where the variable lives.
-
-    Returns:
-      The float32 variable.
-    """
-    var = _variable_on_cpu(
-        name,
-        shape,
-        tf.compat.v1.truncated_normal_initializer(stddev=stddev),
-        device,
-    )
-    if wd is not None:
-        weight_decay = tf.multiply(tf.nn.l2_loss(var), wd, name="weight_loss")
-        tf.compat.v1.add_to_collection("losses", weight_decay)
-    return var
-
-
 def _activation_summary(x):
     """Adds the histogram and the sparsity (fraction of zeros) of x.
 
@@ -108,14 +65,14 @@ def _conv_relu(images, in_depth, bias_init, compute_dtype, variable_device):
     Returns:
       compute_dtype [batch, height, width, 64].
     """
-    kernel = _variable_with_weight_decay(
+    kernel = variables.variable_with_weight_decay(
         "weights",
         [5, 5, in_depth, CONV_FILTERS],
         stddev=CONV_STDDEV,
         wd=None,
         device=variable_device,
     )
-    biases = _variable_on_cpu(
+    biases = variables.variable_on_cpu(
         "biases",
         [CONV_FILTERS],
         tf.constant_initializer(bias_init),
@@ -125,28 +82,6 @@ def _conv_relu(images, in_depth, bias_init, compute_dtype, variable_device):
         images, tf.cast(kernel, compute_dtype), [1, 1, 1, 1], padding="SAME"
     )
     return tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, compute_dtype)))
-
-
-def _local(
-    inputs,
-    units,
-    stddev,
-    wd,
-    bias_init,
-    compute_dtype,
-    variable_device=placement.VARIABLE_DEVICE,
-):
-    """Fully connected layer: inputs [batch, n] -> [batch, units]."""
-    dim = inputs.shape[1]
-    weights = _variable_with_weight_decay(
-        "weights", [dim, units], stddev=stddev, wd=wd, device=variable_device
-    )
-    biases = _variable_on_cpu(
-        "biases", [units], tf.constant_initializer(bias_init), variable_device
-    )
-    return tf.matmul(inputs, tf.cast(weights, compute_dtype)) + tf.cast(
-        biases, compute_dtype
-    )
 
 
 def _max_pool(x, name):
@@ -211,7 +146,7 @@ def inference(
         flat = tf.reshape(
             pool2, [-1, pool2.shape[1] * pool2.shape[2] * CONV_FILTERS]
         )
-        local3 = _local(
+        local3 = variables.fully_connected(
             flat,
             LOCAL3_UNITS,
             LOCAL_STDDEV,
@@ -224,7 +159,7 @@ def inference(
         _activation_summary(local3)
 
     with tf.compat.v1.variable_scope("local4") as scope:
-        local4 = _local(
+        local4 = variables.fully_connected(
             local3,
             LOCAL4_UNITS,
             LOCAL_STDDEV,
@@ -238,7 +173,7 @@ def inference(
 
     # The softmax is applied in the loss, which takes unscaled logits.
     with tf.compat.v1.variable_scope("softmax_linear") as scope:
-        logits = _local(
+        logits = variables.fully_connected(
             local4,
             NUM_CLASSES,
             1.0 / LOCAL4_UNITS,

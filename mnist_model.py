@@ -13,9 +13,8 @@ copy.
 
 import tensorflow as tf
 
-import cifar10
 import mnist_input
-from multigpu import cluster, placement, summaries, towers
+from multigpu import cluster, placement, summaries, towers, variables
 
 HEIGHT, WIDTH, DEPTH = mnist_input.HEIGHT, mnist_input.WIDTH, mnist_input.DEPTH
 NUM_CLASSES = mnist_input.NUM_CLASSES
@@ -43,10 +42,10 @@ def _conv_relu(images, kernel_shape, bias_init):
     Returns:
       float32 [batch, height, width, out_depth].
     """
-    kernel = cifar10._variable_with_weight_decay(
+    kernel = variables.variable_with_weight_decay(
         "weights", kernel_shape, stddev=CONV_STDDEV, wd=None
     )
-    biases = cifar10._variable_on_cpu(
+    biases = variables.variable_on_cpu(
         "biases", kernel_shape[-1:], tf.constant_initializer(bias_init)
     )
     conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding="SAME")
@@ -55,7 +54,9 @@ def _conv_relu(images, kernel_shape, bias_init):
 
 def _local(inputs, units, stddev, wd, bias_init):
     """Fully connected layer: float32 [batch, n] -> float32 [batch, units]."""
-    return cifar10._local(inputs, units, stddev, wd, bias_init, tf.float32)
+    return variables.fully_connected(
+        inputs, units, stddev, wd, bias_init, tf.float32
+    )
 
 
 def _max_pool(x, name):
