@@ -13,6 +13,11 @@ that the trainer deletes before it is restored is skipped with a warning.
 --last_step ends the watch once the trainer's last checkpoint is scored.
 """
 
+# Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
+from multigpu import quiet_cpp_logs  # noqa: F401
+
+# isort: split
+
 import datetime
 import os
 import sys
@@ -24,7 +29,7 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import checkpoints, errors, placement
+from multigpu import checkpoints, common_flags, errors, placement
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -59,11 +64,8 @@ flags.DEFINE_string(
     "/tmp/cifar10_data",
     "Folder that holds cifar-10-batches-bin/.",
 )
-flags.DEFINE_boolean(
-    "fake_data",
-    False,
-    "Write (once) and evaluate on the generated sample set under --data_dir.",
-)
+common_flags.define_fake_data_flag()
+flags.adopt_module_key_flags(common_flags)
 
 
 def build_graph(eval_data, data_dir, batch_size, num_examples):

@@ -22,6 +22,11 @@ tower's device; --xla compiles each tower in a `jit_scope` (see
 device during the current step.
 """
 
+# Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
+from multigpu import quiet_cpp_logs  # noqa: F401
+
+# isort: split
+
 import tensorflow as tf
 from absl import flags
 
@@ -38,20 +43,6 @@ from multigpu import (
 )
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string(
-    "train_dir",
-    "/tmp/cifar10_train",
-    "Where to write checkpoints and event logs.",
-)
-flags.DEFINE_integer(
-    "max_steps", 1000000, "Global step to stop at.", lower_bound=1
-)
-flags.DEFINE_integer(
-    "num_gpus",
-    1,
-    "Number of towers, one per GPU (see --cpu_towers).",
-    lower_bound=1,
-)
 flags.DEFINE_integer(
     "batch_size",
     128,
@@ -65,48 +56,17 @@ flags.DEFINE_string(
     "Folder that holds (or receives) cifar-10-batches-bin/.",
 )
 flags.DEFINE_boolean(
-    "cpu_towers",
-    False,
-    "When fewer than --num_gpus GPUs are visible, run each tower on its "
-    "own virtual CPU device instead of stopping with an error.",
-)
-flags.DEFINE_boolean(
-    "log_device_placement", False, "Log the device of every op."
-)
-flags.DEFINE_integer(
-    "log_frequency", 10, "Steps between progress lines.", lower_bound=1
-)
-flags.DEFINE_boolean(
     "use_fp16",
     False,
     "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
 )
-flags.DEFINE_float(
-    "clip_gradients",
-    0.0,
-    "If > 0, scale the averaged gradients to at most this global norm.",
-    lower_bound=0.0,
-)
-flags.DEFINE_boolean(
-    "fake_data",
-    False,
-    "Write (once) and train on a small generated set in the CIFAR-10 "
-    "binary format under --data_dir instead of downloading CIFAR-10.",
-)
 flags.DEFINE_string(
     "data_url", cifar10_input.DATA_URL, "Where to download the archive from."
 )
-flags.DEFINE_integer(
-    "save_checkpoint_steps",
-    1000,
-    "Steps between checkpoints (one is also saved at the last step).",
-    lower_bound=1,
-)
-flags.DEFINE_boolean(
-    "clear_train_dir",
-    False,
-    "Delete --train_dir before training instead of resuming from it.",
-)
+common_flags.define_train_dir_flags("/tmp/cifar10_train", log_frequency=10)
+common_flags.define_step_flags()
+common_flags.define_fake_data_flag()
+common_flags.define_tower_flags()
 common_flags.define_device_flags()
 common_flags.define_cluster_flags()
 flags.adopt_module_key_flags(common_flags)

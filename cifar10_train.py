@@ -11,22 +11,19 @@ at batch 128. Restarting on the same --train_dir resumes from its newest
 checkpoint; --clear_train_dir starts over.
 """
 
+# Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
+from multigpu import quiet_cpp_logs  # noqa: F401
+
+# isort: split
+
 import tensorflow as tf
 from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import errors, placement, summaries, training
+from multigpu import common_flags, errors, placement, summaries, training
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string(
-    "train_dir",
-    "/tmp/cifar10_train",
-    "Where to write checkpoints and event logs.",
-)
-flags.DEFINE_integer(
-    "max_steps", 1000000, "Global step to stop at.", lower_bound=1
-)
 flags.DEFINE_integer("batch_size", 128, "Examples per step.", lower_bound=1)
 flags.DEFINE_string(
     "data_dir",
@@ -34,40 +31,17 @@ flags.DEFINE_string(
     "Folder that holds (or receives) cifar-10-batches-bin/.",
 )
 flags.DEFINE_boolean(
-    "log_device_placement", False, "Log the device of every op."
-)
-flags.DEFINE_integer(
-    "log_frequency", 10, "Steps between progress lines.", lower_bound=1
-)
-flags.DEFINE_boolean(
     "use_fp16",
     False,
     "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
 )
-flags.DEFINE_boolean(
-    "fake_data",
-    False,
-    "Write (once) and train on a small generated set in the CIFAR-10 "
-    "binary format under --data_dir instead of downloading CIFAR-10.",
-)
 flags.DEFINE_string(
     "data_url", cifar10_input.DATA_URL, "Where to download the archive from."
 )
-flags.DEFINE_integer(
-    "save_checkpoint_steps", 1000, "Steps between checkpoints.", lower_bound=1
-)
-flags.DEFINE_float(
-    "clip_gradients",
-    0.0,
-    "If > 0, scale the gradients to at most this global norm (small "
-    "batches at the tutorial's learning rate can diverge without it).",
-    lower_bound=0.0,
-)
-flags.DEFINE_boolean(
-    "clear_train_dir",
-    False,
-    "Delete --train_dir before training instead of resuming from it.",
-)
+common_flags.define_train_dir_flags("/tmp/cifar10_train", log_frequency=10)
+common_flags.define_step_flags()
+common_flags.define_fake_data_flag()
+flags.adopt_module_key_flags(common_flags)
 
 
 def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
@@ -94,9 +68,7 @@ def main(argv):
     cifar10_input.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
-    devices = (
-        ["/gpu:0"] if tf.config.list_physical_devices("GPU") else ["/cpu:0"]
-    )
+    devices = placement.tower_devices(1, cpu_towers=True)
     print(placement.describe_devices(devices))
     with tf.Graph().as_default():
         loss, train_op = build_graph(

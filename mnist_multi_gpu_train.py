@@ -25,6 +25,11 @@ examples/sec (10 to 18 steps/sec), test accuracy 0.997 to 1.000 on the
 sample set (chance 0.1). Not yet measured on the real MNIST files.
 """
 
+# Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
+from multigpu import quiet_cpp_logs  # noqa: F401
+
+# isort: split
+
 import datetime
 
 import tensorflow as tf
@@ -35,12 +40,6 @@ import mnist_model
 from multigpu import cluster, common_flags, errors, placement, training
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer(
-    "num_gpus",
-    1,
-    "Number of towers, one per GPU (see --cpu_towers).",
-    lower_bound=1,
-)
 flags.DEFINE_integer(
     "batch_size",
     50,
@@ -63,11 +62,6 @@ flags.DEFINE_string(
     "/tmp/mnist_data",
     "Folder that holds train/validation/test.tfrecords (see mnist_input.py).",
 )
-flags.DEFINE_string(
-    "train_dir",
-    "/tmp/mnist_train",
-    "Where to write checkpoints (and event logs with --tb_logging).",
-)
 flags.DEFINE_boolean(
     "tb_logging",
     False,
@@ -75,36 +69,15 @@ flags.DEFINE_boolean(
     "TensorBoard; without it no summaries are written.",
 )
 flags.DEFINE_boolean(
-    "log_device_placement", False, "Log the device of every op."
-)
-flags.DEFINE_boolean(
-    "cpu_towers",
-    False,
-    "When fewer than --num_gpus GPUs are visible, run each tower on its "
-    "own virtual CPU device instead of stopping with an error.",
-)
-flags.DEFINE_boolean(
-    "fake_data",
-    False,
-    "Write (once) and train on a small generated digit-like set in the "
-    "same TFRecord format under --data_dir.",
-)
-flags.DEFINE_integer(
-    "log_frequency", 100, "Steps between progress lines.", lower_bound=1
-)
-flags.DEFINE_boolean(
     "eval_only",
     False,
     "Do not train: print the test accuracy of the newest checkpoint in "
     "--train_dir.",
 )
-flags.DEFINE_boolean(
-    "clear_train_dir",
-    False,
-    "Delete --train_dir before training instead of resuming from it (a "
-    "resumed run trains --num_epochs more epochs).",
-)
 
+common_flags.define_train_dir_flags("/tmp/mnist_train", log_frequency=100)
+common_flags.define_fake_data_flag()
+common_flags.define_tower_flags()
 common_flags.define_cluster_flags()
 flags.adopt_module_key_flags(common_flags)
 

@@ -1,8 +1,114 @@
-"""Flags that several trainers share, defined once."""
+"""Flags that several trainers share, defined once.
+
+Each trainer calls the `define_*` functions of the groups it takes at its
+top and adopts this module's key flags, so that its `--help` lists them:
+a flag's name, default, bounds and help text are written here only.
+Importing two trainers into one process (a test, a notebook) defines each
+flag once: a group already defined by the other trainer is kept as it is.
+"""
 
 from absl import flags
 
 from multigpu import placement, towers
+
+
+def _define(define, name, *args, **kwargs):
+    """Calls define(name, ...) unless the flag exists (DuplicateFlagError)."""
+    if name not in flags.FLAGS:
+        define(name, *args, **kwargs)
+
+
+def define_train_dir_flags(train_dir, log_frequency):
+    """--train_dir, --clear_train_dir, --log_frequency, --log_device_placement.
+
+    Args:
+      train_dir: str, the trainer's default --train_dir.
+      log_frequency: int, its default steps between progress lines.
+    """
+    _define(
+        flags.DEFINE_string,
+        "train_dir",
+        train_dir,
+        "Where to write checkpoints and event logs. A restart on the same "
+        "folder resumes from its newest checkpoint.",
+    )
+    _define(
+        flags.DEFINE_boolean,
+        "clear_train_dir",
+        False,
+        "Delete --train_dir before training instead of resuming from it.",
+    )
+    _define(
+        flags.DEFINE_integer,
+        "log_frequency",
+        log_frequency,
+        "Steps between progress lines.",
+        lower_bound=1,
+    )
+    _define(
+        flags.DEFINE_boolean,
+        "log_device_placement",
+        False,
+        "Log the device of every op.",
+    )
+
+
+def define_step_flags():
+    """--max_steps, --save_checkpoint_steps and --clip_gradients."""
+    _define(
+        flags.DEFINE_integer,
+        "max_steps",
+        1000000,
+        "Global step to stop at.",
+        lower_bound=1,
+    )
+    _define(
+        flags.DEFINE_integer,
+        "save_checkpoint_steps",
+        1000,
+        "Steps between checkpoints (one is also saved at the last step).",
+        lower_bound=1,
+    )
+    _define(
+        flags.DEFINE_float,
+        "clip_gradients",
+        0.0,
+        "If > 0, scale the (averaged) gradients to at most this global norm: "
+        "small batches at the tutorial's learning rate can diverge without "
+        "it.",
+        lower_bound=0.0,
+    )
+
+
+def define_tower_flags():
+    """--num_gpus and --cpu_towers, the towers of a multi-GPU trainer."""
+    _define(
+        flags.DEFINE_integer,
+        "num_gpus",
+        1,
+        "Number of towers, one per GPU. With the default 1 and no GPU "
+        "visible, the tower runs on the CPU; more towers than visible GPUs "
+        "need --cpu_towers.",
+        lower_bound=1,
+    )
+    _define(
+        flags.DEFINE_boolean,
+        "cpu_towers",
+        False,
+        "When fewer than --num_gpus GPUs are visible, run each tower on its "
+        "own virtual CPU device instead of stopping with an error.",
+    )
+
+
+def define_fake_data_flag():
+    """--fake_data, the built-in sample set in the dataset's real format."""
+    _define(
+        flags.DEFINE_boolean,
+        "fake_data",
+        False,
+        "Write (once) and use a small generated sample set, in the real "
+        "files' format, under --data_dir instead of the real data.",
+    )
 
 
 def define_cluster_flags():
@@ -11,33 +117,45 @@ def define_cluster_flags():
     The flags are written once here for both multi-GPU trainers: the
     trainer's `main` passes them to `cluster.cluster_task_from_flags`.
     """
-    flags.DEFINE_string(
+    _define(
+        flags.DEFINE_string,
         "ps_hosts",
         "",
         "Cluster mode: comma-separated HOST:PORT of the ps tasks.",
     )
-    flags.DEFINE_string(
+    _define(
+        flags.DEFINE_string,
         "worker_hosts",
         "",
         "Cluster mode: comma-separated HOST:PORT of the worker tasks; worker "
         "0 is the chief (initialises, checkpoints, writes summaries).",
     )
-    flags.DEFINE_string("job_name", "", "Cluster mode: 'ps' or 'worker'.")
-    flags.DEFINE_integer("task_index", 0, "Cluster mode: index within the job.")
-    flags.DEFINE_boolean(
+    _define(
+        flags.DEFINE_string, "job_name", "", "Cluster mode: 'ps' or 'worker'."
+    )
+    _define(
+        flags.DEFINE_integer,
+        "task_index",
+        0,
+        "Cluster mode: index within the job.",
+    )
+    _define(
+        flags.DEFINE_boolean,
         "sync_replicas",
         False,
         "Cluster mode: every step averages the gradients of the workers "
         "(SyncReplicasOptimizer) instead of each worker updating on its own.",
     )
-    flags.DEFINE_integer(
+    _define(
+        flags.DEFINE_integer,
         "replicas_to_aggregate",
         0,
         "Cluster mode with --sync_replicas: gradients per step; 0 = one per "
         "worker.",
         lower_bound=0,
     )
-    flags.DEFINE_integer(
+    _define(
+        flags.DEFINE_integer,
         "operation_timeout_secs",
         120,
         "Cluster mode: an operation waiting longer than this (e.g. on a dead "
@@ -54,7 +172,8 @@ def define_device_flags():
     `placement.variable_device`, `towers.build_towers` and
     `towers.stage_on_device`.
     """
-    flags.DEFINE_enum(
+    _define(
+        flags.DEFINE_enum,
         "variable_device",
         "cpu",
         list(placement.VARIABLE_DEVICE_CHOICES),
@@ -64,14 +183,16 @@ def define_device_flags():
         "--cpu_towers the first tower is /cpu:0, so both are the same. Not "
         "in cluster mode, where the variables live on the ps tasks.",
     )
-    flags.DEFINE_boolean(
+    _define(
+        flags.DEFINE_boolean,
         "xla",
         False,
         "Compile each tower (forward and backward) with XLA, through "
         "tf.xla.experimental.jit_scope (no TF_XLA_FLAGS needed). Meant for "
         "GPUs: on a CPU the step is the same but slower.",
     )
-    flags.DEFINE_boolean(
+    _define(
+        flags.DEFINE_boolean,
         "prefetch_to_device",
         towers.PREFETCH_TO_DEVICE_DEFAULT,
         "Stage each tower's next batch on its device while the current step "

@@ -1,9 +1,11 @@
-"""The suite's errors, and one line per error instead of a traceback."""
+"""The suite's errors, and how a script runs: one line per error, no
+traceback, every log line once."""
 
 import os
 import sys
 
-from absl import app
+import tensorflow as tf
+from absl import app, flags
 
 
 class TrainingError(RuntimeError):
@@ -15,12 +17,48 @@ def run_script(main):
 
     A `ValueError` (bad flag, file or data) or a `TrainingError` prints
     'SCRIPT: error: MESSAGE' on stderr instead of a traceback.
+
+    Args:
+      main: callable(argv), the script's main, defined in the script's
+        module (whose flags `--help` lists).
     """
+    _list_flags_in_help(main.__module__)
 
     def main_with_errors(argv):
+        # TensorFlow's logger prints each line itself ('INFO:tensorflow:
+        # ...'); passed on to absl's handler it would be printed again.
+        tf.get_logger().propagate = False
         try:
             return main(argv)
         except (ValueError, TrainingError) as e:
             sys.exit("%s: error: %s" % (os.path.basename(sys.argv[0]), e))
 
-    app.run(main_with_errors)
+    app.run(main_with_errors, flags_parser=_parse_flags)
+
+
+# absl's help flags: each prints the help, then exits with code 1.
+_HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
+
+
+def _parse_flags(argv):
+    """absl's flag parser, with help asked for ending in exit code 0."""
+    try:
+        return app.parse_flags_with_usage(argv)
+    except SystemExit as e:
+        if e.code == 1 and any(arg in _HELP_FLAGS for arg in argv[1:]):
+            sys.exit(0)
+        raise
+
+
+def _list_flags_in_help(module_name):
+    """Makes `--help` of an installed command list the script's flags.
+
+    absl's `--help` lists the key flags of the module named sys.argv[0]:
+    the script itself under `python cifar10_train.py`, but the generated
+    wrapper under an installed command (`cifar10-train`), which imports
+    the script as a module.
+    """
+    if module_name == "__main__":
+        return
+    for flag in flags.FLAGS.get_key_flags_for_module(module_name):
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)

@@ -22,18 +22,20 @@ def tower_devices(num_gpus, cpu_towers):
 
     Returns:
       A list of `num_gpus` device strings: '/gpu:i' when enough GPUs are
-      visible, otherwise '/cpu:i' (one virtual CPU device per tower).
+      visible, otherwise '/cpu:i' (one virtual CPU device per tower). One
+      tower with no GPU visible runs on the CPU, so that the defaults run
+      anywhere.
 
     Raises:
-      ValueError: `num_gpus` < 1, or more GPUs asked for than are visible
-        and `cpu_towers` is False.
+      ValueError: `num_gpus` < 1, or more than one GPU asked for, more than
+        are visible, and `cpu_towers` is False.
     """
     if num_gpus < 1:
         raise ValueError("--num_gpus must be at least 1, got %d" % num_gpus)
     visible = len(tf.config.list_physical_devices("GPU"))
     if num_gpus <= visible:
         return ["/gpu:%d" % i for i in range(num_gpus)]
-    if not cpu_towers:
+    if num_gpus > 1 and not cpu_towers:
         raise ValueError(
             "--num_gpus=%d but %d GPU(s) are visible; pass --cpu_towers to run "
             "the towers on virtual CPU devices" % (num_gpus, visible)
@@ -80,6 +82,8 @@ def variable_device(choice, devices, task=None):
 
 def describe_devices(devices):
     """Returns the log line that says where the towers run."""
+    if devices == ["/cpu:0"]:
+        return "No GPU visible: the one tower runs on the CPU (/cpu:0)"
     if devices[0].startswith("/cpu"):
         return "No GPU used: %d tower(s) on virtual CPU devices %s" % (
             len(devices),
