@@ -217,6 +217,11 @@ def test_mnist_workers_each_train_their_epochs_in_the_cluster(
     assert "test accuracy" not in cluster.log("worker1")
 
 
+# A lost peer ends the run after --operation_timeout_secs, not never; the
+# bound leaves room for a machine loaded by other tests (37.7 s seen once).
+FAULT_EXIT_BOUND_SECS = 4 * FAULT_TIMEOUT_SECS
+
+
 def _fault_flags():
     return ("--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,)
 
@@ -248,7 +253,7 @@ def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
 
     code, seconds = cluster.wait("worker0")
     assert code == 1
-    assert seconds < FAULT_TIMEOUT_SECS + 15
+    assert seconds < FAULT_EXIT_BOUND_SECS
     assert (
         "cifar10_multi_gpu_train.py: error: lost the cluster after"
         in cluster.log("worker0")
@@ -269,7 +274,7 @@ def test_a_killed_ps_ends_the_worker_with_a_message_naming_it(make_cluster):
 
     code, seconds = cluster.wait("worker0")
     assert code == 1
-    assert seconds < FAULT_TIMEOUT_SECS + 15
+    assert seconds < FAULT_EXIT_BOUND_SECS
     assert "unreachable: ps task 0 (%s)" % cluster.ps_address in (
         cluster.log("worker0")
     )
