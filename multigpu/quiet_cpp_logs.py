@@ -5,8 +5,10 @@ driver, which CPU instructions were compiled in), before TF_CPP_MIN_LOG_LEVEL
 is read, so the variable alone cannot hide them. Every script imports this
 module first: unless the user set TF_CPP_MIN_LOG_LEVEL, it sets it to 1 (no
 INFO) and passes the C++ side of stderr through a filter that drops the
-INFO lines and keeps warnings and errors. Python's own stderr (tracebacks,
-our one-line errors) is written directly, never through the filter.
+INFO lines, and the warnings that repeat a failure the script reports in
+one line, and keeps the other warnings and errors. Python's own stderr
+(tracebacks, our one-line errors) is written directly, never through the
+filter.
 """
 
 import atexit
@@ -15,12 +17,18 @@ import re
 import sys
 import threading
 
-# A C++ INFO line ('I1123 18:03:47.603 ...' or 'I0000 00:00:...'), the
-# notice of logs written before absl::InitializeLog, and the second line of
-# the CPU-instructions notice.
-_INFO_LINE = re.compile(
-    rb"^(I\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before "
-    rb"absl::InitializeLog|To enable the following instructions:)"
+# The C++ lines the filter drops: INFO lines ('I1123 18:03:47.603 ...' or
+# 'I0000 00:00:...'), the notice of logs written before absl::InitializeLog
+# and the second line of the CPU-instructions notice; and the warnings that
+# echo a failed step, which the script reports itself in one line (a NaN
+# histogram aborts the step's rendezvous, then cancels the input).
+_DROPPED_LINE = re.compile(
+    rb"^(I\d{4} \d\d:\d\d:\d\d"
+    rb"|WARNING: All log messages before absl::InitializeLog"
+    rb"|To enable the following instructions:"
+    rb"|W\d{4} [^]]*\] Local rendezvous is aborting"
+    rb"|W\d{4} [^]]*\] OP_REQUIRES failed at \S+ : CANCELLED"
+    rb"|\t \[\[\{\{node )"
 )
 # Seconds the filter may take at exit to pass on the last C++ lines.
 _DRAIN_SECS = 2
@@ -29,7 +37,7 @@ _DRAIN_SECS = 2
 def _pass_on(read_fd, write_fd):
     with os.fdopen(read_fd, "rb") as pipe, os.fdopen(write_fd, "wb") as out:
         for line in pipe:
-            if not _INFO_LINE.match(line):
+            if not _DROPPED_LINE.match(line):
                 out.write(line)
                 out.flush()
 

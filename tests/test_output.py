@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from conftest import REPO, run_script
+from test_cifar10_train import _write_infinite_checkpoint
 
 # The installed commands (pyproject.toml): the script each one runs, and a
 # flag of that script its help must list.
@@ -58,6 +59,43 @@ def test_a_checkpoint_save_is_logged_once_and_cpp_notices_are_hidden(
     assert CPP_INFO_LINE.findall(output) == [], output
     assert "absl::InitializeLog" not in output
     assert "oneDNN custom operations are on" not in output
+
+
+@pytest.mark.slow
+def test_a_diverged_run_is_reported_in_one_line(cifar10_data_dir, tmp_path):
+    _write_infinite_checkpoint(tmp_path, 50)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "cifar10_train.py"),
+            "--data_dir=%s" % cifar10_data_dir,
+            "--train_dir=%s" % tmp_path,
+            "--max_steps=60",
+            "--batch_size=8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_user_env(),
+        cwd=REPO,
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("Infinity in Histogram") == 1, result.stderr
+    # The C++ side of stderr may add its last warnings after this line.
+    errors = [
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("cifar10_train.py: error: ")
+    ]
+    assert len(errors) == 1, result.stderr
+    assert errors[0].startswith(
+        "cifar10_train.py: error: the model diverged at step 51 (Infinity in "
+        "Histogram for: "
+    )
+    assert errors[0].endswith(
+        "); stopped without saving it, the newest checkpoint is %s"
+        % (tmp_path / "model.ckpt-50")
+    )
 
 
 def test_a_user_set_log_level_is_kept_as_it_is():
