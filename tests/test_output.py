@@ -29,6 +29,18 @@ def _user_env():
     return env
 
 
+def _run_as_user(script, *args):
+    """Runs a script with the environment of `_user_env`."""
+    return subprocess.run(
+        [sys.executable, str(REPO / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_user_env(),
+        cwd=REPO,
+    )
+
+
 def _flag_names(help_text):
     return sorted(re.findall(r"^  --(?:\[no\])?(\w+):", help_text, re.M))
 
@@ -37,20 +49,12 @@ def _flag_names(help_text):
 def test_a_checkpoint_save_is_logged_once_and_cpp_notices_are_hidden(
     cifar10_data_dir, tmp_path
 ):
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "cifar10_train.py"),
-            "--data_dir=%s" % cifar10_data_dir,
-            "--train_dir=%s" % tmp_path,
-            "--max_steps=2",
-            "--batch_size=8",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_user_env(),
-        cwd=REPO,
+    result = _run_as_user(
+        "cifar10_train.py",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % tmp_path,
+        "--max_steps=2",
+        "--batch_size=8",
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
@@ -64,20 +68,12 @@ def test_a_checkpoint_save_is_logged_once_and_cpp_notices_are_hidden(
 @pytest.mark.slow
 def test_a_diverged_run_is_reported_in_one_line(cifar10_data_dir, tmp_path):
     _write_infinite_checkpoint(tmp_path, 50)
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "cifar10_train.py"),
-            "--data_dir=%s" % cifar10_data_dir,
-            "--train_dir=%s" % tmp_path,
-            "--max_steps=60",
-            "--batch_size=8",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_user_env(),
-        cwd=REPO,
+    result = _run_as_user(
+        "cifar10_train.py",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % tmp_path,
+        "--max_steps=60",
+        "--batch_size=8",
     )
     assert result.returncode == 1
     assert result.stderr.count("Infinity in Histogram") == 1, result.stderr
