@@ -75,7 +75,7 @@ def build_graph(eval_data, data_dir, batch_size, num_examples):
       init_op: rewinds the input to its first example.
     """
     with tf.device("/cpu:0"):
-        images, labels, init_op = cifar10_input.inputs(
+        images, labels, init_op = cifar10_input.eval_inputs(
             eval_data, data_dir, batch_size, num_examples
         )
     logits = cifar10.inference(images)

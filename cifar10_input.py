@@ -8,8 +8,8 @@ green, then blue, each 32 rows of 32.
 
 Stages, one function each:
   read (`read_records`) -> decode (`decode_record`) -> distort
-  (`distort_image`) or crop (`eval_image`) -> batch (`distorted_inputs`,
-  `inputs`).
+  (`distort_image`) or crop (`eval_image`) -> batch (`train_inputs`,
+  `eval_inputs`).
 
 `write_fake_data` writes a small learnable set in the same format, so that
 every script runs with no download (`--fake_data`).
@@ -241,7 +241,7 @@ def distorted_batches(data_dir, batch_size):
     return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
 
 
-def distorted_inputs(data_dir, batch_size):
+def train_inputs(data_dir, batch_size):
     """Training batches for one tower, from a one-shot iterator.
 
     Args:
@@ -255,7 +255,7 @@ def distorted_inputs(data_dir, batch_size):
     return distorted_batches(data_dir, batch_size)()
 
 
-def inputs(eval_data, data_dir, batch_size, num_examples):
+def eval_inputs(eval_data, data_dir, batch_size, num_examples):
     """Evaluation batches: every example once, in file order.
 
     Args:

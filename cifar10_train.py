@@ -82,7 +82,7 @@ def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
     global_step = tf.compat.v1.train.get_or_create_global_step()
     # The input pipeline stays on the CPU, so the device only computes.
     with tf.device("/cpu:0"):
-        images, labels = cifar10_input.distorted_inputs(data_dir, batch_size)
+        images, labels = cifar10_input.train_inputs(data_dir, batch_size)
     summaries.image_summary("images", images)
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
