@@ -15,9 +15,33 @@ multi-GPU trainer share one copy.
 """
 
 import tensorflow as tf
+from absl import flags
 
 import cifar10_input
 from multigpu import placement, summaries, towers, variables
+
+# The tutorial's three flags, defined here as the tutorial did: scripts
+# written against it read FLAGS.batch_size after importing cifar10, and our
+# CIFAR-10 scripts adopt these instead of defining their own. Only the
+# tutorial's no-argument calls below read them.
+FLAGS = flags.FLAGS
+flags.DEFINE_integer(
+    "batch_size",
+    128,
+    "Examples per batch. In cifar10_multi_gpu_train.py it is per tower: a "
+    "step trains on batch_size * num_gpus examples.",
+    lower_bound=1,
+)
+flags.DEFINE_string(
+    "data_dir",
+    "/tmp/cifar10_data",
+    "Folder that holds (or receives) cifar-10-batches-bin/.",
+)
+flags.DEFINE_boolean(
+    "use_fp16",
+    False,
+    "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
+)
 
 IMAGE_SIZE = cifar10_input.IMAGE_SIZE
 NUM_CLASSES = cifar10_input.NUM_CLASSES

@@ -52,18 +52,6 @@ flags.DEFINE_integer(
     "Number of towers, one per GPU (see --cpu_towers).",
     lower_bound=1,
 )
-flags.DEFINE_integer(
-    "batch_size",
-    128,
-    "Examples per step of EACH tower: a step trains on "
-    "batch_size * num_gpus examples.",
-    lower_bound=1,
-)
-flags.DEFINE_string(
-    "data_dir",
-    "/tmp/cifar10_data",
-    "Folder that holds (or receives) cifar-10-batches-bin/.",
-)
 flags.DEFINE_boolean(
     "cpu_towers",
     False,
@@ -75,11 +63,6 @@ flags.DEFINE_boolean(
 )
 flags.DEFINE_integer(
     "log_frequency", 10, "Steps between progress lines.", lower_bound=1
-)
-flags.DEFINE_boolean(
-    "use_fp16",
-    False,
-    "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
 )
 flags.DEFINE_float(
     "clip_gradients",
@@ -110,6 +93,9 @@ flags.DEFINE_boolean(
 common_flags.define_device_flags()
 common_flags.define_cluster_flags()
 flags.adopt_module_key_flags(common_flags)
+# --batch_size (per tower), --data_dir and --use_fp16 are the tutorial's, in
+# cifar10.
+flags.adopt_module_key_flags(cifar10)
 
 
 def build_graph(

@@ -27,22 +27,11 @@ flags.DEFINE_string(
 flags.DEFINE_integer(
     "max_steps", 1000000, "Global step to stop at.", lower_bound=1
 )
-flags.DEFINE_integer("batch_size", 128, "Examples per step.", lower_bound=1)
-flags.DEFINE_string(
-    "data_dir",
-    "/tmp/cifar10_data",
-    "Folder that holds (or receives) cifar-10-batches-bin/.",
-)
 flags.DEFINE_boolean(
     "log_device_placement", False, "Log the device of every op."
 )
 flags.DEFINE_integer(
     "log_frequency", 10, "Steps between progress lines.", lower_bound=1
-)
-flags.DEFINE_boolean(
-    "use_fp16",
-    False,
-    "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
 )
 flags.DEFINE_boolean(
     "fake_data",
@@ -68,6 +57,8 @@ flags.DEFINE_boolean(
     False,
     "Delete --train_dir before training instead of resuming from it.",
 )
+# --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
+flags.adopt_module_key_flags(cifar10)
 
 
 def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
