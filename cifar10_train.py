@@ -77,7 +77,9 @@ def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
     summaries.image_summary("images", images)
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
-    return loss, cifar10.train(loss, global_step, batch_size, clip_norm)
+    return loss, cifar10.train(
+        loss, global_step, batch_size=batch_size, clip_norm=clip_norm
+    )
 
 
 def main(argv):
