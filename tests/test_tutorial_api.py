@@ -260,3 +260,190 @@ def test_tutorial_inputs_name_a_missing_file(tmp_path):
         "CIFAR-10 files missing in %s: data_batch_1.bin, data_batch_2.bin"
         % tmp_path
     )
+
+
+# A training script as users wrote them against the 2017 tutorial, with
+# only the import changed: the tutorial's names, flags from cifar10, a
+# MonitoredTrainingSession with hooks, tf.app.run.
+TUTORIAL_STYLE_TRAIN = """
+import tensorflow.compat.v1 as tf
+
+import cifar10
+
+FLAGS = tf.app.flags.FLAGS
+tf.app.flags.DEFINE_string("train_dir", "/tmp/cifar10_train", "Checkpoints.")
+tf.app.flags.DEFINE_integer("max_steps", 1000, "Steps to train.")
+
+
+class LossPrinter(tf.train.SessionRunHook):
+    def __init__(self, loss):
+        self.loss = loss
+
+    def before_run(self, run_context):
+        return tf.train.SessionRunArgs([tf.train.get_global_step(), self.loss])
+
+    def after_run(self, run_context, run_values):
+        step, loss = run_values.results
+        print("step %d, loss = %.2f" % (step + 1, loss))
+
+
+def train():
+    with tf.Graph().as_default():
+        global_step = tf.train.get_or_create_global_step()
+        with tf.device("/cpu:0"):
+            images, labels = cifar10.distorted_inputs()
+        print("images", images.shape.as_list(), "labels", labels.shape)
+        logits = cifar10.inference(images)
+        loss = cifar10.loss(logits, labels)
+        train_op = cifar10.train(loss, global_step)
+        hooks = [
+            tf.train.StopAtStepHook(last_step=FLAGS.max_steps),
+            tf.train.NanTensorHook(loss),
+            LossPrinter(loss),
+        ]
+        with tf.train.MonitoredTrainingSession(
+            checkpoint_dir=FLAGS.train_dir,
+            hooks=hooks,
+            config=tf.ConfigProto(log_device_placement=False),
+        ) as sess:
+            while not sess.should_stop():
+                sess.run(train_op)
+
+
+def main(argv=None):
+    cifar10.maybe_download_and_extract()
+    train()
+
+
+if __name__ == "__main__":
+    tf.app.run()
+"""
+
+# The matching eval script: the tutorial's inputs(eval_data), the shadow
+# variables restored by name, queue runners started by hand.
+TUTORIAL_STYLE_EVAL = """
+import math
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+import cifar10
+
+FLAGS = tf.app.flags.FLAGS
+tf.app.flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train", "")
+tf.app.flags.DEFINE_integer("num_examples", 10000, "Examples to score.")
+
+
+def evaluate():
+    with tf.Graph().as_default():
+        images, labels = cifar10.inputs(eval_data=True)
+        logits = cifar10.inference(images)
+        top_k_op = tf.nn.in_top_k(logits, labels, 1)
+        averages = tf.train.ExponentialMovingAverage(
+            cifar10.MOVING_AVERAGE_DECAY
+        )
+        saver = tf.train.Saver(averages.variables_to_restore())
+        [weights] = tf.get_collection(
+            tf.GraphKeys.GLOBAL_VARIABLES, "conv1/weights"
+        )
+        with tf.Session() as sess:
+            state = tf.train.get_checkpoint_state(FLAGS.checkpoint_dir)
+            saver.restore(sess, state.model_checkpoint_path)
+            step = state.model_checkpoint_path.split("-")[-1]
+            coord = tf.train.Coordinator()
+            threads = tf.train.start_queue_runners(sess=sess, coord=coord)
+            num_iter = int(math.ceil(FLAGS.num_examples / FLAGS.batch_size))
+            hits = sum(np.sum(sess.run(top_k_op)) for _ in range(num_iter))
+            coord.request_stop()
+            coord.join(threads)
+            total = num_iter * FLAGS.batch_size
+            print("step %s: %d hits of %d" % (step, hits, total))
+            print("conv1/weights sum %.6f" % np.sum(sess.run(weights)))
+
+
+def main(argv=None):
+    cifar10.maybe_download_and_extract()
+    evaluate()
+
+
+if __name__ == "__main__":
+    tf.app.run()
+"""
+
+
+def run_user_script(folder, name, text, *args):
+    """Writes a user's script into folder and runs it from there.
+
+    Returns:
+      list of str, the lines it printed.
+    """
+    (folder / name).write_text(text)
+    env = dict(SCRIPT_ENV, PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        [sys.executable, name, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=folder,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    return result.stdout.splitlines()
+
+
+@pytest.mark.slow
+def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
+    tmp_path,
+):
+    data_dir, train_dir = tmp_path / "data", tmp_path / "train"
+    write_cifar10_files(data_dir, records_per_file=20)
+    flags_ = ["--data_dir=%s" % data_dir, "--batch_size=4"]
+    train_lines = run_user_script(
+        tmp_path,
+        "my_cifar10_train.py",
+        TUTORIAL_STYLE_TRAIN,
+        *flags_,
+        "--train_dir=%s" % train_dir,
+        "--max_steps=3",
+    )
+    # --batch_size reached cifar10 from the user's command line.
+    assert "images [4, 24, 24, 3] labels (4,)" in train_lines
+    steps = [line.split(",")[0] for line in train_lines if "loss" in line]
+    assert steps == ["step 1", "step 2", "step 3"]
+    checkpoint = tf.train.load_checkpoint(str(train_dir))
+    assert checkpoint.get_tensor("global_step") == 3
+
+    eval_lines = run_user_script(
+        tmp_path,
+        "my_cifar10_eval.py",
+        TUTORIAL_STYLE_EVAL,
+        *flags_,
+        "--checkpoint_dir=%s" % train_dir,
+        "--num_examples=10",
+    )
+    # ceil(10 / 4) batches of 4 from the test file's 20 records.
+    step_line, weights_line = eval_lines[-2:]
+    hits = int(step_line.split(": ")[1].split()[0])
+    assert step_line == "step 3: %d hits of 12" % hits
+    # The eval's conv1/weights hold the checkpoint's moving average.
+    shadow = checkpoint.get_tensor("conv1/weights/ExponentialMovingAverage")
+    raw = checkpoint.get_tensor("conv1/weights")
+    restored = float(weights_line.rsplit(" ", 1)[1])
+    assert restored == pytest.approx(np.sum(shadow), abs=2e-6)
+    assert abs(np.sum(shadow) - np.sum(raw)) > 1e-4
+    assert hits == _top_1_hits(data_dir, train_dir, num_examples=12)
+
+
+def _top_1_hits(data_dir, train_dir, num_examples):
+    """Top-1 hits of the newest checkpoint's moving averages, by our eval."""
+    with tf.Graph().as_default():
+        images, labels, init_op = cifar10_input.eval_inputs(
+            "test", str(data_dir), num_examples, num_examples
+        )
+        logits = cifar10.inference(images)
+        top_1 = tf.nn.in_top_k(predictions=logits, targets=labels, k=1)
+        saver = tf.compat.v1.train.Saver(cifar10.variables_to_restore())
+        with tf.compat.v1.Session() as sess:
+            saver.restore(sess, tf.train.latest_checkpoint(str(train_dir)))
+            sess.run(init_op)
+            return int(np.sum(sess.run(top_1)))
