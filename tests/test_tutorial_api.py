@@ -156,11 +156,14 @@ def test_the_tutorial_calls_keep_their_signatures():
     assert _parameters(cifar10.inference)[0] == "images"
     assert _parameters(cifar10.loss) == ["logits", "labels"]
     assert _parameters(cifar10.train)[:2] == ["total_loss", "global_step"]
-    assert all(
-        "=" in parameter
-        for function in [cifar10.inference, cifar10.train]
-        for parameter in _parameters(function)[2:]
-    )
+    extras = _parameters(cifar10.inference)[1:] + _parameters(cifar10.train)[2:]
+    assert [extra.split("=")[0] for extra in extras] == [
+        "compute_dtype",
+        "variable_device",
+        "batch_size",
+        "clip_norm",
+    ]
+    assert all("=" in extra for extra in extras)
 
 
 def test_read_cifar10_reads_the_records_of_a_fifo_queue_of_file_names(
@@ -447,3 +450,106 @@ def _top_1_hits(data_dir, train_dir, num_examples):
             saver.restore(sess, tf.train.latest_checkpoint(str(train_dir)))
             sess.run(init_op)
             return int(np.sum(sess.run(top_1)))
+
+
+# A multi-tower script in the tutorial's manner: towers named with
+# cifar10.TOWER_NAME sharing one set of variables, the batch queue of the
+# README (tf.contrib's prefetch_queue is gone), a plain Session with the
+# queue runners started by hand, a Saver at the end.
+TUTORIAL_STYLE_TOWERS = """
+import tensorflow.compat.v1 as tf
+
+import cifar10
+
+FLAGS = tf.app.flags.FLAGS
+tf.app.flags.DEFINE_string("train_dir", "/tmp/cifar10_train", "Checkpoints.")
+tf.app.flags.DEFINE_integer("num_gpus", 2, "Towers.")
+tf.app.flags.DEFINE_integer("max_steps", 3, "Steps to train.")
+
+
+def tower_loss(scope, images, labels):
+    cifar10.loss(cifar10.inference(images), labels)
+    return tf.add_n(tf.get_collection("losses", scope), name="total_loss")
+
+
+def mean_gradients(tower_grads):
+    return [
+        (tf.reduce_mean(tf.stack([g for g, _ in pairs]), 0), pairs[0][1])
+        for pairs in zip(*tower_grads)
+    ]
+
+
+def train():
+    with tf.Graph().as_default(), tf.device("/cpu:0"):
+        global_step = tf.train.get_or_create_global_step()
+        opt = tf.train.GradientDescentOptimizer(cifar10.INITIAL_LEARNING_RATE)
+        images, labels = cifar10.distorted_inputs()
+        batch_queue = tf.FIFOQueue(
+            2 * FLAGS.num_gpus,
+            [tf.float32, tf.int32],
+            shapes=[images.shape, labels.shape],
+        )
+        tf.train.add_queue_runner(
+            tf.train.QueueRunner(
+                batch_queue, [batch_queue.enqueue([images, labels])]
+            )
+        )
+        tower_grads = []
+        with tf.variable_scope(tf.get_variable_scope()):
+            for i in range(FLAGS.num_gpus):
+                with tf.device("/gpu:%d" % i), tf.name_scope(
+                    "%s_%d" % (cifar10.TOWER_NAME, i)
+                ) as scope:
+                    image_batch, label_batch = batch_queue.dequeue()
+                    loss = tower_loss(scope, image_batch, label_batch)
+                    tf.get_variable_scope().reuse_variables()
+                    tower_grads.append(opt.compute_gradients(loss))
+        apply_op = opt.apply_gradients(
+            mean_gradients(tower_grads), global_step=global_step
+        )
+        averages = tf.train.ExponentialMovingAverage(
+            cifar10.MOVING_AVERAGE_DECAY, global_step
+        )
+        train_op = tf.group(
+            apply_op, averages.apply(tf.trainable_variables())
+        )
+        saver = tf.train.Saver(tf.global_variables())
+        sess = tf.Session(config=tf.ConfigProto(allow_soft_placement=True))
+        sess.run(tf.global_variables_initializer())
+        tf.train.start_queue_runners(sess=sess)
+        for _ in range(FLAGS.max_steps):
+            sess.run(train_op)
+        saver.save(sess, FLAGS.train_dir + "/model.ckpt", global_step)
+        print("%d variables" % len(tf.trainable_variables()))
+
+
+def main(argv=None):
+    train()
+
+
+if __name__ == "__main__":
+    tf.app.run()
+"""
+
+
+@pytest.mark.slow
+def test_a_tutorial_style_multi_tower_script_shares_one_set_of_variables(
+    tmp_path,
+):
+    data_dir, train_dir = tmp_path / "data", tmp_path / "train"
+    write_cifar10_files(data_dir, records_per_file=20)
+    lines = run_user_script(
+        tmp_path,
+        "my_cifar10_multi_gpu_train.py",
+        TUTORIAL_STYLE_TOWERS,
+        "--data_dir=%s" % data_dir,
+        "--batch_size=4",
+        "--train_dir=%s" % train_dir,
+    )
+    assert lines[-1] == "10 variables"
+    checkpoint = tf.train.load_checkpoint(str(train_dir))
+    assert checkpoint.get_tensor("global_step") == 3
+    # Tower-free names, as in the tutorial's checkpoints and ours.
+    names = sorted(checkpoint.get_variable_to_shape_map())
+    assert [name for name in names if "tower" in name] == []
+    assert "softmax_linear/weights/ExponentialMovingAverage" in names
