@@ -104,18 +104,11 @@ def distorted_inputs():
 def inputs(eval_data):
     """The tutorial's eval input: central crops, batches of --batch_size.
 
-    Reads --data_dir, --batch_size and --use_fp16. Needs the queue runners
-    started.
+    Reads the flags, returns the shapes and dtypes and raises the errors of
+    `distorted_inputs`, and needs the queue runners started as it does.
 
     Args:
       eval_data: bool, True reads the test file, False the training files.
-
-    Returns:
-      images: float32 [batch_size, 24, 24, 3]; float16 with --use_fp16.
-      labels: int32 [batch_size].
-
-    Raises:
-      ValueError: --data_dir is empty, or its record files are bad.
     """
     images, labels = cifar10_input.inputs(
         eval_data, _batches_dir(), FLAGS.batch_size

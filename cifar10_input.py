@@ -531,8 +531,10 @@ def distorted_inputs(data_dir, batch_size):
 def inputs(eval_data, data_dir, batch_size):
     """Evaluation batches from queues (the tutorial's), in file order.
 
-    The input cycles through the files; ceil(examples / batch_size) batches
-    see every example once. Needs the queue runners started.
+    The input cycles through the files in order, so that n examples in a
+    row are n different records while n <= the records of the files (the
+    tutorial's eval runs ceil(num_examples / batch_size) batches). Needs
+    the queue runners started.
 
     Args:
       eval_data: bool, True reads `test_batch.bin`, False the training
