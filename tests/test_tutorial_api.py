@@ -23,23 +23,24 @@ import mnist_input
 TUTORIAL_FLAGS = ["batch_size", "data_dir", "use_fp16"]
 
 
-def run_python(code, *args, cwd=REPO, timeout=300):
-    """Runs code in a fresh Python with the repository on its path.
+def run_user_script(folder, name, text, *args):
+    """Writes a user's script into folder and runs it from there.
 
     Returns:
-      str, its standard output; the test fails if it exits non-zero.
+      list of str, the lines it printed.
     """
+    (folder / name).write_text(text)
     env = dict(SCRIPT_ENV, PYTHONPATH=str(REPO))
     result = subprocess.run(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, name, *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=600,
         env=env,
-        cwd=cwd,
+        cwd=folder,
     )
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
-    return result.stdout
+    return result.stdout.splitlines()
 
 
 def test_cifar10_defines_the_tutorials_three_flags_with_its_defaults():
@@ -75,8 +76,11 @@ for name in ["cifar10_train", "cifar10_multi_gpu_train", "cifar10_eval"]:
 """
 
 
-def test_the_cifar10_scripts_import_together_and_adopt_the_tutorial_flags():
-    assert run_python(IMPORT_TOGETHER).splitlines() == [
+def test_the_cifar10_scripts_import_together_and_adopt_the_tutorial_flags(
+    tmp_path,
+):
+    lines = run_user_script(tmp_path, "imports.py", IMPORT_TOGETHER)
+    assert lines == [
         "%s %s []" % (name, TUTORIAL_FLAGS)
         for name in [
             "cifar10_train",
@@ -372,26 +376,6 @@ def main(argv=None):
 if __name__ == "__main__":
     tf.app.run()
 """
-
-
-def run_user_script(folder, name, text, *args):
-    """Writes a user's script into folder and runs it from there.
-
-    Returns:
-      list of str, the lines it printed.
-    """
-    (folder / name).write_text(text)
-    env = dict(SCRIPT_ENV, PYTHONPATH=str(REPO))
-    result = subprocess.run(
-        [sys.executable, name, *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=folder,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
-    return result.stdout.splitlines()
 
 
 @pytest.mark.slow
