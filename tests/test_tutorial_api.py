@@ -537,3 +537,15 @@ def test_a_tutorial_style_multi_tower_script_shares_one_set_of_variables(
     names = sorted(checkpoint.get_variable_to_shape_map())
     assert [name for name in names if "tower" in name] == []
     assert "softmax_linear/weights/ExponentialMovingAverage" in names
+
+
+def test_inference_computes_in_the_dtype_of_float16_images():
+    # The tutorial's inputs give float16 images with --use_fp16.
+    with tf.Graph().as_default() as graph:
+        logits = cifar10.inference(tf.zeros([2, 24, 24, 3], tf.float16))
+    convolutions = [op for op in graph.get_operations() if op.type == "Conv2D"]
+    assert [op.get_attr("T") for op in convolutions] == [tf.float16] * 2
+    assert logits.dtype == tf.float32
+    assert {v.dtype.base_dtype for v in graph.get_collection("variables")} == {
+        tf.float32
+    }
