@@ -47,7 +47,9 @@ flags.DEFINE_string(
 flags.DEFINE_boolean(
     "use_fp16",
     False,
-    "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
+    "Compute in reduced precision, the variables staying float32: float16 "
+    "on GPUs and bfloat16 on CPUs in our scripts, float16 in the tutorial's "
+    "calls.",
 )
 
 IMAGE_SIZE = cifar10_input.IMAGE_SIZE
