@@ -327,14 +327,19 @@ if __name__ == "__main__":
 """
 
 # The matching eval script: the tutorial's inputs(eval_data), the shadow
-# variables restored by name, queue runners started by hand.
+# variables restored by name, queue runners started by hand; then records
+# read through read_cifar10 on a FIFOQueue of file names, as the tutorial's
+# input test reads them.
 TUTORIAL_STYLE_EVAL = """
 import math
+
+import os
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 
 import cifar10
+import cifar10_input
 
 FLAGS = tf.app.flags.FLAGS
 tf.app.flags.DEFINE_string("checkpoint_dir", "/tmp/cifar10_train", "")
@@ -368,9 +373,25 @@ def evaluate():
             print("conv1/weights sum %.6f" % np.sum(sess.run(weights)))
 
 
+def print_first_records(count):
+    filename = os.path.join(
+        FLAGS.data_dir, "cifar-10-batches-bin", "test_batch.bin"
+    )
+    with tf.Graph().as_default():
+        queue = tf.FIFOQueue(99, [tf.string], shapes=())
+        record = cifar10_input.read_cifar10(queue)
+        with tf.Session() as sess:
+            sess.run(queue.enqueue([filename]))
+            sess.run(queue.close())
+            for _ in range(count):
+                key, label = sess.run([record.key, record.label])
+                print("%s %s" % (key.decode(), label.tolist()))
+
+
 def main(argv=None):
     cifar10.maybe_download_and_extract()
     evaluate()
+    print_first_records(3)
 
 
 if __name__ == "__main__":
@@ -383,7 +404,7 @@ def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
     tmp_path,
 ):
     data_dir, train_dir = tmp_path / "data", tmp_path / "train"
-    write_cifar10_files(data_dir, records_per_file=20)
+    written = write_cifar10_files(data_dir, records_per_file=20)
     flags_ = ["--data_dir=%s" % data_dir, "--batch_size=4"]
     train_lines = run_user_script(
         tmp_path,
@@ -409,7 +430,7 @@ def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
         "--num_examples=10",
     )
     # ceil(10 / 4) batches of 4 from the test file's 20 records.
-    step_line, weights_line = eval_lines[-2:]
+    step_line, weights_line = eval_lines[-5:-3]
     hits = int(step_line.split(": ")[1].split()[0])
     assert step_line == "step 3: %d hits of 12" % hits
     # The eval's conv1/weights hold the checkpoint's moving average.
@@ -419,6 +440,12 @@ def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
     assert restored == pytest.approx(np.sum(shadow), abs=2e-6)
     assert abs(np.sum(shadow) - np.sum(raw)) > 1e-4
     assert hits == _top_1_hits(data_dir, train_dir, num_examples=12)
+    # read_cifar10 on a FIFOQueue of file names: 'FILE:INDEX' keys, labels.
+    test_file = data_dir / cifar10_input.BATCHES_DIR / "test_batch.bin"
+    labels = written["test_batch.bin"][1]
+    assert eval_lines[-3:] == [
+        "%s:%d [%d]" % (test_file, i, labels[i]) for i in range(3)
+    ]
 
 
 def _top_1_hits(data_dir, train_dir, num_examples):
