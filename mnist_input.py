@@ -45,10 +45,8 @@ TEST_LABELS = "t10k-labels-idx1-ubyte.gz"
 IMAGES_MAGIC = 2051  # 0x00000803: uint8, 3 dimensions [n, rows, columns]
 LABELS_MAGIC = 2049  # 0x00000801: uint8, 1 dimension [n]
 
-# The tutorial's `read_data_sets` keeps the first 5,000 training images
-# apart for validation.
+# The tutorial's `read_data_sets` keeps the first 5,000 training images apart.
 VALIDATION_SIZE = 5000
-
 # Where the TF1 reading example's `inputs` finds the TFRecord files.
 DEFAULT_DATA_DIR = "/tmp/mnist_data"
 
@@ -198,9 +196,6 @@ def dataset(data_dir, split, batch_size, num_epochs, training):
 
 def inputs(train, batch_size, num_epochs, data_dir=DEFAULT_DATA_DIR):
     """Shuffled batches from a one-shot iterator, as the tutorial's `inputs`.
-
-    Called as the TF1 reading example calls it:
-    `inputs(train=True, batch_size=100, num_epochs=2)`.
 
     Args:
       train: bool, the training split (True) or the validation split.
@@ -396,15 +391,10 @@ def convert(idx_dir, data_dir, validation_size=VALIDATION_SIZE):
             "--validation_size=%d, expected 0 to %d (the training images "
             "less one)" % (validation_size, len(train_images) - 1)
         )
+    first, rest = slice(validation_size), slice(validation_size, None)
     splits = {
-        "train": (
-            train_images[validation_size:],
-            train_labels[validation_size:],
-        ),
-        "validation": (
-            train_images[:validation_size],
-            train_labels[:validation_size],
-        ),
+        "train": (train_images[rest], train_labels[rest]),
+        "validation": (train_images[first], train_labels[first]),
         "test": (test_images, test_labels),
     }
     return _write_splits(data_dir, splits)
