@@ -399,12 +399,18 @@ if __name__ == "__main__":
 """
 
 
+@pytest.fixture
+def data_dir(tmp_path):
+    """A --data_dir of 20 random records per file, in the binary format."""
+    write_cifar10_files(tmp_path / "data", records_per_file=20)
+    return tmp_path / "data"
+
+
 @pytest.mark.slow
 def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
-    tmp_path,
+    data_dir, tmp_path
 ):
-    data_dir, train_dir = tmp_path / "data", tmp_path / "train"
-    written = write_cifar10_files(data_dir, records_per_file=20)
+    train_dir = tmp_path / "train"
     flags_ = ["--data_dir=%s" % data_dir, "--batch_size=4"]
     train_lines = run_user_script(
         tmp_path,
@@ -442,7 +448,7 @@ def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
     assert hits == _top_1_hits(data_dir, train_dir, num_examples=12)
     # read_cifar10 on a FIFOQueue of file names: 'FILE:INDEX' keys, labels.
     test_file = data_dir / cifar10_input.BATCHES_DIR / "test_batch.bin"
-    labels = written["test_batch.bin"][1]
+    labels = np.fromfile(test_file, np.uint8)[:: cifar10_input.RECORD_BYTES]
     assert eval_lines[-3:] == [
         "%s:%d [%d]" % (test_file, i, labels[i]) for i in range(3)
     ]
@@ -545,10 +551,9 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 def test_a_tutorial_style_multi_tower_script_shares_one_set_of_variables(
-    tmp_path,
+    data_dir, tmp_path
 ):
-    data_dir, train_dir = tmp_path / "data", tmp_path / "train"
-    write_cifar10_files(data_dir, records_per_file=20)
+    train_dir = tmp_path / "train"
     lines = run_user_script(
         tmp_path,
         "my_cifar10_multi_gpu_train.py",
