@@ -1,8 +1,13 @@
 """The CIFAR-10 tutorial model: inference, loss and the training op.
 
-  inference(images) -> logits          the network
-  loss(logits, labels) -> total_loss   cross-entropy plus weight decay
-  train(total_loss, global_step, ...)  one-device training op
+  distorted_inputs(), inputs(eval_data)  the tutorial's input calls
+  inference(images) -> logits            the network
+  loss(logits, labels) -> total_loss     cross-entropy plus weight decay
+  train(total_loss, global_step, ...)    one-device training op
+
+The public surface is the 2017 tutorial's (its flags, constants and calls),
+so that scripts written against it run here; the no-argument calls read
+the flags, our scripts pass plain arguments.
 
 The multi-tower trainer builds `inference` and `loss` once per tower and
 shares `learning_rate`, `optimizer`, `add_loss_summaries` and
@@ -14,16 +19,49 @@ trainer passes another `variable_device` to `inference`, so the towers of a
 multi-GPU trainer share one copy.
 """
 
+import os
+
 import tensorflow as tf
+from absl import flags
 
 import cifar10_input
 from multigpu import placement, summaries, towers, variables
+
+# The tutorial's three flags, defined here as the tutorial did: scripts
+# written against it read FLAGS.batch_size after importing cifar10, and our
+# CIFAR-10 scripts adopt these instead of defining their own. Only the
+# tutorial's no-argument calls below read them.
+FLAGS = flags.FLAGS
+flags.DEFINE_integer(
+    "batch_size",
+    128,
+    "Examples per batch. In cifar10_multi_gpu_train.py it is per tower: a "
+    "step trains on batch_size * num_gpus examples.",
+    lower_bound=1,
+)
+flags.DEFINE_string(
+    "data_dir",
+    "/tmp/cifar10_data",
+    "Folder that holds (or receives) cifar-10-batches-bin/.",
+)
+flags.DEFINE_boolean(
+    "use_fp16",
+    False,
+    "Compute in reduced precision, the variables staying float32: float16 "
+    "on GPUs and bfloat16 on CPUs in our scripts, float16 in the tutorial's "
+    "calls.",
+)
 
 IMAGE_SIZE = cifar10_input.IMAGE_SIZE
 NUM_CLASSES = cifar10_input.NUM_CLASSES
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = (
     cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
 )
+NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL
+# The tutorial's prefix of the towers' name scopes: tower_0, tower_1, ...
+TOWER_NAME = towers.TOWER_NAME
+# The binary archive that `maybe_download_and_extract` fetches.
+DATA_URL = cifar10_input.DATA_URL
 
 # Published training constants of the tutorial.
 MOVING_AVERAGE_DECAY = 0.9999  # Decay of the variables' shadow copies.
@@ -44,6 +82,65 @@ CONV_STDDEV = 5e-2
 LOCAL3_UNITS, LOCAL4_UNITS = 384, 192
 LOCAL_STDDEV = 0.04
 LOCAL_WEIGHT_DECAY = 0.004
+
+
+def distorted_inputs():
+    """The tutorial's training input: distorted batches of --batch_size.
+
+    Reads --data_dir, --batch_size and --use_fp16. Needs the queue runners
+    started (`MonitoredTrainingSession` starts them).
+
+    Returns:
+      images: float32 [batch_size, 24, 24, 3]; float16 with --use_fp16.
+      labels: int32 [batch_size].
+
+    Raises:
+      ValueError: --data_dir is empty, or its record files are bad.
+    """
+    images, labels = cifar10_input.distorted_inputs(
+        _batches_dir(), FLAGS.batch_size
+    )
+    return _input_dtype(images), labels
+
+
+def inputs(eval_data):
+    """The tutorial's eval input: central crops, batches of --batch_size.
+
+    Reads the flags, returns the shapes and dtypes and raises the errors of
+    `distorted_inputs`, and needs the queue runners started as it does.
+
+    Args:
+      eval_data: bool, True reads the test file, False the training files.
+    """
+    images, labels = cifar10_input.inputs(
+        eval_data, _batches_dir(), FLAGS.batch_size
+    )
+    return _input_dtype(images), labels
+
+
+def _batches_dir():
+    if not FLAGS.data_dir:
+        raise ValueError(
+            "--data_dir is empty; pass the folder that holds (or receives) "
+            "%s/" % cifar10_input.BATCHES_DIR
+        )
+    return os.path.join(FLAGS.data_dir, cifar10_input.BATCHES_DIR)
+
+
+def _input_dtype(images):
+    # As in the tutorial, --use_fp16 makes float16 images, and `inference`
+    # computes in its input's dtype. Labels stay int32 for `in_top_k`.
+    return tf.cast(images, tf.float16) if FLAGS.use_fp16 else images
+
+
+def maybe_download_and_extract():
+    """Downloads and extracts CIFAR-10 into --data_dir unless it is there.
+
+    Raises:
+      ValueError: the download failed or the archive is broken; the
+        message says what to download and where to put it.
+    """
+    cifar10_input.maybe_download_and_extract(FLAGS.data_dir)
 
 
 def _activation_summary(x):
@@ -104,7 +201,7 @@ def _lrn(x, name):
 
 
 def inference(
-    images, compute_dtype=tf.float32, variable_device=placement.VARIABLE_DEVICE
+    images, compute_dtype=None, variable_device=placement.VARIABLE_DEVICE
 ):
     """Builds the CIFAR-10 network.
 
@@ -114,14 +211,19 @@ def inference(
     it and the logits are float32.
 
     Args:
-      images: float32 [batch, 24, 24, 3], standardised.
-      compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
+      images: float32 [batch, 24, 24, 3], standardised (or float16 /
+        bfloat16, e.g. from the tutorial's inputs with --use_fp16).
+      compute_dtype: tf.float32, tf.float16 or tf.bfloat16; None computes
+        in the images' dtype, as the tutorial's call does.
       variable_device: str, where the variables live (see
         `placement.variable_device`).
 
     Returns:
       logits: float32 [batch, 10], unnormalised (softmax is in the loss).
     """
+    if compute_dtype is None:
+        reduced = images.dtype in (tf.float16, tf.bfloat16)
+        compute_dtype = images.dtype if reduced else tf.float32
     x = tf.cast(images, compute_dtype)
     with tf.compat.v1.variable_scope("conv1") as scope:
         conv1 = tf.identity(
@@ -287,19 +389,22 @@ def apply_gradients(opt, grads_and_vars, global_step):
         return averages.apply(tf.compat.v1.trainable_variables())
 
 
-def train(total_loss, global_step, batch_size, clip_norm=0.0):
+def train(total_loss, global_step, *, batch_size=None, clip_norm=0.0):
     """The one-device training op.
 
     Args:
       total_loss: float32 scalar from `loss`.
       global_step: int64 scalar variable.
-      batch_size: int, examples per step.
+      batch_size: int, examples per step; None reads --batch_size, as the
+        tutorial's two-argument call does.
       clip_norm: float; if > 0, the gradients are scaled to at most this
         global norm.
 
     Returns:
       The op that runs one step of training.
     """
+    if batch_size is None:
+        batch_size = FLAGS.batch_size
     lr = learning_rate(global_step, batch_size)
     opt = optimizer(lr)
     # Update the loss averages before the gradients, as the tutorial does.

@@ -58,18 +58,18 @@ flags.DEFINE_integer(
     "trainer's --max_steps; 0 waits for new checkpoints forever.",
     lower_bound=0,
 )
-flags.DEFINE_integer("batch_size", 128, "Examples per batch.", lower_bound=1)
-flags.DEFINE_string(
-    "data_dir",
-    "/tmp/cifar10_data",
-    "Folder that holds cifar-10-batches-bin/.",
-)
 common_flags.define_fake_data_flag()
 flags.adopt_module_key_flags(common_flags)
+# --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
+flags.adopt_module_key_flags(cifar10)
 
 
-def build_graph(eval_data, data_dir, batch_size, num_examples):
+def build_graph(
+    eval_data, data_dir, batch_size, num_examples, compute_dtype=tf.float32
+):
     """Builds the eval input, the model and the top-1 hits.
+
+    compute_dtype: the dtype the layers compute in (--use_fp16).
 
     Returns:
       top_1: bool [<= batch_size], whether each example's label is the
@@ -77,10 +77,10 @@ def build_graph(eval_data, data_dir, batch_size, num_examples):
       init_op: rewinds the input to its first example.
     """
     with tf.device("/cpu:0"):
-        images, labels, init_op = cifar10_input.inputs(
+        images, labels, init_op = cifar10_input.eval_inputs(
             eval_data, data_dir, batch_size, num_examples
         )
-    logits = cifar10.inference(images)
+    logits = cifar10.inference(images, compute_dtype)
     return tf.nn.in_top_k(predictions=logits, targets=labels, k=1), init_op
 
 
@@ -153,7 +153,8 @@ def evaluate(
       eval_interval_secs: int, seconds between looks for a new checkpoint.
       last_step: int, return once a checkpoint of this global step or later
         is scored; 0 never.
-      **data: eval_data, data_dir, batch_size, num_examples for the input.
+      **data: eval_data, data_dir, batch_size, num_examples, compute_dtype
+        for `build_graph`.
     """
     with tf.Graph().as_default() as graph:
         top_1, init_op = build_graph(**data)
@@ -210,6 +211,9 @@ def main(argv):
     if FLAGS.fake_data:
         cifar10_input.write_fake_data(FLAGS.data_dir)
     os.makedirs(FLAGS.eval_dir, exist_ok=True)
+    # The model runs on the GPU when there is one (soft placement).
+    gpus = tf.config.list_physical_devices("GPU")
+    devices = ["/gpu:0"] if gpus else ["/cpu:0"]
     evaluate(
         FLAGS.checkpoint_dir,
         FLAGS.eval_dir,
@@ -220,6 +224,7 @@ def main(argv):
         data_dir=FLAGS.data_dir,
         batch_size=FLAGS.batch_size,
         num_examples=FLAGS.num_examples,
+        compute_dtype=placement.compute_dtype(FLAGS.use_fp16, devices),
     )
 
 

@@ -8,8 +8,8 @@ green, then blue, each 32 rows of 32.
 
 Stages, one function each:
   read (`read_records`) -> decode (`decode_record`) -> distort
-  (`distort_image`) or crop (`eval_image`) -> batch (`distorted_inputs`,
-  `inputs`).
+  (`distort_image`) or crop (`eval_image`) -> batch (`train_inputs`,
+  `eval_inputs`).
 
 `write_fake_data` writes a small learnable set in the same format, so that
 every script runs with no download (`--fake_data`).
@@ -241,7 +241,7 @@ def distorted_batches(data_dir, batch_size):
     return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
 
 
-def distorted_inputs(data_dir, batch_size):
+def train_inputs(data_dir, batch_size):
     """Training batches for one tower, from a one-shot iterator.
 
     Args:
@@ -255,7 +255,7 @@ def distorted_inputs(data_dir, batch_size):
     return distorted_batches(data_dir, batch_size)()
 
 
-def inputs(eval_data, data_dir, batch_size, num_examples):
+def eval_inputs(eval_data, data_dir, batch_size, num_examples):
     """Evaluation batches: every example once, in file order.
 
     Args:
@@ -457,3 +457,153 @@ def maybe_download_and_extract(data_dir, url=DATA_URL):
             % (archive, e, missing)
         ) from e
     check_files(filenames)
+
+
+# The tutorial's API: queue-based readers for scripts written against the
+# 2017 `cifar10_input`. Here `data_dir` is the folder of the .bin files, as
+# in the tutorial; our scripts use `train_inputs` and `eval_inputs`.
+
+# The tutorial's reading threads per batching queue.
+NUM_PREPROCESS_THREADS = 16
+
+
+class CIFAR10Record:
+    """One record read by `read_cifar10`, with the tutorial's attributes.
+
+    Attributes:
+      height, width, depth: int, 32, 32 and 3.
+      key: string scalar, 'FILENAME:INDEX' of the record.
+      label: int32 [1], the class in 0..9.
+      uint8image: uint8 [32, 32, 3], height x width x depth.
+    """
+
+    height, width, depth = HEIGHT, WIDTH, DEPTH
+
+
+def read_cifar10(filename_queue):
+    """Reads the next record from the files of a queue, as the tutorial did.
+
+    Each evaluation of the returned tensors reads one more record; the
+    reader takes the next file name from the queue when a file ends.
+
+    Args:
+      filename_queue: a `tf.compat.v1` queue of string file names, e.g. of
+        `tf.compat.v1.train.string_input_producer`.
+
+    Returns:
+      A `CIFAR10Record`.
+    """
+    reader = tf.compat.v1.FixedLengthRecordReader(record_bytes=RECORD_BYTES)
+    result = CIFAR10Record()
+    result.key, value = reader.read(filename_queue)
+    result.uint8image, label = decode_record(value)
+    result.label = tf.reshape(label, [1])
+    return result
+
+
+def distorted_inputs(data_dir, batch_size):
+    """Shuffled, distorted training batches from queues (the tutorial's).
+
+    Needs the queue runners started, by `MonitoredTrainingSession` or
+    `tf.compat.v1.train.start_queue_runners`.
+
+    Args:
+      data_dir: str, the folder that holds `data_batch_{1..5}.bin`.
+      batch_size: int, examples per batch.
+
+    Returns:
+      images: float32 [batch_size, 24, 24, 3].
+      labels: int32 [batch_size].
+
+    Raises:
+      ValueError: a file is missing or holds partial records.
+    """
+    filenames = [os.path.join(data_dir, name) for name in TRAIN_FILES]
+    num_records = check_files(filenames)
+    queue = tf.compat.v1.train.string_input_producer(filenames)
+    record = read_cifar10(queue)
+    image = distort_image(record.uint8image)
+    return _queue_batches(
+        image, record.label, num_records, batch_size, shuffle=True
+    )
+
+
+def inputs(eval_data, data_dir, batch_size):
+    """Evaluation batches from queues (the tutorial's), in file order.
+
+    The input cycles through the files in order, so that n examples in a
+    row are n different records while n <= the records of the files (the
+    tutorial's eval runs ceil(num_examples / batch_size) batches). Needs
+    the queue runners started.
+
+    Args:
+      eval_data: bool, True reads `test_batch.bin`, False the training
+        files.
+      data_dir: str, the folder that holds the .bin files.
+      batch_size: int, examples per batch.
+
+    Returns:
+      images: float32 [batch_size, 24, 24, 3], central crops, standardised.
+      labels: int32 [batch_size].
+
+    Raises:
+      ValueError: eval_data is not a bool, or a file is missing or holds
+        partial records.
+    """
+    if isinstance(eval_data, str):
+        # Our eval_inputs takes 'test' or 'train'; here 'train' would be true.
+        raise ValueError(
+            "eval_data is a bool (True reads %s), got %r"
+            % (TEST_FILES[0], eval_data)
+        )
+    names = TEST_FILES if eval_data else TRAIN_FILES
+    filenames = [os.path.join(data_dir, name) for name in names]
+    num_records = check_files(filenames)
+    queue = tf.compat.v1.train.string_input_producer(filenames, shuffle=False)
+    record = read_cifar10(queue)
+    image = eval_image(record.uint8image)
+    return _queue_batches(
+        image, record.label, num_records, batch_size, shuffle=False
+    )
+
+
+def _queue_batches(image, label, num_records, batch_size, shuffle):
+    """Batches single examples through a queue, as the tutorial did.
+
+    The queue holds 40% of an epoch before the first batch (the tutorial's
+    MIN_FRACTION_OF_EXAMPLES_IN_QUEUE), counted from the records the files
+    hold (50,000 for the training set, as the tutorial counts), so that a
+    shuffled batch mixes many files.
+
+    Args:
+      image: float32 [24, 24, 3].
+      label: int32 [1].
+      num_records: int, the records of the files `image` is read from.
+      batch_size: int.
+      shuffle: bool; False keeps the file order with one reading thread.
+
+    Returns:
+      images: float32 [batch_size, 24, 24, 3].
+      labels: int32 [batch_size].
+    """
+    min_queue_examples = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
+    capacity = min_queue_examples + 3 * batch_size
+    if shuffle:
+        print(
+            "Filling queue with %d CIFAR images before starting to train."
+            % min_queue_examples
+        )
+        images, labels = tf.compat.v1.train.shuffle_batch(
+            [image, label],
+            batch_size,
+            capacity,
+            min_queue_examples,
+            num_threads=NUM_PREPROCESS_THREADS,
+        )
+    else:
+        # Several threads would interleave their records out of file order.
+        images, labels = tf.compat.v1.train.batch(
+            [image, label], batch_size, num_threads=1, capacity=capacity
+        )
+    tf.compat.v1.summary.image("images", images)
+    return images, tf.reshape(labels, [batch_size])

@@ -43,33 +43,17 @@ from multigpu import (
 )
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer(
-    "batch_size",
-    128,
-    "Examples per step of EACH tower: a step trains on "
-    "batch_size * num_gpus examples.",
-    lower_bound=1,
-)
-flags.DEFINE_string(
-    "data_dir",
-    "/tmp/cifar10_data",
-    "Folder that holds (or receives) cifar-10-batches-bin/.",
-)
-flags.DEFINE_boolean(
-    "use_fp16",
-    False,
-    "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
-)
-flags.DEFINE_string(
-    "data_url", cifar10_input.DATA_URL, "Where to download the archive from."
-)
 common_flags.define_train_dir_flags("/tmp/cifar10_train", log_frequency=10)
 common_flags.define_step_flags()
 common_flags.define_fake_data_flag()
+common_flags.define_data_url_flag(cifar10_input.DATA_URL)
 common_flags.define_tower_flags()
 common_flags.define_device_flags()
 common_flags.define_cluster_flags()
 flags.adopt_module_key_flags(common_flags)
+# --batch_size (per tower), --data_dir and --use_fp16 are the tutorial's, in
+# cifar10.
+flags.adopt_module_key_flags(cifar10)
 
 
 def build_graph(

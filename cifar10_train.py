@@ -24,24 +24,13 @@ import cifar10_input
 from multigpu import common_flags, errors, placement, summaries, training
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("batch_size", 128, "Examples per step.", lower_bound=1)
-flags.DEFINE_string(
-    "data_dir",
-    "/tmp/cifar10_data",
-    "Folder that holds (or receives) cifar-10-batches-bin/.",
-)
-flags.DEFINE_boolean(
-    "use_fp16",
-    False,
-    "Compute in float16 (GPU) or bfloat16 (CPU); variables stay float32.",
-)
-flags.DEFINE_string(
-    "data_url", cifar10_input.DATA_URL, "Where to download the archive from."
-)
 common_flags.define_train_dir_flags("/tmp/cifar10_train", log_frequency=10)
 common_flags.define_step_flags()
 common_flags.define_fake_data_flag()
+common_flags.define_data_url_flag(cifar10_input.DATA_URL)
 flags.adopt_module_key_flags(common_flags)
+# --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
+flags.adopt_module_key_flags(cifar10)
 
 
 def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
@@ -56,11 +45,13 @@ def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
     global_step = tf.compat.v1.train.get_or_create_global_step()
     # The input pipeline stays on the CPU, so the device only computes.
     with tf.device("/cpu:0"):
-        images, labels = cifar10_input.distorted_inputs(data_dir, batch_size)
+        images, labels = cifar10_input.train_inputs(data_dir, batch_size)
     summaries.image_summary("images", images)
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
-    return loss, cifar10.train(loss, global_step, batch_size, clip_norm)
+    return loss, cifar10.train(
+        loss, global_step, batch_size=batch_size, clip_norm=clip_norm
+    )
 
 
 def main(argv):

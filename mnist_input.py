@@ -1,8 +1,8 @@
 """MNIST input: TFRecord files read, decoded and batched; the IDX converter.
 
 The trainer reads three TFRecord files made from the four classic IDX files:
-  train.tfrecords       the first 55,000 training images
-  validation.tfrecords  the last --validation_size (5,000) training images
+  validation.tfrecords  the first --validation_size (5,000) training images
+  train.tfrecords       the other 55,000 training images
   test.tfrecords        the 10,000 test images
 Each record is a `tf.train.Example` with `image_raw` (784 uint8 bytes, 28
 rows of 28 pixels), `label` (int64, 0..9), `height`, `width` and `depth`.
@@ -45,8 +45,10 @@ TEST_LABELS = "t10k-labels-idx1-ubyte.gz"
 IMAGES_MAGIC = 2051  # 0x00000803: uint8, 3 dimensions [n, rows, columns]
 LABELS_MAGIC = 2049  # 0x00000801: uint8, 1 dimension [n]
 
-# The tutorial's converter keeps the last 5,000 training images apart.
+# The tutorial's `read_data_sets` keeps the first 5,000 training images apart.
 VALIDATION_SIZE = 5000
+# Where the TF1 reading example's `inputs` finds the TFRecord files.
+DEFAULT_DATA_DIR = "/tmp/mnist_data"
 
 # The TFRecord file of each split, as the tutorial's converter names them.
 SPLIT_FILES = {
@@ -192,15 +194,15 @@ def dataset(data_dir, split, batch_size, num_epochs, training):
     return batch_examples(records, batch_size, num_epochs, training)
 
 
-def inputs(data_dir, train, batch_size, num_epochs):
+def inputs(train, batch_size, num_epochs, data_dir=DEFAULT_DATA_DIR):
     """Shuffled batches from a one-shot iterator, as the tutorial's `inputs`.
 
     Args:
-      data_dir: str, the folder that holds the TFRecord files.
       train: bool, the training split (True) or the validation split.
       batch_size: int, examples per batch.
       num_epochs: int, passes over the split before the input ends with
         `tf.errors.OutOfRangeError`; None repeats forever.
+      data_dir: str, the folder that holds the TFRecord files.
 
     Returns:
       images: float32 [batch_size, 784] in [-0.5, 0.5].
@@ -367,8 +369,8 @@ def convert(idx_dir, data_dir, validation_size=VALIDATION_SIZE):
     Args:
       idx_dir: str, the folder that holds the four .gz files.
       data_dir: str, the folder to write the TFRecord files to.
-      validation_size: int, how many of the last training images form the
-        validation split.
+      validation_size: int, how many of the first training images form the
+        validation split, as in the tutorial's `read_data_sets`.
 
     Returns:
       dict, the number of examples written per split.
@@ -389,10 +391,10 @@ def convert(idx_dir, data_dir, validation_size=VALIDATION_SIZE):
             "--validation_size=%d, expected 0 to %d (the training images "
             "less one)" % (validation_size, len(train_images) - 1)
         )
-    num_train = len(train_images) - validation_size
+    first, rest = slice(validation_size), slice(validation_size, None)
     splits = {
-        "train": (train_images[:num_train], train_labels[:num_train]),
-        "validation": (train_images[num_train:], train_labels[num_train:]),
+        "train": (train_images[rest], train_labels[rest]),
+        "validation": (train_images[first], train_labels[first]),
         "test": (test_images, test_labels),
     }
     return _write_splits(data_dir, splits)
@@ -477,7 +479,7 @@ def main(argv=None):
         "--validation_size",
         type=int,
         default=VALIDATION_SIZE,
-        help="The last this many training images form the validation split "
+        help="The first this many training images form the validation split "
         "(default %(default)s).",
     )
     args = parser.parse_args(argv)

@@ -27,7 +27,7 @@ def eval_variant(data_dir, batch_size, num_examples):
     graph = tf.Graph()
     with graph.as_default():
         with tf.device("/cpu:0"):
-            images, labels, rewind = cifar10_input.inputs(
+            images, labels, rewind = cifar10_input.eval_inputs(
                 "test", data_dir, batch_size, num_examples
             )
         logits = cifar10.inference(images)

@@ -331,7 +331,7 @@ def one_device_graph(make_input, batch_size, compute_dtype=tf.float32):
         summaries.image_summary("images", images)
         logits = cifar10.inference(images, compute_dtype)
         loss = cifar10.loss(logits, labels)
-        train_op = cifar10.train(loss, global_step, batch_size)
+        train_op = cifar10.train(loss, global_step, batch_size=batch_size)
         init_op = tf.compat.v1.global_variables_initializer()
     return TrainGraph(
         graph, loss, train_op, None, init_op, ["/cpu:0"], batch_size

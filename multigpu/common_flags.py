@@ -80,6 +80,20 @@ def define_step_flags():
     )
 
 
+def define_data_url_flag(url):
+    """--data_url, where a trainer downloads its data set from.
+
+    Args:
+      url: str, the default: the data set's official address.
+    """
+    _define(
+        flags.DEFINE_string,
+        "data_url",
+        url,
+        "Where to download the archive from when --data_dir lacks it.",
+    )
+
+
 def define_tower_flags():
     """--num_gpus and --cpu_towers, the towers of a multi-GPU trainer."""
     _define(

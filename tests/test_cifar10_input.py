@@ -59,7 +59,7 @@ def test_eval_input_yields_every_example_once_in_file_order(tmp_path):
     written = write_cifar10_files(tmp_path, records_per_file=11)
     images, labels = written["test_batch.bin"]
     with tf.Graph().as_default():
-        batch_images, batch_labels, init_op = cifar10_input.inputs(
+        batch_images, batch_labels, init_op = cifar10_input.eval_inputs(
             "test", str(tmp_path), batch_size=4, num_examples=11
         )
         batches = _run_to_end([batch_images, batch_labels], init_op)
@@ -76,7 +76,7 @@ def test_eval_input_yields_every_example_once_in_file_order(tmp_path):
 def test_eval_input_stops_after_num_examples(tmp_path):
     write_cifar10_files(tmp_path, records_per_file=11)
     with tf.Graph().as_default():
-        _, labels, init_op = cifar10_input.inputs(
+        _, labels, init_op = cifar10_input.eval_inputs(
             "train", str(tmp_path), batch_size=4, num_examples=6
         )
         batches = _run_to_end(labels, init_op)
@@ -88,7 +88,7 @@ def test_eval_input_refuses_more_examples_than_the_files_hold(tmp_path):
     write_cifar10_files(tmp_path, records_per_file=11)
     with tf.Graph().as_default():
         with pytest.raises(ValueError) as error:
-            cifar10_input.inputs(
+            cifar10_input.eval_inputs(
                 "test", str(tmp_path), batch_size=4, num_examples=12
             )
     assert str(error.value) == (
@@ -119,14 +119,12 @@ def gray_data_dir(tmp_path_factory):
 
 def _distorted_batches(data_dir, batch_size, num_batches):
     with tf.Graph().as_default():
-        images, labels = cifar10_input.distorted_inputs(
-            str(data_dir), batch_size
-        )
+        images, labels = cifar10_input.train_inputs(str(data_dir), batch_size)
         with tf.compat.v1.Session() as sess:
             return [sess.run([images, labels]) for _ in range(num_batches)]
 
 
-def test_distorted_inputs_are_standardised_24x24x3_batches(gray_data_dir):
+def test_train_inputs_are_standardised_24x24x3_batches(gray_data_dir):
     data_dir, _ = gray_data_dir
     [(images, labels)] = _distorted_batches(data_dir, 10, 1)
     assert images.shape == (10, 24, 24, 3)

@@ -100,7 +100,9 @@ def test_a_clipped_step_moves_the_weights_by_the_learning_rate_times_the_norm():
             cifar10.inference(tf.constant(images, tf.float32)),
             tf.constant(LABELS),
         )
-        train_op = cifar10.train(total_loss, global_step, 5, clip_norm=0.001)
+        train_op = cifar10.train(
+            total_loss, global_step, batch_size=5, clip_norm=0.001
+        )
         variables = tf.compat.v1.trainable_variables()
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())

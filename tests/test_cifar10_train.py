@@ -216,7 +216,7 @@ def _write_infinite_checkpoint(train_dir, step):
         images = tf.zeros([BATCH_SIZE, 24, 24, 3])
         labels = tf.zeros([BATCH_SIZE], tf.int32)
         total_loss = cifar10.loss(cifar10.inference(images), labels)
-        cifar10.train(total_loss, global_step, BATCH_SIZE)
+        cifar10.train(total_loss, global_step, batch_size=BATCH_SIZE)
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             for var in tf.compat.v1.trainable_variables():

@@ -82,8 +82,8 @@ def test_converter_round_trips_the_idx_pixels_and_labels(idx_dir, tmp_path):
     train_images, train_labels = random_split(NUM_TRAIN_IDX, 1)
     test_images, test_labels = random_split(NUM_TEST_IDX, 2)
     expected = {
-        "train": (train_images[:20], train_labels[:20]),
-        "validation": (train_images[20:], train_labels[20:]),
+        "train": (train_images[10:], train_labels[10:]),
+        "validation": (train_images[:10], train_labels[:10]),
         "test": (test_images, test_labels),
     }
     for split, (images, labels) in expected.items():
@@ -94,7 +94,7 @@ def test_converter_round_trips_the_idx_pixels_and_labels(idx_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_converter_script_splits_off_the_last_validation_size_images(
+def test_converter_script_splits_off_the_first_validation_size_images(
     idx_dir, tmp_path
 ):
     data_dir = tmp_path / "data"
@@ -108,6 +108,10 @@ def test_converter_script_splits_off_the_last_validation_size_images(
         s: len(read_split(data_dir, s)[1]) for s in mnist_input.SPLIT_FILES
     }
     assert sizes == {"train": 26, "validation": 4, "test": 12}
+    # The tutorial's read_data_sets: validation = train_images[:4].
+    train_images, _ = random_split(NUM_TRAIN_IDX, 1)
+    pixels, _ = read_split(data_dir, "validation")
+    np.testing.assert_array_equal(pixels, train_images[:4].reshape(-1, 784))
 
 
 @pytest.mark.slow
@@ -226,7 +230,7 @@ def read_inputs(data_dir, batch_size, num_epochs):
     """
     with tf.Graph().as_default():
         images, labels = mnist_input.inputs(
-            str(data_dir), True, batch_size, num_epochs
+            True, batch_size, num_epochs, data_dir=str(data_dir)
         )
         batches = []
         with tf.compat.v1.Session() as sess:
@@ -239,7 +243,7 @@ def read_inputs(data_dir, batch_size, num_epochs):
 def test_inputs_are_float_batches_in_half_unit_range(tmp_path):
     write_numbered_records(str(tmp_path), 40)
     with tf.Graph().as_default():
-        images, labels = mnist_input.inputs(str(tmp_path), True, 8, 1)
+        images, labels = mnist_input.inputs(True, 8, 1, str(tmp_path))
     assert images.dtype == tf.float32 and labels.dtype == tf.int32
     assert images.shape.as_list() == [8, 784]
     assert labels.shape.as_list() == [8]
@@ -301,7 +305,7 @@ def test_a_corrupt_record_is_reported_with_the_file_name(tmp_path):
     open(filename, "wb").write(bytes(data))
     with tf.Graph().as_default():
         images, labels = mnist_input.inputs(
-            str(tmp_path), train=True, batch_size=4, num_epochs=1
+            train=True, batch_size=4, num_epochs=1, data_dir=str(tmp_path)
         )
         with tf.compat.v1.Session() as sess:
             with pytest.raises(ValueError) as error:
