@@ -109,6 +109,7 @@ flags.DEFINE_boolean(
 )
 common_flags.define_device_flags()
 common_flags.define_cluster_flags()
+common_flags.define_warm_start_flags()
 flags.adopt_module_key_flags(common_flags)
 
 
@@ -234,6 +235,10 @@ def main(argv):
             clear_train_dir=FLAGS.clear_train_dir,
             task=task,
             hooks=hooks,
+            pretrained=(
+                FLAGS.pretrained_model_checkpoint_path,
+                FLAGS.fine_tune,
+            ),
         )
 
 

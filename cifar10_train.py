@@ -16,7 +16,7 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import errors, placement, summaries, training
+from multigpu import common_flags, errors, placement, summaries, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -68,6 +68,8 @@ flags.DEFINE_boolean(
     False,
     "Delete --train_dir before training instead of resuming from it.",
 )
+common_flags.define_warm_start_flags()
+flags.adopt_module_key_flags(common_flags)
 
 
 def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
@@ -117,6 +119,10 @@ def main(argv):
                 log_device_placement=FLAGS.log_device_placement
             ),
             clear_train_dir=FLAGS.clear_train_dir,
+            pretrained=(
+                FLAGS.pretrained_model_checkpoint_path,
+                FLAGS.fine_tune,
+            ),
         )
 
 
