@@ -344,6 +344,28 @@ def test_fine_tune_initialises_softmax_linear_afresh(
 
 
 @pytest.mark.slow
+def test_an_mnist_checkpoint_of_one_tower_resumes_on_two(mnist_run, tmp_path):
+    data_dir, source_dir = mnist_run
+    train_dir = tmp_path / "train"
+    shutil.copytree(source_dir, train_dir)
+    assert checkpoint_steps(train_dir)[-1] == 10
+    result = run_script(
+        "mnist_multi_gpu_train.py",
+        "--cpu_towers",
+        "--num_gpus=2",
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % train_dir,
+        "--batch_size=300",
+        "--num_epochs=1",
+    )
+    # One more epoch of the 3,000 sample images, 600 a step.
+    assert "training from step 10" in result.stdout
+    assert "Done training for 1 epochs, 5 steps." in result.stdout
+    assert checkpoint_steps(train_dir)[-1] == 15
+    assert "(1000 examples, step 15)" in result.stdout
+
+
+@pytest.mark.slow
 def test_mnist_fine_tunes_from_an_mnist_checkpoint(mnist_run, tmp_path):
     data_dir, source_dir = mnist_run
     source = tf.train.latest_checkpoint(str(source_dir))
