@@ -171,8 +171,14 @@ def restore_fn(checkpoint, pretrained_path, fine_tune):
       fine_tune: bool, --fine_tune.
 
     Raises:
-      ValueError: pretrained_path holds no checkpoint.
+      ValueError: pretrained_path holds no checkpoint, or fine_tune comes
+        without it.
     """
+    if fine_tune and not pretrained_path:
+        raise ValueError(
+            "--fine_tune needs --pretrained_model_checkpoint_path, the "
+            "checkpoint whose other layers it starts from"
+        )
     if checkpoint is not None:
         if pretrained_path:
             print(

@@ -483,6 +483,34 @@ def test_an_mnist_checkpoint_in_the_cifar10_trainer_is_an_error(mnist_run):
     )
 
 
+def test_a_pretrained_path_without_a_checkpoint_is_an_error_naming_it(
+    tmp_path,
+):
+    with pytest.raises(ValueError) as raised:
+        restore.restore_fn(None, str(tmp_path), fine_tune=False)
+    assert str(raised.value) == (
+        "--pretrained_model_checkpoint_path=%s: the folder holds no "
+        "checkpoint" % tmp_path
+    )
+    missing = str(tmp_path / "model.ckpt-5")
+    with pytest.raises(ValueError) as raised:
+        restore.restore_fn(None, missing, fine_tune=True)
+    assert str(raised.value) == (
+        "--pretrained_model_checkpoint_path=%s: no checkpoint there (%s.index "
+        "is missing); pass a checkpoint's prefix, e.g. "
+        "/tmp/cifar10_train/model.ckpt-1000, or its folder" % (missing, missing)
+    )
+
+
+def test_fine_tune_without_a_pretrained_checkpoint_is_an_error():
+    with pytest.raises(ValueError) as raised:
+        restore.restore_fn(None, "", fine_tune=True)
+    assert str(raised.value) == (
+        "--fine_tune needs --pretrained_model_checkpoint_path, the "
+        "checkpoint whose other layers it starts from"
+    )
+
+
 def test_the_learning_rate_decays_at_the_step_of_the_new_examples_per_step():
     # 350 epochs of 50,000 examples: 68,359 steps of 256 examples (2 towers
     # of 128), 136,718 steps of 128 (one device). A run resumed with 256
