@@ -4,6 +4,7 @@ The checkpoints are written by the scripts run as subprocesses on the
 built-in sample sets, with tiny batches and a few steps each.
 """
 
+import os
 import re
 import shutil
 
@@ -11,9 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import checkpoint_steps, read_events, run_script
+from test_cifar10_train import _eval as cifar10_eval
 from test_cluster import _run_to_the_end, make_cluster  # noqa: F401
 
 import cifar10
+import mnist_input
 from multigpu import restore
 
 # The weights of the tutorial's model, as its graph names them.
@@ -48,6 +51,9 @@ TUTORIAL_ONE_DEVICE_NAMES = (
     | {name + "/avg" for name in TUTORIAL_LOSSES}
     | {"global_step"}
 )
+# The MNIST runs: a small set, 10 steps an epoch on one tower.
+MNIST_SPLIT_SIZES = {"train": 200, "validation": 20, "test": 50}
+MNIST_BATCH_SIZE = 20
 # The steps of the tutorial checkpoint built by the test.
 TUTORIAL_STEP = 4
 
@@ -75,14 +81,26 @@ def _multi(data_dir, train_dir, num_gpus, *flags):
 
 
 def _eval(data_dir, checkpoint_dir, eval_dir, **kwargs):
-    return run_script(
-        "cifar10_eval.py",
-        "--run_once",
-        "--data_dir=%s" % data_dir,
-        "--checkpoint_dir=%s" % checkpoint_dir,
-        "--eval_dir=%s" % eval_dir,
+    return cifar10_eval(
+        data_dir,
+        checkpoint_dir,
+        eval_dir,
         "--num_examples=20",
         "--batch_size=10",
+        **kwargs,
+    )
+
+
+def _mnist(data_dir, train_dir, *flags, **kwargs):
+    """Runs the MNIST trainer on virtual CPU towers for one epoch."""
+    return run_script(
+        "mnist_multi_gpu_train.py",
+        "--cpu_towers",
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % train_dir,
+        "--batch_size=%d" % MNIST_BATCH_SIZE,
+        "--num_epochs=1",
+        *flags,
         **kwargs,
     )
 
@@ -114,17 +132,18 @@ def two_towers(cifar10_data_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mnist_run(tmp_path_factory):
-    """(data_dir, train_dir) of a 10-step MNIST run on the sample set."""
+    """(data_dir, train_dir) of a 10-step MNIST run, one tower.
+
+    The data are MNIST_SPLIT_SIZES examples of the built-in sample set.
+    """
     root = tmp_path_factory.mktemp("mnist")
-    run_script(
-        "mnist_multi_gpu_train.py",
-        "--fake_data",
-        "--cpu_towers",
-        "--data_dir=%s" % (root / "data"),
-        "--train_dir=%s" % (root / "train"),
-        "--batch_size=300",
-        "--num_epochs=1",
-    )
+    for seed, (split, size) in enumerate(MNIST_SPLIT_SIZES.items()):
+        os.makedirs(root / "data", exist_ok=True)
+        mnist_input.write_records(
+            str(root / "data" / mnist_input.SPLIT_FILES[split]),
+            *mnist_input.fake_examples(size, seed),
+        )
+    _mnist(root / "data", root / "train")
     return root / "data", root / "train"
 
 
@@ -349,34 +368,22 @@ def test_an_mnist_checkpoint_of_one_tower_resumes_on_two(mnist_run, tmp_path):
     train_dir = tmp_path / "train"
     shutil.copytree(source_dir, train_dir)
     assert checkpoint_steps(train_dir)[-1] == 10
-    result = run_script(
-        "mnist_multi_gpu_train.py",
-        "--cpu_towers",
-        "--num_gpus=2",
-        "--data_dir=%s" % data_dir,
-        "--train_dir=%s" % train_dir,
-        "--batch_size=300",
-        "--num_epochs=1",
-    )
-    # One more epoch of the 3,000 sample images, 600 a step.
+    result = _mnist(data_dir, train_dir, "--num_gpus=2")
+    # One more epoch of the 200 training images, 40 a step.
     assert "training from step 10" in result.stdout
     assert "Done training for 1 epochs, 5 steps." in result.stdout
     assert checkpoint_steps(train_dir)[-1] == 15
-    assert "(1000 examples, step 15)" in result.stdout
+    assert "(50 examples, step 15)" in result.stdout
 
 
 @pytest.mark.slow
 def test_mnist_fine_tunes_from_an_mnist_checkpoint(mnist_run, tmp_path):
     data_dir, source_dir = mnist_run
     source = tf.train.latest_checkpoint(str(source_dir))
-    run_script(
-        "mnist_multi_gpu_train.py",
-        "--cpu_towers",
+    _mnist(
+        data_dir,
+        tmp_path / "tuned",
         "--num_gpus=2",
-        "--data_dir=%s" % data_dir,
-        "--train_dir=%s" % (tmp_path / "tuned"),
-        "--batch_size=300",
-        "--num_epochs=1",
         "--pretrained_model_checkpoint_path=%s" % source,
         "--fine_tune",
     )
@@ -418,11 +425,9 @@ def test_a_cifar10_checkpoint_in_the_mnist_trainer_is_one_line(
     mnist_run, two_towers, tmp_path
 ):
     data_dir, _ = mnist_run
-    result = run_script(
-        "mnist_multi_gpu_train.py",
-        "--cpu_towers",
-        "--data_dir=%s" % data_dir,
-        "--train_dir=%s" % (tmp_path / "train"),
+    result = _mnist(
+        data_dir,
+        tmp_path / "train",
         "--pretrained_model_checkpoint_path=%s" % two_towers,
         expect_success=False,
     )
