@@ -207,27 +207,50 @@ def test_a_checkpoint_goes_from_2_to_4_towers_to_one_device_to_a_cluster(
     assert precision.step == 9
 
 
+def _build_tutorial_one_device_variables():
+    """The variables of the tutorial's one-device trainer, in the graph."""
+    weights = [
+        tf.compat.v1.get_variable(name, shape)
+        for name, shape in TUTORIAL_WEIGHTS.items()
+    ]
+    tf.compat.v1.train.get_or_create_global_step()
+    tf.compat.v1.train.ExponentialMovingAverage(
+        cifar10.MOVING_AVERAGE_DECAY
+    ).apply(weights)
+    losses = [tf.constant(1.0, name=name) for name in TUTORIAL_LOSSES]
+    tf.compat.v1.train.ExponentialMovingAverage(0.9, name="avg").apply(losses)
+
+
 def _restore_in_tutorial_graph(checkpoint):
     """Restores the checkpoint into the tutorial's one-device variables."""
     with tf.Graph().as_default():
-        weights = [
-            tf.compat.v1.get_variable(name, shape)
-            for name, shape in TUTORIAL_WEIGHTS.items()
-        ]
-        tf.compat.v1.train.get_or_create_global_step()
-        tf.compat.v1.train.ExponentialMovingAverage(
-            cifar10.MOVING_AVERAGE_DECAY
-        ).apply(weights)
-        losses = [tf.constant(1.0, name=name) for name in TUTORIAL_LOSSES]
-        tf.compat.v1.train.ExponentialMovingAverage(0.9, name="avg").apply(
-            losses
-        )
+        _build_tutorial_one_device_variables()
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as sess:
             # Restores every variable or fails.
             saver.restore(sess, checkpoint)
             step = sess.run(tf.compat.v1.train.get_global_step())
     assert step == int(checkpoint.rsplit("-", 1)[1])
+
+
+def test_a_checkpoint_of_the_tutorials_one_device_trainer_restores_whole(
+    tmp_path, capsys
+):
+    with tf.Graph().as_default():
+        _build_tutorial_one_device_variables()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            tf.compat.v1.train.get_global_step().load(TUTORIAL_STEP, sess)
+            checkpoint = tf.compat.v1.train.Saver().save(
+                sess, str(tmp_path / "model.ckpt"), TUTORIAL_STEP
+            )
+    restored = _resume_cifar10_graph(checkpoint)
+    saved = _values(checkpoint)
+    assert set(restored) == set(saved) == TUTORIAL_ONE_DEVICE_NAMES
+    for name, value in saved.items():
+        np.testing.assert_array_equal(restored[name], value, name)
+    # Nothing was missing, so nothing was initialised.
+    assert "initialised" not in capsys.readouterr().out
 
 
 def _write_tutorial_multi_gpu_checkpoint(train_dir, num_classes=10):
@@ -445,7 +468,11 @@ def test_a_cifar10_checkpoint_in_the_mnist_trainer_is_one_line(
 
 
 def _resume_cifar10_graph(checkpoint):
-    """Resumes cifar10_train.py's graph from the checkpoint, in-process."""
+    """Resumes cifar10_train.py's graph from the checkpoint, in-process.
+
+    Returns:
+      dict, name -> value of every variable after the restore.
+    """
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         logits = cifar10.inference(tf.zeros([1, 24, 24, 3]))
@@ -453,6 +480,13 @@ def _resume_cifar10_graph(checkpoint):
         cifar10.train(loss, global_step, batch_size=1)
         with tf.compat.v1.Session() as sess:
             restore.resume(sess, checkpoint)
+            return {
+                var.op.name: value
+                for var, value in zip(
+                    tf.compat.v1.global_variables(),
+                    sess.run(tf.compat.v1.global_variables()),
+                )
+            }
 
 
 def test_a_cifar100_sized_head_is_an_error_naming_its_shape(tmp_path):
