@@ -83,17 +83,22 @@ def _restore_in_tutorial_graph(checkpoint):
     assert step == int(checkpoint.rsplit("-", 1)[1])
 
 
+def _save_initialised_graph(train_dir, step):
+    """Saves the default graph's variables, initialised, at global step."""
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        tf.compat.v1.train.get_global_step().load(step, sess)
+        return tf.compat.v1.train.Saver().save(
+            sess, str(train_dir / "model.ckpt"), step
+        )
+
+
 def test_a_checkpoint_of_the_tutorials_one_device_trainer_restores_whole(
     tmp_path, capsys
 ):
     with tf.Graph().as_default():
         _build_tutorial_one_device_variables()
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            tf.compat.v1.train.get_global_step().load(TUTORIAL_STEP, sess)
-            checkpoint = tf.compat.v1.train.Saver().save(
-                sess, str(tmp_path / "model.ckpt"), TUTORIAL_STEP
-            )
+        checkpoint = _save_initialised_graph(tmp_path, TUTORIAL_STEP)
     restored = _resume_cifar10_graph(checkpoint)
     saved = _values(checkpoint)
     assert set(restored) == set(saved) == TUTORIAL_ONE_DEVICE_NAMES
@@ -163,12 +168,17 @@ def _resume_cifar10_graph(checkpoint):
             }
 
 
+def _resume_error(checkpoint):
+    """The ValueError's message of resuming the CIFAR-10 graph."""
+    with pytest.raises(ValueError) as raised:
+        _resume_cifar10_graph(checkpoint)
+    return str(raised.value)
+
+
 def test_a_cifar100_sized_head_is_an_error_naming_its_shape(tmp_path):
     _write_tutorial_multi_gpu_checkpoint(tmp_path, num_classes=100)
     checkpoint = tf.train.latest_checkpoint(str(tmp_path))
-    with pytest.raises(ValueError) as raised:
-        _resume_cifar10_graph(checkpoint)
-    assert str(raised.value) == (
+    assert _resume_error(checkpoint) == (
         "checkpoint %s does not fit this model: it holds "
         "softmax_linear/biases [100] where this model has [10], "
         "softmax_linear/biases/ExponentialMovingAverage [100] where this "
@@ -183,14 +193,8 @@ def test_an_mnist_checkpoint_in_the_cifar10_trainer_is_an_error(tmp_path):
     with tf.Graph().as_default():
         mnist_model.inference(tf.zeros([1, 784]))
         tf.compat.v1.train.get_or_create_global_step()
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            checkpoint = tf.compat.v1.train.Saver().save(
-                sess, str(tmp_path / "model.ckpt"), 10
-            )
-    with pytest.raises(ValueError) as raised:
-        _resume_cifar10_graph(checkpoint)
-    assert str(raised.value) == (
+        checkpoint = _save_initialised_graph(tmp_path, 10)
+    assert _resume_error(checkpoint) == (
         "checkpoint %s does not fit this model: it holds conv1/biases [32] "
         "where this model has [64], conv1/weights [5, 5, 1, 32] where this "
         "model has [5, 5, 3, 64], conv2/weights [5, 5, 32, 64] where this "
