@@ -166,7 +166,9 @@ def _conv_relu(images, in_depth, bias_init, compute_dtype, variable_device):
         "weights",
         [5, 5, in_depth, CONV_FILTERS],
         stddev=CONV_STDDEV,
-        wd=None,
+        # The tutorial's zero term: it puts conv1/weight_loss (and its
+        # average) in the losses and the checkpoint, as the tutorial does.
+        wd=0.0,
         device=variable_device,
     )
     biases = variables.variable_on_cpu(
@@ -279,7 +281,7 @@ def inference(
             local4,
             NUM_CLASSES,
             1.0 / LOCAL4_UNITS,
-            None,
+            0.0,  # Weight decay: the tutorial's zero term.
             0.0,
             compute_dtype,
             variable_device,
@@ -312,7 +314,10 @@ def add_loss_summaries(total_loss, scope=None):
     """Summarises the losses, raw and as moving averages.
 
     Call it outside any tower's name scope: the tags are 'cross_entropy',
-    'local3/weight_loss', ..., and 'total_loss'.
+    'local3/weight_loss', ..., and 'total_loss'. The averages' variables
+    are named the same way ('cross_entropy/avg', 'total_loss/avg'), whichever
+    tower the losses come from, so that every trainer's checkpoint holds the
+    same names.
 
     Args:
       total_loss: float32 scalar from `loss` (or a tower's total loss).
@@ -328,11 +333,23 @@ def add_loss_summaries(total_loss, scope=None):
         (each.op.name, each)
         for each in tf.compat.v1.get_collection("losses", scope)
     ] + [("total_loss", total_loss)]
-    averages_op = averages.apply([each for _, each in named_losses])
-    for name, each in named_losses:
+    # The average's variable takes the name of the tensor it averages.
+    averaged = [
+        _named_without_tower(each, summaries.strip_tower_prefix(name))
+        for name, each in named_losses
+    ]
+    averages_op = averages.apply(averaged)
+    for (name, each), average in zip(named_losses, averaged):
         summaries.scalar_summary(name + " (raw)", each)
-        summaries.scalar_summary(name, averages.average(each))
+        summaries.scalar_summary(name, averages.average(average))
     return averages_op
+
+
+def _named_without_tower(tensor, name):
+    """The tensor itself if its op is called name, else an identity that is."""
+    if tensor.op.name == name:
+        return tensor
+    return tf.identity(tensor, name=name)
 
 
 def learning_rate(global_step, examples_per_step):

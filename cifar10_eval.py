@@ -29,7 +29,7 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import checkpoints, common_flags, errors, placement
+from multigpu import checkpoints, common_flags, errors, placement, restore
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -158,7 +158,7 @@ def evaluate(
     """
     with tf.Graph().as_default() as graph:
         top_1, init_op = build_graph(**data)
-        saver = tf.compat.v1.train.Saver(cifar10.variables_to_restore())
+        saver = restore.Restorer(cifar10.variables_to_restore())
         summary_op = tf.compat.v1.summary.merge_all()
         summary_writer = tf.compat.v1.summary.FileWriter(eval_dir, graph)
         last_scored = None

@@ -50,6 +50,7 @@ common_flags.define_data_url_flag(cifar10_input.DATA_URL)
 common_flags.define_tower_flags()
 common_flags.define_device_flags()
 common_flags.define_cluster_flags()
+common_flags.define_warm_start_flags()
 flags.adopt_module_key_flags(common_flags)
 # --batch_size (per tower), --data_dir and --use_fp16 are the tutorial's, in
 # cifar10.
@@ -178,6 +179,10 @@ def main(argv):
             clear_train_dir=FLAGS.clear_train_dir,
             task=task,
             hooks=hooks,
+            pretrained=(
+                FLAGS.pretrained_model_checkpoint_path,
+                FLAGS.fine_tune,
+            ),
         )
 
 

@@ -28,6 +28,7 @@ common_flags.define_train_dir_flags("/tmp/cifar10_train", log_frequency=10)
 common_flags.define_step_flags()
 common_flags.define_fake_data_flag()
 common_flags.define_data_url_flag(cifar10_input.DATA_URL)
+common_flags.define_warm_start_flags()
 flags.adopt_module_key_flags(common_flags)
 # --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
 flags.adopt_module_key_flags(cifar10)
@@ -80,6 +81,10 @@ def main(argv):
                 log_device_placement=FLAGS.log_device_placement
             ),
             clear_train_dir=FLAGS.clear_train_dir,
+            pretrained=(
+                FLAGS.pretrained_model_checkpoint_path,
+                FLAGS.fine_tune,
+            ),
         )
 
 

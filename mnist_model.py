@@ -14,7 +14,14 @@ copy.
 import tensorflow as tf
 
 import mnist_input
-from multigpu import cluster, placement, summaries, towers, variables
+from multigpu import (
+    cluster,
+    placement,
+    restore,
+    summaries,
+    towers,
+    variables,
+)
 
 HEIGHT, WIDTH, DEPTH = mnist_input.HEIGHT, mnist_input.WIDTH, mnist_input.DEPTH
 NUM_CLASSES = mnist_input.NUM_CLASSES
@@ -220,7 +227,9 @@ def evaluate(checkpoint_dir, data_dir, batch_size):
             ).get_next()
         hits = evaluation(inference(images), labels)
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        saver = tf.compat.v1.train.Saver()
+        saver = restore.Restorer(
+            {v.op.name: v for v in tf.compat.v1.global_variables()}
+        )
         with tf.compat.v1.Session(config=placement.session_config()) as sess:
             saver.restore(sess, checkpoint)
             total_hits, num_examples = 0, 0

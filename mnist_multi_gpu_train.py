@@ -79,6 +79,7 @@ common_flags.define_train_dir_flags("/tmp/mnist_train", log_frequency=100)
 common_flags.define_fake_data_flag()
 common_flags.define_tower_flags()
 common_flags.define_cluster_flags()
+common_flags.define_warm_start_flags()
 flags.adopt_module_key_flags(common_flags)
 
 # Steps between the loss summaries that --tb_logging writes.
@@ -159,6 +160,10 @@ def main(argv):
                 clear_train_dir=FLAGS.clear_train_dir,
                 task=task,
                 hooks=hooks,
+                pretrained=(
+                    FLAGS.pretrained_model_checkpoint_path,
+                    FLAGS.fine_tune,
+                ),
             )
     print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
     if task.is_chief:

@@ -213,3 +213,27 @@ def define_device_flags():
         "computes (a StagingArea per tower), so that the input copy overlaps "
         "the compute; --noprefetch_to_device reads the batch in the step.",
     )
+
+
+def define_warm_start_flags():
+    """Defines --pretrained_model_checkpoint_path and --fine_tune.
+
+    The trainer's `main` passes them to `training.run_training` as
+    `pretrained`; `restore.warm_start` does the work.
+    """
+    _define(
+        flags.DEFINE_string,
+        "pretrained_model_checkpoint_path",
+        "",
+        "Start a new run (step 0) from the weights and their moving averages "
+        "of this checkpoint (a path prefix such as .../model.ckpt-1000, or "
+        "its folder), e.g. of another trainer or tower count. Ignored when "
+        "--train_dir already has checkpoints: the run resumes from them.",
+    )
+    _define(
+        flags.DEFINE_boolean,
+        "fine_tune",
+        False,
+        "With --pretrained_model_checkpoint_path: initialise the last layer "
+        "(softmax_linear) afresh instead of restoring it.",
+    )

@@ -4,14 +4,24 @@ import time
 
 import tensorflow as tf
 
-from multigpu import checkpoints
+from multigpu import checkpoints, restore
 
 
-def session_creator(task, server, scaffold, config, train_dir):
-    """The chief restores or initialises; other workers wait for it."""
+def session_creator(
+    task, server, scaffold, config, train_dir, pretrained=("", False)
+):
+    """The chief restores or initialises; other workers wait for it.
+
+    pretrained: (str, bool), --pretrained_model_checkpoint_path and
+    --fine_tune, for the chief's warm start (`restore.restore_fn`).
+    """
     if task.is_chief:
         creator = ResumingSessionCreator(
-            scaffold, server.target if server else "", config, train_dir
+            scaffold,
+            server.target if server else "",
+            config,
+            train_dir,
+            pretrained,
         )
     else:
         creator = PromptWorkerSessionCreator(scaffold, server.target, config)
@@ -22,23 +32,32 @@ class ResumingSessionCreator(tf.compat.v1.train.SessionCreator):
     """The chief's session, restored from `checkpoints.newest_valid_checkpoint`.
 
     The checkpoint is chosen whenever a session is made, so that a session
-    made again after a lost peer resumes from the newest one.
+    made again after a lost peer resumes from the newest one. It is restored
+    by `restore.resume` (weights required, other state when present), or,
+    with no checkpoint, the weights come from a pretrained checkpoint
+    (`restore.warm_start`). The restore runs before the model is ready, so
+    no worker steps on variables not yet restored.
     """
 
-    def __init__(self, scaffold, master, config, train_dir):
+    def __init__(self, scaffold, master, config, train_dir, pretrained):
         self._scaffold = scaffold
         self._master = master
         self._config = config
         self._train_dir = train_dir
+        self._pretrained = pretrained
 
     def create_session(self):
         checkpoint = checkpoints.newest_valid_checkpoint(self._train_dir)
-        session = tf.compat.v1.train.ChiefSessionCreator(
-            self._scaffold,
-            self._master,
-            self._config,
-            checkpoint_filename_with_path=checkpoint,
-        ).create_session()
+        restore_fn = restore.restore_fn(checkpoint, *self._pretrained)
+        if restore_fn is None:
+            session = tf.compat.v1.train.ChiefSessionCreator(
+                self._scaffold, self._master, self._config
+            ).create_session()
+        else:
+            self._scaffold.finalize()
+            session = session_manager(self._scaffold).prepare_session(
+                self._master, init_fn=restore_fn, config=self._config
+            )
         state = checkpoints.checkpoint_state(self._train_dir)
         if state is not None:
             # As TensorFlow's restore from a folder does, so that the saver
@@ -63,16 +82,21 @@ class PromptWorkerSessionCreator(tf.compat.v1.train.SessionCreator):
 
     def create_session(self):
         self._scaffold.finalize()
-        manager = tf.compat.v1.train.SessionManager(
-            local_init_op=self._scaffold.local_init_op,
-            ready_op=self._scaffold.ready_op,
-            ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
-            graph=tf.compat.v1.get_default_graph(),
-            recovery_wait_secs=1,
-        )
-        return manager.wait_for_session(
+        return session_manager(self._scaffold).wait_for_session(
             self._master, self._config, timeout_secs(self._config)
         )
+
+
+def session_manager(scaffold):
+    """A `SessionManager` of the scaffold's ops that checks every second."""
+    return tf.compat.v1.train.SessionManager(
+        local_init_op=scaffold.local_init_op,
+        local_init_feed_dict=scaffold.local_init_feed_dict,
+        ready_op=scaffold.ready_op,
+        ready_for_local_init_op=scaffold.ready_for_local_init_op,
+        graph=tf.compat.v1.get_default_graph(),
+        recovery_wait_secs=1,
+    )
 
 
 class BoundedSessionCreator(tf.compat.v1.train.SessionCreator):

@@ -98,6 +98,7 @@ def run_training(
     clear_train_dir=False,
     task=None,
     hooks=(),
+    pretrained=("", False),
 ):
     """Runs the train op until max_steps or the end of the input.
 
@@ -123,6 +124,9 @@ def run_training(
       clear_train_dir: bool, delete train_dir first instead of resuming.
       task: a worker's `cluster.ClusterTask`, or None to train in this process.
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
+      pretrained: (str, bool), --pretrained_model_checkpoint_path and
+        --fine_tune: with no checkpoint in train_dir, start from that
+        checkpoint's weights (`restore.warm_start`).
 
     Returns:
       int, the steps this process ran (a resumed run counts its own).
@@ -161,7 +165,7 @@ def run_training(
                 train_op,
                 hooks,
                 sessions.session_creator(
-                    task, server, scaffold, config, train_dir
+                    task, server, scaffold, config, train_dir, pretrained
                 ),
             )
             if server:

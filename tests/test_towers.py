@@ -329,8 +329,7 @@ def test_xla_takes_the_same_first_step_as_tensorflow_within_1e_4():
             err_msg=name,
         )
     # XLA really ran the towers: compiled clusters on both tower devices.
-    # Outside them ran only constants, the handles of the loss averages'
-    # variables (named after the last tower's losses) and the fused kernels
+    # Outside them ran only constants, variable handles and the fused kernels
     # that the CPU's graph passes make before XLA clusters the graph (no XLA
     # kernel): the forward convolutions with their bias and ReLU
     # (_FusedConv2D, or oneDNN's _MklNativeFusedConv2D on CPUs with

@@ -1,0 +1,302 @@
+"""Restoring a checkpoint: what it must hold, what may be initialised.
+
+Every trainer's checkpoint names its variables without a tower scope, so
+one checkpoint restores into any trainer and any tower count:
+
+- resume (the train_dir's own checkpoint): the model's weights and
+  `global_step` are required; everything else (the weights' moving
+  averages, the loss averages, the optimizer's slots) is restored when the
+  checkpoint holds it and initialised when it does not, with one line
+  naming what was initialised. A float32 `global_step` (the original
+  tutorial's multi-GPU trainer) is restored into our int64 one.
+- warm start (--pretrained_model_checkpoint_path): only the weights and
+  their moving averages are restored; the step, the optimizer and the loss
+  averages start afresh. --fine_tune leaves `softmax_linear` out too.
+- a checkpoint of another model is a ValueError naming the first missing
+  or mismatched variables and what the checkpoint seems to hold.
+
+Values are fed to the variables' own initialisers, so restoring adds no op
+to the graph (the session is made after the graph is finalised).
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from multigpu import checkpoints
+
+# The name ExponentialMovingAverage gives a variable's shadow: NAME/SUFFIX.
+SHADOW_SUFFIX = "/ExponentialMovingAverage"
+# The layer --fine_tune initialises afresh, as the Inception trainer does.
+FINE_TUNE_SCOPE = "softmax_linear/"
+# How many names an error or a note lists before 'and N more'.
+NAMES_LISTED = 3
+
+
+def resume(session, checkpoint):
+    """Restores a train_dir's checkpoint into the default graph's variables.
+
+    Args:
+      session: the new session, its variables not yet initialised.
+      checkpoint: str, the checkpoint's path prefix.
+
+    Raises:
+      ValueError: a weight or `global_step` is missing, or a variable's
+        shape differs from the checkpoint's.
+    """
+    graph_variables = tf.compat.v1.global_variables()
+    required = set(_names(tf.compat.v1.trainable_variables()))
+    required.add(tf.compat.v1.train.get_global_step().op.name)
+    initialised = restore_variables(
+        session,
+        checkpoint,
+        {var.op.name: var for var in graph_variables},
+        required,
+    )
+    _initialise(session, initialised)
+    if initialised:
+        print(
+            "Resumed from %s; initialised %d variable(s) it does not hold "
+            "(summary or optimizer state): %s"
+            % (checkpoint, len(initialised), _listed(_names(initialised)))
+        )
+
+
+def warm_start(session, checkpoint, fine_tune=False):
+    """Starts a new run from another run's weights and their averages.
+
+    Args:
+      session: the new session, its variables not yet initialised.
+      checkpoint: str, the source checkpoint's path prefix.
+      fine_tune: bool, initialise `softmax_linear` afresh instead.
+
+    Raises:
+      ValueError: a weight is missing or of another shape.
+    """
+    weights = {
+        var.op.name: var
+        for var in tf.compat.v1.trainable_variables()
+        if not (fine_tune and var.op.name.startswith(FINE_TUNE_SCOPE))
+    }
+    shadows = {
+        var.op.name: var
+        for var in tf.compat.v1.global_variables()
+        if var.op.name.endswith(SHADOW_SUFFIX)
+        and var.op.name[: -len(SHADOW_SUFFIX)] in weights
+    }
+    restored = dict(weights, **shadows)
+    absent = restore_variables(session, checkpoint, restored, set(weights))
+    _initialise(
+        session,
+        [
+            var
+            for var in tf.compat.v1.global_variables()
+            if var.op.name not in restored
+        ]
+        + absent,
+    )
+    fresh = [
+        name
+        for name in _names(tf.compat.v1.trainable_variables())
+        if name not in weights
+    ]
+    print(
+        "Warm start from %s: restored %d weight(s) and %d moving average(s)%s;"
+        " the step, the optimizer and the loss averages start afresh"
+        % (
+            checkpoint,
+            len(weights),
+            len(shadows) - len(absent),
+            "; initialised afresh (--fine_tune): %s" % ", ".join(fresh)
+            if fresh
+            else "",
+        )
+    )
+
+
+def restore_variables(session, checkpoint, variables, required):
+    """Loads the checkpoint's values of the variables it holds.
+
+    Args:
+      session: a session of the variables' graph.
+      checkpoint: str, the checkpoint's path prefix.
+      variables: dict, name in the checkpoint -> variable of the graph.
+      required: set of the names the checkpoint must hold.
+
+    Returns:
+      list of the variables the checkpoint does not hold (not initialised).
+
+    Raises:
+      ValueError: a required name is missing, or a shape differs.
+      tf.errors.NotFoundError: the checkpoint is gone.
+    """
+    reader = tf.train.load_checkpoint(checkpoint)
+    shapes = reader.get_variable_to_shape_map()
+    _check_fits(checkpoint, shapes, variables, required)
+    absent = []
+    for name, var in variables.items():
+        if name not in shapes:
+            absent.append(var)
+            continue
+        value = reader.get_tensor(name)
+        # The tutorial's multi-GPU trainer keeps a float32 global_step.
+        value = np.asarray(value).astype(var.dtype.base_dtype.as_numpy_dtype)
+        _load(session, var, value)
+    return absent
+
+
+class Restorer:
+    """Restores a map of variables, each required, like a `Saver`.
+
+    The eval's restore: a checkpoint of another model is a ValueError
+    naming the variables, not a NotFoundError's traceback.
+    """
+
+    def __init__(self, variables):
+        """variables: dict, name in the checkpoint -> variable."""
+        self._variables = variables
+
+    def restore(self, session, checkpoint):
+        restore_variables(
+            session, checkpoint, self._variables, set(self._variables)
+        )
+
+
+def restore_fn(checkpoint, pretrained_path, fine_tune):
+    """The chief's restore: callable(session), or None to initialise only.
+
+    Args:
+      checkpoint: str or None, the train_dir's newest valid checkpoint.
+      pretrained_path: str, --pretrained_model_checkpoint_path ('' for
+        none): a checkpoint's path prefix or a folder of checkpoints.
+      fine_tune: bool, --fine_tune.
+
+    Raises:
+      ValueError: pretrained_path holds no checkpoint, or fine_tune comes
+        without it.
+    """
+    if fine_tune and not pretrained_path:
+        raise ValueError(
+            "--fine_tune needs --pretrained_model_checkpoint_path, the "
+            "checkpoint whose other layers it starts from"
+        )
+    if checkpoint is not None:
+        if pretrained_path:
+            print(
+                "Resuming from %s: the train_dir has checkpoints, so "
+                "--pretrained_model_checkpoint_path=%s is ignored"
+                % (checkpoint, pretrained_path)
+            )
+        return lambda session: resume(session, checkpoint)
+    if not pretrained_path:
+        return None
+    source = pretrained_checkpoint(pretrained_path)
+    return lambda session: warm_start(session, source, fine_tune)
+
+
+def pretrained_checkpoint(path):
+    """The checkpoint of --pretrained_model_checkpoint_path.
+
+    Args:
+      path: str, a checkpoint's path prefix ('.../model.ckpt-1000') or a
+        folder, whose newest valid checkpoint is taken.
+
+    Raises:
+      ValueError: there is no checkpoint at path.
+    """
+    if tf.io.gfile.isdir(path):
+        found = checkpoints.newest_valid_checkpoint(path)
+        if found is None:
+            raise ValueError(
+                "--pretrained_model_checkpoint_path=%s: the folder holds no "
+                "checkpoint" % path
+            )
+        return found
+    if not tf.io.gfile.exists(path + ".index"):
+        raise ValueError(
+            "--pretrained_model_checkpoint_path=%s: no checkpoint there (%s "
+            "is missing); pass a checkpoint's prefix, e.g. "
+            "/tmp/cifar10_train/model.ckpt-1000, or its folder"
+            % (path, path + ".index")
+        )
+    return path
+
+
+def describe(shapes):
+    """What a checkpoint seems to hold, from its variables' shapes.
+
+    Args:
+      shapes: dict, variable name -> list of ints.
+
+    Returns:
+      str, e.g. 'a model of 1-channel images and 10 classes
+      (conv1/weights [5, 5, 1, 32], softmax_linear/weights [10, 10])'.
+    """
+    kernel = shapes.get("conv1/weights")
+    logits = shapes.get("softmax_linear/weights")
+    if kernel is None or logits is None or len(kernel) != 4:
+        return "no model of this suite (%d variables, e.g. %s)" % (
+            len(shapes),
+            _listed(sorted(shapes)),
+        )
+    return (
+        "a model of %d-channel images and %d classes (conv1/weights %s, "
+        "softmax_linear/weights %s)" % (kernel[2], logits[-1], kernel, logits)
+    )
+
+
+def _check_fits(checkpoint, shapes, variables, required):
+    """Raises ValueError naming what the checkpoint lacks or misfits."""
+    missing = [
+        "%s %s" % (name, variables[name].shape.as_list())
+        for name in sorted(required)
+        if name not in shapes
+    ]
+    mismatched = [
+        "%s %s where this model has %s"
+        % (name, shapes[name], variables[name].shape.as_list())
+        for name in sorted(variables)
+        if name in shapes and shapes[name] != variables[name].shape.as_list()
+    ]
+    if not missing and not mismatched:
+        return
+    found = []
+    if mismatched:
+        found.append("holds %s" % _listed(mismatched))
+    if missing:
+        found.append("lacks %s" % _listed(missing))
+    raise ValueError(
+        "checkpoint %s does not fit this model: it %s; it seems to hold %s"
+        % (checkpoint, " and ".join(found), describe(shapes))
+    )
+
+
+def _initialise(session, variables):
+    """Runs the initialisers, the weights first.
+
+    A moving average's shadow starts from its weight's value, so it is
+    initialised after the weights (restored or not).
+    """
+    trainable = set(_names(tf.compat.v1.trainable_variables()))
+    weights = [var for var in variables if var.op.name in trainable]
+    others = [var for var in variables if var.op.name not in trainable]
+    for group in (weights, others):
+        if group:
+            session.run([var.initializer for var in group])
+
+
+def _load(session, var, value):
+    # The initialiser assigns its input: fed, it assigns the value instead,
+    # with no new op in the (finalised) graph.
+    session.run(var.initializer, {var.initializer.inputs[1]: value})
+
+
+def _names(variables):
+    return sorted(var.op.name for var in variables)
+
+
+def _listed(names):
+    """'a, b, c and 4 more': the first NAMES_LISTED names of a list."""
+    names = list(names)
+    shown = ", ".join(names[:NAMES_LISTED])
+    more = len(names) - NAMES_LISTED
+    return shown + (" and %d more" % more if more > 0 else "")

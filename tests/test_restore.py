@@ -1,0 +1,257 @@
+"""multigpu/restore.py in-process: the tutorial's checkpoints, wrong models.
+
+The tutorial's checkpoints are built here with its variable names (not its
+code); tests/test_resume.py runs the scripts on them.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import cifar10
+import mnist_model
+from multigpu import restore
+
+# The weights of the tutorial's model, as its graph names them.
+TUTORIAL_WEIGHTS = {
+    "conv1/weights": [5, 5, 3, 64],
+    "conv1/biases": [64],
+    "conv2/weights": [5, 5, 64, 64],
+    "conv2/biases": [64],
+    "local3/weights": [2304, 384],
+    "local3/biases": [384],
+    "local4/weights": [384, 192],
+    "local4/biases": [192],
+    "softmax_linear/weights": [192, 10],
+    "softmax_linear/biases": [10],
+}
+# The losses the tutorial's one-device trainer averages (0.9, named 'avg'):
+# the cross-entropy, a weight-decay term per layer (zero for conv1, conv2
+# and softmax_linear) and their total.
+TUTORIAL_LOSSES = [
+    "cross_entropy",
+    "conv1/weight_loss",
+    "conv2/weight_loss",
+    "local3/weight_loss",
+    "local4/weight_loss",
+    "softmax_linear/weight_loss",
+    "total_loss",
+]
+# Every variable of a checkpoint of the tutorial's one-device trainer.
+TUTORIAL_ONE_DEVICE_NAMES = (
+    set(TUTORIAL_WEIGHTS)
+    | {name + restore.SHADOW_SUFFIX for name in TUTORIAL_WEIGHTS}
+    | {name + "/avg" for name in TUTORIAL_LOSSES}
+    | {"global_step"}
+)
+# The steps of the tutorial checkpoint built by the test.
+TUTORIAL_STEP = 4
+
+
+def _values(checkpoint):
+    """dict name -> numpy value of every variable of the checkpoint."""
+    reader = tf.train.load_checkpoint(str(checkpoint))
+    return {
+        name: reader.get_tensor(name)
+        for name in reader.get_variable_to_shape_map()
+    }
+
+
+def _build_tutorial_one_device_variables():
+    """The variables of the tutorial's one-device trainer, in the graph."""
+    weights = [
+        tf.compat.v1.get_variable(name, shape)
+        for name, shape in TUTORIAL_WEIGHTS.items()
+    ]
+    tf.compat.v1.train.get_or_create_global_step()
+    tf.compat.v1.train.ExponentialMovingAverage(
+        cifar10.MOVING_AVERAGE_DECAY
+    ).apply(weights)
+    losses = [tf.constant(1.0, name=name) for name in TUTORIAL_LOSSES]
+    tf.compat.v1.train.ExponentialMovingAverage(0.9, name="avg").apply(losses)
+
+
+def _restore_in_tutorial_graph(checkpoint):
+    """Restores the checkpoint into the tutorial's one-device variables."""
+    with tf.Graph().as_default():
+        _build_tutorial_one_device_variables()
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as sess:
+            # Restores every variable or fails.
+            saver.restore(sess, checkpoint)
+            step = sess.run(tf.compat.v1.train.get_global_step())
+    assert step == int(checkpoint.rsplit("-", 1)[1])
+
+
+def _save_initialised_graph(train_dir, step):
+    """Saves the default graph's variables, initialised, at global step."""
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        tf.compat.v1.train.get_global_step().load(step, sess)
+        return tf.compat.v1.train.Saver().save(
+            sess, str(train_dir / "model.ckpt"), step
+        )
+
+
+def test_a_checkpoint_of_the_tutorials_one_device_trainer_restores_whole(
+    tmp_path, capsys
+):
+    with tf.Graph().as_default():
+        _build_tutorial_one_device_variables()
+        checkpoint = _save_initialised_graph(tmp_path, TUTORIAL_STEP)
+    restored = _resume_cifar10_graph(checkpoint)
+    saved = _values(checkpoint)
+    assert set(restored) == set(saved) == TUTORIAL_ONE_DEVICE_NAMES
+    for name, value in saved.items():
+        np.testing.assert_array_equal(restored[name], value, name)
+    # Nothing was missing, so nothing was initialised.
+    assert "initialised" not in capsys.readouterr().out
+
+
+def _write_tutorial_multi_gpu_checkpoint(train_dir, num_classes=10):
+    """Writes what the tutorial's multi-GPU trainer saves, at TUTORIAL_STEP.
+
+    Its weights and their moving averages, a float32 global_step, no loss
+    averages. Returns the checkpoint's values.
+    """
+    rng = np.random.default_rng(0)
+    shapes = dict(TUTORIAL_WEIGHTS)
+    shapes["softmax_linear/weights"] = [192, num_classes]
+    shapes["softmax_linear/biases"] = [num_classes]
+    with tf.Graph().as_default():
+        weights = [
+            tf.compat.v1.get_variable(
+                name,
+                initializer=rng.normal(0, 0.01, shape).astype(np.float32),
+            )
+            for name, shape in shapes.items()
+        ]
+        tf.compat.v1.get_variable(
+            "global_step",
+            [],
+            initializer=tf.constant_initializer(TUTORIAL_STEP),
+            trainable=False,
+        )
+        update = tf.compat.v1.train.ExponentialMovingAverage(
+            cifar10.MOVING_AVERAGE_DECAY
+        ).apply(weights)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(update)
+            tf.compat.v1.train.Saver().save(
+                sess, str(train_dir / "model.ckpt"), global_step=TUTORIAL_STEP
+            )
+    values = _values(tf.train.latest_checkpoint(str(train_dir)))
+    assert values["global_step"].dtype == np.float32
+    return values
+
+
+def _resume_cifar10_graph(checkpoint):
+    """Resumes cifar10_train.py's graph from the checkpoint, in-process.
+
+    Returns:
+      dict, name -> value of every variable after the restore.
+    """
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        logits = cifar10.inference(tf.zeros([1, 24, 24, 3]))
+        loss = cifar10.loss(logits, tf.zeros([1], tf.int32))
+        cifar10.train(loss, global_step, batch_size=1)
+        with tf.compat.v1.Session() as sess:
+            restore.resume(sess, checkpoint)
+            return {
+                var.op.name: value
+                for var, value in zip(
+                    tf.compat.v1.global_variables(),
+                    sess.run(tf.compat.v1.global_variables()),
+                )
+            }
+
+
+def _resume_error(checkpoint):
+    """The ValueError's message of resuming the CIFAR-10 graph."""
+    with pytest.raises(ValueError) as raised:
+        _resume_cifar10_graph(checkpoint)
+    return str(raised.value)
+
+
+def test_a_cifar100_sized_head_is_an_error_naming_its_shape(tmp_path):
+    _write_tutorial_multi_gpu_checkpoint(tmp_path, num_classes=100)
+    checkpoint = tf.train.latest_checkpoint(str(tmp_path))
+    assert _resume_error(checkpoint) == (
+        "checkpoint %s does not fit this model: it holds "
+        "softmax_linear/biases [100] where this model has [10], "
+        "softmax_linear/biases/ExponentialMovingAverage [100] where this "
+        "model has [10], softmax_linear/weights [192, 100] where this model "
+        "has [192, 10] and 1 more; it seems to hold a model of 3-channel "
+        "images and 100 classes (conv1/weights [5, 5, 3, 64], "
+        "softmax_linear/weights [192, 100])" % checkpoint
+    )
+
+
+def test_an_mnist_checkpoint_in_the_cifar10_trainer_is_an_error(tmp_path):
+    with tf.Graph().as_default():
+        mnist_model.inference(tf.zeros([1, 784]))
+        tf.compat.v1.train.get_or_create_global_step()
+        checkpoint = _save_initialised_graph(tmp_path, 10)
+    assert _resume_error(checkpoint) == (
+        "checkpoint %s does not fit this model: it holds conv1/biases [32] "
+        "where this model has [64], conv1/weights [5, 5, 1, 32] where this "
+        "model has [5, 5, 3, 64], conv2/weights [5, 5, 32, 64] where this "
+        "model has [5, 5, 64, 64] and 5 more; it seems to hold a model of "
+        "1-channel images and 10 classes (conv1/weights [5, 5, 1, 32], "
+        "softmax_linear/weights [10, 10])" % checkpoint
+    )
+
+
+def test_a_pretrained_path_without_a_checkpoint_is_an_error_naming_it(
+    tmp_path,
+):
+    with pytest.raises(ValueError) as raised:
+        restore.restore_fn(None, str(tmp_path), fine_tune=False)
+    assert str(raised.value) == (
+        "--pretrained_model_checkpoint_path=%s: the folder holds no "
+        "checkpoint" % tmp_path
+    )
+    missing = str(tmp_path / "model.ckpt-5")
+    with pytest.raises(ValueError) as raised:
+        restore.restore_fn(None, missing, fine_tune=True)
+    assert str(raised.value) == (
+        "--pretrained_model_checkpoint_path=%s: no checkpoint there (%s.index "
+        "is missing); pass a checkpoint's prefix, e.g. "
+        "/tmp/cifar10_train/model.ckpt-1000, or its folder" % (missing, missing)
+    )
+
+
+def test_fine_tune_without_a_pretrained_checkpoint_is_an_error():
+    with pytest.raises(ValueError) as raised:
+        restore.restore_fn(None, "", fine_tune=True)
+    assert str(raised.value) == (
+        "--fine_tune needs --pretrained_model_checkpoint_path, the "
+        "checkpoint whose other layers it starts from"
+    )
+
+
+def test_the_learning_rate_decays_at_the_step_of_the_new_examples_per_step():
+    # 350 epochs of 50,000 examples: 68,359 steps of 256 examples (2 towers
+    # of 128), 136,718 steps of 128 (one device). A run resumed with 256
+    # examples per step at step 100,000 is past its first decay.
+    rates = {}
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        for examples_per_step in (128, 256):
+            rates[examples_per_step] = cifar10.learning_rate(
+                global_step, examples_per_step
+            )
+        with tf.compat.v1.Session() as sess:
+            found = {}
+            for step in (68358, 68359, 100000, 136718):
+                global_step.load(step, sess)
+                found[step] = sess.run(rates)
+    assert found[68358] == {128: pytest.approx(0.1), 256: pytest.approx(0.1)}
+    assert found[68359] == {128: pytest.approx(0.1), 256: pytest.approx(0.01)}
+    assert found[100000] == {128: pytest.approx(0.1), 256: pytest.approx(0.01)}
+    assert found[136718] == {
+        128: pytest.approx(0.01),
+        256: pytest.approx(0.001),
+    }

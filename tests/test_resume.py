@@ -1,0 +1,346 @@
+"""One checkpoint, any trainer: the scripts resume, warm start, fine-tune.
+
+The checkpoints are written by the scripts run as subprocesses on the
+built-in sample sets, with tiny batches and a few steps each.
+"""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import checkpoint_steps, read_events, run_script
+from test_cifar10_train import _eval as cifar10_eval
+from test_cluster import _run_to_the_end, make_cluster  # noqa: F401
+from test_restore import (
+    TUTORIAL_ONE_DEVICE_NAMES,
+    TUTORIAL_STEP,
+    TUTORIAL_WEIGHTS,
+    _restore_in_tutorial_graph,
+    _values,
+    _write_tutorial_multi_gpu_checkpoint,
+)
+
+import mnist_input
+from multigpu import restore
+
+# The MNIST runs: a small set, 10 steps an epoch on one tower.
+MNIST_SPLIT_SIZES = {"train": 200, "validation": 20, "test": 50}
+MNIST_BATCH_SIZE = 20
+
+
+def _train(script, data_dir, train_dir, *flags):
+    return run_script(
+        script,
+        "--fake_data",
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % train_dir,
+        "--clip_gradients=5",
+        *flags,
+    )
+
+
+def _multi(data_dir, train_dir, num_gpus, *flags):
+    return _train(
+        "cifar10_multi_gpu_train.py",
+        data_dir,
+        train_dir,
+        "--num_gpus=%d" % num_gpus,
+        "--cpu_towers",
+        *flags,
+    )
+
+
+def _eval(data_dir, checkpoint_dir, eval_dir, **kwargs):
+    return cifar10_eval(
+        data_dir,
+        checkpoint_dir,
+        eval_dir,
+        "--num_examples=20",
+        "--batch_size=10",
+        **kwargs,
+    )
+
+
+def _mnist(data_dir, train_dir, *flags, **kwargs):
+    """Runs the MNIST trainer on virtual CPU towers for one epoch."""
+    return run_script(
+        "mnist_multi_gpu_train.py",
+        "--cpu_towers",
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % train_dir,
+        "--batch_size=%d" % MNIST_BATCH_SIZE,
+        "--num_epochs=1",
+        *flags,
+        **kwargs,
+    )
+
+
+def _names(train_dir):
+    return set(_values(tf.train.latest_checkpoint(str(train_dir))))
+
+
+def _last_line(result):
+    return result.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def two_towers(cifar10_data_dir, tmp_path_factory):
+    """A train_dir of 3 steps of the 2-tower trainer (batches of 2)."""
+    train_dir = tmp_path_factory.mktemp("two_towers")
+    _multi(cifar10_data_dir, train_dir, 2, "--batch_size=2", "--max_steps=3")
+    return train_dir
+
+
+@pytest.fixture(scope="module")
+def mnist_run(tmp_path_factory):
+    """(data_dir, train_dir) of a 10-step MNIST run, one tower.
+
+    The data are MNIST_SPLIT_SIZES examples of the built-in sample set.
+    """
+    root = tmp_path_factory.mktemp("mnist")
+    for seed, (split, size) in enumerate(MNIST_SPLIT_SIZES.items()):
+        os.makedirs(root / "data", exist_ok=True)
+        mnist_input.write_records(
+            str(root / "data" / mnist_input.SPLIT_FILES[split]),
+            *mnist_input.fake_examples(size, seed),
+        )
+    _mnist(root / "data", root / "train")
+    return root / "data", root / "train"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_goes_from_2_to_4_towers_to_one_device_to_a_cluster(
+    two_towers,
+    cifar10_data_dir,
+    make_cluster,  # noqa: F811
+    tmp_path,
+):
+    cluster = make_cluster(
+        2,
+        "--sync_replicas",
+        "--batch_size=2",
+        "--max_steps=9",
+        "--clip_gradients=5",
+    )
+    train_dir = cluster.train_dir(0)
+    shutil.copytree(two_towers, train_dir)
+    assert checkpoint_steps(train_dir)[-1] == 3
+    assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
+
+    # The flag is for new runs: a train_dir with checkpoints resumes.
+    four = _multi(
+        cifar10_data_dir,
+        train_dir,
+        4,
+        "--batch_size=1",
+        "--max_steps=5",
+        "--pretrained_model_checkpoint_path=%s" % two_towers,
+    )
+    assert "training from step 3" in four.stdout
+    assert (
+        "--pretrained_model_checkpoint_path=%s is ignored" % (two_towers)
+        in four.stdout
+    )
+    assert checkpoint_steps(train_dir)[-1] == 5
+
+    one = _train(
+        "cifar10_train.py",
+        cifar10_data_dir,
+        train_dir,
+        "--batch_size=3",
+        "--max_steps=7",
+    )
+    assert "training from step 5" in one.stdout
+    assert checkpoint_steps(train_dir)[-1] == 7
+    # The names of the tutorial's one-device trainer, so that its graph
+    # restores the checkpoint.
+    assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
+    _restore_in_tutorial_graph(tf.train.latest_checkpoint(str(train_dir)))
+
+    steps = _run_to_the_end(cluster, 2)
+    assert "training from step 7" in cluster.log("worker0")
+    assert max(global_step for _, global_step in steps) == 9
+    assert checkpoint_steps(train_dir)[-1] == 9
+    assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
+
+    _eval(cifar10_data_dir, train_dir, tmp_path / "eval")
+    [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
+    assert precision.step == 9
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_the_tutorials_multi_gpu_trainer_evaluates_and_resumes(
+    cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "tutorial"
+    train_dir.mkdir()
+    _write_tutorial_multi_gpu_checkpoint(train_dir)
+    _eval(cifar10_data_dir, train_dir, tmp_path / "eval")
+    [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
+    assert precision.step == TUTORIAL_STEP
+
+    result = _multi(
+        cifar10_data_dir,
+        train_dir,
+        2,
+        "--batch_size=2",
+        "--max_steps=%d" % (TUTORIAL_STEP + 2),
+    )
+    assert "training from step %d" % TUTORIAL_STEP in result.stdout
+    assert (
+        "initialised 7 variable(s) it does not hold (summary or optimizer "
+        "state): conv1/weight_loss/avg, conv2/weight_loss/avg, "
+        "cross_entropy/avg and 4 more" in result.stdout
+    )
+    saved = _values(tf.train.latest_checkpoint(str(train_dir)))
+    assert saved["global_step"] == TUTORIAL_STEP + 2
+    assert saved["global_step"].dtype == np.int64
+    assert set(saved) == TUTORIAL_ONE_DEVICE_NAMES
+
+
+def _assert_warm_started(source, started, fresh_layers=()):
+    """Each weight and shadow of `started` is `source`'s, but fresh_layers'."""
+    assert started["global_step"] == 0
+    for name in TUTORIAL_WEIGHTS:
+        for each in (name, name + restore.SHADOW_SUFFIX):
+            if name.split("/")[0] in fresh_layers:
+                assert not np.allclose(started[each], source[each]), each
+            else:
+                np.testing.assert_array_equal(started[each], source[each], each)
+
+
+@pytest.mark.slow
+def test_warm_start_takes_the_weights_and_averages_of_another_tower_count(
+    two_towers, cifar10_data_dir, tmp_path
+):
+    source = tf.train.latest_checkpoint(str(two_towers))
+    result = _train(
+        "cifar10_train.py",
+        cifar10_data_dir,
+        tmp_path / "warm",
+        "--batch_size=2",
+        "--max_steps=1",
+        "--pretrained_model_checkpoint_path=%s" % two_towers,
+    )
+    assert "training from step 0" in result.stdout
+    assert (
+        "Warm start from %s: restored 10 weight(s) and 10 moving average(s);"
+        % source
+        in result.stdout
+    )
+    # The saver writes the step the run starts at: the warm-started values.
+    _assert_warm_started(
+        _values(source), _values(tmp_path / "warm" / "model.ckpt-0")
+    )
+
+
+@pytest.mark.slow
+def test_fine_tune_initialises_softmax_linear_afresh(
+    two_towers, cifar10_data_dir, tmp_path
+):
+    source = tf.train.latest_checkpoint(str(two_towers))
+    result = _multi(
+        cifar10_data_dir,
+        tmp_path / "tuned",
+        1,
+        "--batch_size=2",
+        "--max_steps=1",
+        "--pretrained_model_checkpoint_path=%s" % source,
+        "--fine_tune",
+    )
+    assert (
+        "initialised afresh (--fine_tune): softmax_linear/biases, "
+        "softmax_linear/weights" in result.stdout
+    )
+    tuned = _values(tmp_path / "tuned" / "model.ckpt-0")
+    _assert_warm_started(_values(source), tuned, ["softmax_linear"])
+    # The biases start at 0 again, and each shadow at its weight.
+    np.testing.assert_array_equal(tuned["softmax_linear/biases"], 0)
+    np.testing.assert_array_equal(
+        tuned["softmax_linear/weights" + restore.SHADOW_SUFFIX],
+        tuned["softmax_linear/weights"],
+    )
+
+
+@pytest.mark.slow
+def test_an_mnist_checkpoint_of_one_tower_resumes_on_two(mnist_run, tmp_path):
+    data_dir, source_dir = mnist_run
+    train_dir = tmp_path / "train"
+    shutil.copytree(source_dir, train_dir)
+    assert checkpoint_steps(train_dir)[-1] == 10
+    result = _mnist(data_dir, train_dir, "--num_gpus=2")
+    # One more epoch of the 200 training images, 40 a step.
+    assert "training from step 10" in result.stdout
+    assert "Done training for 1 epochs, 5 steps." in result.stdout
+    assert checkpoint_steps(train_dir)[-1] == 15
+    assert "(50 examples, step 15)" in result.stdout
+
+
+@pytest.mark.slow
+def test_mnist_fine_tunes_from_an_mnist_checkpoint(mnist_run, tmp_path):
+    data_dir, source_dir = mnist_run
+    source = tf.train.latest_checkpoint(str(source_dir))
+    _mnist(
+        data_dir,
+        tmp_path / "tuned",
+        "--num_gpus=2",
+        "--pretrained_model_checkpoint_path=%s" % source,
+        "--fine_tune",
+    )
+    before, after = _values(source), _values(tmp_path / "tuned/model.ckpt-0")
+    assert after["global_step"] == 0
+    np.testing.assert_array_equal(
+        after["local3/weights"], before["local3/weights"]
+    )
+    assert not np.allclose(
+        after["softmax_linear/weights"], before["softmax_linear/weights"]
+    )
+    # The optimizer's slots start at zero.
+    np.testing.assert_array_equal(after["local3/weights/Momentum"], 0)
+
+
+@pytest.mark.slow
+def test_an_mnist_checkpoint_in_the_cifar10_eval_is_one_line(
+    mnist_run, cifar10_data_dir, tmp_path
+):
+    _, train_dir = mnist_run
+    result = _eval(
+        cifar10_data_dir, train_dir, tmp_path / "eval", expect_success=False
+    )
+    assert result.returncode == 1
+    assert _last_line(result) == (
+        "cifar10_eval.py: error: checkpoint %s does not fit this model: it "
+        "lacks conv1/biases/ExponentialMovingAverage [64], "
+        "conv1/weights/ExponentialMovingAverage [5, 5, 3, 64], "
+        "conv2/biases/ExponentialMovingAverage [64] and 7 more; it seems to "
+        "hold a model of 1-channel images and 10 classes (conv1/weights "
+        "[5, 5, 1, 32], softmax_linear/weights [10, 10])"
+        % tf.train.latest_checkpoint(str(train_dir))
+    )
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_cifar10_checkpoint_in_the_mnist_trainer_is_one_line(
+    mnist_run, two_towers, tmp_path
+):
+    data_dir, _ = mnist_run
+    result = _mnist(
+        data_dir,
+        tmp_path / "train",
+        "--pretrained_model_checkpoint_path=%s" % two_towers,
+        expect_success=False,
+    )
+    assert result.returncode == 1
+    assert _last_line(result) == (
+        "mnist_multi_gpu_train.py: error: checkpoint %s does not fit this "
+        "model: it holds conv1/biases [64] where this model has [32], "
+        "conv1/weights [5, 5, 3, 64] where this model has [5, 5, 1, 32], "
+        "conv2/weights [5, 5, 64, 64] where this model has [5, 5, 32, 64] "
+        "and 5 more; it seems to hold a model of 3-channel images and 10 "
+        "classes (conv1/weights [5, 5, 3, 64], softmax_linear/weights "
+        "[192, 10])" % tf.train.latest_checkpoint(str(two_towers))
+    )
+    assert "Traceback" not in result.stderr
