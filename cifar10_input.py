@@ -6,10 +6,10 @@ The binary version of CIFAR-10 (cifar-10-binary.tar.gz) extracts to
 byte followed by 3,072 image bytes, depth-major: the 1,024 red values, then
 green, then blue, each 32 rows of 32.
 
-Stages, one function each:
-  read (`read_records`) -> decode (`decode_record`) -> distort
-  (`distort_image`) or crop (`eval_image`) -> batch (`distorted_inputs`,
-  `inputs`).
+Stages, one function each, run on whole batches (one op per batch, not
+per image): read (`read_records`) -> decode (`decode_record`) -> distort
+(`distortion_parameters` drawn per image, applied by `distort_batch`) or
+crop (`eval_image`) -> batch (`distorted_inputs`, `inputs`).
 
 `write_fake_data` writes a small learnable set in the same format, so that
 every script runs with no download (`--fake_data`).
@@ -45,12 +45,17 @@ DOWNLOAD_TIMEOUT_SECS = 60
 # The tutorial's model input: a 24x24 crop of the 32x32 image.
 IMAGE_SIZE = 24
 
+# The tutorial's random crop: its offset in each axis is 0..8.
+MAX_CROP_OFFSET = HEIGHT - IMAGE_SIZE
+
 # The tutorial's distortions: brightness delta and contrast factor range.
 MAX_BRIGHTNESS_DELTA = 63
 CONTRAST_LOWER, CONTRAST_UPPER = 0.2, 1.8
 
 # The tutorial fills its shuffling queue with 40% of an epoch.
 MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
+# Records decoded per op as the training set is read into memory.
+RECORDS_PER_DECODE = 1000
 
 # Size of the built-in sample set: 5 x 2,000 training records, a full-size
 # test file so that `cifar10_eval.py` runs with its default --num_examples.
@@ -143,25 +148,86 @@ def read_records(filenames):
 
 
 def decode_record(record):
-    """Decodes one record.
+    """Decodes one record, or a batch of them in one op.
 
     Args:
-      record: string scalar of 3,073 bytes.
+      record: string scalar of 3,073 bytes, or string [batch] of them.
 
     Returns:
-      image: uint8 [32, 32, 3], height x width x depth.
-      label: int32 scalar in 0..9.
+      image: uint8 [32, 32, 3] (or [batch, 32, 32, 3]), height x width x
+        depth.
+      label: int32 scalar (or [batch]) in 0..9.
     """
-    raw = tf.io.decode_raw(record, tf.uint8)
-    label = tf.cast(raw[0], tf.int32)
-    # The bytes are depth-major [depth, height, width]; the model wants HWC.
-    depth_major = tf.reshape(raw[LABEL_BYTES:], [DEPTH, HEIGHT, WIDTH])
-    image = tf.transpose(depth_major, [1, 2, 0])
-    return image, label
+    raw = tf.io.decode_raw(record, tf.uint8)  # [..., 3073]
+    shape = tf.concat([tf.shape(raw)[:-1], [DEPTH, HEIGHT, WIDTH]], 0)
+    depth_major = tf.reshape(raw[..., LABEL_BYTES:], shape)
+    # [..., depth, height, width] -> [..., height, width, depth]
+    image = tf.experimental.numpy.moveaxis(depth_major, -3, -1)
+    return image, tf.cast(raw[..., 0], tf.int32)
+
+
+def distortion_parameters(batch_size):
+    """Draws the tutorial's random distortions, independently per image.
+
+    Args:
+      batch_size: int or int32 scalar tensor.
+
+    Returns:
+      offsets: int32 [batch_size, 2], the (row, column) of each 24x24 crop
+        in the 32x32 image, each uniform in 0..8.
+      flips: bool [batch_size], True (probability 0.5) to flip left-right.
+      brightness: float32 [batch_size], deltas uniform in [-63, 63).
+      contrast: float32 [batch_size], factors uniform in [0.2, 1.8).
+    """
+    offsets = tf.random.uniform(
+        [batch_size, 2], 0, MAX_CROP_OFFSET + 1, dtype=tf.int32
+    )
+    flips = tf.random.uniform([batch_size]) < 0.5
+    brightness = tf.random.uniform(
+        [batch_size], -MAX_BRIGHTNESS_DELTA, MAX_BRIGHTNESS_DELTA
+    )
+    contrast = tf.random.uniform([batch_size], CONTRAST_LOWER, CONTRAST_UPPER)
+    return offsets, flips, brightness, contrast
+
+
+def distort_batch(images, offsets, flips, brightness, contrast):
+    """Applies given training distortions to a batch, image by image.
+
+    The tutorial's order per image: crop, flip, brightness, contrast, then
+    per-image standardisation, computed for the whole batch at once.
+
+    Args:
+      images: uint8 [batch, 32, 32, 3].
+      offsets: int32 [batch, 2], each crop's (row, column) in 0..8.
+      flips: bool [batch], whether to flip each crop left-right.
+      brightness: float32 [batch], the delta added to each crop.
+      contrast: float32 [batch], each crop's contrast factor: every channel
+        becomes (x - mean) * factor + mean.
+
+    Returns:
+      float32 [batch, 24, 24, 3], each image with mean 0 and stddev 1.
+    """
+    steps = tf.range(IMAGE_SIZE)
+    rows = offsets[:, :1] + steps  # [batch, 24]
+    # A flipped crop reads its columns right to left.
+    columns = offsets[:, 1:] + tf.where(
+        flips[:, None], IMAGE_SIZE - 1 - steps, steps
+    )  # [batch, 24]
+    # One gather of pixels (3 bytes each) from the batch seen as
+    # [batch * 32 * 32, 3], at [batch, 24, 24] flat pixel indices.
+    first = tf.range(tf.shape(images)[0]) * (HEIGHT * WIDTH)
+    pixels = (
+        first[:, None, None] + rows[:, :, None] * WIDTH + columns[:, None, :]
+    )
+    crops = tf.gather(tf.reshape(images, [-1, DEPTH]), pixels)
+    crops = tf.cast(crops, tf.float32) + brightness[:, None, None, None]
+    means = tf.reduce_mean(crops, axis=[1, 2], keepdims=True)
+    crops = (crops - means) * contrast[:, None, None, None] + means
+    return tf.image.per_image_standardization(crops)
 
 
 def distort_image(image):
-    """Applies the training distortions of the tutorial to one image.
+    """Applies the tutorial's random training distortions to one image.
 
     Args:
       image: uint8 [32, 32, 3].
@@ -170,30 +236,30 @@ def distort_image(image):
       float32 [24, 24, 3]: a random crop, randomly flipped left-right, with
       random brightness and contrast, standardised to mean 0 and stddev 1.
     """
-    image = tf.cast(image, tf.float32)
-    image = tf.image.random_crop(image, [IMAGE_SIZE, IMAGE_SIZE, DEPTH])
-    image = tf.image.random_flip_left_right(image)
-    image = tf.image.random_brightness(image, max_delta=MAX_BRIGHTNESS_DELTA)
-    image = tf.image.random_contrast(image, CONTRAST_LOWER, CONTRAST_UPPER)
-    return tf.image.per_image_standardization(image)
+    return distort_batch(image[None], *distortion_parameters(1))[0]
 
 
 def eval_image(image):
-    """Prepares one image for evaluation.
+    """Prepares images for evaluation.
 
     Args:
-      image: uint8 [32, 32, 3].
+      image: uint8 [32, 32, 3], or a batch [batch, 32, 32, 3].
 
     Returns:
-      float32 [24, 24, 3]: the central crop, standardised.
+      float32 [24, 24, 3] (or [batch, 24, 24, 3]): the central crop,
+      standardised.
     """
-    image = tf.cast(image, tf.float32)
     image = tf.image.resize_with_crop_or_pad(image, IMAGE_SIZE, IMAGE_SIZE)
     return tf.image.per_image_standardization(image)
 
 
 def distorted_dataset(data_dir, batch_size):
     """The endless, shuffled, distorted training batches.
+
+    The records are decoded once and kept in memory (uint8, 150 MB for
+    CIFAR-10); each epoch is one pass over them in an order drawn anew by a
+    shuffle buffer of 40% of an epoch, as the tutorial's queue. Batches are
+    distorted whole (`distort_batch`), the distortions drawn per image.
 
     Args:
       data_dir: str, the folder that holds `cifar-10-batches-bin/`.
@@ -205,21 +271,17 @@ def distorted_dataset(data_dir, batch_size):
     """
     filenames = data_files(data_dir)
     num_records = check_files(filenames)
+    dataset = read_records(filenames).batch(RECORDS_PER_DECODE)
+    dataset = dataset.map(decode_record).unbatch().cache()
     buffer_size = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
-    dataset = read_records(filenames).cache().repeat()
-    dataset = dataset.shuffle(max(buffer_size, batch_size))
-    dataset = dataset.map(
-        lambda record: _map_image(distort_image, record),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    return dataset.batch(batch_size, drop_remainder=True).prefetch(
-        tf.data.AUTOTUNE
-    )
+    dataset = dataset.shuffle(max(buffer_size, 1)).repeat()
 
+    def distort(images, labels):
+        parameters = distortion_parameters(batch_size)
+        return distort_batch(images, *parameters), labels
 
-def _map_image(image_fn, record):
-    image, label = decode_record(record)
-    return image_fn(image), label
+    dataset = dataset.batch(batch_size, drop_remainder=True).map(distort)
+    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def distorted_batches(data_dir, batch_size):
@@ -279,12 +341,12 @@ def inputs(eval_data, data_dir, batch_size, num_examples):
             "--num_examples=%d but the %s files hold %d records"
             % (num_examples, eval_data, num_records)
         )
-    dataset = read_records(filenames).take(num_examples)
-    dataset = dataset.map(
-        lambda record: _map_image(eval_image, record),
-        num_parallel_calls=tf.data.AUTOTUNE,
+    dataset = read_records(filenames).take(num_examples).batch(batch_size)
+    # Whole batches: one decode, one crop and one standardisation each.
+    dataset = dataset.map(decode_record).map(
+        lambda images, labels: (eval_image(images), labels)
     )
-    dataset = dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
     images, labels = iterator.get_next()
     return images, labels, iterator.initializer
