@@ -42,10 +42,9 @@ DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
 # Seconds a download may wait for data before it gives up.
 DOWNLOAD_TIMEOUT_SECS = 60
 
-# The tutorial's model input: a 24x24 crop of the 32x32 image.
+# The tutorial's model input: a 24x24 crop of the 32x32 image, for training
+# at a random offset of 0..8 in each axis.
 IMAGE_SIZE = 24
-
-# The tutorial's random crop: its offset in each axis is 0..8.
 MAX_CROP_OFFSET = HEIGHT - IMAGE_SIZE
 
 # The tutorial's distortions: brightness delta and contrast factor range.
@@ -123,15 +122,11 @@ def check_files(filenames):
 def _missing_files_message(missing):
     """Says which record files are missing and how to get them."""
     folder = os.path.dirname(missing[0])
+    names = ", ".join(os.path.basename(f) for f in missing)
     return (
         "CIFAR-10 files missing in %s: %s. Download %s and extract it in %s, "
         "or pass --fake_data to use a generated sample set."
-        % (
-            folder,
-            ", ".join(os.path.basename(f) for f in missing),
-            DATA_URL,
-            os.path.dirname(folder),
-        )
+        % (folder, names, DATA_URL, os.path.dirname(folder))
     )
 
 
@@ -151,12 +146,11 @@ def decode_record(record):
     """Decodes one record, or a batch of them in one op.
 
     Args:
-      record: string scalar of 3,073 bytes, or string [batch] of them.
+      record: string [...] of 3,073 bytes each: a scalar or [batch].
 
     Returns:
-      image: uint8 [32, 32, 3] (or [batch, 32, 32, 3]), height x width x
-        depth.
-      label: int32 scalar (or [batch]) in 0..9.
+      image: uint8 [..., 32, 32, 3], height x width x depth.
+      label: int32 [...] in 0..9.
     """
     raw = tf.io.decode_raw(record, tf.uint8)  # [..., 3073]
     shape = tf.concat([tf.shape(raw)[:-1], [DEPTH, HEIGHT, WIDTH]], 0)
@@ -173,53 +167,41 @@ def distortion_parameters(batch_size):
       batch_size: int or int32 scalar tensor.
 
     Returns:
-      offsets: int32 [batch_size, 2], the (row, column) of each 24x24 crop
-        in the 32x32 image, each uniform in 0..8.
+      offsets: int32 [batch_size, 2], each crop's (row, column) in 0..8.
       flips: bool [batch_size], True (probability 0.5) to flip left-right.
       brightness: float32 [batch_size], deltas uniform in [-63, 63).
       contrast: float32 [batch_size], factors uniform in [0.2, 1.8).
     """
-    offsets = tf.random.uniform(
-        [batch_size, 2], 0, MAX_CROP_OFFSET + 1, dtype=tf.int32
-    )
-    flips = tf.random.uniform([batch_size]) < 0.5
-    brightness = tf.random.uniform(
-        [batch_size], -MAX_BRIGHTNESS_DELTA, MAX_BRIGHTNESS_DELTA
-    )
-    contrast = tf.random.uniform([batch_size], CONTRAST_LOWER, CONTRAST_UPPER)
+    shape, delta = [batch_size], MAX_BRIGHTNESS_DELTA
+    offsets = tf.random.uniform(shape + [2], 0, MAX_CROP_OFFSET + 1, tf.int32)
+    flips = tf.random.uniform(shape) < 0.5
+    brightness = tf.random.uniform(shape, -delta, delta)
+    contrast = tf.random.uniform(shape, CONTRAST_LOWER, CONTRAST_UPPER)
     return offsets, flips, brightness, contrast
 
 
 def distort_batch(images, offsets, flips, brightness, contrast):
-    """Applies given training distortions to a batch, image by image.
-
-    The tutorial's order per image: crop, flip, brightness, contrast, then
-    per-image standardisation, computed for the whole batch at once.
+    """Applies the tutorial's distortions, in its order, to each image.
 
     Args:
       images: uint8 [batch, 32, 32, 3].
       offsets: int32 [batch, 2], each crop's (row, column) in 0..8.
       flips: bool [batch], whether to flip each crop left-right.
       brightness: float32 [batch], the delta added to each crop.
-      contrast: float32 [batch], each crop's contrast factor: every channel
-        becomes (x - mean) * factor + mean.
+      contrast: float32 [batch], factors: x -> (x - mean) * factor + mean.
 
     Returns:
       float32 [batch, 24, 24, 3], each image with mean 0 and stddev 1.
     """
     steps = tf.range(IMAGE_SIZE)
-    rows = offsets[:, :1] + steps  # [batch, 24]
-    # A flipped crop reads its columns right to left.
-    columns = offsets[:, 1:] + tf.where(
-        flips[:, None], IMAGE_SIZE - 1 - steps, steps
-    )  # [batch, 24]
-    # One gather of pixels (3 bytes each) from the batch seen as
-    # [batch * 32 * 32, 3], at [batch, 24, 24] flat pixel indices.
-    first = tf.range(tf.shape(images)[0]) * (HEIGHT * WIDTH)
-    pixels = (
-        first[:, None, None] + rows[:, :, None] * WIDTH + columns[:, None, :]
-    )
-    crops = tf.gather(tf.reshape(images, [-1, DEPTH]), pixels)
+    image_rows = tf.range(tf.shape(images)[0])[:, None] * HEIGHT
+    # Each crop row's first pixel among the batch's [batch * 32 * 32].
+    row_starts = (image_rows + offsets[:, :1] + steps) * WIDTH  # [batch, 24]
+    # One gather crops and flips: a flipped crop reads right to left.
+    flipped = tf.where(flips[:, None], IMAGE_SIZE - 1 - steps, steps)
+    columns = offsets[:, 1:] + flipped  # [batch, 24]
+    pixels = row_starts[:, :, None] + columns[:, None, :]  # [batch, 24, 24]
+    crops = tf.gather(tf.reshape(images, [-1, DEPTH]), pixels)  # uint8
     crops = tf.cast(crops, tf.float32) + brightness[:, None, None, None]
     means = tf.reduce_mean(crops, axis=[1, 2], keepdims=True)  # [batch,1,1,3]
     # (x - mean) * factor + mean, with one broadcast of the channel means
@@ -246,11 +228,10 @@ def eval_image(image):
     """Prepares images for evaluation.
 
     Args:
-      image: uint8 [32, 32, 3], or a batch [batch, 32, 32, 3].
+      image: uint8 [..., 32, 32, 3], one image or a batch.
 
     Returns:
-      float32 [24, 24, 3] (or [batch, 24, 24, 3]): the central crop,
-      standardised.
+      float32 [..., 24, 24, 3]: the central crop, standardised.
     """
     image = tf.image.resize_with_crop_or_pad(image, IMAGE_SIZE, IMAGE_SIZE)
     return tf.image.per_image_standardization(image)
@@ -260,9 +241,8 @@ def distorted_dataset(data_dir, batch_size):
     """The endless, shuffled, distorted training batches.
 
     The records are decoded once and kept in memory (uint8, 150 MB for
-    CIFAR-10); each epoch is one pass over them in an order drawn anew by a
-    shuffle buffer of 40% of an epoch, as the tutorial's queue. Batches are
-    distorted whole (`distort_batch`), the distortions drawn per image.
+    CIFAR-10); each epoch passes over them once, shuffled anew by a buffer
+    of 40% of an epoch (the tutorial's queue); batches are distorted whole.
 
     Args:
       data_dir: str, the folder that holds `cifar-10-batches-bin/`.
@@ -280,8 +260,7 @@ def distorted_dataset(data_dir, batch_size):
     dataset = dataset.shuffle(max(buffer_size, 1)).repeat()
 
     def distort(images, labels):
-        parameters = distortion_parameters(batch_size)
-        return distort_batch(images, *parameters), labels
+        return distort_batch(images, *distortion_parameters(batch_size)), labels
 
     dataset = dataset.batch(batch_size, drop_remainder=True).map(distort)
     return dataset.prefetch(tf.data.AUTOTUNE)
@@ -364,10 +343,8 @@ def write_records(filename, images, labels):
       labels: integer array [n] in 0..9.
     """
     depth_major = np.transpose(images, [0, 3, 1, 2]).reshape(len(images), -1)
-    records = np.concatenate(
-        [np.asarray(labels, np.uint8)[:, None], depth_major.astype(np.uint8)],
-        axis=1,
-    )
+    labels = np.asarray(labels, np.uint8)[:, None]
+    records = np.concatenate([labels, depth_major.astype(np.uint8)], axis=1)
     records.tofile(filename)
 
 
@@ -409,9 +386,8 @@ def write_fake_data(data_dir):
     if all(os.path.isfile(f) for f in filenames):
         return False
     os.makedirs(os.path.dirname(filenames[0]), exist_ok=True)
-    sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(TRAIN_FILES) + [
-        FAKE_TEST_RECORDS
-    ]
+    sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(TRAIN_FILES)
+    sizes.append(FAKE_TEST_RECORDS)
     for seed, (filename, size) in enumerate(zip(filenames, sizes), start=1):
         images, labels = fake_examples(size, seed)
         # Written aside and renamed: a crash never leaves a short file, and
@@ -453,10 +429,9 @@ def _download(url, path):
             for chunk in iter(lambda: source.read(1 << 20), b""):
                 f.write(chunk)
                 done += len(chunk)
+                progress = "%d bytes" % done
                 if total:
                     progress = "%.1f%%" % (100.0 * done / total)
-                else:
-                    progress = "%d bytes" % done
                 sys.stdout.write("\r>> Downloading %s %s" % (name, progress))
                 sys.stdout.flush()
     print()
