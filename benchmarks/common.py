@@ -49,6 +49,9 @@ WARMUP_STEPS = 2  # Untimed steps before each timed run (caches, autotune).
 # Below this many cores kept busy by other processes, a machine is quiet
 # enough to compare wall-clock rates (see `ratio`).
 QUIET_CORES = 0.25
+# The instruction sets of /proc/cpuinfo a result names: bfloat16 (AVX512_BF16,
+# AMX) and what oneDNN's float32 kernels use.
+CPU_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx_vnni")
 
 
 def parse_args(name, doc, **options):
@@ -100,6 +103,7 @@ def report(args, result):
         "rounds": args.rounds,
         "load_1min": {"start": args.load_start, "end": os.getloadavg()[0]},
         "cpu_count": os.cpu_count(),
+        "cpu": cpu_info(),
         "tensorflow": tf.__version__,
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -107,6 +111,30 @@ def report(args, result):
         json.dump(result, f, indent=2)
     print(json.dumps(result, indent=2), flush=True)
     return result
+
+
+def cpu_info():
+    """The CPU's model name and which of CPU_FLAGS it has, from /proc/cpuinfo.
+
+    Returns:
+      dict: model (str), flags (the CPU_FLAGS present), bf16 (bool: has
+      AVX512_BF16 or AMX-BF16, so bfloat16 computes natively); model
+      'unknown' and no flags where there is no /proc/cpuinfo.
+    """
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model == "unknown":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+    except OSError:
+        pass
+    present = [flag for flag in CPU_FLAGS if flag in flags]
+    bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
+    return {"model": model, "flags": present, "bf16": bf16}
 
 
 def busy_cpu_seconds():

@@ -79,11 +79,12 @@ def table(results):
     Load is the 1-minute load average at the benchmark's start and end;
     Others is the most cores other processes kept busy while a variant of
     the benchmark was timed (the median over its rounds; 0 on a quiet
-    machine, 1 when another job holds one of the 2 cores).
+    machine, 1 when another job holds one of the 2 cores); CPU is the
+    model and its bfloat16 and vector instruction sets (`common.cpu_info`).
     """
     rows = [
-        "| Question | Measure | Value | Goal | Met | Load | Others |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| Question | Measure | Value | Goal | Met | Load | Others | CPU |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, question in ALL_BENCHMARKS:
         if name not in results:
@@ -91,7 +92,7 @@ def table(results):
         result = results[name]
         if "error" in result:
             rows.append(
-                "| %s | error | %s | | | | |" % (question, result["error"])
+                "| %s | error | %s | | | | | |" % (question, result["error"])
             )
             continue
         load = "%.1f-%.1f" % tuple(result["load_1min"].values())
@@ -101,6 +102,8 @@ def table(results):
             if "others_cores" in rate
         ]
         others = "%.2f" % max(others) if others else ""
+        cpu = result.get("cpu", {"model": "unknown", "flags": []})
+        cpu = "%s: %s" % (cpu["model"], ", ".join(cpu["flags"]) or "none")
         for measure, value in result["headline"].items():
             cells = (value, "", "")
             if isinstance(value, dict):
@@ -115,8 +118,8 @@ def table(results):
                 else:
                     cells = (shown, "", "")
             rows.append(
-                "| %s | %s | %s | %s | %s | %s | %s |"
-                % ((question, measure) + cells + (load, others))
+                "| %s | %s | %s | %s | %s | %s | %s | %s |"
+                % ((question, measure) + cells + (load, others, cpu))
             )
             question = ""
     return "\n".join(rows)

@@ -117,8 +117,9 @@ def gray_data_dir(tmp_path_factory):
     return data_dir, images
 
 
-def _distorted_batches(data_dir, batch_size, num_batches):
+def _distorted_batches(data_dir, batch_size, num_batches, seed=None):
     with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(seed)
         images, labels = cifar10_input.train_inputs(str(data_dir), batch_size)
         with tf.compat.v1.Session() as sess:
             return [sess.run([images, labels]) for _ in range(num_batches)]
@@ -187,3 +188,22 @@ def test_crops_and_flips_vary_between_epochs(gray_data_dir):
     assert {flipped for _, _, flipped in all_keys} == {False, True}
     # 100 draws of 81 offsets give about 57 distinct ones.
     assert len({(row, column) for row, column, _ in all_keys}) >= 30
+
+
+# The graph seed makes the draws of the dataset's functions repeatable.
+@pytest.mark.filterwarnings("ignore:Seed 5 from outer graph")
+def test_each_image_of_a_batch_gets_its_own_crop_and_flip(gray_data_dir):
+    data_dir, images = gray_data_dir
+    views = [_views(image) for image in images]
+    [(batch_images, batch_labels)] = _distorted_batches(data_dir, 10, 1, 5)
+    keys = []
+    for image, label in zip(batch_images, batch_labels):
+        errors = {
+            key: np.abs(image - view).max()
+            for key, view in views[label].items()
+        }
+        keys.append(min(errors, key=errors.get))
+        assert errors[keys[-1]] < 1e-3
+    # One draw per batch would give one offset and one flip for all ten.
+    assert len({(row, column) for row, column, _ in keys}) >= 5
+    assert 1 <= sum(flipped for _, _, flipped in keys) <= 9

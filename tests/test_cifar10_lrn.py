@@ -1,0 +1,53 @@
+"""The model's local response normalisation in float32 and in bfloat16."""
+
+import numpy as np
+import tensorflow as tf
+
+import cifar10
+
+# bfloat16 keeps 8 significant bits: a relative rounding of 2 ** -8.
+BFLOAT16_RELATIVE = 2.0**-8
+
+
+def _lrn_and_gradient(lrn, x, upstream):
+    """Runs lrn(x) and the gradient of sum(lrn(x) * upstream) w.r.t. x."""
+    with tf.Graph().as_default():
+        inputs = tf.constant(x)
+        outputs = lrn(inputs)
+        [gradient] = tf.gradients(outputs, inputs, tf.cast(upstream, x.dtype))
+        with tf.compat.v1.Session() as sess:
+            values = sess.run([outputs, gradient])
+    return [np.asarray(each, np.float32) for each in values]
+
+
+def _tutorial_lrn(x):
+    return tf.nn.local_response_normalization(
+        tf.cast(x, tf.float32),
+        depth_radius=cifar10.LRN_DEPTH_RADIUS,
+        bias=cifar10.LRN_BIAS,
+        alpha=cifar10.LRN_ALPHA,
+        beta=cifar10.LRN_BETA,
+    )
+
+
+def test_bfloat16_lrn_and_its_gradient_equal_the_tutorials_op_to_rounding():
+    rng = np.random.default_rng(6)
+    # Large activations, so that the normalisation scales them by 0.6 to 1.
+    x = np.maximum(rng.normal(0, 20, (4, 6, 6, 64)), 0).astype(np.float32)
+    upstream = rng.normal(0, 1, x.shape).astype(np.float32)
+    x = x.astype(tf.bfloat16.as_numpy_dtype)
+    outputs, gradient = _lrn_and_gradient(
+        lambda each: cifar10._lrn(each, "norm"), x, upstream
+    )
+    expected, expected_gradient = _lrn_and_gradient(
+        _tutorial_lrn, x.astype(np.float32), upstream
+    )
+    scale = expected / np.maximum(x.astype(np.float32), 1e-6)
+    assert 0.5 < scale[x.astype(np.float32) > 1].min() < 0.9
+    assert (
+        np.abs(outputs - expected).max()
+        < 2 * BFLOAT16_RELATIVE * np.abs(expected).max()
+    )
+    assert np.abs(gradient - expected_gradient).max() < (
+        4 * BFLOAT16_RELATIVE * np.abs(expected_gradient).max()
+    )
