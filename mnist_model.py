@@ -14,7 +14,14 @@ copy.
 import tensorflow as tf
 
 import mnist_input
-from multigpu import cluster, placement, summaries, towers, variables
+from multigpu import (
+    checkpoints,
+    cluster,
+    placement,
+    summaries,
+    towers,
+    variables,
+)
 
 HEIGHT, WIDTH, DEPTH = mnist_input.HEIGHT, mnist_input.WIDTH, mnist_input.DEPTH
 NUM_CLASSES = mnist_input.NUM_CLASSES
@@ -206,7 +213,7 @@ def evaluate(checkpoint_dir, data_dir, batch_size):
     Raises:
       ValueError: no checkpoint in checkpoint_dir, or a bad test file.
     """
-    checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
+    checkpoint = checkpoints.latest_checkpoint(checkpoint_dir)
     if checkpoint is None:
         raise ValueError("no checkpoint in %s to evaluate" % checkpoint_dir)
     filename = mnist_input.data_file(data_dir, "test")

@@ -260,7 +260,7 @@ def save_failed(step, train_dir, error):
             train_dir,
             type(error).__name__,
             reason,
-            tf.train.latest_checkpoint(train_dir),
+            checkpoints.latest_checkpoint(train_dir),
         )
     )
 
@@ -275,5 +275,5 @@ def _diverged(step, reason, train_dir):
     return errors.TrainingError(
         "the model diverged at step %d (%s); stopped without saving it, the "
         "newest checkpoint is %s"
-        % (step, reason, tf.train.latest_checkpoint(train_dir))
+        % (step, reason, checkpoints.latest_checkpoint(train_dir))
     )

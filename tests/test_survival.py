@@ -1,0 +1,99 @@
+"""Nothing lost: the user's folders and progress survive ordinary accidents.
+
+A copied or moved train_dir, an interrupt, a finished run started again:
+each is provoked for real on the scripts, run as a user runs them, and the
+test reads what is left (the bytes of the files that must survive, the
+checkpoints, the exit code and the one line printed). Every process a test
+starts is ended by pid and waited for by the test.
+"""
+
+import os
+import shutil
+
+import pytest
+import tensorflow as tf
+from conftest import checkpoint_steps, run_script
+
+from multigpu import checkpoints
+
+# Small steps: the folders are under test, not the learning. Clipping the
+# gradients' norm keeps batches of 4 from diverging (see test_faults.py).
+TRAIN_FLAGS = ("--batch_size=4", "--clip_gradients=5", "--log_frequency=1000")
+
+
+def _train(data_dir, train_dir, *flags, **kwargs):
+    """Runs cifar10_train.py on the sample set; returns the finished run."""
+    return run_script(
+        "cifar10_train.py",
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % train_dir,
+        *TRAIN_FLAGS,
+        *flags,
+        **kwargs,
+    )
+
+
+def _contents(folder):
+    """Every file under folder: relative path -> bytes."""
+    found = {}
+    for root, _, names in os.walk(str(folder)):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, str(folder))] = f.read()
+    return found
+
+
+@pytest.fixture
+def three_checkpoints(tmp_path):
+    """tmp_path/train holding checkpoints of steps 10, 20 and 30."""
+    train_dir = tmp_path / "train"
+    with tf.Graph().as_default():
+        tf.compat.v1.get_variable("weights", initializer=tf.range(10.0))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in (10, 20, 30):
+                global_step.load(step, sess)
+                saver.save(sess, str(train_dir / "model.ckpt"), step)
+    return train_dir
+
+
+def test_a_moved_train_dir_lists_only_its_own_checkpoints(
+    three_checkpoints, tmp_path, capsys
+):
+    moved = tmp_path / "moved"
+    shutil.move(str(three_checkpoints), str(moved))
+    state = checkpoints.checkpoint_state(str(moved))
+    assert list(state.all_model_checkpoint_paths) == [
+        str(moved / ("model.ckpt-%d" % step)) for step in (10, 20, 30)
+    ]
+    found = checkpoints.newest_valid_checkpoint(str(moved))
+    assert found == str(moved / "model.ckpt-30")
+    # No warning: the checkpoint the state file names is found in place.
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_training_a_copied_train_dir_leaves_the_original_byte_identical(
+    cifar10_data_dir, tmp_path
+):
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    _train(
+        cifar10_data_dir,
+        original,
+        "--max_steps=10",
+        "--save_checkpoint_steps=2",
+    )
+    shutil.copytree(str(original), str(copy))
+    before = _contents(original)
+    # Three more saves in the copy: the saver (max_to_keep 5) prunes three.
+    _train(
+        cifar10_data_dir, copy, "--max_steps=14", "--save_checkpoint_steps=2"
+    )
+    assert _contents(original) == before
+    assert checkpoint_steps(copy) == [6, 8, 10, 12, 14]
+    state = tf.train.get_checkpoint_state(str(copy))
+    assert os.path.dirname(state.model_checkpoint_path) == str(copy)
+    assert not os.path.exists(str(copy / "model.ckpt-4.index"))
