@@ -92,6 +92,13 @@ flags.DEFINE_boolean(
 flags.DEFINE_integer(
     "log_frequency", 100, "Steps between progress lines.", lower_bound=1
 )
+flags.DEFINE_integer(
+    "save_checkpoint_steps",
+    1000,
+    "Steps between checkpoints (one is also saved when the input ends or "
+    "the run is interrupted).",
+    lower_bound=1,
+)
 flags.DEFINE_boolean(
     "eval_only",
     False,
@@ -174,6 +181,7 @@ def main(argv):
                 FLAGS.train_dir,
                 examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
                 log_frequency=FLAGS.log_frequency,
+                save_checkpoint_steps=FLAGS.save_checkpoint_steps,
                 save_summaries_steps=(
                     SUMMARY_STEPS if FLAGS.tb_logging else None
                 ),

@@ -7,6 +7,7 @@
 - `summaries`: summaries tagged without `tower_N/`, the last tower's.
 - `training`: the training loop (`run_training`) and its hooks.
 - `checkpoints`: the newest checkpoint of a folder that reads in full.
+- `interrupts`: SIGINT / SIGTERM stop the run after saving the step.
 - `sessions`: the session creators of the chief and the other workers.
 - `errors`: `TrainingError`, and one line per user error (`run_script`).
 - `cluster`: the cluster mode: tasks, servers, sync replicas, the ps.

@@ -8,7 +8,14 @@ import time
 
 import tensorflow as tf
 
-from multigpu import checkpoints, cluster, errors, sessions, watchdog
+from multigpu import (
+    checkpoints,
+    cluster,
+    errors,
+    interrupts,
+    sessions,
+    watchdog,
+)
 
 # Seconds a finished session waits for its background threads.
 STOP_GRACE_PERIOD_SECS = 5
@@ -128,6 +135,8 @@ def run_training(
       int, the steps this process ran (a resumed run counts its own).
 
     Raises:
+      errors.Interrupted: SIGINT or SIGTERM stopped the run (the chief saved
+        the step reached first).
       errors.TrainingError: the loss became NaN, or a summarised tensor NaN or
         infinite (no checkpoint of that step is written); a checkpoint could
         not be written (e.g. the disk is full); no checkpoint of train_dir
@@ -140,7 +149,8 @@ def run_training(
     logger = StepLoggerHook(loss, examples_per_step, log_frequency)
     # The logger runs first, so its step is the step that made the NaN; the
     # NaN hook runs before the checkpoint saver, so that step is never saved.
-    hooks = [logger, tf.compat.v1.train.NanTensorHook(loss), *hooks]
+    interrupt = interrupts.InterruptHook()
+    hooks = [logger, tf.compat.v1.train.NanTensorHook(loss), interrupt, *hooks]
     if max_steps is not None:
         hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=max_steps))
     scaffold = tf.compat.v1.train.Scaffold(summary_op=summary_op)
@@ -157,15 +167,20 @@ def run_training(
     done_ops = cluster.done_signals(task)
     try:
         with watchdog.PsWatchdog(task, sessions.timeout_secs(config)):
-            _train_loop(
-                train_op,
-                hooks,
-                sessions.session_creator(
-                    task, server, scaffold, config, train_dir
-                ),
-            )
+            with interrupt.installed():
+                _train_loop(
+                    train_op,
+                    hooks,
+                    sessions.session_creator(
+                        task, server, scaffold, config, train_dir
+                    ),
+                )
             if server:
                 cluster.report_done(server, done_ops, task, logger.runs, config)
+            if interrupt.signum is not None:
+                raise interrupts.interrupted(
+                    interrupt, train_dir, task.is_chief
+                )
     except tf.compat.v1.train.NanLossDuringTrainingError as e:
         raise _diverged(logger.step, "loss is NaN", train_dir) from e
     except tf.errors.InvalidArgumentError as e:

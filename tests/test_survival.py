@@ -8,17 +8,24 @@ starts is ended by pid and waited for by the test.
 """
 
 import os
+import re
 import shutil
+import signal
+import time
 
 import pytest
 import tensorflow as tf
-from conftest import checkpoint_steps, run_script
+from conftest import checkpoint_steps, run_script, start_script
 
 from multigpu import checkpoints
 
 # Small steps: the folders are under test, not the learning. Clipping the
 # gradients' norm keeps batches of 4 from diverging (see test_faults.py).
 TRAIN_FLAGS = ("--batch_size=4", "--clip_gradients=5", "--log_frequency=1000")
+# Seconds a started trainer has to reach what a test waits for, and an
+# interrupted one to save and exit.
+START_TIMEOUT_SECS = 120
+EXIT_TIMEOUT_SECS = 60
 
 
 def _train(data_dir, train_dir, *flags, **kwargs):
@@ -97,3 +104,86 @@ def test_training_a_copied_train_dir_leaves_the_original_byte_identical(
     state = tf.train.get_checkpoint_state(str(copy))
     assert os.path.dirname(state.model_checkpoint_path) == str(copy)
     assert not os.path.exists(str(copy / "model.ckpt-4.index"))
+
+
+def _wait_for_output(process, log_path, pattern):
+    """Waits, while the process runs, until its output matches pattern."""
+    deadline = time.monotonic() + START_TIMEOUT_SECS
+    while not re.search(pattern, log_path.read_text(), re.MULTILINE):
+        assert process.poll() is None, log_path.read_text()[-3000:]
+        assert time.monotonic() < deadline, "not ready"
+        time.sleep(0.05)
+
+
+def _interrupt(process, log_path, signum):
+    """Sends signum once steps are logged; returns the exit code, output."""
+    try:
+        # The step logger's line of a step past the first save (step 0).
+        _wait_for_output(process, log_path, r": step [0-9]+, loss")
+        os.kill(process.pid, signum)
+        process.wait(timeout=EXIT_TIMEOUT_SECS)
+    finally:
+        process.kill()
+        process.wait()
+    return process.returncode, log_path.read_text()
+
+
+def _saved_global_step(checkpoint):
+    return int(tf.train.load_checkpoint(checkpoint).get_tensor("global_step"))
+
+
+# The trainers stopped by a signal: (script, flags, signal, exit code).
+INTERRUPTED_RUNS = {
+    "cifar10_sigterm": (
+        "cifar10_train.py",
+        ("--max_steps=100000", "--log_frequency=3", *TRAIN_FLAGS[:2]),
+        signal.SIGTERM,
+        143,
+    ),
+    "mnist_sigint": (
+        "mnist_multi_gpu_train.py",
+        (
+            "--fake_data",
+            "--cpu_towers",
+            "--num_epochs=100",
+            "--batch_size=8",
+            "--log_frequency=3",
+        ),
+        signal.SIGINT,
+        130,
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", sorted(INTERRUPTED_RUNS))
+def test_an_interrupted_trainer_saves_its_step_and_says_so_in_one_line(
+    run, cifar10_data_dir, tmp_path
+):
+    script, flags, signum, exit_code = INTERRUPTED_RUNS[run]
+    data_dir = cifar10_data_dir if script.startswith("cifar10") else tmp_path
+    train_dir, log_path = tmp_path / "train", tmp_path / "train.log"
+    process = start_script(
+        script,
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % train_dir,
+        "--save_checkpoint_steps=100000",
+        *flags,
+        log_path=log_path,
+    )
+    returncode, output = _interrupt(process, log_path, signum)
+    assert returncode == exit_code, output[-3000:]
+    last_line = output.strip().split("\n")[-1]
+    found = re.fullmatch(
+        r"%s: interrupted \(%s\) at step ([0-9]+); saved (\S+); run the "
+        r"same command to resume" % (script, signal.Signals(signum).name),
+        last_line,
+    )
+    assert found, output[-3000:]
+    step, checkpoint = int(found.group(1)), found.group(2)
+    assert step >= 3
+    assert checkpoint == str(train_dir / ("model.ckpt-%d" % step))
+    assert _saved_global_step(checkpoint) == step
+    # The periodic saves never came: only the first step's and this one.
+    assert checkpoint_steps(train_dir) == [0, step]
+    assert "Traceback" not in output
