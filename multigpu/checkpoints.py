@@ -107,6 +107,12 @@ def latest_checkpoint(checkpoint_dir):
     return state.model_checkpoint_path if state else None
 
 
+def global_step(checkpoint):
+    """int, the `global_step` saved in the checkpoint (path prefix)."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    return int(reader.get_tensor(tf.compat.v1.GraphKeys.GLOBAL_STEP))
+
+
 def _checkpoint_candidates(checkpoint_dir):
     """The checkpoint the state file names, then the others, newest first."""
     state = checkpoint_state(checkpoint_dir)

@@ -146,6 +146,8 @@ def run_training(
     config = cluster.task_config(config, task)
     if clear_train_dir and task.is_chief and os.path.isdir(train_dir):
         shutil.rmtree(train_dir)
+    if task.cluster is None and _finished(train_dir, max_steps):
+        return 0
     logger = StepLoggerHook(loss, examples_per_step, log_frequency)
     # The logger runs first, so its step is the step that made the NaN; the
     # NaN hook runs before the checkpoint saver, so that step is never saved.
@@ -204,6 +206,29 @@ def run_training(
             raise
         raise save_failed(saves.step, train_dir, e) from e
     return logger.runs
+
+
+def _finished(train_dir, max_steps):
+    """Whether train_dir's newest checkpoint is at max_steps or past it.
+
+    Such a run says so and trains nothing: without this check the session
+    would still train one step, save it and write an event file. Only for a
+    run in one process: the workers of a cluster wait for their chief.
+    """
+    if max_steps is None:
+        return False
+    checkpoint = checkpoints.newest_valid_checkpoint(train_dir)
+    if checkpoint is None:
+        return False
+    step = checkpoints.global_step(checkpoint)
+    if step < max_steps:
+        return False
+    print(
+        "%s is already at step %d, at or past --max_steps=%d; nothing to "
+        "train (raise --max_steps to train on)" % (checkpoint, step, max_steps),
+        flush=True,
+    )
+    return True
 
 
 def _train_loop(train_op, hooks, session_creator):

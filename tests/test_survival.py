@@ -187,3 +187,18 @@ def test_an_interrupted_trainer_saves_its_step_and_says_so_in_one_line(
     # The periodic saves never came: only the first step's and this one.
     assert checkpoint_steps(train_dir) == [0, step]
     assert "Traceback" not in output
+
+
+@pytest.mark.slow
+def test_a_finished_run_started_again_trains_nothing_and_writes_nothing(
+    cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "train"
+    _train(cifar10_data_dir, train_dir, "--max_steps=4")
+    before = _contents(train_dir)
+    again = _train(cifar10_data_dir, train_dir, "--max_steps=3")
+    assert _contents(train_dir) == before
+    assert again.stdout.strip().split("\n")[-1] == (
+        "%s is already at step 4, at or past --max_steps=3; nothing to "
+        "train (raise --max_steps to train on)" % (train_dir / "model.ckpt-4")
+    )
