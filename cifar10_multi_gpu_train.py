@@ -105,7 +105,9 @@ flags.DEFINE_integer(
 flags.DEFINE_boolean(
     "clear_train_dir",
     False,
-    "Delete --train_dir before training instead of resuming from it.",
+    "Delete the checkpoints and event files in --train_dir before "
+    "training instead of resuming from them (refused when the folder holds "
+    "other files).",
 )
 common_flags.define_device_flags()
 common_flags.define_cluster_flags()
@@ -232,6 +234,7 @@ def main(argv):
             summary_op=summary_op,
             config=config,
             clear_train_dir=FLAGS.clear_train_dir,
+            data_dirs=[FLAGS.data_dir],
             task=task,
             hooks=hooks,
         )

@@ -66,7 +66,9 @@ flags.DEFINE_float(
 flags.DEFINE_boolean(
     "clear_train_dir",
     False,
-    "Delete --train_dir before training instead of resuming from it.",
+    "Delete the checkpoints and event files in --train_dir before "
+    "training instead of resuming from them (refused when the folder holds "
+    "other files).",
 )
 
 
@@ -117,6 +119,7 @@ def main(argv):
                 log_device_placement=FLAGS.log_device_placement
             ),
             clear_train_dir=FLAGS.clear_train_dir,
+            data_dirs=[FLAGS.data_dir],
         )
 
 

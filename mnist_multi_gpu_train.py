@@ -108,7 +108,9 @@ flags.DEFINE_boolean(
 flags.DEFINE_boolean(
     "clear_train_dir",
     False,
-    "Delete --train_dir before training instead of resuming from it (a "
+    "Delete the checkpoints and event files in --train_dir before "
+    "training instead of resuming from them (refused when the folder holds "
+    "other files; a "
     "resumed run trains --num_epochs more epochs).",
 )
 
@@ -192,6 +194,7 @@ def main(argv):
                     FLAGS.operation_timeout_secs,
                 ),
                 clear_train_dir=FLAGS.clear_train_dir,
+                data_dirs=[FLAGS.data_dir],
                 task=task,
                 hooks=hooks,
             )

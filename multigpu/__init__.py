@@ -8,6 +8,8 @@
 - `training`: the training loop (`run_training`) and its hooks.
 - `checkpoints`: the newest checkpoint of a folder that reads in full.
 - `interrupts`: SIGINT / SIGTERM stop the run after saving the step.
+- `train_dirs`: what the trainers write in a train_dir (`--clear_train_dir`
+  deletes only that) and its lock: one trainer per train_dir.
 - `sessions`: the session creators of the chief and the other workers.
 - `errors`: `TrainingError`, and one line per user error (`run_script`).
 - `cluster`: the cluster mode: tasks, servers, sync replicas, the ps.

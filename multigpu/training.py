@@ -14,6 +14,7 @@ from multigpu import (
     errors,
     interrupts,
     sessions,
+    train_dirs,
     watchdog,
 )
 
@@ -103,6 +104,7 @@ def run_training(
     summary_op=None,
     config=None,
     clear_train_dir=False,
+    data_dirs=(),
     task=None,
     hooks=(),
 ):
@@ -127,7 +129,9 @@ def run_training(
         summaries at all (not even the step counter's global_step/sec).
       summary_op: the summary op to write, default all summaries.
       config: the session's `ConfigProto`.
-      clear_train_dir: bool, delete train_dir first instead of resuming.
+      clear_train_dir: bool, delete what the trainers wrote in train_dir
+        first instead of resuming (`train_dirs.clear`).
+      data_dirs: strs, the run's data folders, never cleared.
       task: a worker's `cluster.ClusterTask`, or None to train in this process.
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
 
@@ -144,10 +148,6 @@ def run_training(
     """
     task = task or cluster.LOCAL_TASK
     config = cluster.task_config(config, task)
-    if clear_train_dir and task.is_chief and os.path.isdir(train_dir):
-        shutil.rmtree(train_dir)
-    if task.cluster is None and _finished(train_dir, max_steps):
-        return 0
     logger = StepLoggerHook(loss, examples_per_step, log_frequency)
     # The logger runs first, so its step is the step that made the NaN; the
     # NaN hook runs before the checkpoint saver, so that step is never saved.
@@ -168,7 +168,14 @@ def run_training(
     server = cluster.start_server(task, config)
     done_ops = cluster.done_signals(task)
     try:
-        with watchdog.PsWatchdog(task, sessions.timeout_secs(config)):
+        with (
+            train_dirs.owned(train_dir, task.is_chief),
+            watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
+        ):
+            if clear_train_dir and task.is_chief:
+                train_dirs.clear(train_dir, data_dirs)
+            if task.cluster is None and _finished(train_dir, max_steps):
+                return 0
             with interrupt.installed():
                 _train_loop(
                     train_op,

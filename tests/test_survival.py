@@ -11,13 +11,14 @@ import os
 import re
 import shutil
 import signal
+import socket
 import time
 
 import pytest
 import tensorflow as tf
 from conftest import checkpoint_steps, run_script, start_script
 
-from multigpu import checkpoints
+from multigpu import checkpoints, train_dirs
 
 # Small steps: the folders are under test, not the learning. Clipping the
 # gradients' norm keeps batches of 4 from diverging (see test_faults.py).
@@ -202,3 +203,111 @@ def test_a_finished_run_started_again_trains_nothing_and_writes_nothing(
         "%s is already at step 4, at or past --max_steps=3; nothing to "
         "train (raise --max_steps to train on)" % (train_dir / "model.ckpt-4")
     )
+
+
+def _write_files(folder, files):
+    """Writes files (name -> bytes) into folder, created if missing."""
+    os.makedirs(str(folder), exist_ok=True)
+    for name, content in files.items():
+        with open(os.path.join(str(folder), name), "wb") as f:
+            f.write(content)
+
+
+# What a trainer writes in its train_dir (contents stand in for the real).
+SUITE_FILES = {
+    "checkpoint": b'model_checkpoint_path: "model.ckpt-5"\n',
+    "model.ckpt-5.index": b"index",
+    "model.ckpt-5.data-00000-of-00001": b"data",
+    "model.ckpt-5.meta": b"meta",
+    "events.out.tfevents.1700000000.host": b"events",
+    "graph.pbtxt": b"graph",
+}
+
+
+def test_clearing_a_train_dir_deletes_only_what_the_trainers_write(tmp_path):
+    _write_files(tmp_path, SUITE_FILES)
+    os.makedirs(str(tmp_path / "model.ckpt-6_temp"))
+    train_dirs.clear(str(tmp_path))
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_clearing_refuses_a_train_dir_that_is_the_data_folder(tmp_path):
+    files = {**SUITE_FILES, "train.tfrecords": b"records"}
+    _write_files(tmp_path / "data", files)
+    with pytest.raises(ValueError) as error:
+        train_dirs.clear(str(tmp_path / "data"), [str(tmp_path / "data")])
+    assert str(error.value) == (
+        "--clear_train_dir refused: --train_dir=%s is or contains the data "
+        "folder %s; nothing was deleted"
+        % (tmp_path / "data", tmp_path / "data")
+    )
+    # A train_dir holding the data folder is refused alike.
+    with pytest.raises(ValueError, match="is or contains the data folder"):
+        train_dirs.clear(str(tmp_path), [str(tmp_path / "data")])
+    assert _contents(tmp_path / "data") == files
+
+
+@pytest.mark.slow
+def test_clear_train_dir_refuses_a_folder_with_other_files_and_names_them(
+    cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "train"
+    files = {**SUITE_FILES, "notes.txt": b"my notes", "results.csv": b"1,2"}
+    _write_files(train_dir, files)
+    refused = _train(
+        cifar10_data_dir,
+        train_dir,
+        "--clear_train_dir",
+        "--max_steps=1",
+        expect_success=False,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.strip().split("\n")[-1] == (
+        "cifar10_train.py: error: --clear_train_dir refused: %s holds 2 "
+        "file(s) the trainers do not write (notes.txt, results.csv); move "
+        "them away or choose another --train_dir; nothing was deleted"
+        % train_dir
+    )
+    # The lock file the refused run took, empty once it ended, is the
+    # only file added.
+    assert _contents(train_dir) == {**files, train_dirs.LOCK_NAME: b""}
+
+
+@pytest.mark.slow
+def test_a_second_trainer_is_refused_and_a_dead_ones_lock_taken_over(
+    cifar10_data_dir, tmp_path
+):
+    train_dir, log_path = tmp_path / "train", tmp_path / "first.log"
+    lock_path = train_dir / train_dirs.LOCK_NAME
+    first = start_script(
+        "cifar10_train.py",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % train_dir,
+        "--max_steps=100000",
+        "--log_frequency=3",
+        *TRAIN_FLAGS[:2],
+        log_path=log_path,
+    )
+    host = socket.gethostname()
+    try:
+        _wait_for_output(first, log_path, r": step [0-9]+, loss")
+        second = _train(
+            cifar10_data_dir, train_dir, "--max_steps=1", expect_success=False
+        )
+        assert second.returncode == 1
+        assert second.stderr.strip().split("\n")[-1] == (
+            "cifar10_train.py: error: --train_dir=%s is in use by another "
+            "trainer (pid %d on host %s, see %s); wait for it to end or stop "
+            "it, or choose another --train_dir"
+            % (train_dir, first.pid, host, lock_path)
+        )
+    finally:
+        first.kill()  # As `kill -9`: the lock file still names it.
+        first.wait()
+    third = _train(cifar10_data_dir, train_dir, "--max_steps=1")
+    assert (
+        "taking over %s, left by pid %d on host %s, which ended without "
+        "releasing it" % (lock_path, first.pid, host)
+    ) in third.stderr.split("\n")
+    assert checkpoint_steps(train_dir)[-1] == 1
+    assert lock_path.read_bytes() == b""
