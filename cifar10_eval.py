@@ -207,6 +207,7 @@ def main(argv):
     del argv
     if FLAGS.fake_data:
         cifar10_input.write_fake_data(FLAGS.data_dir)
+    cifar10_input.say_if_sample_set(FLAGS.data_dir)
     os.makedirs(FLAGS.eval_dir, exist_ok=True)
     evaluate(
         FLAGS.checkpoint_dir,

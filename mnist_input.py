@@ -29,6 +29,8 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
+from multigpu import sample_sets
+
 # Dataset facts of MNIST.
 HEIGHT, WIDTH, DEPTH = 28, 28, 1
 IMAGE_PIXELS = HEIGHT * WIDTH * DEPTH  # 784 bytes per image
@@ -395,7 +397,10 @@ def convert(idx_dir, data_dir, validation_size=VALIDATION_SIZE):
         "validation": (train_images[num_train:], train_labels[num_train:]),
         "test": (test_images, test_labels),
     }
-    return _write_splits(data_dir, splits)
+    written = _write_splits(data_dir, splits)
+    # The real splits replace a sample set written there before.
+    sample_sets.unmark(data_dir)
+    return written
 
 
 def _write_splits(data_dir, splits):
@@ -445,18 +450,28 @@ def fake_examples(num_examples, seed):
 def write_fake_data(data_dir):
     """Writes the built-in sample set under data_dir, once.
 
+    The set is marked as such (`sample_sets`) and written only into an
+    empty or marked folder, never over other files.
+
     Returns:
-      bool, True if the files were written, False if they were there.
+      bool, True if files were written, False if they were all there.
+
+    Raises:
+      ValueError: data_dir holds other files (named).
     """
-    filenames = [os.path.join(data_dir, name) for name in SPLIT_FILES.values()]
-    if all(os.path.isfile(f) for f in filenames):
-        return False
+    missing = sample_sets.files_to_write(data_dir, list(SPLIT_FILES.values()))
     splits = {
         split: fake_examples(size, seed)
         for seed, (split, size) in enumerate(FAKE_SPLIT_SIZES.items())
+        if SPLIT_FILES[split] in missing
     }
     _write_splits(data_dir, splits)
-    return True
+    return bool(missing)
+
+
+def say_if_sample_set(data_dir):
+    """Prints one line when data_dir holds the sample set, not MNIST."""
+    sample_sets.say_if_sample_set(data_dir, "MNIST")
 
 
 def main(argv=None):

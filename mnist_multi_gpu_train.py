@@ -157,6 +157,7 @@ def main(argv):
         return cluster.run_ps(task, placement.session_config())
     if FLAGS.fake_data:
         mnist_input.write_fake_data(FLAGS.data_dir)
+    mnist_input.say_if_sample_set(FLAGS.data_dir)
     if FLAGS.eval_only:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
         return

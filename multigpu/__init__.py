@@ -10,6 +10,8 @@
 - `interrupts`: SIGINT / SIGTERM stop the run after saving the step.
 - `train_dirs`: what the trainers write in a train_dir (`--clear_train_dir`
   deletes only that) and its lock: one trainer per train_dir.
+- `sample_sets`: the --fake_data sets are marked, never written over other
+  files, and said when used.
 - `sessions`: the session creators of the chief and the other workers.
 - `errors`: `TrainingError`, and one line per user error (`run_script`).
 - `cluster`: the cluster mode: tasks, servers, sync replicas, the ps.

@@ -16,7 +16,12 @@ import time
 
 import pytest
 import tensorflow as tf
-from conftest import checkpoint_steps, run_script, start_script
+from conftest import (
+    checkpoint_steps,
+    run_script,
+    start_script,
+    write_cifar10_files,
+)
 
 from multigpu import checkpoints, train_dirs
 
@@ -162,7 +167,9 @@ def test_an_interrupted_trainer_saves_its_step_and_says_so_in_one_line(
     run, cifar10_data_dir, tmp_path
 ):
     script, flags, signum, exit_code = INTERRUPTED_RUNS[run]
-    data_dir = cifar10_data_dir if script.startswith("cifar10") else tmp_path
+    data_dir = (
+        cifar10_data_dir if script.startswith("cifar10") else tmp_path / "data"
+    )
     train_dir, log_path = tmp_path / "train", tmp_path / "train.log"
     process = start_script(
         script,
@@ -188,6 +195,8 @@ def test_an_interrupted_trainer_saves_its_step_and_says_so_in_one_line(
     # The periodic saves never came: only the first step's and this one.
     assert checkpoint_steps(train_dir) == [0, step]
     assert "Traceback" not in output
+    # Trained on the sample set, with or without --fake_data: said once.
+    assert output.count("holds the built-in sample set") == 1
 
 
 @pytest.mark.slow
@@ -311,3 +320,48 @@ def test_a_second_trainer_is_refused_and_a_dead_ones_lock_taken_over(
     ) in third.stderr.split("\n")
     assert checkpoint_steps(train_dir)[-1] == 1
     assert lock_path.read_bytes() == b""
+
+
+@pytest.mark.slow
+def test_fake_data_never_writes_over_a_data_set_with_a_missing_file(tmp_path):
+    write_cifar10_files(tmp_path, records_per_file=3)
+    folder = tmp_path / "cifar-10-batches-bin"
+    os.remove(str(folder / "data_batch_3.bin"))
+    before = _contents(tmp_path)
+    refused = run_script(
+        "cifar10_train.py",
+        "--fake_data",
+        "--data_dir=%s" % tmp_path,
+        "--train_dir=%s" % (tmp_path / "train"),
+        expect_success=False,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.strip().split("\n")[-1] == (
+        "cifar10_train.py: error: --fake_data refused: %s holds 5 file(s) "
+        "that are not a sample set (data_batch_1.bin, data_batch_2.bin, "
+        "data_batch_4.bin, data_batch_5.bin, test_batch.bin); the sample set "
+        "is written only into an empty folder; pass another --data_dir" % folder
+    )
+    assert _contents(tmp_path) == before
+
+
+@pytest.mark.slow
+def test_mnist_fake_data_never_writes_over_other_files(tmp_path):
+    files = {"train.tfrecords": b"real records", "notes.txt": b"mine"}
+    _write_files(tmp_path, files)
+    refused = run_script(
+        "mnist_multi_gpu_train.py",
+        "--fake_data",
+        "--cpu_towers",
+        "--data_dir=%s" % tmp_path,
+        "--train_dir=%s" % (tmp_path / "train"),
+        expect_success=False,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.strip().split("\n")[-1] == (
+        "mnist_multi_gpu_train.py: error: --fake_data refused: %s holds 2 "
+        "file(s) that are not a sample set (notes.txt, train.tfrecords); the "
+        "sample set is written only into an empty folder; pass another "
+        "--data_dir" % tmp_path
+    )
+    assert _contents(tmp_path) == files
