@@ -14,7 +14,6 @@ that the trainer deletes before it is restored is skipped with a warning.
 """
 
 import datetime
-import os
 import sys
 import time
 
@@ -24,7 +23,7 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import checkpoints, errors, placement
+from multigpu import checkpoints, errors, folders, placement
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -40,7 +39,7 @@ flags.DEFINE_integer(
     "eval_interval_secs",
     300,
     "Seconds between looks for a new checkpoint.",
-    lower_bound=0,
+    lower_bound=1,
 )
 flags.DEFINE_integer(
     "num_examples", 10000, "Examples to evaluate.", lower_bound=1
@@ -208,7 +207,7 @@ def main(argv):
     if FLAGS.fake_data:
         cifar10_input.write_fake_data(FLAGS.data_dir)
     cifar10_input.say_if_sample_set(FLAGS.data_dir)
-    os.makedirs(FLAGS.eval_dir, exist_ok=True)
+    folders.make_folder(FLAGS.eval_dir, "eval_dir")
     evaluate(
         FLAGS.checkpoint_dir,
         FLAGS.eval_dir,

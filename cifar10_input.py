@@ -24,7 +24,7 @@ import urllib.request
 import numpy as np
 import tensorflow as tf
 
-from multigpu import sample_sets
+from multigpu import folders, sample_sets
 
 # Dataset facts of the binary version.
 HEIGHT, WIDTH, DEPTH = 32, 32, 3
@@ -384,6 +384,7 @@ def prepare_data_dir(data_dir, fake_data, url=DATA_URL):
       fake_data: bool, write the built-in sample set instead of downloading.
       url: str, where to download the real archive from.
     """
+    folders.make_folder(data_dir, "data_dir")
     if fake_data:
         write_fake_data(data_dir)
     else:

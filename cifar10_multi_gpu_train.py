@@ -22,6 +22,8 @@ tower's device; --xla compiles each tower in a `jit_scope` (see
 device during the current step.
 """
 
+import math
+
 import tensorflow as tf
 from absl import flags
 
@@ -86,6 +88,10 @@ flags.DEFINE_float(
     0.0,
     "If > 0, scale the averaged gradients to at most this global norm.",
     lower_bound=0.0,
+)
+# nan passes the lower bound (every comparison with nan is false).
+flags.register_validator(
+    "clip_gradients", math.isfinite, "--clip_gradients must be finite"
 )
 flags.DEFINE_boolean(
     "fake_data",

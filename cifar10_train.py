@@ -11,6 +11,8 @@ at batch 128. Restarting on the same --train_dir resumes from its newest
 checkpoint; --clear_train_dir starts over.
 """
 
+import math
+
 import tensorflow as tf
 from absl import flags
 
@@ -62,6 +64,10 @@ flags.DEFINE_float(
     "If > 0, scale the gradients to at most this global norm (small "
     "batches at the tutorial's learning rate can diverge without it).",
     lower_bound=0.0,
+)
+# nan passes the lower bound (every comparison with nan is false).
+flags.register_validator(
+    "clip_gradients", math.isfinite, "--clip_gradients must be finite"
 )
 flags.DEFINE_boolean(
     "clear_train_dir",

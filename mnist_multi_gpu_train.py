@@ -32,7 +32,14 @@ from absl import flags
 
 import mnist_input
 import mnist_model
-from multigpu import cluster, common_flags, errors, placement, training
+from multigpu import (
+    cluster,
+    common_flags,
+    errors,
+    folders,
+    placement,
+    training,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -150,12 +157,27 @@ def report_accuracy(train_dir, data_dir, batch_size):
     )
 
 
+def _no_step(train_file, batch_size, num_gpus):
+    """Raises the error of an input that ended before the first step."""
+    raise ValueError(
+        "%s holds %d example(s), fewer than one step takes (--batch_size=%d "
+        "x %d tower(s)); nothing was trained"
+        % (
+            train_file,
+            mnist_input.count_records(train_file),
+            batch_size,
+            num_gpus,
+        )
+    )
+
+
 def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
     if task.job_name == "ps":
         return cluster.run_ps(task, placement.session_config())
     if FLAGS.fake_data:
+        folders.make_folder(FLAGS.data_dir, "data_dir")
         mnist_input.write_fake_data(FLAGS.data_dir)
     mnist_input.say_if_sample_set(FLAGS.data_dir)
     if FLAGS.eval_only:
@@ -199,6 +221,8 @@ def main(argv):
                 task=task,
                 hooks=hooks,
             )
+    if steps == 0 and task.cluster is None:
+        _no_step(train_file, FLAGS.batch_size, FLAGS.num_gpus)
     print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
     if task.is_chief:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)

@@ -12,6 +12,7 @@
   deletes only that) and its lock: one trainer per train_dir.
 - `sample_sets`: the --fake_data sets are marked, never written over other
   files, and said when used.
+- `folders`: the folders flags name, made or refused in one line.
 - `sessions`: the session creators of the chief and the other workers.
 - `errors`: `TrainingError`, and one line per user error (`run_script`).
 - `cluster`: the cluster mode: tasks, servers, sync replicas, the ps.

@@ -13,6 +13,8 @@ import shutil
 import socket
 import sys
 
+from multigpu import folders
+
 # The lock file of a train_dir: 'PID HOST' while a trainer holds it, empty
 # once it is released.
 LOCK_NAME = "trainer.lock"
@@ -128,8 +130,8 @@ def owned(train_dir, is_chief=True):
 
 def _open_lock_file(train_dir, path):
     """The lock file, opened for reading and writing (created if missing)."""
+    folders.make_folder(train_dir, "train_dir")
     try:
-        os.makedirs(train_dir, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise ValueError(
