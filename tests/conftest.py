@@ -99,6 +99,23 @@ def write_cifar10_files(data_dir, records_per_file, seed=0):
     return written
 
 
+@pytest.fixture
+def three_checkpoints(tmp_path):
+    """tmp_path holding checkpoints of steps 10, 20 and 30 of one variable."""
+    import tensorflow as tf
+
+    with tf.Graph().as_default():
+        tf.compat.v1.get_variable("weights", initializer=tf.range(1000.0))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in (10, 20, 30):
+                global_step.load(step, sess)
+                saver.save(sess, str(tmp_path / "model.ckpt"), step)
+    return tmp_path
+
+
 def checkpoint_steps(train_dir):
     """The global steps of the checkpoints listed in train_dir, oldest first."""
     import tensorflow as tf

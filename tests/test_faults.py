@@ -233,21 +233,6 @@ def test_twenty_kills_during_saves_leave_the_named_checkpoint_whole(
             newest[folder] = _newest_step(folder)
 
 
-@pytest.fixture
-def three_checkpoints(tmp_path):
-    """tmp_path holding checkpoints of steps 10, 20 and 30 of one variable."""
-    with tf.Graph().as_default():
-        tf.compat.v1.get_variable("weights", initializer=tf.range(1000.0))
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        saver = tf.compat.v1.train.Saver()
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for step in (10, 20, 30):
-                global_step.load(step, sess)
-                saver.save(sess, str(tmp_path / "model.ckpt"), step)
-    return tmp_path
-
-
 def _truncate(checkpoint):
     """Cuts the largest data file of a checkpoint to half its size."""
     data = max(glob.glob(checkpoint + ".data-*"), key=os.path.getsize)
