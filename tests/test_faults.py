@@ -24,6 +24,7 @@ from conftest import (
     read_events,
     run_script,
     start_script,
+    trainer_flags,
 )
 from tensorboard.backend.event_processing import event_file_loader
 
@@ -32,11 +33,6 @@ from multigpu import checkpoints, errors
 # The trainers, as (script, flags): one device, and two towers on the CPU.
 SINGLE = ("cifar10_train.py",)
 MULTI = ("cifar10_multi_gpu_train.py", "--num_gpus=2", "--cpu_towers")
-# Small steps: the faults are under test, not the learning. At batches of
-# 4 or 8 the tutorial's learning rate of 0.1 diverges now and then within a
-# few hundred steps; clipping the gradients' norm keeps every run finite.
-BATCH_SIZE = 4
-CLIP_FLAG = "--clip_gradients=5"
 MAX_STEPS = 200
 SAVE_STEPS = 25
 # Seconds a started trainer has to reach what a test waits for.
@@ -46,22 +42,13 @@ MAX_TO_KEEP = 5
 KILLS = 20
 
 
-def _flags(data_dir, train_dir, *flags):
-    """The trainer's flags; a flag in `flags` wins over these (absl)."""
-    return [
-        "--data_dir=%s" % data_dir,
-        "--train_dir=%s" % train_dir,
-        "--batch_size=%d" % BATCH_SIZE,
-        "--log_frequency=1000",
-        CLIP_FLAG,
-        *flags,
-    ]
-
-
 def _train(trainer, data_dir, train_dir, *flags, **kwargs):
     script, *script_flags = trainer
     return run_script(
-        script, *script_flags, *_flags(data_dir, train_dir, *flags), **kwargs
+        script,
+        *script_flags,
+        *trainer_flags(data_dir, train_dir, *flags),
+        **kwargs,
     )
 
 
@@ -70,7 +57,7 @@ def _start(trainer, data_dir, train_dir, *flags):
     return start_script(
         script,
         *script_flags,
-        *_flags(data_dir, train_dir, *flags),
+        *trainer_flags(data_dir, train_dir, *flags),
         log_path="%s.log" % train_dir,
     )
 
