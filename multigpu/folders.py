@@ -2,6 +2,9 @@
 
 import os
 
+# How many files an error message names before 'and N more'.
+NAMED_FILES = 5
+
 
 def make_folder(path, flag):
     """Creates the folder path, the value of --flag, if it is missing.
@@ -31,3 +34,11 @@ def make_folder(path, flag):
         ) from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError("--%s=%s is not writable by this user" % (flag, path))
+
+
+def listing(names):
+    """'a, b, c' for an error message, the first NAMED_FILES of names."""
+    listed = ", ".join(names[:NAMED_FILES])
+    if len(names) > NAMED_FILES:
+        listed += " and %d more" % (len(names) - NAMED_FILES)
+    return listed

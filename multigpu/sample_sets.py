@@ -7,15 +7,14 @@ real data, and any run that trains or evaluates on a marked folder says so.
 
 import os
 
+from multigpu import folders
+
 # The file that marks a folder as holding a generated sample set.
 MARKER_NAME = "SAMPLE_SET.txt"
 MARKER_TEXT = (
     "This folder holds a small generated sample set (written by --fake_data), "
     "not the real data set. Runs that use it say so.\n"
 )
-
-# How many of the other files a refusal names.
-NAMED_FILES = 5
 
 
 def files_to_write(folder, names):
@@ -34,13 +33,11 @@ def files_to_write(folder, names):
     """
     present = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     if present and MARKER_NAME not in present:
-        listed = ", ".join(present[:NAMED_FILES])
-        if len(present) > NAMED_FILES:
-            listed += " and %d more" % (len(present) - NAMED_FILES)
         raise ValueError(
             "--fake_data refused: %s holds %d file(s) that are not a sample "
             "set (%s); the sample set is written only into an empty folder; "
-            "pass another --data_dir" % (folder, len(present), listed)
+            "pass another --data_dir"
+            % (folder, len(present), folders.listing(present))
         )
     os.makedirs(folder, exist_ok=True)
     # The marker comes first: a cluster's other tasks, writing the same set

@@ -28,9 +28,6 @@ _SUITE_FILE = re.compile(
     % re.escape(LOCK_NAME)
 )
 
-# How many of the other files a refusal names.
-NAMED_FILES = 5
-
 
 def clear(train_dir, data_dirs=()):
     """Deletes the files the suite wrote in train_dir, and nothing else.
@@ -59,13 +56,11 @@ def clear(train_dir, data_dirs=()):
     names = sorted(os.listdir(train_dir))
     others = [name for name in names if not _SUITE_FILE.match(name)]
     if others:
-        listed = ", ".join(others[:NAMED_FILES])
-        if len(others) > NAMED_FILES:
-            listed += " and %d more" % (len(others) - NAMED_FILES)
         raise ValueError(
             "--clear_train_dir refused: %s holds %d file(s) the trainers do "
             "not write (%s); move them away or choose another --train_dir; "
-            "nothing was deleted" % (train_dir, len(others), listed)
+            "nothing was deleted"
+            % (train_dir, len(others), folders.listing(others))
         )
     for name in names:
         path = os.path.join(train_dir, name)
