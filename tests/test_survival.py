@@ -26,7 +26,7 @@ from conftest import (
     write_cifar10_files,
 )
 
-from multigpu import checkpoints, cluster, folders, train_dirs
+from multigpu import checkpoints, cluster, folders, interrupts, train_dirs
 
 # Small batches, clipped so that they never diverge (see conftest).
 CIFAR10_SMALL_STEPS = ("--batch_size=%d" % BATCH_SIZE, CLIP_FLAG)
@@ -170,6 +170,20 @@ INTERRUPTED_RUNS = {
         130,
     ),
 }
+
+
+def test_after_a_first_signal_a_second_one_ends_the_process_at_once():
+    hook = interrupts.InterruptHook()
+    python_handler = signal.getsignal(signal.SIGINT)
+    with hook.installed():
+        assert signal.getsignal(signal.SIGINT) == hook.handle
+        hook.handle(signal.SIGTERM, None)
+        # The operating system's default: the second signal kills, even
+        # while TensorFlow's C++ holds the main thread (a save).
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) == python_handler
+    assert hook.exit_code() == 143
 
 
 @pytest.mark.slow
