@@ -350,10 +350,18 @@ def write_fake_data(data_dir):
     """
     folder = os.path.join(data_dir, BATCHES_DIR)
     names = TRAIN_FILES + TEST_FILES
-    missing = sample_sets.files_to_write(folder, names)
     sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(TRAIN_FILES) + [
         FAKE_TEST_RECORDS
     ]
+
+    def is_unmarked_sample_set(folder):
+        # The sample set's record counts; CIFAR-10's files are 5x larger.
+        return all(
+            os.path.getsize(os.path.join(folder, name)) == size * RECORD_BYTES
+            for name, size in zip(names, sizes)
+        )
+
+    missing = sample_sets.files_to_write(folder, names, is_unmarked_sample_set)
     for seed, (name, size) in enumerate(zip(names, sizes), start=1):
         if name not in missing:
             continue

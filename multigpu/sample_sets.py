@@ -17,12 +17,15 @@ MARKER_TEXT = (
 )
 
 
-def files_to_write(folder, names):
+def files_to_write(folder, names, is_unmarked_sample_set=None):
     """Marks folder as a sample set's and returns the names still missing.
 
     Args:
       folder: str, where the sample set's files go (created if missing).
       names: strs, the file names of the sample set.
+      is_unmarked_sample_set: callable(folder) -> bool, for a folder that
+        holds exactly `names` and no marker: whether they are a sample set
+        written before sample sets were marked (it is marked then).
 
     Returns:
       list of str, the names of `names` that folder does not hold yet.
@@ -32,6 +35,13 @@ def files_to_write(folder, names):
         sample set must not replace (the files are named).
     """
     present = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    if (
+        present == sorted(names)
+        and is_unmarked_sample_set
+        and is_unmarked_sample_set(folder)
+    ):
+        print("marking %s as a sample set (written unmarked)" % folder)
+        present.append(MARKER_NAME)
     if present and MARKER_NAME not in present:
         raise ValueError(
             "--fake_data refused: %s holds %d file(s) that are not a sample "

@@ -26,7 +26,14 @@ from conftest import (
     write_cifar10_files,
 )
 
-from multigpu import checkpoints, cluster, folders, interrupts, train_dirs
+from multigpu import (
+    checkpoints,
+    cluster,
+    folders,
+    interrupts,
+    sample_sets,
+    train_dirs,
+)
 
 # Small batches, clipped so that they never diverge (see conftest).
 CIFAR10_SMALL_STEPS = ("--batch_size=%d" % BATCH_SIZE, CLIP_FLAG)
@@ -546,3 +553,35 @@ def test_a_user_error_is_one_line_and_exit_1(
     assert message % names in result.stderr.split("\n")
     assert "Traceback" not in result.stderr
     assert a_file.read_bytes() == b"mine"
+
+
+def test_a_sample_set_written_before_markers_is_marked_not_refused(
+    cifar10_data_dir, tmp_path, capsys
+):
+    import cifar10_input
+    import mnist_input
+
+    cifar10 = tmp_path / "cifar10"
+    shutil.copytree(
+        str(cifar10_data_dir / "cifar-10-batches-bin"),
+        str(cifar10 / "cifar-10-batches-bin"),
+    )
+    mnist_input.write_fake_data(str(tmp_path / "mnist"))
+    os.remove(str(cifar10 / "cifar-10-batches-bin" / "SAMPLE_SET.txt"))
+    os.remove(str(tmp_path / "mnist" / "SAMPLE_SET.txt"))
+    before = _contents(tmp_path)
+    assert not cifar10_input.write_fake_data(str(cifar10))
+    assert not mnist_input.write_fake_data(str(tmp_path / "mnist"))
+    marker = sample_sets.MARKER_TEXT.encode()
+    assert _contents(tmp_path) == {
+        **before,
+        os.path.join("cifar10", "cifar-10-batches-bin", "SAMPLE_SET.txt"): (
+            marker
+        ),
+        os.path.join("mnist", "SAMPLE_SET.txt"): marker,
+    }
+    assert capsys.readouterr().out == (
+        "marking %s as a sample set (written unmarked)\n"
+        "marking %s as a sample set (written unmarked)\n"
+        % (cifar10 / "cifar-10-batches-bin", tmp_path / "mnist")
+    )
