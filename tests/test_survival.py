@@ -537,7 +537,7 @@ def test_a_job_name_without_hosts_is_an_error():
     ],
     ids=["train_dir_file", "clip_nan", "eval_interval_0"],
 )
-def test_a_user_error_is_one_line_and_exit_1(
+def test_a_user_error_exits_1_naming_the_flag_without_a_traceback(
     script, flags, message, cifar10_data_dir, tmp_path
 ):
     a_file = tmp_path / "notes.txt"
