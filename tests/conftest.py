@@ -44,6 +44,14 @@ def run_script(script, *args, timeout=600, expect_success=True):
     return result
 
 
+def error_line(script, *flags):
+    """Runs a script that must fail: exit 1, no traceback; its last line."""
+    result = run_script(script, *flags, expect_success=False)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    return result.stderr.strip().split("\n")[-1]
+
+
 def start_script(script, *args, log_path):
     """Starts a script in the background, its output going to log_path.
 

@@ -1,7 +1,8 @@
 """Nothing lost: the user's folders and progress survive ordinary accidents.
 
-A copied or moved train_dir, an interrupt, a finished run started again:
-each is provoked for real on the scripts, run as a user runs them, and the
+A copied or moved train_dir, an interrupt, a finished run started again,
+--clear_train_dir on the user's files, a second trainer, --fake_data over
+other data: each is provoked for real on the scripts, run as a user runs them, and the
 test reads what is left (the bytes of the files that must survive, the
 checkpoints, the exit code and the one line printed). Every process a test
 starts is ended by pid and waited for by the test.
@@ -20,6 +21,7 @@ from conftest import (
     BATCH_SIZE,
     CLIP_FLAG,
     checkpoint_steps,
+    error_line,
     run_script,
     start_script,
     trainer_flags,
@@ -28,8 +30,6 @@ from conftest import (
 
 from multigpu import (
     checkpoints,
-    cluster,
-    folders,
     interrupts,
     sample_sets,
     train_dirs,
@@ -48,14 +48,6 @@ def _train(data_dir, train_dir, *flags):
     return run_script(
         "cifar10_train.py", *trainer_flags(data_dir, train_dir, *flags)
     )
-
-
-def _error_line(script, *flags):
-    """Runs a script that must fail: exit 1, no traceback; its last line."""
-    result = run_script(script, *flags, expect_success=False)
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
-    return result.stderr.strip().split("\n")[-1]
 
 
 def _contents(folder):
@@ -294,7 +286,7 @@ def test_clear_train_dir_refuses_a_folder_with_other_files_and_names_them(
     train_dir = tmp_path / "train"
     files = {**SUITE_FILES, "notes.txt": b"my notes", "results.csv": b"1,2"}
     _write_files(train_dir, files)
-    refused = _error_line(
+    refused = error_line(
         "cifar10_train.py",
         *trainer_flags(
             cifar10_data_dir, train_dir, "--clear_train_dir", "--max_steps=1"
@@ -337,7 +329,7 @@ def test_a_second_trainer_is_refused_and_a_dead_ones_lock_taken_over(
                 not in (None, str(train_dir / "model.ckpt-0"))
             ),
         )
-        second = _error_line(
+        second = error_line(
             "cifar10_train.py",
             *trainer_flags(cifar10_data_dir, train_dir, "--max_steps=1"),
         )
@@ -367,7 +359,7 @@ def test_fake_data_never_writes_over_a_data_set_with_a_missing_file(tmp_path):
     folder = tmp_path / "cifar-10-batches-bin"
     os.remove(str(folder / "data_batch_3.bin"))
     before = _contents(tmp_path)
-    refused = _error_line(
+    refused = error_line(
         "cifar10_train.py",
         "--fake_data",
         "--data_dir=%s" % tmp_path,
@@ -386,7 +378,7 @@ def test_fake_data_never_writes_over_a_data_set_with_a_missing_file(tmp_path):
 def test_mnist_fake_data_never_writes_over_other_files(tmp_path):
     files = {"train.tfrecords": b"real records", "notes.txt": b"mine"}
     _write_files(tmp_path, files)
-    refused = _error_line(
+    refused = error_line(
         "mnist_multi_gpu_train.py",
         "--fake_data",
         "--cpu_towers",
@@ -400,159 +392,6 @@ def test_mnist_fake_data_never_writes_over_other_files(tmp_path):
         "--data_dir" % tmp_path
     )
     assert _contents(tmp_path) == files
-
-
-def _write_examples(filename, examples):
-    """Writes a TFRecord file of `tf.train.Example`s given as feature dicts.
-
-    Args:
-      examples: list of dicts, 'image_raw' -> bytes, 'label' -> int; a key
-        left out is a feature left out.
-    """
-    with tf.io.TFRecordWriter(str(filename)) as writer:
-        for example in examples:
-            feature = {}
-            if "image_raw" in example:
-                feature["image_raw"] = tf.train.Feature(
-                    bytes_list=tf.train.BytesList(value=[example["image_raw"]])
-                )
-            if "label" in example:
-                feature["label"] = tf.train.Feature(
-                    int64_list=tf.train.Int64List(value=[example["label"]])
-                )
-            writer.write(
-                tf.train.Example(
-                    features=tf.train.Features(feature=feature)
-                ).SerializeToString()
-            )
-
-
-GOOD_EXAMPLE = {"image_raw": bytes(784), "label": 3}
-
-
-@pytest.mark.parametrize(
-    "bad_example, what",
-    [
-        (
-            {"image_raw": bytes(100), "label": 3},
-            "image_raw holds 100 bytes, expected 784 (28x28)",
-        ),
-        (
-            {"image_raw": bytes(784), "label": 10},
-            "label 10 is out of range, expected 0..9",
-        ),
-        ({"image_raw": bytes(784)}, "has no label"),
-    ],
-    ids=["short_image", "label_10", "no_label"],
-)
-def test_a_bad_mnist_record_is_named_by_file_and_index(
-    tmp_path, bad_example, what
-):
-    import mnist_input
-
-    filename = tmp_path / "train.tfrecords"
-    _write_examples(filename, [GOOD_EXAMPLE] * 7 + [bad_example])
-    with tf.Graph().as_default():
-        images, labels = mnist_input.inputs(
-            str(tmp_path), train=True, batch_size=8, num_epochs=1
-        )
-        with tf.compat.v1.Session() as sess:
-            with pytest.raises(ValueError) as error:
-                with mnist_input.reading(str(filename)):
-                    sess.run(labels)
-    assert str(error.value) == (
-        "%s, record 7 (from 0): %s; make the file again with mnist_input.py"
-        % (filename, what)
-    )
-
-
-@pytest.mark.slow
-def test_mnist_with_fewer_examples_than_a_step_is_an_error(tmp_path):
-    data_dir = tmp_path / "data"
-    os.makedirs(str(data_dir))
-    for split in ("train", "validation", "test"):
-        _write_examples(data_dir / ("%s.tfrecords" % split), [GOOD_EXAMPLE] * 5)
-    refused = _error_line(
-        "mnist_multi_gpu_train.py",
-        "--cpu_towers",
-        "--num_gpus=2",
-        "--batch_size=3",
-        "--num_epochs=1",
-        "--data_dir=%s" % data_dir,
-        "--train_dir=%s" % (tmp_path / "train"),
-    )
-    assert refused == (
-        "mnist_multi_gpu_train.py: error: %s holds 5 example(s), fewer than "
-        "one step takes (--batch_size=3 x 2 tower(s)); nothing was trained"
-        % (data_dir / "train.tfrecords")
-    )
-
-
-def test_a_folder_flag_that_is_a_file_or_under_one_is_named(tmp_path):
-    a_file = tmp_path / "notes.txt"
-    a_file.write_bytes(b"mine")
-    with pytest.raises(ValueError) as error:
-        folders.make_folder(str(a_file), "eval_dir")
-    assert str(error.value) == "--eval_dir=%s is a file, not a folder" % a_file
-    with pytest.raises(ValueError) as error:
-        folders.make_folder(str(a_file / "eval"), "eval_dir")
-    assert str(error.value) == (
-        "--eval_dir=%s is under %s, which is a file, not a folder"
-        % (a_file / "eval", a_file)
-    )
-    assert a_file.read_bytes() == b"mine"
-
-
-def test_a_job_name_without_hosts_is_an_error():
-    with pytest.raises(ValueError) as error:
-        cluster.cluster_task("", "", "worker", 0)
-    assert str(error.value) == (
-        "--job_name=worker needs --ps_hosts and --worker_hosts (cluster "
-        "mode); leave it out to train in this one process"
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "script, flags, message",
-    [
-        (
-            "cifar10_train.py",
-            ["--train_dir=%(file)s"],
-            "cifar10_train.py: error: --train_dir=%(file)s is a file, not a "
-            "folder",
-        ),
-        (
-            "cifar10_train.py",
-            ["--clip_gradients=nan"],
-            "FATAL Flags parsing error: flag --clip_gradients=nan: "
-            "--clip_gradients must be finite",
-        ),
-        (
-            "cifar10_eval.py",
-            ["--eval_interval_secs=0"],
-            "FATAL Flags parsing error: flag --eval_interval_secs=0: 0 is not "
-            "a positive integer",
-        ),
-    ],
-    ids=["train_dir_file", "clip_nan", "eval_interval_0"],
-)
-def test_a_user_error_exits_1_naming_the_flag_without_a_traceback(
-    script, flags, message, cifar10_data_dir, tmp_path
-):
-    a_file = tmp_path / "notes.txt"
-    a_file.write_bytes(b"mine")
-    names = {"file": a_file}
-    result = run_script(
-        script,
-        "--data_dir=%s" % cifar10_data_dir,
-        *[flag % names for flag in flags],
-        expect_success=False,
-    )
-    assert result.returncode == 1
-    assert message % names in result.stderr.split("\n")
-    assert "Traceback" not in result.stderr
-    assert a_file.read_bytes() == b"mine"
 
 
 def test_a_sample_set_written_before_markers_is_marked_not_refused(
