@@ -2,10 +2,10 @@
 
 A copied or moved train_dir, an interrupt, a finished run started again,
 --clear_train_dir on the user's files, a second trainer, --fake_data over
-other data: each is provoked for real on the scripts, run as a user runs them, and the
-test reads what is left (the bytes of the files that must survive, the
-checkpoints, the exit code and the one line printed). Every process a test
-starts is ended by pid and waited for by the test.
+other data: each is provoked for real on the scripts, run as a user runs
+them, and the test reads what is left (the bytes of the files that must
+survive, the checkpoints, the exit code and the one line printed). Every
+process a test starts is ended by pid and waited for by the test.
 """
 
 import os
@@ -221,6 +221,34 @@ def test_an_interrupted_trainer_saves_its_step_and_says_so_in_one_line(
     assert "Traceback" not in output
     # Trained on the sample set, with or without --fake_data: said once.
     assert output.count("holds the built-in sample set") == 1
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_outside_training_exits_130_with_one_line(
+    cifar10_data_dir, tmp_path
+):
+    log_path = tmp_path / "eval.log"
+    evaluator = start_script(
+        "cifar10_eval.py",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--checkpoint_dir=%s" % (tmp_path / "train"),
+        "--eval_dir=%s" % (tmp_path / "eval"),
+        "--eval_interval_secs=1",
+        log_path=log_path,
+    )
+    try:
+        _wait_for_output(evaluator, log_path, r"^No checkpoint in .* waiting")
+        os.kill(evaluator.pid, signal.SIGINT)
+        evaluator.wait(timeout=EXIT_TIMEOUT_SECS)
+    finally:
+        evaluator.kill()
+        evaluator.wait()
+    output = log_path.read_text()
+    assert evaluator.returncode == 130, output[-3000:]
+    assert output.strip().split("\n")[-1] == (
+        "cifar10_eval.py: interrupted (SIGINT) outside the training loop; "
+        "nothing more to save"
+    )
 
 
 @pytest.mark.slow
