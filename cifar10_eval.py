@@ -19,7 +19,6 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 # isort: split
 
 import datetime
-import os
 import sys
 import time
 
@@ -29,7 +28,14 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import checkpoints, common_flags, errors, placement, restore
+from multigpu import (
+    checkpoints,
+    common_flags,
+    errors,
+    folders,
+    placement,
+    restore,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -45,7 +51,7 @@ flags.DEFINE_integer(
     "eval_interval_secs",
     300,
     "Seconds between looks for a new checkpoint.",
-    lower_bound=0,
+    lower_bound=1,
 )
 flags.DEFINE_integer(
     "num_examples", 10000, "Examples to evaluate.", lower_bound=1
@@ -210,10 +216,9 @@ def main(argv):
     del argv
     if FLAGS.fake_data:
         cifar10_input.write_fake_data(FLAGS.data_dir)
-    os.makedirs(FLAGS.eval_dir, exist_ok=True)
-    # The model runs on the GPU when there is one (soft placement).
-    gpus = tf.config.list_physical_devices("GPU")
-    devices = ["/gpu:0"] if gpus else ["/cpu:0"]
+    cifar10_input.say_if_sample_set(FLAGS.data_dir)
+    folders.make_folder(FLAGS.eval_dir, "eval_dir")
+    devices = placement.tower_devices(1, cpu_towers=True)
     evaluate(
         FLAGS.checkpoint_dir,
         FLAGS.eval_dir,

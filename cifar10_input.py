@@ -25,6 +25,8 @@ import urllib.request
 import numpy as np
 import tensorflow as tf
 
+from multigpu import folders, sample_sets
+
 # Dataset facts of the binary version.
 HEIGHT, WIDTH, DEPTH = 32, 32, 3
 LABEL_BYTES = 1
@@ -376,40 +378,68 @@ def fake_examples(num_examples, seed):
 def write_fake_data(data_dir):
     """Writes the built-in sample set under data_dir, once.
 
+    The set is marked as such (`sample_sets`) and written only into an
+    empty or marked folder, never over other files.
+
     Args:
       data_dir: str; the files go to `data_dir/cifar-10-batches-bin/`.
 
     Returns:
-      bool, True if the files were written, False if they were there.
+      bool, True if files were written, False if they were all there.
+
+    Raises:
+      ValueError: the folder holds other files (named).
     """
-    filenames = data_files(data_dir) + data_files(data_dir, "test")
-    if all(os.path.isfile(f) for f in filenames):
-        return False
-    os.makedirs(os.path.dirname(filenames[0]), exist_ok=True)
-    sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(TRAIN_FILES)
-    sizes.append(FAKE_TEST_RECORDS)
-    for seed, (filename, size) in enumerate(zip(filenames, sizes), start=1):
+    folder = os.path.join(data_dir, BATCHES_DIR)
+    names = TRAIN_FILES + TEST_FILES
+    sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(TRAIN_FILES) + [
+        FAKE_TEST_RECORDS
+    ]
+
+    def is_unmarked_sample_set(folder):
+        # The sample set's record counts; CIFAR-10's files are 5x larger.
+        return all(
+            os.path.getsize(os.path.join(folder, name)) == size * RECORD_BYTES
+            for name, size in zip(names, sizes)
+        )
+
+    missing = sample_sets.files_to_write(folder, names, is_unmarked_sample_set)
+    for seed, (name, size) in enumerate(zip(names, sizes), start=1):
+        if name not in missing:
+            continue
+        filename = os.path.join(folder, name)
         images, labels = fake_examples(size, seed)
         # Written aside and renamed: a crash never leaves a short file, and
         # processes writing the same file at once (cluster tasks) do not mix.
         part = "%s.%d.tmp" % (filename, os.getpid())
         write_records(part, images, labels)
         os.replace(part, filename)
-    return True
+    return bool(missing)
+
+
+def say_if_sample_set(data_dir):
+    """Prints one line when data_dir holds the sample set, not CIFAR-10."""
+    sample_sets.say_if_sample_set(
+        os.path.join(data_dir, BATCHES_DIR), "CIFAR-10"
+    )
 
 
 def prepare_data_dir(data_dir, fake_data, url=DATA_URL):
     """Makes sure data_dir holds record files: the sample set or CIFAR-10.
+
+    Says so when they are the sample set, with or without fake_data.
 
     Args:
       data_dir: str, the folder for `cifar-10-batches-bin/`.
       fake_data: bool, write the built-in sample set instead of downloading.
       url: str, where to download the real archive from.
     """
+    folders.make_folder(data_dir, "data_dir")
     if fake_data:
         write_fake_data(data_dir)
     else:
         maybe_download_and_extract(data_dir, url)
+    say_if_sample_set(data_dir)
 
 
 def _download(url, path):

@@ -45,6 +45,7 @@ from multigpu import (
 FLAGS = flags.FLAGS
 common_flags.define_train_dir_flags("/tmp/cifar10_train", log_frequency=10)
 common_flags.define_step_flags()
+common_flags.define_checkpoint_flags()
 common_flags.define_fake_data_flag()
 common_flags.define_data_url_flag(cifar10_input.DATA_URL)
 common_flags.define_tower_flags()
@@ -177,6 +178,7 @@ def main(argv):
             summary_op=summary_op,
             config=config,
             clear_train_dir=FLAGS.clear_train_dir,
+            data_dirs=[FLAGS.data_dir],
             task=task,
             hooks=hooks,
             pretrained=(

@@ -26,6 +26,7 @@ from multigpu import common_flags, errors, placement, summaries, training
 FLAGS = flags.FLAGS
 common_flags.define_train_dir_flags("/tmp/cifar10_train", log_frequency=10)
 common_flags.define_step_flags()
+common_flags.define_checkpoint_flags()
 common_flags.define_fake_data_flag()
 common_flags.define_data_url_flag(cifar10_input.DATA_URL)
 common_flags.define_warm_start_flags()
@@ -85,6 +86,7 @@ def main(argv):
                 FLAGS.pretrained_model_checkpoint_path,
                 FLAGS.fine_tune,
             ),
+            data_dirs=[FLAGS.data_dir],
         )
 
 

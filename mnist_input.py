@@ -23,11 +23,14 @@ import argparse
 import contextlib
 import gzip
 import os
+import re
 import struct
 import zlib
 
 import numpy as np
 import tensorflow as tf
+
+from multigpu import sample_sets
 
 # Dataset facts of MNIST.
 HEIGHT, WIDTH, DEPTH = 28, 28, 1
@@ -131,28 +134,56 @@ def read_records(filename):
     return tf.data.TFRecordDataset(filename)
 
 
-def decode_example(serialized):
-    """Decodes one example.
+# The label a record without one decodes to (int64's least value).
+MISSING_LABEL = -(2**63)
+# The first word of decode_example's assertions, and what `reading` finds
+# in TensorFlow's message: 'assertion failed: [WORD] [INDEX] [VALUE]'.
+_BAD_IMAGE, _BAD_LABEL = "bad_image_raw", "bad_label"
+_FAILED_CHECK = re.compile(
+    r"assertion failed: \[(%s|%s)\] \[(-?[0-9]+)\] \[(-?[0-9]+)\]"
+    % (_BAD_IMAGE, _BAD_LABEL)
+)
+
+
+def decode_example(index, serialized):
+    """Decodes one example, checking it.
 
     Args:
+      index: int64 scalar, the record's place in its file (from 0).
       serialized: string scalar, a serialized `tf.train.Example`.
 
     Returns:
       image: float32 [784], the 28x28 pixels row by row, in [-0.5, 0.5].
       label: int32 scalar in 0..9.
+
+    A record whose image is not 784 bytes, or whose label is missing or
+    out of range, fails the step with an assertion naming the record;
+    `reading` turns it into a `ValueError` naming the file too.
     """
     features = tf.io.parse_single_example(
         serialized,
         features={
-            "image_raw": tf.io.FixedLenFeature([], tf.string),
-            "label": tf.io.FixedLenFeature([], tf.int64),
+            "image_raw": tf.io.FixedLenFeature([], tf.string, ""),
+            "label": tf.io.FixedLenFeature([], tf.int64, MISSING_LABEL),
         },
     )
     pixels = tf.io.decode_raw(features["image_raw"], tf.uint8)
-    pixels = tf.reshape(pixels, [IMAGE_PIXELS])
+    label = features["label"]
+    checks = [
+        tf.debugging.Assert(
+            tf.equal(tf.size(pixels), IMAGE_PIXELS),
+            [_BAD_IMAGE, index, tf.size(pixels)],
+        ),
+        tf.debugging.Assert(
+            tf.logical_and(label >= 0, label < NUM_CLASSES),
+            [_BAD_LABEL, index, label],
+        ),
+    ]
+    with tf.control_dependencies(checks):
+        pixels = tf.reshape(pixels, [IMAGE_PIXELS])
     # [0, 255] -> [-0.5, 0.5], the tutorial's scaling.
     image = tf.cast(pixels, tf.float32) * (1.0 / 255) - 0.5
-    return image, tf.cast(features["label"], tf.int32)
+    return image, tf.cast(label, tf.int32)
 
 
 def batch_examples(records, batch_size, num_epochs, training):
@@ -170,6 +201,8 @@ def batch_examples(records, batch_size, num_epochs, training):
     Returns:
       A `tf.data.Dataset` of (float32 [batch_size, 784], int32 [batch_size]).
     """
+    # (index in the file, record): an error names the record.
+    records = records.enumerate()
     if training:
         records = records.shuffle(SHUFFLE_BUFFER)
     records = records.repeat(num_epochs)
@@ -219,10 +252,16 @@ def reading(filename):
 
     TensorFlow's checksum error (`tf.errors.DataLossError`, 'corrupted
     record at OFFSET' among the locations of the op) says neither the file
-    nor what to do; it becomes a `ValueError` that says both.
+    nor what to do; it becomes a `ValueError` that says both. So does a
+    record that fails a check of `decode_example`, named by its index.
     """
     try:
         yield
+    except tf.errors.InvalidArgumentError as e:
+        found = _FAILED_CHECK.search(e.message)
+        if found is None:
+            raise
+        raise ValueError(_bad_record(filename, *found.groups())) from None
     except tf.errors.DataLossError as e:
         if e.op is None or e.op.type != "IteratorGetNext":
             raise  # Not the input: e.g. a corrupt checkpoint.
@@ -230,6 +269,31 @@ def reading(filename):
             "%s is corrupt: a record fails its checksum or is cut short; "
             "make it again with mnist_input.py" % filename
         ) from e
+
+
+def _bad_record(filename, check, index, value):
+    """The message of a record that fails a check of `decode_example`."""
+    where = "%s, record %s (from 0)" % (filename, index)
+    if check == _BAD_IMAGE:
+        what = "image_raw holds %s bytes, expected %d (28x28)" % (
+            value,
+            IMAGE_PIXELS,
+        )
+    elif int(value) == MISSING_LABEL:
+        what = "has no label"
+    else:
+        what = "label %s is out of range, expected 0..%d" % (
+            value,
+            NUM_CLASSES - 1,
+        )
+    return "%s: %s; make the file again with mnist_input.py" % (where, what)
+
+
+def count_records(filename):
+    """int, the records of a TFRecord file (read eagerly, outside graphs)."""
+    return int(
+        tf.data.TFRecordDataset(filename).reduce(0, lambda count, _: count + 1)
+    )
 
 
 def write_records(filename, images, labels):
@@ -397,7 +461,10 @@ def convert(idx_dir, data_dir, validation_size=VALIDATION_SIZE):
         "validation": (train_images[first], train_labels[first]),
         "test": (test_images, test_labels),
     }
-    return _write_splits(data_dir, splits)
+    written = _write_splits(data_dir, splits)
+    # The real splits replace a sample set written there before.
+    sample_sets.unmark(data_dir)
+    return written
 
 
 def _write_splits(data_dir, splits):
@@ -447,18 +514,41 @@ def fake_examples(num_examples, seed):
 def write_fake_data(data_dir):
     """Writes the built-in sample set under data_dir, once.
 
+    The set is marked as such (`sample_sets`) and written only into an
+    empty or marked folder, never over other files.
+
     Returns:
-      bool, True if the files were written, False if they were there.
+      bool, True if files were written, False if they were all there.
+
+    Raises:
+      ValueError: data_dir holds other files (named).
     """
-    filenames = [os.path.join(data_dir, name) for name in SPLIT_FILES.values()]
-    if all(os.path.isfile(f) for f in filenames):
-        return False
+
+    def is_unmarked_sample_set(folder):
+        # The sample set's record counts; MNIST's are 10 to 18 times larger.
+        try:
+            return all(
+                count_records(os.path.join(folder, SPLIT_FILES[split])) == size
+                for split, size in FAKE_SPLIT_SIZES.items()
+            )
+        except tf.errors.OpError:
+            return False  # Not even readable records.
+
+    missing = sample_sets.files_to_write(
+        data_dir, list(SPLIT_FILES.values()), is_unmarked_sample_set
+    )
     splits = {
         split: fake_examples(size, seed)
         for seed, (split, size) in enumerate(FAKE_SPLIT_SIZES.items())
+        if SPLIT_FILES[split] in missing
     }
     _write_splits(data_dir, splits)
-    return True
+    return bool(missing)
+
+
+def say_if_sample_set(data_dir):
+    """Prints one line when data_dir holds the sample set, not MNIST."""
+    sample_sets.say_if_sample_set(data_dir, "MNIST")
 
 
 def main(argv=None):

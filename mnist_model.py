@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import mnist_input
 from multigpu import (
+    checkpoints,
     cluster,
     placement,
     restore,
@@ -213,7 +214,7 @@ def evaluate(checkpoint_dir, data_dir, batch_size):
     Raises:
       ValueError: no checkpoint in checkpoint_dir, or a bad test file.
     """
-    checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
+    checkpoint = checkpoints.latest_checkpoint(checkpoint_dir)
     if checkpoint is None:
         raise ValueError("no checkpoint in %s to evaluate" % checkpoint_dir)
     filename = mnist_input.data_file(data_dir, "test")

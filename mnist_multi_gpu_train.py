@@ -37,7 +37,14 @@ from absl import flags
 
 import mnist_input
 import mnist_model
-from multigpu import cluster, common_flags, errors, placement, training
+from multigpu import (
+    cluster,
+    common_flags,
+    errors,
+    folders,
+    placement,
+    training,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -76,6 +83,7 @@ flags.DEFINE_boolean(
 )
 
 common_flags.define_train_dir_flags("/tmp/mnist_train", log_frequency=100)
+common_flags.define_checkpoint_flags()
 common_flags.define_fake_data_flag()
 common_flags.define_tower_flags()
 common_flags.define_cluster_flags()
@@ -115,13 +123,29 @@ def report_accuracy(train_dir, data_dir, batch_size):
     )
 
 
+def _no_step(train_file, batch_size, num_gpus):
+    """Raises the error of an input that ended before the first step."""
+    raise ValueError(
+        "%s holds %d example(s), fewer than one step takes (--batch_size=%d "
+        "x %d tower(s)); nothing was trained"
+        % (
+            train_file,
+            mnist_input.count_records(train_file),
+            batch_size,
+            num_gpus,
+        )
+    )
+
+
 def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
     if task.job_name == "ps":
         return cluster.run_ps(task, placement.session_config())
     if FLAGS.fake_data:
+        folders.make_folder(FLAGS.data_dir, "data_dir")
         mnist_input.write_fake_data(FLAGS.data_dir)
+    mnist_input.say_if_sample_set(FLAGS.data_dir)
     if FLAGS.eval_only:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
         return
@@ -148,6 +172,7 @@ def main(argv):
                 FLAGS.train_dir,
                 examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
                 log_frequency=FLAGS.log_frequency,
+                save_checkpoint_steps=FLAGS.save_checkpoint_steps,
                 save_summaries_steps=(
                     SUMMARY_STEPS if FLAGS.tb_logging else None
                 ),
@@ -158,6 +183,7 @@ def main(argv):
                     FLAGS.operation_timeout_secs,
                 ),
                 clear_train_dir=FLAGS.clear_train_dir,
+                data_dirs=[FLAGS.data_dir],
                 task=task,
                 hooks=hooks,
                 pretrained=(
@@ -165,6 +191,8 @@ def main(argv):
                     FLAGS.fine_tune,
                 ),
             )
+    if steps == 0 and task.cluster is None:
+        _no_step(train_file, FLAGS.batch_size, FLAGS.num_gpus)
     print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
     if task.is_chief:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)

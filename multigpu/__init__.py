@@ -7,6 +7,12 @@
 - `summaries`: summaries tagged without `tower_N/`, the last tower's.
 - `training`: the training loop (`run_training`) and its hooks.
 - `checkpoints`: the newest checkpoint of a folder that reads in full.
+- `interrupts`: SIGINT / SIGTERM stop the run after saving the step.
+- `train_dirs`: what the trainers write in a train_dir (`--clear_train_dir`
+  deletes only that) and its lock: one trainer per train_dir.
+- `sample_sets`: the --fake_data sets are marked, never written over other
+  files, and said when used.
+- `folders`: the folders flags name, made or refused in one line.
 - `sessions`: the session creators of the chief and the other workers.
 - `errors`: `TrainingError`, and one line per user error (`run_script`).
 - `cluster`: the cluster mode: tasks, servers, sync replicas, the ps.

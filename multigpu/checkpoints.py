@@ -59,13 +59,58 @@ def newest_valid_checkpoint(checkpoint_dir):
 
 
 def checkpoint_state(checkpoint_dir):
-    """The `CheckpointState` of the folder, None if missing or garbage."""
+    """The `CheckpointState` of the folder, None if missing or garbage.
+
+    Its paths are resolved inside checkpoint_dir, whatever folder the state
+    file names: TensorFlow writes absolute paths, so the state file of a
+    copied or moved train_dir names the original's files, which the saver
+    would then restore and prune (delete).
+    """
     try:
-        return tf.train.get_checkpoint_state(checkpoint_dir)
+        state = tf.train.get_checkpoint_state(checkpoint_dir)
     except ValueError:
         # TensorFlow returns None for a file it cannot parse, but raises
         # for an empty one or one of bytes that are not text.
         return None
+    if state is None:
+        return None
+    resolved = type(state)()
+    resolved.CopyFrom(state)
+    resolved.model_checkpoint_path = in_dir(
+        checkpoint_dir, state.model_checkpoint_path
+    )
+    del resolved.all_model_checkpoint_paths[:]
+    resolved.all_model_checkpoint_paths.extend(
+        in_dir(checkpoint_dir, path)
+        for path in state.all_model_checkpoint_paths
+    )
+    return resolved
+
+
+def in_dir(checkpoint_dir, path):
+    """The checkpoint of that name in checkpoint_dir, wherever path points.
+
+    Args:
+      checkpoint_dir: str, the folder the state file was found in.
+      path: str, a checkpoint's path prefix as a state file lists it, e.g.
+        '/old/place/model.ckpt-1000' or 'model.ckpt-1000'.
+
+    Returns:
+      str, e.g. 'CHECKPOINT_DIR/model.ckpt-1000'.
+    """
+    return os.path.join(checkpoint_dir, os.path.basename(path))
+
+
+def latest_checkpoint(checkpoint_dir):
+    """The checkpoint the state file names, inside checkpoint_dir; or None."""
+    state = checkpoint_state(checkpoint_dir)
+    return state.model_checkpoint_path if state else None
+
+
+def global_step(checkpoint):
+    """int, the `global_step` saved in the checkpoint (path prefix)."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    return int(reader.get_tensor(tf.compat.v1.GraphKeys.GLOBAL_STEP))
 
 
 def _checkpoint_candidates(checkpoint_dir):

@@ -78,6 +78,12 @@ def cluster_task(
       ValueError: a bad job name, host list or task index.
     """
     if not ps_hosts and not worker_hosts:
+        if job_name:
+            # Else a task started without its hosts trains alone, unnoticed.
+            raise ValueError(
+                "--job_name=%s needs --ps_hosts and --worker_hosts (cluster "
+                "mode); leave it out to train in this one process" % job_name
+            )
         return LOCAL_TASK
     cluster = tf.train.ClusterSpec(
         {

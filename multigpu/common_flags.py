@@ -7,6 +7,8 @@ Importing two trainers into one process (a test, a notebook) defines each
 flag once: a group already defined by the other trainer is kept as it is.
 """
 
+import math
+
 from absl import flags
 
 from multigpu import placement, towers
@@ -36,7 +38,9 @@ def define_train_dir_flags(train_dir, log_frequency):
         flags.DEFINE_boolean,
         "clear_train_dir",
         False,
-        "Delete --train_dir before training instead of resuming from it.",
+        "Delete the checkpoints and event files in --train_dir before "
+        "training instead of resuming from them (refused when the folder "
+        "holds other files, or is or contains --data_dir).",
     )
     _define(
         flags.DEFINE_integer,
@@ -54,29 +58,38 @@ def define_train_dir_flags(train_dir, log_frequency):
 
 
 def define_step_flags():
-    """--max_steps, --save_checkpoint_steps and --clip_gradients."""
+    """--max_steps and --clip_gradients, for the trainers that count steps."""
     _define(
         flags.DEFINE_integer,
         "max_steps",
         1000000,
-        "Global step to stop at.",
+        "Global step to stop at. A train_dir already there trains nothing.",
         lower_bound=1,
     )
+    if "clip_gradients" not in flags.FLAGS:
+        flags.DEFINE_float(
+            "clip_gradients",
+            0.0,
+            "If > 0, scale the (averaged) gradients to at most this global "
+            "norm: small batches at the tutorial's learning rate can diverge "
+            "without it.",
+            lower_bound=0.0,
+        )
+        # nan passes the lower bound (every comparison with nan is false).
+        flags.register_validator(
+            "clip_gradients", math.isfinite, "--clip_gradients must be finite"
+        )
+
+
+def define_checkpoint_flags():
+    """--save_checkpoint_steps."""
     _define(
         flags.DEFINE_integer,
         "save_checkpoint_steps",
         1000,
-        "Steps between checkpoints (one is also saved at the last step).",
+        "Steps between checkpoints; one is also saved at the last step, when "
+        "the input ends and when the run is interrupted (Ctrl-C, SIGTERM).",
         lower_bound=1,
-    )
-    _define(
-        flags.DEFINE_float,
-        "clip_gradients",
-        0.0,
-        "If > 0, scale the (averaged) gradients to at most this global norm: "
-        "small batches at the tutorial's learning rate can diverge without "
-        "it.",
-        lower_bound=0.0,
     )
 
 

@@ -8,7 +8,15 @@ import time
 
 import tensorflow as tf
 
-from multigpu import checkpoints, cluster, errors, sessions, watchdog
+from multigpu import (
+    checkpoints,
+    cluster,
+    errors,
+    interrupts,
+    sessions,
+    train_dirs,
+    watchdog,
+)
 
 # Seconds a finished session waits for its background threads.
 STOP_GRACE_PERIOD_SECS = 5
@@ -96,6 +104,7 @@ def run_training(
     summary_op=None,
     config=None,
     clear_train_dir=False,
+    data_dirs=(),
     task=None,
     hooks=(),
     pretrained=("", False),
@@ -121,7 +130,9 @@ def run_training(
         summaries at all (not even the step counter's global_step/sec).
       summary_op: the summary op to write, default all summaries.
       config: the session's `ConfigProto`.
-      clear_train_dir: bool, delete train_dir first instead of resuming.
+      clear_train_dir: bool, delete what the trainers wrote in train_dir
+        first instead of resuming (`train_dirs.clear`).
+      data_dirs: strs, the run's data folders, never cleared.
       task: a worker's `cluster.ClusterTask`, or None to train in this process.
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
       pretrained: (str, bool), --pretrained_model_checkpoint_path and
@@ -132,6 +143,8 @@ def run_training(
       int, the steps this process ran (a resumed run counts its own).
 
     Raises:
+      errors.Interrupted: SIGINT or SIGTERM stopped the run (the chief saved
+        the step reached first).
       errors.TrainingError: the loss became NaN, or a summarised tensor NaN or
         infinite (no checkpoint of that step is written); a checkpoint could
         not be written (e.g. the disk is full); no checkpoint of train_dir
@@ -139,12 +152,11 @@ def run_training(
     """
     task = task or cluster.LOCAL_TASK
     config = cluster.task_config(config, task)
-    if clear_train_dir and task.is_chief and os.path.isdir(train_dir):
-        shutil.rmtree(train_dir)
     logger = StepLoggerHook(loss, examples_per_step, log_frequency)
     # The logger runs first, so its step is the step that made the NaN; the
     # NaN hook runs before the checkpoint saver, so that step is never saved.
-    hooks = [logger, tf.compat.v1.train.NanTensorHook(loss), *hooks]
+    interrupt = interrupts.InterruptHook()
+    hooks = [logger, tf.compat.v1.train.NanTensorHook(loss), interrupt, *hooks]
     if max_steps is not None:
         hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=max_steps))
     scaffold = tf.compat.v1.train.Scaffold(summary_op=summary_op)
@@ -160,16 +172,28 @@ def run_training(
     server = cluster.start_server(task, config)
     done_ops = cluster.done_signals(task)
     try:
-        with watchdog.PsWatchdog(task, sessions.timeout_secs(config)):
-            _train_loop(
-                train_op,
-                hooks,
-                sessions.session_creator(
-                    task, server, scaffold, config, train_dir, pretrained
-                ),
-            )
+        with (
+            train_dirs.owned(train_dir, task.is_chief),
+            watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
+        ):
+            if clear_train_dir and task.is_chief:
+                train_dirs.clear(train_dir, data_dirs)
+            if task.cluster is None and _finished(train_dir, max_steps):
+                return 0
+            with interrupt.installed():
+                _train_loop(
+                    train_op,
+                    hooks,
+                    sessions.session_creator(
+                        task, server, scaffold, config, train_dir, pretrained
+                    ),
+                )
             if server:
                 cluster.report_done(server, done_ops, task, logger.runs, config)
+            if interrupt.signum is not None:
+                raise interrupts.interrupted(
+                    interrupt, train_dir, task.is_chief
+                )
     except tf.compat.v1.train.NanLossDuringTrainingError as e:
         raise _diverged(logger.step, "loss is NaN", train_dir) from e
     except tf.errors.InvalidArgumentError as e:
@@ -193,6 +217,29 @@ def run_training(
             raise
         raise save_failed(saves.step, train_dir, e) from e
     return logger.runs
+
+
+def _finished(train_dir, max_steps):
+    """Whether train_dir's newest checkpoint is at max_steps or past it.
+
+    Such a run says so and trains nothing: without this check the session
+    would still train one step, save it and write an event file. Only for a
+    run in one process: the workers of a cluster wait for their chief.
+    """
+    if max_steps is None:
+        return False
+    checkpoint = checkpoints.newest_valid_checkpoint(train_dir)
+    if checkpoint is None:
+        return False
+    step = checkpoints.global_step(checkpoint)
+    if step < max_steps:
+        return False
+    print(
+        "%s is already at step %d, at or past --max_steps=%d; nothing to "
+        "train (raise --max_steps to train on)" % (checkpoint, step, max_steps),
+        flush=True,
+    )
+    return True
 
 
 def _train_loop(train_op, hooks, session_creator):
@@ -264,7 +311,7 @@ def save_failed(step, train_dir, error):
             train_dir,
             type(error).__name__,
             reason,
-            tf.train.latest_checkpoint(train_dir),
+            checkpoints.latest_checkpoint(train_dir),
         )
     )
 
@@ -279,5 +326,5 @@ def _diverged(step, reason, train_dir):
     return errors.TrainingError(
         "the model diverged at step %d (%s); stopped without saving it, the "
         "newest checkpoint is %s"
-        % (step, reason, tf.train.latest_checkpoint(train_dir))
+        % (step, reason, checkpoints.latest_checkpoint(train_dir))
     )

@@ -44,6 +44,14 @@ def run_script(script, *args, timeout=600, expect_success=True):
     return result
 
 
+def error_line(script, *flags):
+    """Runs a script that must fail: exit 1, no traceback; its last line."""
+    result = run_script(script, *flags, expect_success=False)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    return result.stderr.strip().split("\n")[-1]
+
+
 def start_script(script, *args, log_path):
     """Starts a script in the background, its output going to log_path.
 
@@ -97,6 +105,42 @@ def write_cifar10_files(data_dir, records_per_file, seed=0):
         cifar10_input.write_records(os.path.join(folder, name), images, labels)
         written[name] = images, labels.astype(np.uint8)
     return written
+
+
+@pytest.fixture
+def three_checkpoints(tmp_path):
+    """tmp_path holding checkpoints of steps 10, 20 and 30 of one variable."""
+    import tensorflow as tf
+
+    with tf.Graph().as_default():
+        tf.compat.v1.get_variable("weights", initializer=tf.range(1000.0))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for step in (10, 20, 30):
+                global_step.load(step, sess)
+                saver.save(sess, str(tmp_path / "model.ckpt"), step)
+    return tmp_path
+
+
+# Small steps: the faults are under test, not the learning. At batches of
+# 4 or 8 the tutorial's learning rate of 0.1 diverges now and then within a
+# few hundred steps; clipping the gradients' norm keeps every run finite.
+BATCH_SIZE = 4
+CLIP_FLAG = "--clip_gradients=5"
+
+
+def trainer_flags(data_dir, train_dir, *flags):
+    """The trainer's flags; a flag in `flags` wins over these (absl)."""
+    return [
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % train_dir,
+        "--batch_size=%d" % BATCH_SIZE,
+        "--log_frequency=1000",
+        CLIP_FLAG,
+        *flags,
+    ]
 
 
 def checkpoint_steps(train_dir):

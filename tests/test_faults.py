@@ -24,6 +24,7 @@ from conftest import (
     read_events,
     run_script,
     start_script,
+    trainer_flags,
 )
 from tensorboard.backend.event_processing import event_file_loader
 
@@ -32,11 +33,6 @@ from multigpu import checkpoints, errors
 # The trainers, as (script, flags): one device, and two towers on the CPU.
 SINGLE = ("cifar10_train.py",)
 MULTI = ("cifar10_multi_gpu_train.py", "--num_gpus=2", "--cpu_towers")
-# Small steps: the faults are under test, not the learning. At batches of
-# 4 or 8 the tutorial's learning rate of 0.1 diverges now and then within a
-# few hundred steps; clipping the gradients' norm keeps every run finite.
-BATCH_SIZE = 4
-CLIP_FLAG = "--clip_gradients=5"
 MAX_STEPS = 200
 SAVE_STEPS = 25
 # Seconds a started trainer has to reach what a test waits for.
@@ -46,22 +42,13 @@ MAX_TO_KEEP = 5
 KILLS = 20
 
 
-def _flags(data_dir, train_dir, *flags):
-    """The trainer's flags; a flag in `flags` wins over these (absl)."""
-    return [
-        "--data_dir=%s" % data_dir,
-        "--train_dir=%s" % train_dir,
-        "--batch_size=%d" % BATCH_SIZE,
-        "--log_frequency=1000",
-        CLIP_FLAG,
-        *flags,
-    ]
-
-
 def _train(trainer, data_dir, train_dir, *flags, **kwargs):
     script, *script_flags = trainer
     return run_script(
-        script, *script_flags, *_flags(data_dir, train_dir, *flags), **kwargs
+        script,
+        *script_flags,
+        *trainer_flags(data_dir, train_dir, *flags),
+        **kwargs,
     )
 
 
@@ -70,7 +57,7 @@ def _start(trainer, data_dir, train_dir, *flags):
     return start_script(
         script,
         *script_flags,
-        *_flags(data_dir, train_dir, *flags),
+        *trainer_flags(data_dir, train_dir, *flags),
         log_path="%s.log" % train_dir,
     )
 
@@ -231,21 +218,6 @@ def test_twenty_kills_during_saves_leave_the_named_checkpoint_whole(
             # Each run resumed from the one before, none from step 0.
             assert _newest_step(folder) > newest[folder]
             newest[folder] = _newest_step(folder)
-
-
-@pytest.fixture
-def three_checkpoints(tmp_path):
-    """tmp_path holding checkpoints of steps 10, 20 and 30 of one variable."""
-    with tf.Graph().as_default():
-        tf.compat.v1.get_variable("weights", initializer=tf.range(1000.0))
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        saver = tf.compat.v1.train.Saver()
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for step in (10, 20, 30):
-                global_step.load(step, sess)
-                saver.save(sess, str(tmp_path / "model.ckpt"), step)
-    return tmp_path
 
 
 def _truncate(checkpoint):

@@ -1,0 +1,44 @@
+"""The folders that flags name: made, or a one-line error saying why not."""
+
+import os
+
+# How many files an error message names before 'and N more'.
+NAMED_FILES = 5
+
+
+def make_folder(path, flag):
+    """Creates the folder path, the value of --flag, if it is missing.
+
+    Args:
+      path: str, e.g. the value of --train_dir.
+      flag: str, the flag's name without dashes, for the message.
+
+    Raises:
+      ValueError: path is a file, or under a file, or cannot be written.
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError("--%s=%s is a file, not a folder" % (flag, path))
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(
+            "--%s=%s is under %s, which is a file, not a folder"
+            % (flag, path, parent)
+        )
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(
+            "--%s=%s cannot be created: %s" % (flag, path, e.strerror)
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError("--%s=%s is not writable by this user" % (flag, path))
+
+
+def listing(names):
+    """'a, b, c' for an error message, the first NAMED_FILES of names."""
+    listed = ", ".join(names[:NAMED_FILES])
+    if len(names) > NAMED_FILES:
+        listed += " and %d more" % (len(names) - NAMED_FILES)
+    return listed

@@ -1,0 +1,112 @@
+"""Ctrl-C and SIGTERM: finish the step, save it, say so and exit 130 / 143.
+
+A scheduler preempts a job with SIGTERM; a user stops it with Ctrl-C
+(SIGINT). Either used to lose every step since the last periodic save and
+print a long traceback (or nothing). Here the first signal only sets a flag:
+the step running ends, the session stops, the chief's checkpoint saver
+writes the step reached (its `end`), and `run_training` raises
+`errors.Interrupted`, which `errors.run_script` turns into one line and the
+shell's exit status of that signal. A second signal ends the process at
+once, even in the middle of that save (the newest complete checkpoint stays
+the one the state file names).
+"""
+
+import signal
+
+import tensorflow as tf
+
+from multigpu import checkpoints, errors
+
+# The signals that stop a run with a save: Ctrl-C and a scheduler's stop.
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+# A shell reports a process ended by signal N as exit status 128 + N
+# (130 for SIGINT, 143 for SIGTERM); an interrupted run exits with it.
+SHELL_SIGNAL_BASE = 128
+
+
+class InterruptHook(tf.compat.v1.train.SessionRunHook):
+    """Asks the session to stop after a SIGINT or SIGTERM; then knows the step.
+
+    Install it with `installed()` around the session, in the main thread
+    (Python runs signal handlers there only).
+
+    Attributes:
+      signum: int, the signal received, None while none came.
+      step: int, the global step at the end of the session (set by `end`).
+    """
+
+    def __init__(self):
+        self.signum = None
+        self.step = None
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def handle(self, signum, frame):
+        """The signal handler: remember, and let a second signal kill."""
+        del frame
+        self.signum = signum
+        for other in SIGNALS:
+            signal.signal(other, signal.SIG_DFL)
+
+    def after_create_session(self, session, coord):
+        # A signal during the restore: stop before the first step.
+        if self.signum is not None:
+            coord.request_stop()
+
+    def after_run(self, run_context, run_values):
+        if self.signum is not None:
+            run_context.request_stop()
+
+    def end(self, session):
+        self.step = int(session.run(self._global_step))
+
+    def installed(self):
+        """A context manager: the handlers of this hook, then the old ones."""
+        return _Handlers(self.handle)
+
+    def exit_code(self):
+        """int, the shell's exit status of the signal received."""
+        return SHELL_SIGNAL_BASE + self.signum
+
+    def signal_name(self):
+        """str, e.g. 'SIGINT'."""
+        return signal.Signals(self.signum).name
+
+
+class _Handlers:
+    """Sets a handler of SIGNALS on entry, the previous ones on exit."""
+
+    def __init__(self, handler):
+        self._handler = handler
+        self._previous = {}
+
+    def __enter__(self):
+        for signum in SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handler)
+        return self
+
+    def __exit__(self, *exc_info):
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        return False
+
+
+def interrupted(hook, train_dir, is_chief):
+    """The `errors.Interrupted` of a run the hook stopped.
+
+    Args:
+      hook: the `InterruptHook` of the run, after its session ended.
+      train_dir: str, where the chief saved the step reached.
+      is_chief: bool, whether this process saved it.
+    """
+    if is_chief:
+        saved = "saved %s" % checkpoints.latest_checkpoint(train_dir)
+    else:
+        saved = "the chief saves the checkpoints"
+    return errors.Interrupted(
+        "interrupted (%s) at step %d; %s; run the same command to resume"
+        % (hook.signal_name(), hook.step, saved),
+        hook.exit_code(),
+    )

@@ -1,0 +1,167 @@
+"""Every user error ends in one line: exit 1, the file, record or flag.
+
+Bad MNIST records, an input shorter than one step, folder flags that name
+files, cluster and numeric flags: each is provoked (on the scripts, run as
+a user runs them, where it can only be seen there) and the exact line read.
+"""
+
+import os
+
+import pytest
+import tensorflow as tf
+from conftest import error_line, run_script
+
+from multigpu import cluster, folders
+
+
+def _write_examples(filename, examples):
+    """Writes a TFRecord file of `tf.train.Example`s given as feature dicts.
+
+    Args:
+      examples: list of dicts, 'image_raw' -> bytes, 'label' -> int; a key
+        left out is a feature left out.
+    """
+    with tf.io.TFRecordWriter(str(filename)) as writer:
+        for example in examples:
+            feature = {}
+            if "image_raw" in example:
+                feature["image_raw"] = tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[example["image_raw"]])
+                )
+            if "label" in example:
+                feature["label"] = tf.train.Feature(
+                    int64_list=tf.train.Int64List(value=[example["label"]])
+                )
+            writer.write(
+                tf.train.Example(
+                    features=tf.train.Features(feature=feature)
+                ).SerializeToString()
+            )
+
+
+GOOD_EXAMPLE = {"image_raw": bytes(784), "label": 3}
+
+
+@pytest.mark.parametrize(
+    "bad_example, what",
+    [
+        (
+            {"image_raw": bytes(100), "label": 3},
+            "image_raw holds 100 bytes, expected 784 (28x28)",
+        ),
+        (
+            {"image_raw": bytes(784), "label": 10},
+            "label 10 is out of range, expected 0..9",
+        ),
+        ({"image_raw": bytes(784)}, "has no label"),
+    ],
+    ids=["short_image", "label_10", "no_label"],
+)
+def test_a_bad_mnist_record_is_named_by_file_and_index(
+    tmp_path, bad_example, what
+):
+    import mnist_input
+
+    filename = tmp_path / "train.tfrecords"
+    _write_examples(filename, [GOOD_EXAMPLE] * 7 + [bad_example])
+    with tf.Graph().as_default():
+        images, labels = mnist_input.inputs(
+            str(tmp_path), train=True, batch_size=8, num_epochs=1
+        )
+        with tf.compat.v1.Session() as sess:
+            with pytest.raises(ValueError) as error:
+                with mnist_input.reading(str(filename)):
+                    sess.run(labels)
+    assert str(error.value) == (
+        "%s, record 7 (from 0): %s; make the file again with mnist_input.py"
+        % (filename, what)
+    )
+
+
+@pytest.mark.slow
+def test_mnist_with_fewer_examples_than_a_step_is_an_error(tmp_path):
+    data_dir = tmp_path / "data"
+    os.makedirs(str(data_dir))
+    for split in ("train", "validation", "test"):
+        _write_examples(data_dir / ("%s.tfrecords" % split), [GOOD_EXAMPLE] * 5)
+    refused = error_line(
+        "mnist_multi_gpu_train.py",
+        "--cpu_towers",
+        "--num_gpus=2",
+        "--batch_size=3",
+        "--num_epochs=1",
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % (tmp_path / "train"),
+    )
+    assert refused == (
+        "mnist_multi_gpu_train.py: error: %s holds 5 example(s), fewer than "
+        "one step takes (--batch_size=3 x 2 tower(s)); nothing was trained"
+        % (data_dir / "train.tfrecords")
+    )
+
+
+def test_a_folder_flag_that_is_a_file_or_under_one_is_named(tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_bytes(b"mine")
+    with pytest.raises(ValueError) as error:
+        folders.make_folder(str(a_file), "eval_dir")
+    assert str(error.value) == "--eval_dir=%s is a file, not a folder" % a_file
+    with pytest.raises(ValueError) as error:
+        folders.make_folder(str(a_file / "eval"), "eval_dir")
+    assert str(error.value) == (
+        "--eval_dir=%s is under %s, which is a file, not a folder"
+        % (a_file / "eval", a_file)
+    )
+    assert a_file.read_bytes() == b"mine"
+
+
+def test_a_job_name_without_hosts_is_an_error():
+    with pytest.raises(ValueError) as error:
+        cluster.cluster_task("", "", "worker", 0)
+    assert str(error.value) == (
+        "--job_name=worker needs --ps_hosts and --worker_hosts (cluster "
+        "mode); leave it out to train in this one process"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "script, flags, message",
+    [
+        (
+            "cifar10_train.py",
+            ["--train_dir=%(file)s"],
+            "cifar10_train.py: error: --train_dir=%(file)s is a file, not a "
+            "folder",
+        ),
+        (
+            "cifar10_train.py",
+            ["--clip_gradients=nan"],
+            "FATAL Flags parsing error: flag --clip_gradients=nan: "
+            "--clip_gradients must be finite",
+        ),
+        (
+            "cifar10_eval.py",
+            ["--eval_interval_secs=0"],
+            "FATAL Flags parsing error: flag --eval_interval_secs=0: 0 is not "
+            "a positive integer",
+        ),
+    ],
+    ids=["train_dir_file", "clip_nan", "eval_interval_0"],
+)
+def test_a_user_error_exits_1_naming_the_flag_without_a_traceback(
+    script, flags, message, cifar10_data_dir, tmp_path
+):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_bytes(b"mine")
+    names = {"file": a_file}
+    result = run_script(
+        script,
+        "--data_dir=%s" % cifar10_data_dir,
+        *[flag % names for flag in flags],
+        expect_success=False,
+    )
+    assert result.returncode == 1
+    assert message % names in result.stderr.split("\n")
+    assert "Traceback" not in result.stderr
+    assert a_file.read_bytes() == b"mine"
