@@ -25,7 +25,7 @@ import tensorflow as tf
 from absl import flags
 
 import cifar10_input
-from multigpu import placement, summaries, towers, variables
+from multigpu import cifar10_data, placement, summaries, towers, variables
 
 # The tutorial's three flags, defined here as the tutorial did: scripts
 # written against it read FLAGS.batch_size after importing cifar10, and our
@@ -140,7 +140,7 @@ def maybe_download_and_extract():
       ValueError: the download failed or the archive is broken; the
         message says what to download and where to put it.
     """
-    cifar10_input.maybe_download_and_extract(FLAGS.data_dir)
+    cifar10_data.maybe_download_and_extract(FLAGS.data_dir)
 
 
 def _activation_summary(x):

@@ -30,6 +30,7 @@ import cifar10
 import cifar10_input
 from multigpu import (
     checkpoints,
+    cifar10_data,
     common_flags,
     errors,
     folders,
@@ -215,8 +216,8 @@ def _newest_checkpoint(checkpoint_dir, run_once):
 def main(argv):
     del argv
     if FLAGS.fake_data:
-        cifar10_input.write_fake_data(FLAGS.data_dir)
-    cifar10_input.say_if_sample_set(FLAGS.data_dir)
+        cifar10_data.write_fake_data(FLAGS.data_dir)
+    cifar10_data.say_if_sample_set(FLAGS.data_dir)
     folders.make_folder(FLAGS.eval_dir, "eval_dir")
     devices = placement.tower_devices(1, cpu_towers=True)
     evaluate(

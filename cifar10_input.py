@@ -12,20 +12,14 @@ per image): read (`read_records`) -> decode (`decode_record`) -> distort
 crop (`eval_image`) -> batch (`train_inputs`, `eval_inputs`; the
 tutorial's `distorted_inputs` and `inputs` on queues).
 
-`write_fake_data` writes a small learnable set in the same format, so that
-every script runs with no download (`--fake_data`).
+Writing the files (the built-in sample set, the download) is
+`multigpu/cifar10_data.py`.
 """
 
-import hashlib
 import os
-import sys
-import tarfile
-import urllib.request
 
 import numpy as np
 import tensorflow as tf
-
-from multigpu import folders, sample_sets
 
 # Dataset facts of the binary version.
 HEIGHT, WIDTH, DEPTH = 32, 32, 3
@@ -39,11 +33,8 @@ TRAIN_FILES = ["data_batch_%d.bin" % i for i in range(1, 6)]
 TEST_FILES = ["test_batch.bin"]
 BATCHES_DIR = "cifar-10-batches-bin"
 
-# The official archive and the MD5 published beside it.
+# The official archive (multigpu/cifar10_data.py downloads it).
 DATA_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
-DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
-# Seconds a download may wait for data before it gives up.
-DOWNLOAD_TIMEOUT_SECS = 60
 
 # The tutorial's model input: a 24x24 crop of the 32x32 image, for training
 # at a random offset of 0..8 in each axis.
@@ -57,13 +48,6 @@ CONTRAST_LOWER, CONTRAST_UPPER = 0.2, 1.8
 # The tutorial fills its shuffling queue with 40% of an epoch.
 MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
 RECORDS_PER_DECODE = 1000  # Records per decode op, reading into memory.
-
-# Size of the built-in sample set: 5 x 2,000 training records, a full-size
-# test file so that `cifar10_eval.py` runs with its default --num_examples.
-FAKE_RECORDS_PER_TRAIN_FILE = 2000
-FAKE_TEST_RECORDS = 10000
-# Pixel noise of the sample set (uint8 units) on top of each class pattern.
-FAKE_NOISE_STDDEV = 40.0
 
 
 def data_files(data_dir, eval_data=None):
@@ -100,7 +84,7 @@ def check_files(filenames):
     """
     missing = [f for f in filenames if not os.path.isfile(f)]
     if missing:
-        raise ValueError(_missing_files_message(missing))
+        raise ValueError(missing_files_message(missing))
     total = 0
     for filename in filenames:
         size = os.path.getsize(filename)
@@ -121,7 +105,7 @@ def check_files(filenames):
     return total
 
 
-def _missing_files_message(missing):
+def missing_files_message(missing):
     """Says which record files are missing and how to get them."""
     folder = os.path.dirname(missing[0])
     names = ", ".join(os.path.basename(f) for f in missing)
@@ -334,199 +318,6 @@ def eval_inputs(eval_data, data_dir, batch_size, num_examples):
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
     images, labels = iterator.get_next()
     return images, labels, iterator.initializer
-
-
-def write_records(filename, images, labels):
-    """Writes images and labels as CIFAR-10 binary records.
-
-    Args:
-      filename: str path.
-      images: uint8 array [n, 32, 32, 3].
-      labels: integer array [n] in 0..9.
-    """
-    depth_major = np.transpose(images, [0, 3, 1, 2]).reshape(len(images), -1)
-    labels = np.asarray(labels, np.uint8)[:, None]
-    records = np.concatenate([labels, depth_major.astype(np.uint8)], axis=1)
-    records.tofile(filename)
-
-
-def fake_examples(num_examples, seed):
-    """A learnable sample set: a fixed pattern per class plus pixel noise.
-
-    Each class has its own coarse 4x4 colour pattern (blocks of 8x8 pixels);
-    a crop or a flip keeps most of it, so a classifier must learn colour and
-    layout, not a single pixel.
-
-    Args:
-      num_examples: int.
-      seed: int, for the noise and labels (the class patterns never change).
-
-    Returns:
-      images: uint8 [num_examples, 32, 32, 3].
-      labels: uint8 [num_examples], classes in turn (0, 1, ..., 9, 0, ...).
-    """
-    patterns = np.random.default_rng(0).uniform(30, 225, (NUM_CLASSES, 4, 4, 3))
-    patterns = patterns.repeat(8, axis=1).repeat(8, axis=2)  # [10, 32, 32, 3]
-    labels = np.arange(num_examples) % NUM_CLASSES
-    noise = np.random.default_rng(seed).normal(
-        0.0, FAKE_NOISE_STDDEV, (num_examples, HEIGHT, WIDTH, DEPTH)
-    )
-    images = np.clip(patterns[labels] + noise, 0, 255).astype(np.uint8)
-    return images, labels.astype(np.uint8)
-
-
-def write_fake_data(data_dir):
-    """Writes the built-in sample set under data_dir, once.
-
-    The set is marked as such (`sample_sets`) and written only into an
-    empty or marked folder, never over other files.
-
-    Args:
-      data_dir: str; the files go to `data_dir/cifar-10-batches-bin/`.
-
-    Returns:
-      bool, True if files were written, False if they were all there.
-
-    Raises:
-      ValueError: the folder holds other files (named).
-    """
-    folder = os.path.join(data_dir, BATCHES_DIR)
-    names = TRAIN_FILES + TEST_FILES
-    sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(TRAIN_FILES) + [
-        FAKE_TEST_RECORDS
-    ]
-
-    def is_unmarked_sample_set(folder):
-        # The sample set's record counts; CIFAR-10's files are 5x larger.
-        return all(
-            os.path.getsize(os.path.join(folder, name)) == size * RECORD_BYTES
-            for name, size in zip(names, sizes)
-        )
-
-    missing = sample_sets.files_to_write(folder, names, is_unmarked_sample_set)
-    for seed, (name, size) in enumerate(zip(names, sizes), start=1):
-        if name not in missing:
-            continue
-        filename = os.path.join(folder, name)
-        images, labels = fake_examples(size, seed)
-        # Written aside and renamed: a crash never leaves a short file, and
-        # processes writing the same file at once (cluster tasks) do not mix.
-        part = "%s.%d.tmp" % (filename, os.getpid())
-        write_records(part, images, labels)
-        os.replace(part, filename)
-    return bool(missing)
-
-
-def say_if_sample_set(data_dir):
-    """Prints one line when data_dir holds the sample set, not CIFAR-10."""
-    sample_sets.say_if_sample_set(
-        os.path.join(data_dir, BATCHES_DIR), "CIFAR-10"
-    )
-
-
-def prepare_data_dir(data_dir, fake_data, url=DATA_URL):
-    """Makes sure data_dir holds record files: the sample set or CIFAR-10.
-
-    Says so when they are the sample set, with or without fake_data.
-
-    Args:
-      data_dir: str, the folder for `cifar-10-batches-bin/`.
-      fake_data: bool, write the built-in sample set instead of downloading.
-      url: str, where to download the real archive from.
-    """
-    folders.make_folder(data_dir, "data_dir")
-    if fake_data:
-        write_fake_data(data_dir)
-    else:
-        maybe_download_and_extract(data_dir, url)
-    say_if_sample_set(data_dir)
-
-
-def _download(url, path):
-    """Copies url to path, printing one progress line.
-
-    Writes beside path and renames when complete, so a failed download
-    never leaves a file that looks whole.
-
-    Raises:
-      OSError: the connection failed, stalled, or ended early.
-    """
-    name = os.path.basename(path)
-    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECS) as source:
-        total = int(source.headers.get("Content-Length", 0))
-        done = 0
-        with open(path + ".part", "wb") as f:
-            for chunk in iter(lambda: source.read(1 << 20), b""):
-                f.write(chunk)
-                done += len(chunk)
-                progress = "%d bytes" % done
-                if total:
-                    progress = "%.1f%%" % (100.0 * done / total)
-                sys.stdout.write("\r>> Downloading %s %s" % (name, progress))
-                sys.stdout.flush()
-    print()
-    if done < total:
-        raise OSError("got %d of %d bytes" % (done, total))
-    os.replace(path + ".part", path)
-
-
-def _md5(path):
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def maybe_download_and_extract(data_dir, url=DATA_URL):
-    """Downloads and extracts the binary CIFAR-10 archive unless it is there.
-
-    Does nothing when every record file is already in place. The archive is
-    downloaded beside its final name and renamed when complete; the MD5
-    published for the official archive is checked; a broken archive is
-    reported and removed.
-
-    Args:
-      data_dir: str, the folder to hold the archive and
-        `cifar-10-batches-bin/`.
-      url: str, where to fetch `cifar-10-binary.tar.gz`.
-
-    Raises:
-      ValueError: the download failed, or the archive is broken or lacks
-        the record files; the message says what to download and where.
-    """
-    filenames = data_files(data_dir) + data_files(data_dir, "test")
-    if all(os.path.isfile(f) for f in filenames):
-        return
-    os.makedirs(data_dir, exist_ok=True)
-    archive = os.path.join(data_dir, os.path.basename(url))
-    missing = _missing_files_message(
-        [f for f in filenames if not os.path.isfile(f)]
-    )
-    if not os.path.isfile(archive):
-        try:
-            _download(url, archive)
-        except OSError as e:
-            raise ValueError(
-                "Could not download %s (%s). %s" % (url, e, missing)
-            ) from e
-        print("Downloaded %s, %d bytes." % (archive, os.path.getsize(archive)))
-    if url == DATA_URL and _md5(archive) != DATA_MD5:
-        os.remove(archive)
-        raise ValueError(
-            "%s: MD5 differs from the published %s; removed it. %s"
-            % (archive, DATA_MD5, missing)
-        )
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            tar.extractall(data_dir, filter="data")
-    except (tarfile.TarError, EOFError, OSError) as e:
-        os.remove(archive)
-        raise ValueError(
-            "%s is not a valid tar.gz archive (%s); removed it. %s"
-            % (archive, e, missing)
-        ) from e
-    check_files(filenames)
 
 
 # The tutorial's API: queue-based readers for scripts written against the

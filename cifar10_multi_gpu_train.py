@@ -33,6 +33,7 @@ from absl import flags
 import cifar10
 import cifar10_input
 from multigpu import (
+    cifar10_data,
     cluster,
     common_flags,
     errors,
@@ -144,7 +145,7 @@ def main(argv):
         devices, FLAGS.log_device_placement, FLAGS.operation_timeout_secs
     )
     print(placement.describe_devices(devices))
-    cifar10_input.prepare_data_dir(
+    cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
     with (

@@ -21,7 +21,14 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import common_flags, errors, placement, summaries, training
+from multigpu import (
+    cifar10_data,
+    common_flags,
+    errors,
+    placement,
+    summaries,
+    training,
+)
 
 FLAGS = flags.FLAGS
 common_flags.define_train_dir_flags("/tmp/cifar10_train", log_frequency=10)
@@ -58,7 +65,7 @@ def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
 
 def main(argv):
     del argv
-    cifar10_input.prepare_data_dir(
+    cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
     devices = placement.tower_devices(1, cpu_towers=True)

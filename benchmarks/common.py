@@ -35,7 +35,7 @@ import tensorflow as tf
 import cifar10
 import cifar10_input
 import cifar10_multi_gpu_train
-from multigpu import placement, summaries
+from multigpu import cifar10_data, placement, summaries
 
 # The repository root: the scripts run there (`python -m benchmarks.X`).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -288,7 +288,7 @@ def cifar10_data_dir():
     The sample set is in the real binary record format: 5 x 2,000 training
     records and 10,000 test records.
     """
-    cifar10_input.write_fake_data(CIFAR10_DATA_DIR)
+    cifar10_data.write_fake_data(CIFAR10_DATA_DIR)
     return CIFAR10_DATA_DIR
 
 

@@ -9,6 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+from multigpu import cifar10_data
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Quiet TensorFlow's C++ logging; see each line of Python output at once.
 SCRIPT_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
@@ -73,10 +75,9 @@ def start_script(script, *args, log_path):
 @pytest.fixture(scope="session")
 def cifar10_data_dir(tmp_path_factory):
     """A --data_dir holding the built-in CIFAR-10 sample set."""
-    import cifar10_input
 
     data_dir = tmp_path_factory.mktemp("cifar10_data")
-    cifar10_input.write_fake_data(str(data_dir))
+    cifar10_data.write_fake_data(str(data_dir))
     return data_dir
 
 
@@ -102,7 +103,7 @@ def write_cifar10_files(data_dir, records_per_file, seed=0):
     for i, name in enumerate(names):
         images = rng.integers(0, 256, (records_per_file, 32, 32, 3), np.uint8)
         labels = (np.arange(records_per_file) + i * records_per_file) % 10
-        cifar10_input.write_records(os.path.join(folder, name), images, labels)
+        cifar10_data.write_records(os.path.join(folder, name), images, labels)
         written[name] = images, labels.astype(np.uint8)
     return written
 

@@ -10,6 +10,7 @@ import pytest
 from conftest import write_cifar10_files
 
 import cifar10_input
+from multigpu import cifar10_data
 
 ARCHIVE = "cifar-10-binary.tar.gz"
 
@@ -72,7 +73,7 @@ def test_download_shows_progress_extracts_and_happens_once(
     served = _archive(server, tmp_path, names)
     data_dir = tmp_path / "data"
 
-    cifar10_input.maybe_download_and_extract(str(data_dir), server.url)
+    cifar10_data.maybe_download_and_extract(str(data_dir), server.url)
     archive = data_dir / ARCHIVE
     assert capsys.readouterr().out == (
         "\r>> Downloading %s 100.0%%\nDownloaded %s, %d bytes.\n"
@@ -84,7 +85,7 @@ def test_download_shows_progress_extracts_and_happens_once(
         assert (folder / name).read_bytes() == served[name]
     assert server.requests == ["/" + ARCHIVE]
 
-    cifar10_input.maybe_download_and_extract(str(data_dir), server.url)
+    cifar10_data.maybe_download_and_extract(str(data_dir), server.url)
     assert server.requests == ["/" + ARCHIVE]
     assert capsys.readouterr().out == ""
 
@@ -93,7 +94,7 @@ def test_a_broken_archive_is_an_error_and_is_removed(server, tmp_path):
     (server.root / ARCHIVE).write_bytes(b"an HTML error page, not a tar.gz")
     data_dir = tmp_path / "data"
     with pytest.raises(ValueError) as error:
-        cifar10_input.maybe_download_and_extract(str(data_dir), server.url)
+        cifar10_data.maybe_download_and_extract(str(data_dir), server.url)
     archive = data_dir / ARCHIVE
     assert str(error.value).startswith(
         "%s is not a valid tar.gz archive (" % archive
@@ -106,7 +107,7 @@ def test_an_archive_without_the_test_file_names_it(server, tmp_path):
     _archive(server, tmp_path, cifar10_input.TRAIN_FILES)
     data_dir = tmp_path / "data"
     with pytest.raises(ValueError) as error:
-        cifar10_input.maybe_download_and_extract(str(data_dir), server.url)
+        cifar10_data.maybe_download_and_extract(str(data_dir), server.url)
     assert str(error.value) == (
         "CIFAR-10 files missing in %s: test_batch.bin. Download "
         "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz and extract "

@@ -6,6 +6,7 @@ import tensorflow as tf
 from conftest import write_cifar10_files
 
 import cifar10_input
+from multigpu import cifar10_data
 
 CROP = cifar10_input.IMAGE_SIZE
 # Crop offsets per axis (0..8) times the two flips: every distorted view.
@@ -37,7 +38,7 @@ def test_records_are_written_depth_major_and_read_back_as_hwc(tmp_path):
     images = rng.integers(0, 256, (7, 32, 32, 3), np.uint8)
     labels = np.array([3, 1, 4, 1, 5, 9, 2])
     filename = str(tmp_path / "records.bin")
-    cifar10_input.write_records(filename, images, labels)
+    cifar10_data.write_records(filename, images, labels)
 
     raw = np.fromfile(filename, np.uint8).reshape(7, 3073)
     assert raw[:, 0].tolist() == [3, 1, 4, 1, 5, 9, 2]
@@ -111,7 +112,7 @@ def gray_data_dir(tmp_path_factory):
     gray = rng.integers(0, 256, (10, 32, 32, 1), np.uint8)
     images = np.repeat(gray, 3, axis=3)
     for i, name in enumerate(cifar10_input.TRAIN_FILES):
-        cifar10_input.write_records(
+        cifar10_data.write_records(
             str(folder / name), images[2 * i : 2 * i + 2], [2 * i, 2 * i + 1]
         )
     return data_dir, images

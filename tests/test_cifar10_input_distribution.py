@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import cifar10_input
+from multigpu import cifar10_data
 
 DRAWS = 9000  # Parameter draws per test: 1,000 per crop offset.
 SEED = 17
@@ -126,7 +127,7 @@ def test_a_batch_of_records_decodes_as_each_record_alone(tmp_path):
     rng = np.random.default_rng(4)
     images = rng.integers(0, 256, (5, 32, 32, 3), np.uint8)
     filename = str(tmp_path / "records.bin")
-    cifar10_input.write_records(filename, images, [9, 0, 4, 4, 1])
+    cifar10_data.write_records(filename, images, [9, 0, 4, 4, 1])
     with tf.Graph().as_default():
         records = tf.compat.v1.data.make_one_shot_iterator(
             cifar10_input.read_records([filename]).batch(5)
@@ -173,7 +174,7 @@ def test_every_training_example_appears_once_per_epoch(tmp_path):
     folder.mkdir()
     for i, name in enumerate(cifar10_input.TRAIN_FILES):
         part = slice(i * RECORDS_PER_FILE, (i + 1) * RECORDS_PER_FILE)
-        cifar10_input.write_records(
+        cifar10_data.write_records(
             str(folder / name), images[part], np.arange(NUM_RECORDS)[part] % 10
         )
     with tf.Graph().as_default():

@@ -19,6 +19,7 @@ from test_cifar10_input import _standardize, _views
 import cifar10
 import cifar10_input
 import mnist_input
+from multigpu import cifar10_data
 
 TUTORIAL_FLAGS = ["batch_size", "data_dir", "use_fp16"]
 
@@ -172,8 +173,8 @@ def test_read_cifar10_reads_the_records_of_a_fifo_queue_of_file_names(
     images = rng.integers(0, 256, (5, 32, 32, 3), np.uint8)
     labels = [7, 0, 9, 3, 5]
     filenames = [str(tmp_path / "a.bin"), str(tmp_path / "b.bin")]
-    cifar10_input.write_records(filenames[0], images[:3], labels[:3])
-    cifar10_input.write_records(filenames[1], images[3:], labels[3:])
+    cifar10_data.write_records(filenames[0], images[:3], labels[:3])
+    cifar10_data.write_records(filenames[1], images[3:], labels[3:])
     keys = ["%s:%d" % (filenames[0], i) for i in range(3)]
     keys += ["%s:%d" % (filenames[1], i) for i in range(2)]
     with tf.Graph().as_default():
@@ -210,7 +211,7 @@ def test_tutorial_distorted_inputs_are_crops_and_flips_of_their_records(
     images = np.repeat(rng.integers(0, 256, (10, 32, 32, 1), np.uint8), 3, 3)
     for i, name in enumerate(cifar10_input.TRAIN_FILES):
         pair = slice(2 * i, 2 * i + 2)
-        cifar10_input.write_records(
+        cifar10_data.write_records(
             str(tmp_path / name), images[pair], np.arange(10)[pair]
         )
     with tf.Graph().as_default():

@@ -1,0 +1,235 @@
+"""CIFAR-10 on disk: writing records, the built-in sample set, the download.
+
+`prepare_data_dir` makes sure a --data_dir holds the record files that
+`cifar10_input` reads: the sample set (`write_fake_data`, `--fake_data`)
+or the official archive, downloaded and checked
+(`maybe_download_and_extract`).
+"""
+
+import hashlib
+import os
+import sys
+import tarfile
+import urllib.request
+
+import numpy as np
+
+import cifar10_input
+from multigpu import folders, sample_sets
+
+# The MD5 published beside the official archive (cifar10_input.DATA_URL).
+DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
+# Seconds a download may wait for data before it gives up.
+DOWNLOAD_TIMEOUT_SECS = 60
+
+# Size of the built-in sample set: 5 x 2,000 training records, a full-size
+# test file so that `cifar10_eval.py` runs with its default --num_examples.
+FAKE_RECORDS_PER_TRAIN_FILE = 2000
+FAKE_TEST_RECORDS = 10000
+# Pixel noise of the sample set (uint8 units) on top of each class pattern.
+FAKE_NOISE_STDDEV = 40.0
+
+
+def write_records(filename, images, labels):
+    """Writes images and labels as CIFAR-10 binary records.
+
+    Args:
+      filename: str path.
+      images: uint8 array [n, 32, 32, 3].
+      labels: integer array [n] in 0..9.
+    """
+    depth_major = np.transpose(images, [0, 3, 1, 2]).reshape(len(images), -1)
+    labels = np.asarray(labels, np.uint8)[:, None]
+    records = np.concatenate([labels, depth_major.astype(np.uint8)], axis=1)
+    records.tofile(filename)
+
+
+def fake_examples(num_examples, seed):
+    """A learnable sample set: a fixed pattern per class plus pixel noise.
+
+    Each class has its own coarse 4x4 colour pattern (blocks of 8x8 pixels);
+    a crop or a flip keeps most of it, so a classifier must learn colour and
+    layout, not a single pixel.
+
+    Args:
+      num_examples: int.
+      seed: int, for the noise and labels (the class patterns never change).
+
+    Returns:
+      images: uint8 [num_examples, 32, 32, 3].
+      labels: uint8 [num_examples], classes in turn (0, 1, ..., 9, 0, ...).
+    """
+    patterns = np.random.default_rng(0).uniform(
+        30, 225, (cifar10_input.NUM_CLASSES, 4, 4, 3)
+    )
+    patterns = patterns.repeat(8, axis=1).repeat(8, axis=2)  # [10, 32, 32, 3]
+    labels = np.arange(num_examples) % cifar10_input.NUM_CLASSES
+    noise = np.random.default_rng(seed).normal(
+        0.0,
+        FAKE_NOISE_STDDEV,
+        (
+            num_examples,
+            cifar10_input.HEIGHT,
+            cifar10_input.WIDTH,
+            cifar10_input.DEPTH,
+        ),
+    )
+    images = np.clip(patterns[labels] + noise, 0, 255).astype(np.uint8)
+    return images, labels.astype(np.uint8)
+
+
+def write_fake_data(data_dir):
+    """Writes the built-in sample set under data_dir, once.
+
+    The set is marked as such (`sample_sets`) and written only into an
+    empty or marked folder, never over other files.
+
+    Args:
+      data_dir: str; the files go to `data_dir/cifar-10-batches-bin/`.
+
+    Returns:
+      bool, True if files were written, False if they were all there.
+
+    Raises:
+      ValueError: the folder holds other files (named).
+    """
+    folder = os.path.join(data_dir, cifar10_input.BATCHES_DIR)
+    names = cifar10_input.TRAIN_FILES + cifar10_input.TEST_FILES
+    sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(cifar10_input.TRAIN_FILES) + [
+        FAKE_TEST_RECORDS
+    ]
+
+    def is_unmarked_sample_set(folder):
+        # The sample set's record counts; CIFAR-10's files are 5x larger.
+        return all(
+            os.path.getsize(os.path.join(folder, name))
+            == size * cifar10_input.RECORD_BYTES
+            for name, size in zip(names, sizes)
+        )
+
+    missing = sample_sets.files_to_write(folder, names, is_unmarked_sample_set)
+    for seed, (name, size) in enumerate(zip(names, sizes), start=1):
+        if name not in missing:
+            continue
+        filename = os.path.join(folder, name)
+        images, labels = fake_examples(size, seed)
+        # Written aside and renamed: a crash never leaves a short file, and
+        # processes writing the same file at once (cluster tasks) do not mix.
+        part = "%s.%d.tmp" % (filename, os.getpid())
+        write_records(part, images, labels)
+        os.replace(part, filename)
+    return bool(missing)
+
+
+def say_if_sample_set(data_dir):
+    """Prints one line when data_dir holds the sample set, not CIFAR-10."""
+    sample_sets.say_if_sample_set(
+        os.path.join(data_dir, cifar10_input.BATCHES_DIR), "CIFAR-10"
+    )
+
+
+def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
+    """Makes sure data_dir holds record files: the sample set or CIFAR-10.
+
+    Says so when they are the sample set, with or without fake_data.
+
+    Args:
+      data_dir: str, the folder for `cifar-10-batches-bin/`.
+      fake_data: bool, write the built-in sample set instead of downloading.
+      url: str, where to download the real archive from.
+    """
+    folders.make_folder(data_dir, "data_dir")
+    if fake_data:
+        write_fake_data(data_dir)
+    else:
+        maybe_download_and_extract(data_dir, url)
+    say_if_sample_set(data_dir)
+
+
+def _download(url, path):
+    """Copies url to path, printing one progress line.
+
+    Writes beside path and renames when complete, so a failed download
+    never leaves a file that looks whole.
+
+    Raises:
+      OSError: the connection failed, stalled, or ended early.
+    """
+    name = os.path.basename(path)
+    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECS) as source:
+        total = int(source.headers.get("Content-Length", 0))
+        done = 0
+        with open(path + ".part", "wb") as f:
+            for chunk in iter(lambda: source.read(1 << 20), b""):
+                f.write(chunk)
+                done += len(chunk)
+                progress = "%d bytes" % done
+                if total:
+                    progress = "%.1f%%" % (100.0 * done / total)
+                sys.stdout.write("\r>> Downloading %s %s" % (name, progress))
+                sys.stdout.flush()
+    print()
+    if done < total:
+        raise OSError("got %d of %d bytes" % (done, total))
+    os.replace(path + ".part", path)
+
+
+def _md5(path):
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def maybe_download_and_extract(data_dir, url=cifar10_input.DATA_URL):
+    """Downloads and extracts the binary CIFAR-10 archive unless it is there.
+
+    Does nothing when every record file is already in place. The archive is
+    downloaded beside its final name and renamed when complete; the MD5
+    published for the official archive is checked; a broken archive is
+    reported and removed.
+
+    Args:
+      data_dir: str, the folder to hold the archive and
+        `cifar-10-batches-bin/`.
+      url: str, where to fetch `cifar-10-binary.tar.gz`.
+
+    Raises:
+      ValueError: the download failed, or the archive is broken or lacks
+        the record files; the message says what to download and where.
+    """
+    filenames = cifar10_input.data_files(data_dir) + cifar10_input.data_files(
+        data_dir, "test"
+    )
+    if all(os.path.isfile(f) for f in filenames):
+        return
+    os.makedirs(data_dir, exist_ok=True)
+    archive = os.path.join(data_dir, os.path.basename(url))
+    missing = cifar10_input.missing_files_message(
+        [f for f in filenames if not os.path.isfile(f)]
+    )
+    if not os.path.isfile(archive):
+        try:
+            _download(url, archive)
+        except OSError as e:
+            raise ValueError(
+                "Could not download %s (%s). %s" % (url, e, missing)
+            ) from e
+        print("Downloaded %s, %d bytes." % (archive, os.path.getsize(archive)))
+    if url == cifar10_input.DATA_URL and _md5(archive) != DATA_MD5:
+        os.remove(archive)
+        raise ValueError(
+            "%s: MD5 differs from the published %s; removed it. %s"
+            % (archive, DATA_MD5, missing)
+        )
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(data_dir, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as e:
+        os.remove(archive)
+        raise ValueError(
+            "%s is not a valid tar.gz archive (%s); removed it. %s"
+            % (archive, e, missing)
+        ) from e
+    cifar10_input.check_files(filenames)
