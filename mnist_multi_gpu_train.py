@@ -42,6 +42,7 @@ from multigpu import (
     common_flags,
     errors,
     folders,
+    mnist_data,
     placement,
     training,
 )
@@ -144,8 +145,8 @@ def main(argv):
         return cluster.run_ps(task, placement.session_config())
     if FLAGS.fake_data:
         folders.make_folder(FLAGS.data_dir, "data_dir")
-        mnist_input.write_fake_data(FLAGS.data_dir)
-    mnist_input.say_if_sample_set(FLAGS.data_dir)
+        mnist_data.write_fake_data(FLAGS.data_dir)
+    mnist_data.say_if_sample_set(FLAGS.data_dir)
     if FLAGS.eval_only:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
         return

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 import cifar10_input
 from benchmarks import common
+from multigpu import mnist_data
 
 NAME = "input"
 PRIVATE_THREADS = (1, 2)  # tf.data private threadpool sizes to try.
@@ -130,7 +131,7 @@ def mnist_variants(batches, batch_size):
         return {}, "not available: mnist_input cannot be imported (%s)" % e
     if not hasattr(mnist_input, "dataset"):
         return {}, "not available: mnist_input has no dataset()"
-    mnist_input.write_fake_data(MNIST_DATA_DIR)
+    mnist_data.write_fake_data(MNIST_DATA_DIR)
 
     def make_dataset():
         return mnist_input.dataset(

@@ -11,6 +11,7 @@ import tensorflow as tf
 from conftest import run_script
 
 import mnist_input
+from multigpu import mnist_data
 
 NUM_TRAIN_IDX, NUM_TEST_IDX = 30, 12
 
@@ -45,12 +46,12 @@ def idx_dir(tmp_path):
     folder = tmp_path / "idx"
     folder.mkdir()
     for (images_name, labels_name), size, seed in [
-        ((mnist_input.TRAIN_IMAGES, mnist_input.TRAIN_LABELS), 30, 1),
-        ((mnist_input.TEST_IMAGES, mnist_input.TEST_LABELS), 12, 2),
+        ((mnist_data.TRAIN_IMAGES, mnist_data.TRAIN_LABELS), 30, 1),
+        ((mnist_data.TEST_IMAGES, mnist_data.TEST_LABELS), 12, 2),
     ]:
         images, labels = random_split(size, seed)
-        write_idx(folder / images_name, images, mnist_input.IMAGES_MAGIC)
-        write_idx(folder / labels_name, labels, mnist_input.LABELS_MAGIC)
+        write_idx(folder / images_name, images, mnist_data.IMAGES_MAGIC)
+        write_idx(folder / labels_name, labels, mnist_data.LABELS_MAGIC)
     return folder
 
 
@@ -77,7 +78,7 @@ def read_split(data_dir, split):
 
 
 def test_converter_round_trips_the_idx_pixels_and_labels(idx_dir, tmp_path):
-    counts = mnist_input.convert(str(idx_dir), str(tmp_path / "data"), 10)
+    counts = mnist_data.convert(str(idx_dir), str(tmp_path / "data"), 10)
     assert counts == {"train": 20, "validation": 10, "test": 12}
     train_images, train_labels = random_split(NUM_TRAIN_IDX, 1)
     test_images, test_labels = random_split(NUM_TEST_IDX, 2)
@@ -116,8 +117,8 @@ def test_converter_script_splits_off_the_first_validation_size_images(
 
 @pytest.mark.slow
 def test_converter_script_reports_a_bad_file_in_one_line(idx_dir, tmp_path):
-    labels_file = idx_dir / mnist_input.TRAIN_LABELS
-    write_idx(labels_file, np.zeros(30), mnist_input.IMAGES_MAGIC)
+    labels_file = idx_dir / mnist_data.TRAIN_LABELS
+    write_idx(labels_file, np.zeros(30), mnist_data.IMAGES_MAGIC)
     result = run_script(
         "mnist_input.py",
         "--idx_dir=%s" % idx_dir,
@@ -132,15 +133,15 @@ def test_converter_script_reports_a_bad_file_in_one_line(idx_dir, tmp_path):
     )
 
 
-def conversion_error(idx_dir, validation_size=mnist_input.VALIDATION_SIZE):
+def conversion_error(idx_dir, validation_size=mnist_data.VALIDATION_SIZE):
     """Converts idx_dir, expecting a ValueError; returns its message."""
     with pytest.raises(ValueError) as error:
-        mnist_input.convert(str(idx_dir), str(idx_dir / "out"), validation_size)
+        mnist_data.convert(str(idx_dir), str(idx_dir / "out"), validation_size)
     return str(error.value)
 
 
 def test_wrong_magic_number_names_the_file_and_both_numbers(idx_dir):
-    images_file = idx_dir / mnist_input.TEST_IMAGES
+    images_file = idx_dir / mnist_data.TEST_IMAGES
     images, _ = random_split(NUM_TEST_IDX, 2)
     write_idx(images_file, images, 2049)
     assert conversion_error(idx_dir) == (
@@ -149,18 +150,18 @@ def test_wrong_magic_number_names_the_file_and_both_numbers(idx_dir):
 
 
 def test_image_and_label_counts_must_match(idx_dir):
-    labels_file = idx_dir / mnist_input.TRAIN_LABELS
-    write_idx(labels_file, np.zeros(29), mnist_input.LABELS_MAGIC)
+    labels_file = idx_dir / mnist_data.TRAIN_LABELS
+    write_idx(labels_file, np.zeros(29), mnist_data.LABELS_MAGIC)
     assert conversion_error(idx_dir) == (
         "%s: 29 labels, expected 30 (the number of images in %s)"
-        % (labels_file, idx_dir / mnist_input.TRAIN_IMAGES)
+        % (labels_file, idx_dir / mnist_data.TRAIN_IMAGES)
     )
 
 
 def test_truncated_file_names_the_expected_and_found_sizes(idx_dir):
-    images_file = idx_dir / mnist_input.TRAIN_IMAGES
+    images_file = idx_dir / mnist_data.TRAIN_IMAGES
     images, _ = random_split(NUM_TRAIN_IDX, 1)
-    write_idx(images_file, images, mnist_input.IMAGES_MAGIC, cut_bytes=100)
+    write_idx(images_file, images, mnist_data.IMAGES_MAGIC, cut_bytes=100)
     expected = 16 + 30 * 784
     assert conversion_error(idx_dir) == (
         "%s is truncated: %d bytes, expected %d (a 16-byte header, then "
@@ -169,27 +170,27 @@ def test_truncated_file_names_the_expected_and_found_sizes(idx_dir):
 
 
 def test_truncated_gzip_stream_is_reported_by_name(idx_dir):
-    labels_file = idx_dir / mnist_input.TEST_LABELS
+    labels_file = idx_dir / mnist_data.TEST_LABELS
     data = labels_file.read_bytes()
     labels_file.write_bytes(data[: len(data) // 2])
     message = "^%s is not a complete gzip file" % re.escape(str(labels_file))
     with pytest.raises(ValueError, match=message):
-        mnist_input.convert(str(idx_dir), str(idx_dir / "out"))
+        mnist_data.convert(str(idx_dir), str(idx_dir / "out"))
 
 
 def test_images_must_be_28_by_28(idx_dir):
-    images_file = idx_dir / mnist_input.TRAIN_IMAGES
-    write_idx(images_file, np.zeros((30, 28, 27)), mnist_input.IMAGES_MAGIC)
+    images_file = idx_dir / mnist_data.TRAIN_IMAGES
+    write_idx(images_file, np.zeros((30, 28, 27)), mnist_data.IMAGES_MAGIC)
     assert conversion_error(idx_dir) == (
         "%s: images of 28x27 pixels, expected 28x28" % images_file
     )
 
 
 def test_labels_must_be_digits(idx_dir):
-    labels_file = idx_dir / mnist_input.TEST_LABELS
+    labels_file = idx_dir / mnist_data.TEST_LABELS
     labels = np.zeros(NUM_TEST_IDX)
     labels[5] = 10
-    write_idx(labels_file, labels, mnist_input.LABELS_MAGIC)
+    write_idx(labels_file, labels, mnist_data.LABELS_MAGIC)
     assert conversion_error(idx_dir) == (
         "%s: label 10 at index 5, expected 0..9" % labels_file
     )
@@ -213,7 +214,7 @@ def write_numbered_records(data_dir, num_examples):
     images[:, 0, 0], images[:, 0, 1] = ids % 256, ids // 256
     os.makedirs(data_dir, exist_ok=True)
     filename = os.path.join(data_dir, "train.tfrecords")
-    mnist_input.write_records(filename, images, ids % 10)
+    mnist_data.write_records(filename, images, ids % 10)
     return filename
 
 
@@ -318,12 +319,12 @@ def test_a_corrupt_record_is_reported_with_the_file_name(tmp_path):
 
 
 def test_sample_set_is_written_once_with_balanced_classes(tmp_path):
-    assert mnist_input.write_fake_data(str(tmp_path))
-    assert not mnist_input.write_fake_data(str(tmp_path))
-    for split, size in mnist_input.FAKE_SPLIT_SIZES.items():
+    assert mnist_data.write_fake_data(str(tmp_path))
+    assert not mnist_data.write_fake_data(str(tmp_path))
+    for split, size in mnist_data.FAKE_SPLIT_SIZES.items():
         _, labels = read_split(tmp_path, split)
         assert list(np.bincount(labels)) == [size // 10] * 10
-    images, labels = mnist_input.fake_examples(20, seed=0)
+    images, labels = mnist_data.fake_examples(20, seed=0)
     assert images.dtype == np.uint8 and images.shape == (20, 28, 28)
     # The strokes stand out of the noise: an 8 lights more than a 1.
     assert images[8].mean() > images[1].mean() + 20

@@ -9,8 +9,8 @@ from conftest import run_script
 from tensorboard.backend.event_processing import event_accumulator
 from test_mnist_input import record_offset
 
-import mnist_input
 import mnist_model
+from multigpu import mnist_data
 
 NUM_TOWERS = 2
 PER_TOWER_BATCH = 11
@@ -18,7 +18,7 @@ NUM_EPOCHS = 3
 LEARNING_RATE = 0.01
 # The last partial step is dropped: floor(3000 * 3 / 22) = 409 steps.
 EXPECTED_STEPS = (
-    mnist_input.FAKE_SPLIT_SIZES["train"]
+    mnist_data.FAKE_SPLIT_SIZES["train"]
     * NUM_EPOCHS
     // (PER_TOWER_BATCH * NUM_TOWERS)
 )
@@ -32,7 +32,7 @@ MIN_ACCURACY = 0.5
 def mnist_data_dir(tmp_path_factory):
     """A --data_dir holding the built-in MNIST sample set."""
     data_dir = tmp_path_factory.mktemp("mnist_data")
-    mnist_input.write_fake_data(str(data_dir))
+    mnist_data.write_fake_data(str(data_dir))
     return data_dir
 
 

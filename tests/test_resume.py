@@ -23,7 +23,7 @@ from test_restore import (
 )
 
 import mnist_input
-from multigpu import restore
+from multigpu import mnist_data, restore
 
 # The MNIST runs: a small set, 10 steps an epoch on one tower.
 MNIST_SPLIT_SIZES = {"train": 200, "validation": 20, "test": 50}
@@ -102,9 +102,9 @@ def mnist_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("mnist")
     for seed, (split, size) in enumerate(MNIST_SPLIT_SIZES.items()):
         os.makedirs(root / "data", exist_ok=True)
-        mnist_input.write_records(
+        mnist_data.write_records(
             str(root / "data" / mnist_input.SPLIT_FILES[split]),
-            *mnist_input.fake_examples(size, seed),
+            *mnist_data.fake_examples(size, seed),
         )
     _mnist(root / "data", root / "train")
     return root / "data", root / "train"

@@ -32,6 +32,7 @@ from multigpu import (
     checkpoints,
     cifar10_data,
     interrupts,
+    mnist_data,
     sample_sets,
     train_dirs,
 )
@@ -426,19 +427,18 @@ def test_mnist_fake_data_never_writes_over_other_files(tmp_path):
 def test_a_sample_set_written_before_markers_is_marked_not_refused(
     cifar10_data_dir, tmp_path, capsys
 ):
-    import mnist_input
 
     cifar10 = tmp_path / "cifar10"
     shutil.copytree(
         str(cifar10_data_dir / "cifar-10-batches-bin"),
         str(cifar10 / "cifar-10-batches-bin"),
     )
-    mnist_input.write_fake_data(str(tmp_path / "mnist"))
+    mnist_data.write_fake_data(str(tmp_path / "mnist"))
     os.remove(str(cifar10 / "cifar-10-batches-bin" / "SAMPLE_SET.txt"))
     os.remove(str(tmp_path / "mnist" / "SAMPLE_SET.txt"))
     before = _contents(tmp_path)
     assert not cifar10_data.write_fake_data(str(cifar10))
-    assert not mnist_input.write_fake_data(str(tmp_path / "mnist"))
+    assert not mnist_data.write_fake_data(str(tmp_path / "mnist"))
     marker = sample_sets.MARKER_TEXT.encode()
     assert _contents(tmp_path) == {
         **before,
