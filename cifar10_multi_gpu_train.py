@@ -109,6 +109,7 @@ flags.DEFINE_boolean(
 )
 common_flags.define_device_flags()
 common_flags.define_cluster_flags()
+common_flags.define_session_flags()
 flags.adopt_module_key_flags(common_flags)
 
 
@@ -188,14 +189,18 @@ def build_graph(
 def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
+    options = common_flags.session_options_from_flags(FLAGS)
     if task.job_name == "ps":
-        return cluster.run_ps(task, placement.session_config())
+        return cluster.run_ps(task, placement.session_config(options=options))
     devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
     variable_device = placement.variable_device(
         FLAGS.variable_device, devices, task
     )
     config = placement.session_config(
-        devices, FLAGS.log_device_placement, FLAGS.operation_timeout_secs
+        devices,
+        FLAGS.log_device_placement,
+        FLAGS.operation_timeout_secs,
+        options,
     )
     print(placement.describe_devices(devices))
     cifar10_input.prepare_data_dir(

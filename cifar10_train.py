@@ -16,7 +16,7 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import errors, placement, summaries, training
+from multigpu import common_flags, errors, placement, summaries, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -68,6 +68,7 @@ flags.DEFINE_boolean(
     False,
     "Delete --train_dir before training instead of resuming from it.",
 )
+common_flags.define_session_flags()
 
 
 def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
@@ -91,6 +92,10 @@ def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
 
 def main(argv):
     del argv
+    config = placement.session_config(
+        log_device_placement=FLAGS.log_device_placement,
+        options=common_flags.session_options_from_flags(FLAGS),
+    )
     cifar10_input.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
@@ -113,9 +118,7 @@ def main(argv):
             log_frequency=FLAGS.log_frequency,
             max_steps=FLAGS.max_steps,
             save_checkpoint_steps=FLAGS.save_checkpoint_steps,
-            config=placement.session_config(
-                log_device_placement=FLAGS.log_device_placement
-            ),
+            config=config,
             clear_train_dir=FLAGS.clear_train_dir,
         )
 

@@ -106,6 +106,7 @@ flags.DEFINE_boolean(
 )
 
 common_flags.define_cluster_flags()
+common_flags.define_session_flags()
 flags.adopt_module_key_flags(common_flags)
 
 # Steps between the loss summaries that --tb_logging writes.
@@ -144,14 +145,21 @@ def report_accuracy(train_dir, data_dir, batch_size):
 def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
+    options = common_flags.session_options_from_flags(FLAGS)
     if task.job_name == "ps":
-        return cluster.run_ps(task, placement.session_config())
+        return cluster.run_ps(task, placement.session_config(options=options))
     if FLAGS.fake_data:
         mnist_input.write_fake_data(FLAGS.data_dir)
     if FLAGS.eval_only:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
         return
     devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    config = placement.session_config(
+        devices,
+        FLAGS.log_device_placement,
+        FLAGS.operation_timeout_secs,
+        options,
+    )
     print(placement.describe_devices(devices))
     train_file = mnist_input.data_file(FLAGS.data_dir, "train")
     with (
@@ -178,11 +186,7 @@ def main(argv):
                     SUMMARY_STEPS if FLAGS.tb_logging else None
                 ),
                 summary_op=summary_op,
-                config=placement.session_config(
-                    devices,
-                    FLAGS.log_device_placement,
-                    FLAGS.operation_timeout_secs,
-                ),
+                config=config,
                 clear_train_dir=FLAGS.clear_train_dir,
                 task=task,
                 hooks=hooks,

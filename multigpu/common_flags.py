@@ -78,3 +78,54 @@ def define_device_flags():
         "computes (a StagingArea per tower), so that the input copy overlaps "
         "the compute; --noprefetch_to_device reads the batch in the step.",
     )
+
+
+def define_session_flags():
+    """Defines the session options of the TF1 notes, for every script.
+
+    The script's `main` passes `session_options_from_flags(FLAGS)` to
+    `placement.session_config`.
+    """
+    flags.DEFINE_boolean(
+        "allow_growth",
+        False,
+        "Take GPU memory as it is needed instead of (almost) all of it at "
+        "start (gpu_options.allow_growth), e.g. to share a GPU.",
+    )
+    flags.DEFINE_float(
+        "gpu_memory_fraction",
+        0.0,
+        "Share of each GPU's memory this process may take "
+        "(gpu_options.per_process_gpu_memory_fraction); 0 = TensorFlow's "
+        "default.",
+        lower_bound=0.0,
+        upper_bound=1.0,
+    )
+    flags.DEFINE_integer(
+        "num_intra_threads",
+        0,
+        "Threads that one op may use (intra_op_parallelism_threads); 0 = "
+        "TensorFlow's choice (the CPU cores).",
+        lower_bound=0,
+    )
+    flags.DEFINE_integer(
+        "num_inter_threads",
+        0,
+        "Ops that may run at once (inter_op_parallelism_threads); 0 = "
+        "TensorFlow's choice.",
+        lower_bound=0,
+    )
+
+
+def session_options_from_flags(flag_values):
+    """The `placement.SessionOptions` of `define_session_flags`' flags.
+
+    Args:
+      flag_values: the parsed flags, the script's `FLAGS`, passed by `main`.
+    """
+    return placement.SessionOptions(
+        flag_values.allow_growth,
+        flag_values.gpu_memory_fraction,
+        flag_values.num_intra_threads,
+        flag_values.num_inter_threads,
+    )

@@ -1,5 +1,7 @@
 """Where the towers run and where the variables live; the session config."""
 
+import collections
+
 import tensorflow as tf
 
 # Where the variables live and the gradients are averaged (the TF1 design),
@@ -88,8 +90,31 @@ def describe_devices(devices):
     return "%d tower(s) on %s" % (len(devices), ", ".join(devices))
 
 
+class SessionOptions(
+    collections.namedtuple(
+        "SessionOptions",
+        "allow_growth gpu_memory_fraction num_intra_threads num_inter_threads",
+    )
+):
+    """The session options of the TF1 notes (0 = TensorFlow's choice).
+
+    allow_growth: bool, GPU memory is taken as needed, not all at start.
+    gpu_memory_fraction: float in [0, 1], the share of each GPU's memory the
+      process may take (per_process_gpu_memory_fraction).
+    num_intra_threads: int, threads inside one op (e.g. a matmul).
+    num_inter_threads: int, ops run at once.
+    """
+
+
+# TensorFlow's own defaults for each session option.
+DEFAULT_SESSION_OPTIONS = SessionOptions(False, 0.0, 0, 0)
+
+
 def session_config(
-    devices=("/cpu:0",), log_device_placement=False, operation_timeout_secs=0
+    devices=("/cpu:0",),
+    log_device_placement=False,
+    operation_timeout_secs=0,
+    options=DEFAULT_SESSION_OPTIONS,
 ):
     """Returns the `ConfigProto` of every session of the suite.
 
@@ -102,6 +127,7 @@ def session_config(
       log_device_placement: bool, whether TensorFlow logs each op's device.
       operation_timeout_secs: int, an op waiting longer fails with
         DeadlineExceededError (a dead cluster peer); 0 waits forever.
+      options: the `SessionOptions` of the GPU memory and thread pools.
     """
     num_cpu_devices = max(1, sum(d.startswith("/cpu") for d in devices))
     return tf.compat.v1.ConfigProto(
@@ -109,6 +135,12 @@ def session_config(
         log_device_placement=log_device_placement,
         device_count={"CPU": num_cpu_devices},
         operation_timeout_in_ms=operation_timeout_secs * 1000,
+        gpu_options=tf.compat.v1.GPUOptions(
+            allow_growth=options.allow_growth,
+            per_process_gpu_memory_fraction=options.gpu_memory_fraction,
+        ),
+        intra_op_parallelism_threads=options.num_intra_threads,
+        inter_op_parallelism_threads=options.num_inter_threads,
     )
 
 
