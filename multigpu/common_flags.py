@@ -14,7 +14,11 @@ def define_cluster_flags():
     flags.DEFINE_string(
         "ps_hosts",
         "",
-        "Cluster mode: comma-separated HOST:PORT of the ps tasks.",
+        "Cluster mode: comma-separated HOST:PORT of the ps tasks. Without "
+        "--ps_hosts and --worker_hosts the cluster comes from the TF_CONFIG "
+        "environment variable when it names one (Kubeflow TFJob, "
+        "tf.distribute): its chief is worker 0 and its worker i is worker "
+        "i+1. Flags and TF_CONFIG that disagree are an error.",
     )
     flags.DEFINE_string(
         "worker_hosts",
