@@ -30,6 +30,7 @@ import cifar10_input
 from multigpu import (
     cluster,
     common_flags,
+    dry_run,
     errors,
     placement,
     summaries,
@@ -110,6 +111,7 @@ flags.DEFINE_boolean(
 common_flags.define_device_flags()
 common_flags.define_cluster_flags()
 common_flags.define_session_flags()
+common_flags.define_dry_run_flag()
 flags.adopt_module_key_flags(common_flags)
 
 
@@ -190,9 +192,13 @@ def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
     options = common_flags.session_options_from_flags(FLAGS)
-    if task.job_name == "ps":
+    if FLAGS.dry_run:
+        dry_run.refuse_ps(task)
+        devices = dry_run.gpu_devices(FLAGS.num_gpus)
+    elif task.job_name == "ps":
         return cluster.run_ps(task, placement.session_config(options=options))
-    devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    else:
+        devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
     variable_device = placement.variable_device(
         FLAGS.variable_device, devices, task
     )
@@ -202,30 +208,61 @@ def main(argv):
         FLAGS.operation_timeout_secs,
         options,
     )
+    compute_dtype = placement.compute_dtype(FLAGS.use_fp16, devices)
     print(placement.describe_devices(devices))
-    cifar10_input.prepare_data_dir(
-        FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
-    )
+    # One tower's batch: images and labels.
+    batch_shapes = [
+        (
+            [
+                FLAGS.batch_size,
+                cifar10_input.IMAGE_SIZE,
+                cifar10_input.IMAGE_SIZE,
+                3,
+            ],
+            tf.float32,
+        ),
+        ([FLAGS.batch_size], tf.int32),
+    ]
+    if not FLAGS.dry_run:
+        cifar10_input.prepare_data_dir(
+            FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
+        )
     with (
-        tf.Graph().as_default(),
+        tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         # One input pipeline on the CPU; each tower takes its own batches.
         with tf.device("/cpu:0"):
-            get_next = cifar10_input.distorted_batches(
-                FLAGS.data_dir, FLAGS.batch_size
-            )
+            if FLAGS.dry_run:
+                get_next = dry_run.synthetic_batches(batch_shapes)
+            else:
+                get_next = cifar10_input.distorted_batches(
+                    FLAGS.data_dir, FLAGS.batch_size
+                )
         loss, train_op, summary_op, hooks = build_graph(
             get_next,
             FLAGS.batch_size,
             devices,
-            placement.compute_dtype(FLAGS.use_fp16, devices),
+            compute_dtype,
             FLAGS.clip_gradients,
             task,
             variable_device,
             FLAGS.xla,
             FLAGS.prefetch_to_device,
         )
+        if FLAGS.dry_run:
+            return dry_run.check(
+                graph,
+                batch_shapes,
+                dry_run.describe(
+                    devices,
+                    compute_dtype=compute_dtype.name,
+                    variable_device=variable_device,
+                    xla=FLAGS.xla,
+                    prefetch_to_device=FLAGS.prefetch_to_device,
+                    cluster_task=dry_run.task_name(task),
+                ),
+            )
         training.run_training(
             train_op,
             loss,

@@ -32,7 +32,14 @@ from absl import flags
 
 import mnist_input
 import mnist_model
-from multigpu import cluster, common_flags, errors, placement, training
+from multigpu import (
+    cluster,
+    common_flags,
+    dry_run,
+    errors,
+    placement,
+    training,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -107,6 +114,7 @@ flags.DEFINE_boolean(
 
 common_flags.define_cluster_flags()
 common_flags.define_session_flags()
+common_flags.define_dry_run_flag()
 flags.adopt_module_key_flags(common_flags)
 
 # Steps between the loss summaries that --tb_logging writes.
@@ -131,6 +139,32 @@ def build_graph(data_dir, batch_size, num_epochs, devices, learning_rate, task):
     return mnist_model.train(iterator.get_next, devices, learning_rate, task)
 
 
+def plan_dry_run(task):
+    """Prints the placement plan of the towers on --num_gpus GPUs."""
+    dry_run.refuse_ps(task)
+    devices = dry_run.gpu_devices(FLAGS.num_gpus)
+    # One tower's batch: images and labels.
+    batch_shapes = [
+        ([FLAGS.batch_size, mnist_input.IMAGE_PIXELS], tf.float32),
+        ([FLAGS.batch_size], tf.int32),
+    ]
+    with (
+        tf.Graph().as_default() as graph,
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        mnist_model.train(
+            dry_run.synthetic_batches(batch_shapes),
+            devices,
+            FLAGS.learning_rate,
+            task,
+        )
+        dry_run.check(
+            graph,
+            batch_shapes,
+            dry_run.describe(devices, cluster_task=dry_run.task_name(task)),
+        )
+
+
 def report_accuracy(train_dir, data_dir, batch_size):
     """Prints the test accuracy of train_dir's newest checkpoint."""
     accuracy, num_examples, step = mnist_model.evaluate(
@@ -146,6 +180,8 @@ def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
     options = common_flags.session_options_from_flags(FLAGS)
+    if FLAGS.dry_run:
+        return plan_dry_run(task)
     if task.job_name == "ps":
         return cluster.run_ps(task, placement.session_config(options=options))
     if FLAGS.fake_data:

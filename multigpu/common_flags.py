@@ -133,3 +133,16 @@ def session_options_from_flags(flag_values):
         flag_values.num_intra_threads,
         flag_values.num_inter_threads,
     )
+
+
+def define_dry_run_flag():
+    """Defines --dry_run of a multi-tower trainer (see `multigpu.dry_run`)."""
+    flags.DEFINE_boolean(
+        "dry_run",
+        False,
+        "Build the graph for --num_gpus GPUs, visible or not, open no "
+        "session and print the placement plan: ops and parameters per "
+        "device, the bytes crossing devices per step, and any op placed on "
+        "a GPU without a GPU kernel for its dtypes in this TensorFlow build "
+        "(exit 1 if one is found). Needs no data.",
+    )
