@@ -35,6 +35,7 @@ from multigpu import (
     placement,
     summaries,
     towers,
+    trace,
     training,
 )
 
@@ -112,6 +113,7 @@ common_flags.define_device_flags()
 common_flags.define_cluster_flags()
 common_flags.define_session_flags()
 common_flags.define_dry_run_flag()
+common_flags.define_trace_flag()
 flags.adopt_module_key_flags(common_flags)
 
 
@@ -275,7 +277,7 @@ def main(argv):
             config=config,
             clear_train_dir=FLAGS.clear_train_dir,
             task=task,
-            hooks=hooks,
+            hooks=hooks + trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
         )
 
 

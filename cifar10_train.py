@@ -16,7 +16,14 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import common_flags, errors, placement, summaries, training
+from multigpu import (
+    common_flags,
+    errors,
+    placement,
+    summaries,
+    trace,
+    training,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -69,6 +76,7 @@ flags.DEFINE_boolean(
     "Delete --train_dir before training instead of resuming from it.",
 )
 common_flags.define_session_flags()
+common_flags.define_trace_flag()
 
 
 def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
@@ -120,6 +128,7 @@ def main(argv):
             save_checkpoint_steps=FLAGS.save_checkpoint_steps,
             config=config,
             clear_train_dir=FLAGS.clear_train_dir,
+            hooks=trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
         )
 
 

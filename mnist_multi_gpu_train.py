@@ -38,6 +38,7 @@ from multigpu import (
     dry_run,
     errors,
     placement,
+    trace,
     training,
 )
 
@@ -115,6 +116,7 @@ flags.DEFINE_boolean(
 common_flags.define_cluster_flags()
 common_flags.define_session_flags()
 common_flags.define_dry_run_flag()
+common_flags.define_trace_flag()
 flags.adopt_module_key_flags(common_flags)
 
 # Steps between the loss summaries that --tb_logging writes.
@@ -225,7 +227,8 @@ def main(argv):
                 config=config,
                 clear_train_dir=FLAGS.clear_train_dir,
                 task=task,
-                hooks=hooks,
+                hooks=hooks
+                + trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
             )
     print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
     if task.is_chief:

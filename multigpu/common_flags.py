@@ -146,3 +146,15 @@ def define_dry_run_flag():
         "a GPU without a GPU kernel for its dtypes in this TensorFlow build "
         "(exit 1 if one is found). Needs no data.",
     )
+
+
+def define_trace_flag():
+    """Defines --trace_step of a trainer (see `multigpu.trace`)."""
+    flags.DEFINE_integer(
+        "trace_step",
+        0,
+        "Trace the step that reaches this global step: write a Chrome trace "
+        "(TRAIN_DIR/trace_step_N.json, for chrome://tracing or Perfetto) and "
+        "its run metadata for TensorBoard's graph view; 0 traces nothing.",
+        lower_bound=0,
+    )
