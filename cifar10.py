@@ -17,7 +17,7 @@ multi-GPU trainer share one copy.
 import tensorflow as tf
 
 import cifar10_input
-from multigpu import placement, summaries, towers, variables
+from multigpu import loss_scale, placement, summaries, towers, variables
 
 IMAGE_SIZE = cifar10_input.IMAGE_SIZE
 NUM_CLASSES = cifar10_input.NUM_CLASSES
@@ -287,7 +287,9 @@ def apply_gradients(opt, grads_and_vars, global_step):
         return averages.apply(tf.compat.v1.trainable_variables())
 
 
-def train(total_loss, global_step, batch_size, clip_norm=0.0):
+def train(
+    total_loss, global_step, batch_size, clip_norm=0.0, loss_scaling=None
+):
     """The one-device training op.
 
     Args:
@@ -296,12 +298,13 @@ def train(total_loss, global_step, batch_size, clip_norm=0.0):
       batch_size: int, examples per step.
       clip_norm: float; if > 0, the gradients are scaled to at most this
         global norm.
+      loss_scaling: a `loss_scale.LossScaling` for float16, or None.
 
     Returns:
       The op that runs one step of training.
     """
     lr = learning_rate(global_step, batch_size)
-    opt = optimizer(lr)
+    opt = loss_scale.wrap(optimizer(lr), loss_scaling)
     # Update the loss averages before the gradients, as the tutorial does.
     with tf.control_dependencies([add_loss_summaries(total_loss)]):
         grads = opt.compute_gradients(total_loss)

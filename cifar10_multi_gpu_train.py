@@ -32,6 +32,7 @@ from multigpu import (
     common_flags,
     dry_run,
     errors,
+    loss_scale,
     placement,
     summaries,
     towers,
@@ -114,6 +115,7 @@ common_flags.define_cluster_flags()
 common_flags.define_session_flags()
 common_flags.define_dry_run_flag()
 common_flags.define_trace_flag()
+common_flags.define_fp16_flags()
 flags.adopt_module_key_flags(common_flags)
 
 
@@ -127,6 +129,7 @@ def build_graph(
     variable_device=placement.VARIABLE_DEVICE,
     xla=False,
     prefetch=False,
+    loss_scaling=None,
 ):
     """Builds the towers, the averaged update and the summaries.
 
@@ -143,6 +146,7 @@ def build_graph(
         averaged.
       xla: bool, compile each tower with XLA.
       prefetch: bool, stage each tower's next batch on its device.
+      loss_scaling: a `loss_scale.LossScaling` for float16, or None.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -153,7 +157,9 @@ def build_graph(
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples_per_step = batch_size * len(devices) * task.replicas_per_step
     lr = cifar10.learning_rate(global_step, examples_per_step)
-    opt = cluster.sync_optimizer(cifar10.optimizer(lr), task)
+    opt = cluster.sync_optimizer(
+        loss_scale.wrap(cifar10.optimizer(lr), loss_scaling), task
+    )
     put_ops = []
 
     def tower_loss(scope):
@@ -210,7 +216,12 @@ def main(argv):
         FLAGS.operation_timeout_secs,
         options,
     )
-    compute_dtype = placement.compute_dtype(FLAGS.use_fp16, devices)
+    compute_dtype = placement.compute_dtype(
+        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+    )
+    loss_scaling = common_flags.loss_scaling_from_flags(
+        FLAGS, compute_dtype, task.sync_replicas
+    )
     print(placement.describe_devices(devices))
     # One tower's batch: images and labels.
     batch_shapes = [
@@ -251,6 +262,7 @@ def main(argv):
             variable_device,
             FLAGS.xla,
             FLAGS.prefetch_to_device,
+            loss_scaling,
         )
         if FLAGS.dry_run:
             return dry_run.check(
@@ -263,6 +275,7 @@ def main(argv):
                     xla=FLAGS.xla,
                     prefetch_to_device=FLAGS.prefetch_to_device,
                     cluster_task=dry_run.task_name(task),
+                    loss_scaling=loss_scale.describe(loss_scaling),
                 ),
             )
         training.run_training(

@@ -77,12 +77,16 @@ flags.DEFINE_boolean(
 )
 common_flags.define_session_flags()
 common_flags.define_trace_flag()
+common_flags.define_fp16_flags()
 
 
-def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
+def build_graph(
+    data_dir, batch_size, compute_dtype, clip_norm=0.0, loss_scaling=None
+):
     """Builds input, model, loss and train op in the default graph.
 
     clip_norm: float, 0 for no clipping of the gradients' global norm.
+    loss_scaling: a `loss_scale.LossScaling` for float16, or None.
 
     Returns:
       loss: float32 scalar, the total loss of the step's batch.
@@ -95,7 +99,9 @@ def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
     summaries.image_summary("images", images)
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
-    return loss, cifar10.train(loss, global_step, batch_size, clip_norm)
+    return loss, cifar10.train(
+        loss, global_step, batch_size, clip_norm, loss_scaling
+    )
 
 
 def main(argv):
@@ -111,12 +117,16 @@ def main(argv):
         ["/gpu:0"] if tf.config.list_physical_devices("GPU") else ["/cpu:0"]
     )
     print(placement.describe_devices(devices))
+    compute_dtype = placement.compute_dtype(
+        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+    )
     with tf.Graph().as_default():
         loss, train_op = build_graph(
             FLAGS.data_dir,
             FLAGS.batch_size,
-            placement.compute_dtype(FLAGS.use_fp16, devices),
+            compute_dtype,
             FLAGS.clip_gradients,
+            common_flags.loss_scaling_from_flags(FLAGS, compute_dtype),
         )
         training.run_training(
             train_op,

@@ -2,7 +2,7 @@
 
 from absl import flags
 
-from multigpu import placement, towers
+from multigpu import loss_scale, placement, towers
 
 
 def define_cluster_flags():
@@ -157,4 +157,58 @@ def define_trace_flag():
         "(TRAIN_DIR/trace_step_N.json, for chrome://tracing or Perfetto) and "
         "its run metadata for TensorBoard's graph view; 0 traces nothing.",
         lower_bound=0,
+    )
+
+
+def define_fp16_flags():
+    """Defines the reduced-precision flags of a trainer with --use_fp16.
+
+    The trainer's `main` passes --force_cpu_bfloat16 to
+    `placement.compute_dtype` and `loss_scaling_from_flags(FLAGS, ...)` to
+    its graph.
+    """
+    flags.DEFINE_boolean(
+        "force_cpu_bfloat16",
+        False,
+        "With --use_fp16 on a CPU without bfloat16 instructions (AVX512_BF16 "
+        "or AMX), compute in bfloat16 anyway (emulated, about 10x slower) "
+        "instead of float32.",
+    )
+    flags.DEFINE_float(
+        "fp16_loss_scale",
+        loss_scale.DEFAULT_LOSS_SCALE,
+        "With --use_fp16 on GPUs (float16): multiply the loss by this before "
+        "the gradients are computed and divide the gradients by it, so that "
+        "small gradients do not underflow; 1 disables it. The starting "
+        "scale of --fp16_enable_auto_loss_scale.",
+    )
+    flags.DEFINE_boolean(
+        "fp16_enable_auto_loss_scale",
+        False,
+        "With --use_fp16 on GPUs: a dynamic loss scale that skips the update "
+        "and halves on non-finite gradients and doubles after "
+        "--fp16_inc_loss_scale_every_n good steps in a row.",
+    )
+    flags.DEFINE_integer(
+        "fp16_inc_loss_scale_every_n",
+        loss_scale.DEFAULT_INC_EVERY_N,
+        "Good steps in a row before the dynamic loss scale doubles.",
+        lower_bound=1,
+    )
+
+
+def loss_scaling_from_flags(flag_values, compute_dtype, sync_replicas=False):
+    """The `loss_scale.LossScaling` of `define_fp16_flags`' flags, or None.
+
+    Args:
+      flag_values: the parsed flags, the trainer's `FLAGS`.
+      compute_dtype: the towers' compute dtype; only float16 is scaled.
+      sync_replicas: bool, the cluster's --sync_replicas.
+    """
+    return loss_scale.loss_scaling(
+        compute_dtype,
+        flag_values.fp16_loss_scale,
+        flag_values.fp16_enable_auto_loss_scale,
+        flag_values.fp16_inc_loss_scale_every_n,
+        sync_replicas,
     )

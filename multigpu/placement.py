@@ -1,6 +1,7 @@
 """Where the towers run and where the variables live; the session config."""
 
 import collections
+import sys
 
 import tensorflow as tf
 
@@ -144,17 +145,55 @@ def session_config(
     )
 
 
-def compute_dtype(use_fp16, devices):
+# The x86 CPU flags (as /proc/cpuinfo names them) of bfloat16 instructions:
+# AVX512_BF16 (Cooper Lake, Zen 4 and later) or AMX (Sapphire Rapids).
+BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_has_bfloat16(cpuinfo_path="/proc/cpuinfo"):
+    """Whether the CPU has bfloat16 instructions (False when unknown)."""
+    try:
+        with open(cpuinfo_path) as f:
+            words = set(f.read().split())
+    except OSError:
+        return False
+    return any(flag in words for flag in BFLOAT16_CPU_FLAGS)
+
+
+def compute_dtype(
+    use_fp16, devices, force_cpu_bfloat16=False, cpu_bfloat16=None
+):
     """The dtype the layers compute in (variables stay float32).
+
+    Without bfloat16 instructions a CPU emulates bfloat16 about ten times
+    slower than float32, so there --use_fp16 computes in float32 (and says
+    so on stderr) unless force_cpu_bfloat16.
 
     Args:
       use_fp16: bool, whether to compute in reduced precision.
       devices: the tower device strings.
+      force_cpu_bfloat16: bool, use bfloat16 on a CPU without the
+        instructions.
+      cpu_bfloat16: bool, whether the CPU has them; None reads
+        `cpu_has_bfloat16()`.
 
     Returns:
       tf.float32; with use_fp16, tf.float16 on GPUs and tf.bfloat16 on CPUs
-      (CPUs have fast bfloat16 kernels, not float16 ones).
+      that have bfloat16 instructions (CPUs have no fast float16 kernels).
     """
     if not use_fp16:
         return tf.float32
-    return tf.float16 if devices[0].startswith("/gpu") else tf.bfloat16
+    if devices[0].startswith("/gpu"):
+        return tf.float16
+    if cpu_bfloat16 is None:
+        cpu_bfloat16 = cpu_has_bfloat16()
+    if cpu_bfloat16 or force_cpu_bfloat16:
+        return tf.bfloat16
+    print(
+        "WARNING: --use_fp16 on a CPU without bfloat16 instructions "
+        "(AVX512_BF16 or AMX), where bfloat16 is emulated about 10x slower: "
+        "computing in float32; pass --force_cpu_bfloat16 to use bfloat16 "
+        "anyway.",
+        file=sys.stderr,
+    )
+    return tf.float32

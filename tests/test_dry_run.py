@@ -169,14 +169,19 @@ def _dry_run_totals(stdout):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "script, batch_bytes, parameters",
+    "script, options, batch_bytes, parameters",
     [
-        ("cifar10_multi_gpu_train.py", cifar10_batch_bytes, CIFAR10_PARAMETERS),
-        ("mnist_multi_gpu_train.py", mnist_batch_bytes, MNIST_PARAMETERS),
+        (
+            "cifar10_multi_gpu_train.py",
+            ("--use_fp16", "--fp16_enable_auto_loss_scale", "--xla"),
+            cifar10_batch_bytes,
+            CIFAR10_PARAMETERS,
+        ),
+        ("mnist_multi_gpu_train.py", (), mnist_batch_bytes, MNIST_PARAMETERS),
     ],
 )
 def test_the_dry_run_for_8_gpus_prints_the_bytes_of_the_models_parameters(
-    script, batch_bytes, parameters, tmp_path
+    script, options, batch_bytes, parameters, tmp_path
 ):
     result = run_script(
         script,
@@ -184,6 +189,7 @@ def test_the_dry_run_for_8_gpus_prints_the_bytes_of_the_models_parameters(
         "--num_gpus=8",
         "--batch_size=%d" % BATCH,
         "--train_dir=%s" % tmp_path,
+        *options,
     )
 
     towers, total = _dry_run_totals(result.stdout)
@@ -199,6 +205,12 @@ def test_the_dry_run_for_8_gpus_prints_the_bytes_of_the_models_parameters(
     )
     # Nothing was trained or written.
     assert not tmp_path.joinpath("checkpoint").exists()
+    if options:
+        assert (
+            "compute_dtype=float16, variable_device=/cpu:0, xla=True, "
+            "prefetch_to_device=True, cluster_task=none, loss_scaling=dynamic "
+            "from 128, x2 after 1000 good steps;" in result.stdout
+        )
 
 
 # Runs cifar10_multi_gpu_train.py with LRN computing in the compute dtype,
