@@ -147,8 +147,9 @@ def _device_table(graph):
     for var in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
         params[_device_name(var.op)] += var.shape.num_elements()
     lines = [
-        "Placement plan: ops and trainable parameters per device "
-        "(unassigned: placed by TensorFlow beside their inputs)"
+        "Placement plan: ops and trainable parameters per device\n"
+        "(unassigned: placed by TensorFlow beside the variable or input "
+        "they read)"
     ]
     for device in sorted(ops):
         lines.append(
@@ -224,9 +225,9 @@ def _transfer_table(plan, graph):
         }
     )
     lines = [
-        "Bytes crossing devices per step (variables in, gradients out, "
-        "input batch in); the variables live on %s, the input on the host:"
-        % ", ".join(homes)
+        "Bytes crossing devices per step (variables in + gradients out + "
+        "input batch in)\nfrom the variables on %s and the input on the "
+        "host:" % ", ".join(homes)
     ]
     for i, tower in enumerate(plan):
         lines.append(
@@ -247,8 +248,8 @@ def _transfer_table(plan, graph):
     total = sum(sum(t[1:]) for t in plan)
     slowest = max(sum(t[1:]) for t in plan)
     lines.append(
-        "  total: %s bytes per step; at %.1f GB/s per link (PCIe 3.0 x16) "
-        "%.2f ms per step for the busiest tower's link, %.2f ms if all "
+        "  total: %s bytes per step\n  at %.1f GB/s per link (PCIe 3.0 "
+        "x16): %.2f ms per step on the busiest tower's link, %.2f ms if all "
         "share one link"
         % (
             "{:,}".format(total),
@@ -290,7 +291,7 @@ def _host_table(graph):
         counts = ", ".join(
             "%s x%d" % each for each in sorted(found[reason].items())
         )
-        lines.append("  %s: %s" % (reason, counts))
+        lines.append("  %s:\n    %s" % (reason, counts))
     return "\n".join(lines)
 
 
@@ -349,19 +350,20 @@ def _dtype_attrs(node_def):
 
 
 def describe(devices, **settings):
-    """The plan's first line: the devices and the settings it was built with.
+    """The plan's first lines: the devices and the settings of the graph.
 
     Args:
       devices: the tower device strings.
       **settings: name=value pairs to state, e.g. compute_dtype='float16'.
     """
     return (
-        "Dry run for %d GPU(s) (%s), %s; no session opened, nothing "
-        "trained or saved."
+        "Dry run for %d GPU(s), %s to %s; no session opened, nothing "
+        "trained or saved.\n  %s"
         % (
             len(devices),
-            ", ".join(devices),
-            ", ".join("%s=%s" % each for each in settings.items()),
+            devices[0],
+            devices[-1],
+            "\n  ".join("%s: %s" % each for each in settings.items()),
         )
     )
 

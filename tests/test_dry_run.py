@@ -207,9 +207,13 @@ def test_the_dry_run_for_8_gpus_prints_the_bytes_of_the_models_parameters(
     assert not tmp_path.joinpath("checkpoint").exists()
     if options:
         assert (
-            "compute_dtype=float16, variable_device=/cpu:0, xla=True, "
-            "prefetch_to_device=True, cluster_task=none, loss_scaling=dynamic "
-            "from 128, x2 after 1000 good steps;" in result.stdout
+            "  compute_dtype: float16\n"
+            "  variable_device: /cpu:0\n"
+            "  xla: True\n"
+            "  prefetch_to_device: True\n"
+            "  cluster_task: none\n"
+            "  loss_scaling: dynamic from 128, x2 after 1000 good steps\n"
+            in result.stdout
         )
 
 
