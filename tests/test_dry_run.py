@@ -1,18 +1,17 @@
 """--dry_run: the graph for N GPUs, its transfers and kernels, without GPUs."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
+from conftest import run_script
+from test_session_options import run_code
 
 # The trainers' graph builders (their flags are defined once per process;
 # the scripts themselves run as subprocesses below).
 import cifar10_multi_gpu_train
 import mnist_model
 from multigpu import cluster, dry_run, placement
-from tests.conftest import REPO, SCRIPT_ENV, run_script
 
 # The CIFAR-10 model's parameters, layer by layer (weights + biases).
 CIFAR10_PARAMETERS = (
@@ -236,21 +235,12 @@ script.run()
 
 @pytest.mark.slow
 def test_a_float16_op_without_a_gpu_kernel_fails_the_dry_run_with_its_name():
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _PLANT_LRN,
-            "--dry_run",
-            "--num_gpus=2",
-            "--use_fp16",
-            "--batch_size=%d" % BATCH,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=SCRIPT_ENV,
-        cwd=REPO,
+    result = run_code(
+        _PLANT_LRN,
+        "--dry_run",
+        "--num_gpus=2",
+        "--use_fp16",
+        "--batch_size=%d" % BATCH,
     )
 
     assert result.returncode == 1, result.stderr[-3000:]

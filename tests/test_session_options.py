@@ -5,10 +5,10 @@ import sys
 
 import pytest
 import tensorflow as tf
+from conftest import REPO, SCRIPT_ENV, run_script
 from google.protobuf import text_format
 
 from multigpu import placement
-from tests.conftest import REPO, SCRIPT_ENV, checkpoint_steps, run_script
 
 # Runs a script's main with its flags, stopping at the first ConfigProto it
 # builds, which it prints: the config the script's sessions would get.
@@ -28,16 +28,25 @@ app.run(script.main, argv=sys.argv)
 """
 
 
-def script_config(module, *args):
-    """The first `ConfigProto` the script's main builds with these flags."""
-    result = subprocess.run(
-        [sys.executable, "-c", _PRINT_CONFIG.format(module=module), *args],
+def run_code(code, *args):
+    """Runs Python code with flags in a subprocess in the repository.
+
+    Returns:
+      The `subprocess.CompletedProcess`, stdout and stderr as text.
+    """
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         timeout=300,
         env=SCRIPT_ENV,
         cwd=REPO,
     )
+
+
+def script_config(module, *args):
+    """The first `ConfigProto` the script's main builds with these flags."""
+    result = run_code(_PRINT_CONFIG.format(module=module), *args)
     assert result.returncode == 0, result.stderr[-3000:]
     return text_format.Parse(result.stdout, tf.compat.v1.ConfigProto())
 
@@ -101,22 +110,3 @@ def test_a_memory_fraction_above_one_is_a_one_line_error(tmp_path):
     assert result.returncode == 1
     assert "--gpu_memory_fraction" in result.stderr
     assert "Traceback" not in result.stderr
-
-
-@pytest.mark.slow
-def test_two_towers_train_with_one_intra_and_one_inter_op_thread(
-    cifar10_data_dir, tmp_path
-):
-    run_script(
-        "cifar10_multi_gpu_train.py",
-        "--data_dir=%s" % cifar10_data_dir,
-        "--train_dir=%s" % tmp_path,
-        "--num_gpus=2",
-        "--cpu_towers",
-        "--batch_size=4",
-        "--max_steps=3",
-        "--num_intra_threads=1",
-        "--num_inter_threads=1",
-    )
-
-    assert checkpoint_steps(tmp_path)[-1] == 3

@@ -5,9 +5,9 @@ import json
 
 import pytest
 import tensorflow as tf
+from conftest import checkpoint_steps, read_events, run_script
 
 from multigpu import trace
-from tests.conftest import read_events, run_script
 
 
 def _step_stats(device_spans):
@@ -39,7 +39,7 @@ def test_a_devices_busy_share_counts_overlapping_ops_once():
 
 
 @pytest.mark.slow
-def test_the_traced_step_shows_both_towers_on_their_own_devices(
+def test_a_traced_step_of_one_thread_runs_shows_both_towers_on_their_devices(
     cifar10_data_dir, tmp_path
 ):
     result = run_script(
@@ -51,6 +51,9 @@ def test_the_traced_step_shows_both_towers_on_their_own_devices(
         "--batch_size=4",
         "--max_steps=3",
         "--trace_step=2",
+        # The session's thread flags, through a run.
+        "--num_intra_threads=1",
+        "--num_inter_threads=1",
     )
 
     path = tmp_path / "trace_step_2.json"
@@ -73,3 +76,4 @@ def test_the_traced_step_shows_both_towers_on_their_own_devices(
     assert "tower_0" in towers_on["CPU:0"]
     assert towers_on["CPU:1"] == {"tower_1"}
     assert read_events(tmp_path).Tags()["run_metadata"] == ["step_2"]
+    assert checkpoint_steps(tmp_path)[-1] == 3
