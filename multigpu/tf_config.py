@@ -49,6 +49,11 @@ def parse(text):
         config = json.loads(text)
     except ValueError as e:
         raise ValueError("TF_CONFIG is not valid JSON (%s)" % e) from None
+    if not isinstance(config, dict):
+        raise ValueError(
+            "TF_CONFIG is not a JSON object; expected "
+            '{"cluster": {...}, "task": {"type": ..., "index": ...}}'
+        )
     cluster = config.get("cluster") or {}
     if not cluster:
         return None

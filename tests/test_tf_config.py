@@ -118,6 +118,11 @@ def test_flags_that_disagree_with_tf_config_are_an_error(flags, message):
             "enclosed in double quotes: line 1 column 2 (char 1))",
         ),
         (
+            "[1, 2]",
+            'TF_CONFIG is not a JSON object; expected {"cluster": {...}, '
+            '"task": {"type": ..., "index": ...}}',
+        ),
+        (
             tf_config_text("worker", 0, {"worker": ["h:1", "h:2"]}),
             "TF_CONFIG's cluster has jobs worker; the cluster mode needs a "
             "ps job and a worker or chief job",
