@@ -240,19 +240,20 @@ def _transfer_table(plan, graph):
                 "{:,}".format(tower.input_in),
             )
         )
-    if any(home.startswith("/job:ps") for home in homes):
-        lines.append(
-            "  (cluster: the variables and gradients cross the network "
-            "between the ps tasks and this worker, not a PCIe link)"
-        )
     total = sum(sum(t[1:]) for t in plan)
     slowest = max(sum(t[1:]) for t in plan)
+    lines.append("  total: %s bytes per step" % "{:,}".format(total))
+    if any(home.startswith("/job:ps") for home in homes):
+        # No PCIe price: the variables are read over the network.
+        lines.append(
+            "  (cluster: the variables and gradients cross the network "
+            "between the ps tasks and this worker)"
+        )
+        return "\n".join(lines)
     lines.append(
-        "  total: %s bytes per step\n  at %.1f GB/s per link (PCIe 3.0 "
-        "x16): %.2f ms per step on the busiest tower's link, %.2f ms if all "
-        "share one link"
+        "  at %.1f GB/s per link (PCIe 3.0 x16): %.2f ms per step on the "
+        "busiest tower's link, %.2f ms if all share one link"
         % (
-            "{:,}".format(total),
             HOST_LINK_GB_PER_SEC,
             slowest / HOST_LINK_GB_PER_SEC / 1e6,
             total / HOST_LINK_GB_PER_SEC / 1e6,
