@@ -25,7 +25,14 @@ import tensorflow as tf
 from absl import flags
 
 import cifar10_input
-from multigpu import cifar10_data, placement, summaries, towers, variables
+from multigpu import (
+    cifar10_data,
+    loss_scale,
+    placement,
+    summaries,
+    towers,
+    variables,
+)
 
 # The tutorial's three flags, defined here as the tutorial did: scripts
 # written against it read FLAGS.batch_size after importing cifar10, and our
@@ -429,7 +436,14 @@ def apply_gradients(opt, grads_and_vars, global_step):
         return averages.apply(tf.compat.v1.trainable_variables())
 
 
-def train(total_loss, global_step, *, batch_size=None, clip_norm=0.0):
+def train(
+    total_loss,
+    global_step,
+    *,
+    batch_size=None,
+    clip_norm=0.0,
+    loss_scaling=None,
+):
     """The one-device training op.
 
     Args:
@@ -439,6 +453,7 @@ def train(total_loss, global_step, *, batch_size=None, clip_norm=0.0):
         tutorial's two-argument call does.
       clip_norm: float; if > 0, the gradients are scaled to at most this
         global norm.
+      loss_scaling: a `loss_scale.LossScaling` for float16, or None.
 
     Returns:
       The op that runs one step of training.
@@ -446,7 +461,7 @@ def train(total_loss, global_step, *, batch_size=None, clip_norm=0.0):
     if batch_size is None:
         batch_size = FLAGS.batch_size
     lr = learning_rate(global_step, batch_size)
-    opt = optimizer(lr)
+    opt = loss_scale.wrap(optimizer(lr), loss_scaling)
     # Update the loss averages before the gradients, as the tutorial does.
     with tf.control_dependencies([add_loss_summaries(total_loss)]):
         grads = opt.compute_gradients(total_loss)

@@ -66,6 +66,7 @@ flags.DEFINE_integer(
     lower_bound=0,
 )
 common_flags.define_fake_data_flag()
+common_flags.define_session_flags()
 flags.adopt_module_key_flags(common_flags)
 # --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
 flags.adopt_module_key_flags(cifar10)
@@ -91,7 +92,9 @@ def build_graph(
     return tf.nn.in_top_k(predictions=logits, targets=labels, k=1), init_op
 
 
-def eval_once(checkpoint, saver, summary_writer, top_1, init_op, summary_op):
+def eval_once(
+    checkpoint, saver, summary_writer, top_1, init_op, summary_op, config
+):
     """Scores one checkpoint on every example of the input, once.
 
     Args:
@@ -101,13 +104,14 @@ def eval_once(checkpoint, saver, summary_writer, top_1, init_op, summary_op):
       top_1: bool [<= batch_size], from `build_graph`.
       init_op: rewinds the input.
       summary_op: the model's summaries, written beside the precision.
+      config: the session's `ConfigProto`.
 
     Returns:
       float, the precision @ 1; None when the checkpoint went away before
       it was restored.
     """
     global_step = int(checkpoint.rsplit("-", 1)[1])
-    with tf.compat.v1.Session(config=placement.session_config()) as sess:
+    with tf.compat.v1.Session(config=config) as sess:
         try:
             saver.restore(sess, checkpoint)
         except (
@@ -149,7 +153,13 @@ def eval_once(checkpoint, saver, summary_writer, top_1, init_op, summary_op):
 
 
 def evaluate(
-    checkpoint_dir, eval_dir, run_once, eval_interval_secs, last_step, **data
+    checkpoint_dir,
+    eval_dir,
+    run_once,
+    eval_interval_secs,
+    last_step,
+    config=None,
+    **data,
 ):
     """Scores each new checkpoint; with run_once only the newest.
 
@@ -160,9 +170,12 @@ def evaluate(
       eval_interval_secs: int, seconds between looks for a new checkpoint.
       last_step: int, return once a checkpoint of this global step or later
         is scored; 0 never.
+      config: the sessions' `ConfigProto`, default
+        `placement.session_config()`.
       **data: eval_data, data_dir, batch_size, num_examples, compute_dtype
         for `build_graph`.
     """
+    config = config or placement.session_config()
     with tf.Graph().as_default() as graph:
         top_1, init_op = build_graph(**data)
         saver = restore.Restorer(cifar10.variables_to_restore())
@@ -179,6 +192,7 @@ def evaluate(
                     top_1,
                     init_op,
                     summary_op,
+                    config,
                 )
                 last_scored = checkpoint
                 step = int(checkpoint.rsplit("-", 1)[1])
@@ -215,6 +229,9 @@ def _newest_checkpoint(checkpoint_dir, run_once):
 
 def main(argv):
     del argv
+    config = placement.session_config(
+        options=common_flags.session_options_from_flags(FLAGS)
+    )
     if FLAGS.fake_data:
         cifar10_data.write_fake_data(FLAGS.data_dir)
     cifar10_data.say_if_sample_set(FLAGS.data_dir)
@@ -226,6 +243,7 @@ def main(argv):
         FLAGS.run_once,
         FLAGS.eval_interval_secs,
         FLAGS.last_step,
+        config,
         eval_data=FLAGS.eval_data,
         data_dir=FLAGS.data_dir,
         batch_size=FLAGS.batch_size,

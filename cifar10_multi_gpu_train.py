@@ -36,10 +36,13 @@ from multigpu import (
     cifar10_data,
     cluster,
     common_flags,
+    dry_run,
     errors,
+    loss_scale,
     placement,
     summaries,
     towers,
+    trace,
     training,
 )
 
@@ -53,6 +56,10 @@ common_flags.define_tower_flags()
 common_flags.define_device_flags()
 common_flags.define_cluster_flags()
 common_flags.define_warm_start_flags()
+common_flags.define_session_flags()
+common_flags.define_dry_run_flag()
+common_flags.define_trace_flag()
+common_flags.define_fp16_flags()
 flags.adopt_module_key_flags(common_flags)
 # --batch_size (per tower), --data_dir and --use_fp16 are the tutorial's, in
 # cifar10.
@@ -69,6 +76,7 @@ def build_graph(
     variable_device=placement.VARIABLE_DEVICE,
     xla=False,
     prefetch=False,
+    loss_scaling=None,
 ):
     """Builds the towers, the averaged update and the summaries.
 
@@ -85,6 +93,7 @@ def build_graph(
         averaged.
       xla: bool, compile each tower with XLA.
       prefetch: bool, stage each tower's next batch on its device.
+      loss_scaling: a `loss_scale.LossScaling` for float16, or None.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -95,7 +104,9 @@ def build_graph(
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples_per_step = batch_size * len(devices) * task.replicas_per_step
     lr = cifar10.learning_rate(global_step, examples_per_step)
-    opt = cluster.sync_optimizer(cifar10.optimizer(lr), task)
+    opt = cluster.sync_optimizer(
+        loss_scale.wrap(cifar10.optimizer(lr), loss_scaling), task
+    )
     put_ops = []
 
     def tower_loss(scope):
@@ -135,39 +146,85 @@ def build_graph(
 def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
-    if task.job_name == "ps":
-        return cluster.run_ps(task, placement.session_config())
-    devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    options = common_flags.session_options_from_flags(FLAGS)
+    if FLAGS.dry_run:
+        dry_run.refuse_ps(task)
+        devices = dry_run.gpu_devices(FLAGS.num_gpus)
+    elif task.job_name == "ps":
+        return cluster.run_ps(task, placement.session_config(options=options))
+    else:
+        devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
     variable_device = placement.variable_device(
         FLAGS.variable_device, devices, task
     )
     config = placement.session_config(
-        devices, FLAGS.log_device_placement, FLAGS.operation_timeout_secs
+        devices,
+        FLAGS.log_device_placement,
+        FLAGS.operation_timeout_secs,
+        options,
+    )
+    compute_dtype = placement.compute_dtype(
+        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+    )
+    loss_scaling = common_flags.loss_scaling_from_flags(
+        FLAGS, compute_dtype, task.sync_replicas
     )
     print(placement.describe_devices(devices))
-    cifar10_data.prepare_data_dir(
-        FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
-    )
+    # One tower's batch: images and labels.
+    batch_shapes = [
+        (
+            [
+                FLAGS.batch_size,
+                cifar10_input.IMAGE_SIZE,
+                cifar10_input.IMAGE_SIZE,
+                3,
+            ],
+            tf.float32,
+        ),
+        ([FLAGS.batch_size], tf.int32),
+    ]
+    if not FLAGS.dry_run:
+        cifar10_data.prepare_data_dir(
+            FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
+        )
     with (
-        tf.Graph().as_default(),
+        tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         # One input pipeline on the CPU; each tower takes its own batches.
         with tf.device("/cpu:0"):
-            get_next = cifar10_input.distorted_batches(
-                FLAGS.data_dir, FLAGS.batch_size
-            )
+            if FLAGS.dry_run:
+                get_next = dry_run.synthetic_batches(batch_shapes)
+            else:
+                get_next = cifar10_input.distorted_batches(
+                    FLAGS.data_dir, FLAGS.batch_size
+                )
         loss, train_op, summary_op, hooks = build_graph(
             get_next,
             FLAGS.batch_size,
             devices,
-            placement.compute_dtype(FLAGS.use_fp16, devices),
+            compute_dtype,
             FLAGS.clip_gradients,
             task,
             variable_device,
             FLAGS.xla,
             FLAGS.prefetch_to_device,
+            loss_scaling,
         )
+        if FLAGS.dry_run:
+            return dry_run.check(
+                graph,
+                batch_shapes,
+                dry_run.describe(
+                    devices,
+                    compute_dtype=compute_dtype.name,
+                    variable_device=variable_device,
+                    xla=FLAGS.xla,
+                    prefetch_to_device=FLAGS.prefetch_to_device,
+                    cluster_task=dry_run.task_name(task),
+                    loss_scaling=loss_scale.describe(loss_scaling),
+                ),
+            )
         training.run_training(
             train_op,
             loss,
@@ -181,7 +238,7 @@ def main(argv):
             clear_train_dir=FLAGS.clear_train_dir,
             data_dirs=[FLAGS.data_dir],
             task=task,
-            hooks=hooks,
+            hooks=hooks + trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
             pretrained=(
                 FLAGS.pretrained_model_checkpoint_path,
                 FLAGS.fine_tune,

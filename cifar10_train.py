@@ -27,6 +27,7 @@ from multigpu import (
     errors,
     placement,
     summaries,
+    trace,
     training,
 )
 
@@ -37,15 +38,21 @@ common_flags.define_checkpoint_flags()
 common_flags.define_fake_data_flag()
 common_flags.define_data_url_flag(cifar10_input.DATA_URL)
 common_flags.define_warm_start_flags()
+common_flags.define_session_flags()
+common_flags.define_trace_flag()
+common_flags.define_fp16_flags()
 flags.adopt_module_key_flags(common_flags)
 # --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
 flags.adopt_module_key_flags(cifar10)
 
 
-def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
+def build_graph(
+    data_dir, batch_size, compute_dtype, clip_norm=0.0, loss_scaling=None
+):
     """Builds input, model, loss and train op in the default graph.
 
     clip_norm: float, 0 for no clipping of the gradients' global norm.
+    loss_scaling: a `loss_scale.LossScaling` for float16, or None.
 
     Returns:
       loss: float32 scalar, the total loss of the step's batch.
@@ -59,23 +66,35 @@ def build_graph(data_dir, batch_size, compute_dtype, clip_norm=0.0):
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)
     return loss, cifar10.train(
-        loss, global_step, batch_size=batch_size, clip_norm=clip_norm
+        loss,
+        global_step,
+        batch_size=batch_size,
+        clip_norm=clip_norm,
+        loss_scaling=loss_scaling,
     )
 
 
 def main(argv):
     del argv
+    config = placement.session_config(
+        log_device_placement=FLAGS.log_device_placement,
+        options=common_flags.session_options_from_flags(FLAGS),
+    )
     cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
     devices = placement.tower_devices(1, cpu_towers=True)
     print(placement.describe_devices(devices))
+    compute_dtype = placement.compute_dtype(
+        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+    )
     with tf.Graph().as_default():
         loss, train_op = build_graph(
             FLAGS.data_dir,
             FLAGS.batch_size,
-            placement.compute_dtype(FLAGS.use_fp16, devices),
+            compute_dtype,
             FLAGS.clip_gradients,
+            common_flags.loss_scaling_from_flags(FLAGS, compute_dtype),
         )
         training.run_training(
             train_op,
@@ -85,15 +104,14 @@ def main(argv):
             log_frequency=FLAGS.log_frequency,
             max_steps=FLAGS.max_steps,
             save_checkpoint_steps=FLAGS.save_checkpoint_steps,
-            config=placement.session_config(
-                log_device_placement=FLAGS.log_device_placement
-            ),
+            config=config,
             clear_train_dir=FLAGS.clear_train_dir,
             pretrained=(
                 FLAGS.pretrained_model_checkpoint_path,
                 FLAGS.fine_tune,
             ),
             data_dirs=[FLAGS.data_dir],
+            hooks=trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
         )
 
 

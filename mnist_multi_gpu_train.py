@@ -40,10 +40,12 @@ import mnist_model
 from multigpu import (
     cluster,
     common_flags,
+    dry_run,
     errors,
     folders,
     mnist_data,
     placement,
+    trace,
     training,
 )
 
@@ -89,6 +91,9 @@ common_flags.define_fake_data_flag()
 common_flags.define_tower_flags()
 common_flags.define_cluster_flags()
 common_flags.define_warm_start_flags()
+common_flags.define_session_flags()
+common_flags.define_dry_run_flag()
+common_flags.define_trace_flag()
 flags.adopt_module_key_flags(common_flags)
 
 # Steps between the loss summaries that --tb_logging writes.
@@ -111,6 +116,32 @@ def build_graph(data_dir, batch_size, num_epochs, devices, learning_rate, task):
         )
         iterator = tf.compat.v1.data.make_one_shot_iterator(batches)
     return mnist_model.train(iterator.get_next, devices, learning_rate, task)
+
+
+def plan_dry_run(task):
+    """Prints the placement plan of the towers on --num_gpus GPUs."""
+    dry_run.refuse_ps(task)
+    devices = dry_run.gpu_devices(FLAGS.num_gpus)
+    # One tower's batch: images and labels.
+    batch_shapes = [
+        ([FLAGS.batch_size, mnist_input.IMAGE_PIXELS], tf.float32),
+        ([FLAGS.batch_size], tf.int32),
+    ]
+    with (
+        tf.Graph().as_default() as graph,
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        mnist_model.train(
+            dry_run.synthetic_batches(batch_shapes),
+            devices,
+            FLAGS.learning_rate,
+            task,
+        )
+        dry_run.check(
+            graph,
+            batch_shapes,
+            dry_run.describe(devices, cluster_task=dry_run.task_name(task)),
+        )
 
 
 def report_accuracy(train_dir, data_dir, batch_size):
@@ -141,8 +172,11 @@ def _no_step(train_file, batch_size, num_gpus):
 def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
+    options = common_flags.session_options_from_flags(FLAGS)
+    if FLAGS.dry_run:
+        return plan_dry_run(task)
     if task.job_name == "ps":
-        return cluster.run_ps(task, placement.session_config())
+        return cluster.run_ps(task, placement.session_config(options=options))
     if FLAGS.fake_data:
         folders.make_folder(FLAGS.data_dir, "data_dir")
         mnist_data.write_fake_data(FLAGS.data_dir)
@@ -151,6 +185,12 @@ def main(argv):
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
         return
     devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    config = placement.session_config(
+        devices,
+        FLAGS.log_device_placement,
+        FLAGS.operation_timeout_secs,
+        options,
+    )
     print(placement.describe_devices(devices))
     train_file = mnist_input.data_file(FLAGS.data_dir, "train")
     with (
@@ -178,15 +218,12 @@ def main(argv):
                     SUMMARY_STEPS if FLAGS.tb_logging else None
                 ),
                 summary_op=summary_op,
-                config=placement.session_config(
-                    devices,
-                    FLAGS.log_device_placement,
-                    FLAGS.operation_timeout_secs,
-                ),
+                config=config,
                 clear_train_dir=FLAGS.clear_train_dir,
                 data_dirs=[FLAGS.data_dir],
                 task=task,
-                hooks=hooks,
+                hooks=hooks
+                + trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
                 pretrained=(
                     FLAGS.pretrained_model_checkpoint_path,
                     FLAGS.fine_tune,

@@ -7,9 +7,12 @@ tasks build the towers and train, worker 0 is the chief.
 import collections
 import copy
 import ipaddress
+import os
 import sys
 
 import tensorflow as tf
+
+from multigpu import tf_config
 
 
 class ClusterTask(
@@ -119,23 +122,35 @@ def cluster_task(
     )
 
 
-def cluster_task_from_flags(flag_values):
+def cluster_task_from_flags(flag_values, environ=os.environ):
     """The `cluster_task` of the flags of `common_flags.define_cluster_flags`.
+
+    Without cluster flags, the cluster and the task's role come from the
+    TF_CONFIG environment variable when it names one (`tf_config.resolve`).
 
     Args:
       flag_values: the parsed flags, the trainer's `FLAGS`, passed by its
         `main`.
+      environ: the environment to read TF_CONFIG from.
 
     Returns:
       A `ClusterTask`, as `cluster_task` returns it.
+
+    Raises:
+      ValueError: bad flags, a bad TF_CONFIG, or both naming a cluster and
+        disagreeing.
     """
+    hosts = tf_config.resolve(
+        tf_config.ClusterFlags(
+            flag_values.ps_hosts,
+            flag_values.worker_hosts,
+            flag_values.job_name,
+            flag_values.task_index,
+        ),
+        environ.get(tf_config.TF_CONFIG, ""),
+    )
     return cluster_task(
-        flag_values.ps_hosts,
-        flag_values.worker_hosts,
-        flag_values.job_name,
-        flag_values.task_index,
-        flag_values.sync_replicas,
-        flag_values.replicas_to_aggregate,
+        *hosts, flag_values.sync_replicas, flag_values.replicas_to_aggregate
     )
 
 

@@ -11,7 +11,7 @@ import math
 
 from absl import flags
 
-from multigpu import placement, towers
+from multigpu import loss_scale, placement, towers
 
 
 def _define(define, name, *args, **kwargs):
@@ -148,7 +148,11 @@ def define_cluster_flags():
         flags.DEFINE_string,
         "ps_hosts",
         "",
-        "Cluster mode: comma-separated HOST:PORT of the ps tasks.",
+        "Cluster mode: comma-separated HOST:PORT of the ps tasks. Without "
+        "--ps_hosts and --worker_hosts the cluster comes from the TF_CONFIG "
+        "environment variable when it names one (Kubeflow TFJob, "
+        "tf.distribute): its chief is worker 0 and its worker i is worker "
+        "i+1. Flags and TF_CONFIG that disagree are an error.",
     )
     _define(
         flags.DEFINE_string,
@@ -249,4 +253,144 @@ def define_warm_start_flags():
         False,
         "With --pretrained_model_checkpoint_path: initialise the last layer "
         "(softmax_linear) afresh instead of restoring it.",
+    )
+
+
+def define_session_flags():
+    """Defines the session options of the TF1 notes, for every script.
+
+    The script's `main` passes `session_options_from_flags(FLAGS)` to
+    `placement.session_config`.
+    """
+    _define(
+        flags.DEFINE_boolean,
+        "allow_growth",
+        False,
+        "Take GPU memory as it is needed instead of (almost) all of it at "
+        "start (gpu_options.allow_growth), e.g. to share a GPU.",
+    )
+    _define(
+        flags.DEFINE_float,
+        "gpu_memory_fraction",
+        0.0,
+        "Share of each GPU's memory this process may take "
+        "(gpu_options.per_process_gpu_memory_fraction); 0 = TensorFlow's "
+        "default.",
+        lower_bound=0.0,
+        upper_bound=1.0,
+    )
+    _define(
+        flags.DEFINE_integer,
+        "num_intra_threads",
+        0,
+        "Threads that one op may use (intra_op_parallelism_threads); 0 = "
+        "TensorFlow's choice (the CPU cores).",
+        lower_bound=0,
+    )
+    _define(
+        flags.DEFINE_integer,
+        "num_inter_threads",
+        0,
+        "Ops that may run at once (inter_op_parallelism_threads); 0 = "
+        "TensorFlow's choice.",
+        lower_bound=0,
+    )
+
+
+def session_options_from_flags(flag_values):
+    """The `placement.SessionOptions` of `define_session_flags`' flags.
+
+    Args:
+      flag_values: the parsed flags, the script's `FLAGS`, passed by `main`.
+    """
+    return placement.SessionOptions(
+        flag_values.allow_growth,
+        flag_values.gpu_memory_fraction,
+        flag_values.num_intra_threads,
+        flag_values.num_inter_threads,
+    )
+
+
+def define_dry_run_flag():
+    """Defines --dry_run of a multi-tower trainer (see `multigpu.dry_run`)."""
+    _define(
+        flags.DEFINE_boolean,
+        "dry_run",
+        False,
+        "Build the graph for --num_gpus GPUs, visible or not, open no "
+        "session and print the placement plan: ops and parameters per "
+        "device, the bytes crossing devices per step, and any op placed on "
+        "a GPU without a GPU kernel for its dtypes in this TensorFlow build "
+        "(exit 1 if one is found). Needs no data.",
+    )
+
+
+def define_trace_flag():
+    """Defines --trace_step of a trainer (see `multigpu.trace`)."""
+    _define(
+        flags.DEFINE_integer,
+        "trace_step",
+        0,
+        "Trace the step that reaches this global step: write a Chrome trace "
+        "(TRAIN_DIR/trace_step_N.json, for chrome://tracing or Perfetto) and "
+        "its run metadata for TensorBoard's graph view; 0 traces nothing.",
+        lower_bound=0,
+    )
+
+
+def define_fp16_flags():
+    """Defines the reduced-precision flags of a trainer with --use_fp16.
+
+    The trainer's `main` passes --force_cpu_bfloat16 to
+    `placement.compute_dtype` and `loss_scaling_from_flags(FLAGS, ...)` to
+    its graph.
+    """
+    _define(
+        flags.DEFINE_boolean,
+        "force_cpu_bfloat16",
+        False,
+        "With --use_fp16 on a CPU without bfloat16 instructions (AVX512_BF16 "
+        "or AMX), compute in bfloat16 anyway (emulated, about 10x slower) "
+        "instead of float32.",
+    )
+    _define(
+        flags.DEFINE_float,
+        "fp16_loss_scale",
+        loss_scale.DEFAULT_LOSS_SCALE,
+        "With --use_fp16 on GPUs (float16): multiply the loss by this before "
+        "the gradients are computed and divide the gradients by it, so that "
+        "small gradients do not underflow; 1 disables it. The starting "
+        "scale of --fp16_enable_auto_loss_scale.",
+    )
+    _define(
+        flags.DEFINE_boolean,
+        "fp16_enable_auto_loss_scale",
+        False,
+        "With --use_fp16 on GPUs: a dynamic loss scale that skips the update "
+        "and halves on non-finite gradients and doubles after "
+        "--fp16_inc_loss_scale_every_n good steps in a row.",
+    )
+    _define(
+        flags.DEFINE_integer,
+        "fp16_inc_loss_scale_every_n",
+        loss_scale.DEFAULT_INC_EVERY_N,
+        "Good steps in a row before the dynamic loss scale doubles.",
+        lower_bound=1,
+    )
+
+
+def loss_scaling_from_flags(flag_values, compute_dtype, sync_replicas=False):
+    """The `loss_scale.LossScaling` of `define_fp16_flags`' flags, or None.
+
+    Args:
+      flag_values: the parsed flags, the trainer's `FLAGS`.
+      compute_dtype: the towers' compute dtype; only float16 is scaled.
+      sync_replicas: bool, the cluster's --sync_replicas.
+    """
+    return loss_scale.loss_scaling(
+        compute_dtype,
+        flag_values.fp16_loss_scale,
+        flag_values.fp16_enable_auto_loss_scale,
+        flag_values.fp16_inc_loss_scale_every_n,
+        sync_replicas,
     )

@@ -1,5 +1,8 @@
 """Where the towers run and where the variables live; the session config."""
 
+import collections
+import sys
+
 import tensorflow as tf
 
 # Where the variables live and the gradients are averaged (the TF1 design),
@@ -92,8 +95,31 @@ def describe_devices(devices):
     return "%d tower(s) on %s" % (len(devices), ", ".join(devices))
 
 
+class SessionOptions(
+    collections.namedtuple(
+        "SessionOptions",
+        "allow_growth gpu_memory_fraction num_intra_threads num_inter_threads",
+    )
+):
+    """The session options of the TF1 notes (0 = TensorFlow's choice).
+
+    allow_growth: bool, GPU memory is taken as needed, not all at start.
+    gpu_memory_fraction: float in [0, 1], the share of each GPU's memory the
+      process may take (per_process_gpu_memory_fraction).
+    num_intra_threads: int, threads inside one op (e.g. a matmul).
+    num_inter_threads: int, ops run at once.
+    """
+
+
+# TensorFlow's own defaults for each session option.
+DEFAULT_SESSION_OPTIONS = SessionOptions(False, 0.0, 0, 0)
+
+
 def session_config(
-    devices=("/cpu:0",), log_device_placement=False, operation_timeout_secs=0
+    devices=("/cpu:0",),
+    log_device_placement=False,
+    operation_timeout_secs=0,
+    options=DEFAULT_SESSION_OPTIONS,
 ):
     """Returns the `ConfigProto` of every session of the suite.
 
@@ -106,6 +132,7 @@ def session_config(
       log_device_placement: bool, whether TensorFlow logs each op's device.
       operation_timeout_secs: int, an op waiting longer fails with
         DeadlineExceededError (a dead cluster peer); 0 waits forever.
+      options: the `SessionOptions` of the GPU memory and thread pools.
     """
     num_cpu_devices = max(1, sum(d.startswith("/cpu") for d in devices))
     return tf.compat.v1.ConfigProto(
@@ -113,20 +140,64 @@ def session_config(
         log_device_placement=log_device_placement,
         device_count={"CPU": num_cpu_devices},
         operation_timeout_in_ms=operation_timeout_secs * 1000,
+        gpu_options=tf.compat.v1.GPUOptions(
+            allow_growth=options.allow_growth,
+            per_process_gpu_memory_fraction=options.gpu_memory_fraction,
+        ),
+        intra_op_parallelism_threads=options.num_intra_threads,
+        inter_op_parallelism_threads=options.num_inter_threads,
     )
 
 
-def compute_dtype(use_fp16, devices):
+# The x86 CPU flags (as /proc/cpuinfo names them) of bfloat16 instructions:
+# AVX512_BF16 (Cooper Lake, Zen 4 and later) or AMX (Sapphire Rapids).
+BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_has_bfloat16(cpuinfo_path="/proc/cpuinfo"):
+    """Whether the CPU has bfloat16 instructions (False when unknown)."""
+    try:
+        with open(cpuinfo_path) as f:
+            words = set(f.read().split())
+    except OSError:
+        return False
+    return any(flag in words for flag in BFLOAT16_CPU_FLAGS)
+
+
+def compute_dtype(
+    use_fp16, devices, force_cpu_bfloat16=False, cpu_bfloat16=None
+):
     """The dtype the layers compute in (variables stay float32).
+
+    Without bfloat16 instructions a CPU emulates bfloat16 about ten times
+    slower than float32, so there --use_fp16 computes in float32 (and says
+    so on stderr) unless force_cpu_bfloat16.
 
     Args:
       use_fp16: bool, whether to compute in reduced precision.
       devices: the tower device strings.
+      force_cpu_bfloat16: bool, use bfloat16 on a CPU without the
+        instructions.
+      cpu_bfloat16: bool, whether the CPU has them; None reads
+        `cpu_has_bfloat16()`.
 
     Returns:
       tf.float32; with use_fp16, tf.float16 on GPUs and tf.bfloat16 on CPUs
-      (CPUs have fast bfloat16 kernels, not float16 ones).
+      that have bfloat16 instructions (CPUs have no fast float16 kernels).
     """
     if not use_fp16:
         return tf.float32
-    return tf.float16 if devices[0].startswith("/gpu") else tf.bfloat16
+    if devices[0].startswith("/gpu"):
+        return tf.float16
+    if cpu_bfloat16 is None:
+        cpu_bfloat16 = cpu_has_bfloat16()
+    if cpu_bfloat16 or force_cpu_bfloat16:
+        return tf.bfloat16
+    print(
+        "WARNING: --use_fp16 on a CPU without bfloat16 instructions "
+        "(AVX512_BF16 or AMX), where bfloat16 is emulated about 10x slower: "
+        "computing in float32; pass --force_cpu_bfloat16 to use bfloat16 "
+        "anyway.",
+        file=sys.stderr,
+    )
+    return tf.float32

@@ -1,0 +1,385 @@
+"""The GPU path without a GPU: the placement plan of a graph built for GPUs.
+
+A trainer run with --dry_run builds its graph for --num_gpus GPUs whether or
+not they are visible, opens no session and prints:
+  - the ops and parameters of each device;
+  - the bytes that cross between devices per step (variables to each tower,
+    gradients back, the input batch) and their time at HOST_LINK_GB_PER_SEC;
+  - the ops that run on the host by design (input, summaries, checkpoints,
+    queues), apart, with why;
+  - every op placed on a GPU that has no GPU kernel for its dtypes in this
+    TensorFlow build: soft placement would move it to the CPU and copy its
+    tensors every step. Finding one fails the dry run (`check`).
+
+The wheel carries the GPU kernels even on a machine without a GPU, and its
+kernel registry says, per op type and dtype, whether one exists.
+"""
+
+import collections
+import functools
+
+import tensorflow as tf
+from tensorflow.python.framework import kernels
+
+from multigpu import errors, towers
+
+# The kernel registry's device types that run on an NVIDIA GPU: 'DEFAULT'
+# kernels are registered for every non-CPU device (e.g. ReadVariableOp).
+GPU_KERNEL_DEVICE_TYPES = ("GPU", "DEFAULT")
+
+# Host-to-GPU bandwidth the plan prices the bytes at: PCIe 3.0 x16, 15.75
+# GB/s per direction in theory, about 12 GB/s in NVIDIA's bandwidthTest.
+HOST_LINK_GB_PER_SEC = 12.0
+
+# Op types that run on the host by design, wherever they are placed, and
+# why; soft placement puts them there without a copy per step that matters.
+HOST_OPS = {
+    "input pipeline (tf.data on the host; each batch is copied once)": (
+        "IteratorV2",
+        "AnonymousIteratorV3",
+        "OneShotIterator",
+        "IteratorGetNext",
+        "MakeIterator",
+        "RepeatDataset",
+        "TensorDataset",
+        "BatchDatasetV2",
+        "PrefetchDataset",
+        "ShuffleDatasetV3",
+        "MapDataset",
+        "ParallelMapDatasetV2",
+    ),
+    "summaries (serialised and written by the host)": (
+        "ScalarSummary",
+        "HistogramSummary",
+        "ImageSummary",
+        "MergeSummary",
+    ),
+    "checkpoints (written and read by the host)": (
+        "SaveV2",
+        "RestoreV2",
+        "MergeV2Checkpoints",
+        "ShardedFilename",
+    ),
+    "queues (host memory)": (
+        "FIFOQueueV2",
+        "QueueEnqueueV2",
+        "QueueDequeueV2",
+        "QueueDequeueManyV2",
+        "QueueSizeV2",
+    ),
+}
+
+
+def gpu_devices(num_gpus):
+    """The tower devices of num_gpus GPUs, visible or not.
+
+    Returns:
+      ['/gpu:0', ..., '/gpu:<num_gpus - 1>'].
+
+    Raises:
+      ValueError: num_gpus < 1.
+    """
+    if num_gpus < 1:
+        raise ValueError("--num_gpus must be at least 1, got %d" % num_gpus)
+    return ["/gpu:%d" % i for i in range(num_gpus)]
+
+
+def synthetic_batches(batch_shapes):
+    """A host input of constant batches, so a dry run needs no data files.
+
+    Args:
+      batch_shapes: list of (shape, dtype) of one tower's batch, e.g.
+        [([128, 24, 24, 3], tf.float32), ([128], tf.int32)].
+
+    Returns:
+      get_next: callable() -> tuple of tensors of those shapes and dtypes,
+        from a tf.data iterator on the CPU, like the trainers' input.
+    """
+    with tf.device("/cpu:0"):
+        batch = tuple(tf.zeros(shape, dtype) for shape, dtype in batch_shapes)
+        dataset = tf.data.Dataset.from_tensors(batch).repeat()
+        return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
+
+
+def check(graph, batch_shapes, title):
+    """Prints the placement plan of graph; fails on an unexpected fallback.
+
+    Args:
+      graph: the trainer's `tf.Graph`, built for GPU towers.
+      batch_shapes: the (shape, dtype) list of one tower's input batch.
+      title: str, the first line of the plan.
+
+    Raises:
+      errors.TrainingError: an op placed on a GPU has no GPU kernel for its
+        dtypes (it is named, with its dtypes).
+    """
+    print(title)
+    print(_device_table(graph))
+    print(_transfer_table(transfer_plan(graph, batch_shapes), graph))
+    print(_host_table(graph))
+    missing = ops_without_gpu_kernel(graph)
+    if not missing:
+        print("GPU ops without a GPU kernel in this TensorFlow build: none")
+        return
+    raise errors.TrainingError(
+        "dry run: %d op(s) placed on a GPU have no GPU kernel for their "
+        "dtypes in this TensorFlow build and would fall back to the CPU, "
+        "copying their tensors every step: %s"
+        % (len(missing), "; ".join(missing))
+    )
+
+
+def _device_name(op):
+    spec = tf.DeviceSpec.from_string(op.device)
+    if spec.device_type is None:
+        return "(unassigned)"
+    return spec.to_string()
+
+
+def _is_gpu(device):
+    return tf.DeviceSpec.from_string(device).device_type == "GPU"
+
+
+def _device_table(graph):
+    """Lines 'DEVICE  N ops  P parameters' for each device of graph."""
+    ops = collections.Counter(_device_name(op) for op in graph.get_operations())
+    params = collections.Counter()
+    for var in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
+        params[_device_name(var.op)] += var.shape.num_elements()
+    lines = [
+        "Placement plan: ops and trainable parameters per device\n"
+        "(unassigned: placed by TensorFlow beside the variable or input "
+        "they read)"
+    ]
+    for device in sorted(ops):
+        lines.append(
+            "  %-36s %6d ops %12s parameters"
+            % (device, ops[device], "{:,}".format(params[device]))
+        )
+    return "\n".join(lines)
+
+
+TowerTransfer = collections.namedtuple(
+    "TowerTransfer", "device variables_in gradients_out input_in"
+)
+TowerTransfer.__doc__ = """Bytes one tower moves per step (ints)."""
+
+
+def transfer_plan(graph, batch_shapes):
+    """The bytes that cross between devices per step, tower by tower.
+
+    Each tower reads every trainable variable held on another device once,
+    sends one gradient per such variable back, and receives its input batch
+    from the host. A variable on the tower's own device
+    (--variable_device=tower, tower 0) crosses nothing.
+
+    Args:
+      graph: a graph of `towers.build_towers`, tower i named 'tower_i/'.
+      batch_shapes: the (shape, dtype) list of one tower's input batch.
+
+    Returns:
+      A list of `TowerTransfer`, one per tower.
+    """
+    variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+    batch_bytes = sum(
+        _num_elements(shape) * tf.as_dtype(dtype).size
+        for shape, dtype in batch_shapes
+    )
+    plan, index = [], 0
+    while True:
+        name = "%s_%d/total_loss" % (towers.TOWER_NAME, index)
+        try:
+            device = graph.get_operation_by_name(name).device
+        except KeyError:
+            return plan
+        remote = sum(
+            var.shape.num_elements() * var.dtype.base_dtype.size
+            for var in variables
+            if not _same_device(var.op.device, device)
+        )
+        plan.append(TowerTransfer(device, remote, remote, batch_bytes))
+        index += 1
+
+
+def _num_elements(shape):
+    return functools.reduce(lambda a, b: a * b, shape, 1)
+
+
+def _same_device(a, b):
+    a, b = tf.DeviceSpec.from_string(a), tf.DeviceSpec.from_string(b)
+    return (a.job, a.task, a.device_type, a.device_index or 0) == (
+        b.job,
+        b.task,
+        b.device_type,
+        b.device_index or 0,
+    )
+
+
+def _transfer_table(plan, graph):
+    homes = sorted(
+        {
+            _device_name(var.op)
+            for var in graph.get_collection(
+                tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES
+            )
+        }
+    )
+    lines = [
+        "Bytes crossing devices per step (variables in + gradients out + "
+        "input batch in)\nfrom the variables on %s and the input on the "
+        "host:" % ", ".join(homes)
+    ]
+    for i, tower in enumerate(plan):
+        lines.append(
+            "  tower %d on %s: %s + %s + %s bytes"
+            % (
+                i,
+                tower.device,
+                "{:,}".format(tower.variables_in),
+                "{:,}".format(tower.gradients_out),
+                "{:,}".format(tower.input_in),
+            )
+        )
+    total = sum(sum(t[1:]) for t in plan)
+    slowest = max(sum(t[1:]) for t in plan)
+    lines.append("  total: %s bytes per step" % "{:,}".format(total))
+    if any(home.startswith("/job:ps") for home in homes):
+        # No PCIe price: the variables are read over the network.
+        lines.append(
+            "  (cluster: the variables and gradients cross the network "
+            "between the ps tasks and this worker)"
+        )
+        return "\n".join(lines)
+    lines.append(
+        "  at %.1f GB/s per link (PCIe 3.0 x16): %.2f ms per step on the "
+        "busiest tower's link, %.2f ms if all share one link"
+        % (
+            HOST_LINK_GB_PER_SEC,
+            slowest / HOST_LINK_GB_PER_SEC / 1e6,
+            total / HOST_LINK_GB_PER_SEC / 1e6,
+        )
+    )
+    return "\n".join(lines)
+
+
+def _host_reason(op):
+    """Why op runs on the host by design, or None.
+
+    An op without a GPU kernel whose outputs feed only such ops (e.g. a
+    summary's string tag) goes with them.
+    """
+    for reason, op_types in HOST_OPS.items():
+        if op.type in op_types:
+            return reason
+    if has_gpu_kernel(op.node_def):
+        return None
+    consumers = [c for out in op.outputs for c in out.consumers()]
+    reasons = {_host_reason(c) for c in consumers}
+    if consumers and len(reasons) == 1 and None not in reasons:
+        return reasons.pop()
+    return None
+
+
+def _host_table(graph):
+    """Lines listing the graph's host-by-design ops, by reason."""
+    found = collections.defaultdict(collections.Counter)
+    for op in graph.get_operations():
+        reason = _host_reason(op)
+        if reason is not None:
+            found[reason][op.type] += 1
+    lines = ["Ops on the host by design:"]
+    for reason in sorted(found):
+        counts = ", ".join(
+            "%s x%d" % each for each in sorted(found[reason].items())
+        )
+        lines.append("  %s:\n    %s" % (reason, counts))
+    return "\n".join(lines)
+
+
+def ops_without_gpu_kernel(graph):
+    """The ops placed on a GPU with no GPU kernel for their dtypes.
+
+    Ops that run on the host by design (`HOST_OPS`) are left out.
+
+    Returns:
+      A list of 'NAME (TYPE, ATTR=DTYPE, ...) on DEVICE' strings.
+    """
+    missing = []
+    for op in graph.get_operations():
+        if not _is_gpu(op.device) or has_gpu_kernel(op.node_def):
+            continue
+        if _host_reason(op) is None:
+            missing.append(
+                "%s (%s%s) on %s"
+                % (op.name, op.type, _dtype_attrs(op.node_def), op.device)
+            )
+    return missing
+
+
+def has_gpu_kernel(node_def):
+    """Whether a GPU kernel of node_def's op accepts its dtype attrs."""
+    for kernel in _gpu_kernels(node_def.op):
+        if all(_allows(node_def, c) for c in kernel.constraint):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_kernels(op_type):
+    registered = kernels.get_registered_kernels_for_op(op_type).kernel
+    return tuple(
+        k for k in registered if k.device_type in GPU_KERNEL_DEVICE_TYPES
+    )
+
+
+def _allows(node_def, constraint):
+    if constraint.name not in node_def.attr:
+        return True
+    attr = node_def.attr[constraint.name]
+    allowed = constraint.allowed_values.list.type
+    dtypes = list(attr.list.type) if attr.HasField("list") else [attr.type]
+    return all(t in allowed for t in dtypes)
+
+
+def _dtype_attrs(node_def):
+    names = []
+    for key in sorted(node_def.attr):
+        attr = node_def.attr[key]
+        if attr.HasField("type"):
+            names.append("%s=%s" % (key, tf.as_dtype(attr.type).name))
+    return "".join(", " + n for n in names)
+
+
+def describe(devices, **settings):
+    """The plan's first lines: the devices and the settings of the graph.
+
+    Args:
+      devices: the tower device strings.
+      **settings: name=value pairs to state, e.g. compute_dtype='float16'.
+    """
+    return (
+        "Dry run for %d GPU(s), %s to %s; no session opened, nothing "
+        "trained or saved.\n  %s"
+        % (
+            len(devices),
+            devices[0],
+            devices[-1],
+            "\n  ".join("%s: %s" % each for each in settings.items()),
+        )
+    )
+
+
+def refuse_ps(task):
+    """Raises ValueError for a ps task: a dry run plans a worker's graph."""
+    if task.job_name == "ps":
+        raise ValueError(
+            "--dry_run plans the graph of a worker; a ps task builds none "
+            "(pass --job_name=worker)"
+        )
+
+
+def task_name(task):
+    """'worker:1' for a cluster task, 'none' outside a cluster."""
+    if task.cluster is None:
+        return "none"
+    return "%s:%d" % (task.job_name, task.task_index)

@@ -1,0 +1,139 @@
+"""The cluster from the TF_CONFIG environment variable, as schedulers set it.
+
+Kubeflow's TFJob and tf.distribute hand each task its role in TF_CONFIG:
+
+  {"cluster": {"ps": ["h0:2222"], "chief": ["h1:2222"],
+               "worker": ["h2:2222"]},
+   "task": {"type": "worker", "index": 0}}
+
+The suite's cluster mode knows ps and worker tasks, worker 0 being the
+chief. A `chief` job is therefore worker 0 and the workers of TF_CONFIG
+follow it: TF_CONFIG's worker i is the suite's worker i + 1.
+"""
+
+import collections
+import json
+
+# The environment variable cluster schedulers set (the name TensorFlow's
+# TFConfigClusterResolver reads).
+TF_CONFIG = "TF_CONFIG"
+
+# Job names of TF_CONFIG that the suite's cluster mode maps to its own.
+KNOWN_JOBS = ("ps", "worker", "chief")
+
+
+ClusterFlags = collections.namedtuple(
+    "ClusterFlags", "ps_hosts worker_hosts job_name task_index"
+)
+ClusterFlags.__doc__ = """The cluster flags' values: str, str, str, int."""
+
+
+def parse(text):
+    """Reads the cluster and this task's role from TF_CONFIG's text.
+
+    Args:
+      text: str, the value of TF_CONFIG; '' when it is not set.
+
+    Returns:
+      A `ClusterFlags` as the cluster flags would give it (comma-separated
+      HOST:PORT lists), or None when TF_CONFIG names no cluster.
+
+    Raises:
+      ValueError: TF_CONFIG is not JSON, lacks a ps job or a worker, names a
+        job or task type the suite does not run, or a task index out of its
+        job's range.
+    """
+    if not text.strip():
+        return None
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise ValueError("TF_CONFIG is not valid JSON (%s)" % e) from None
+    if not isinstance(config, dict):
+        raise ValueError(
+            "TF_CONFIG is not a JSON object; expected "
+            '{"cluster": {...}, "task": {"type": ..., "index": ...}}'
+        )
+    cluster = config.get("cluster") or {}
+    if not cluster:
+        return None
+    unknown = sorted(set(cluster) - set(KNOWN_JOBS))
+    if unknown:
+        raise ValueError(
+            "TF_CONFIG names job(s) %s; the cluster mode runs only ps, "
+            "worker and chief tasks" % ", ".join(unknown)
+        )
+    workers = list(cluster.get("chief", [])) + list(cluster.get("worker", []))
+    if not cluster.get("ps") or not workers:
+        raise ValueError(
+            "TF_CONFIG's cluster has jobs %s; the cluster mode needs a ps "
+            "job and a worker or chief job" % ", ".join(sorted(cluster))
+        )
+    task = config.get("task") or {}
+    job_type, index = task.get("type"), task.get("index", 0)
+    if job_type not in KNOWN_JOBS:
+        raise ValueError(
+            "TF_CONFIG's task type is %r; expected ps, worker or chief"
+            % job_type
+        )
+    num_tasks = len(cluster.get(job_type, []))
+    if not isinstance(index, int) or not 0 <= index < num_tasks:
+        raise ValueError(
+            "TF_CONFIG's task index %r is out of range: its %s job has %d "
+            "task(s)" % (index, job_type, num_tasks)
+        )
+    if job_type == "ps":
+        job_name = "ps"
+    else:
+        job_name = "worker"
+        # The chief is worker 0; TF_CONFIG's workers follow it.
+        if job_type == "worker" and cluster.get("chief"):
+            index += len(cluster["chief"])
+    return ClusterFlags(
+        ",".join(cluster["ps"]), ",".join(workers), job_name, index
+    )
+
+
+def resolve(from_flags, text):
+    """The cluster of a task: from its flags, or from TF_CONFIG.
+
+    Args:
+      from_flags: the `ClusterFlags` of the command line; its hosts both ''
+        when no cluster flag was given.
+      text: str, the value of TF_CONFIG ('' when not set).
+
+    Returns:
+      The `ClusterFlags` to use: TF_CONFIG's when the flags name no
+      cluster, otherwise the flags'.
+
+    Raises:
+      ValueError: TF_CONFIG is bad (see `parse`), or the flags and TF_CONFIG
+        both name a cluster and disagree on a value.
+    """
+    from_env = parse(text)
+    if from_env is None:
+        return from_flags
+    if not from_flags.ps_hosts and not from_flags.worker_hosts:
+        return from_env
+    for field, flag_value, env_value in zip(
+        ClusterFlags._fields, _normalised(from_flags), from_env
+    ):
+        if flag_value != env_value:
+            raise ValueError(
+                "--%s=%s disagrees with TF_CONFIG, which gives %s; set the "
+                "cluster in one place (unset TF_CONFIG or drop the flags)"
+                % (field, flag_value, env_value)
+            )
+    return from_flags
+
+
+def _normalised(from_flags):
+    """The flags with their host lists written as `parse` writes them."""
+    return from_flags._replace(
+        ps_hosts=_hosts(from_flags.ps_hosts),
+        worker_hosts=_hosts(from_flags.worker_hosts),
+    )
+
+
+def _hosts(hosts):
+    return ",".join(h.strip() for h in hosts.split(",") if h.strip())

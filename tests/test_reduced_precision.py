@@ -1,0 +1,168 @@
+"""float16 loss scaling, and bfloat16 only on CPUs with its instructions."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from multigpu import loss_scale, placement
+
+# float16 rounds values below half its smallest subnormal (2**-24) to zero.
+FLOAT16_TINY = 2.0**-24
+
+
+def one_step(gradient_factor, scaling, steps=1, learning_rate=1.0):
+    """Trains w = [1, 2] float32 on loss = sum(w) * factor.
+
+    The loss is sum(w * sqrt(factor)) computed in float16, then times
+    sqrt(factor) in float32 (as a mean over many examples scales it): the
+    backward pass reaches float16 with sqrt(factor) and multiplies it by
+    sqrt(factor) there, as a layer of a float16 network would.
+
+    Returns:
+      (w after the steps, the global step, the loss scale after the steps,
+      the gradient of the first step).
+    """
+    root = np.sqrt(gradient_factor)
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        loss16 = tf.reduce_sum(
+            tf.cast(w, tf.float16) * tf.constant(root, tf.float16)
+        )
+        loss = tf.cast(loss16, tf.float32) * root
+        opt = loss_scale.wrap(
+            tf.compat.v1.train.GradientDescentOptimizer(learning_rate),
+            scaling,
+        )
+        grads_and_vars = opt.compute_gradients(loss)
+        train_op = opt.apply_gradients(grads_and_vars, global_step)
+        scale = opt.loss_scale if scaling else tf.constant(1.0)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            grad = sess.run(grads_and_vars[0][0])
+            for _ in range(steps):
+                sess.run(train_op)
+            return tuple(sess.run([w, global_step, scale])) + (grad,)
+
+
+def fixed(scale):
+    return loss_scale.LossScaling(scale, False, 1000)
+
+
+def test_a_gradient_that_underflows_in_float16_trains_with_a_loss_scale():
+    # d loss / d w = 1e-8: below float16's smallest subnormal.
+    factor = 1e-8
+    assert factor < FLOAT16_TINY
+
+    w_plain, _, _, grad_plain = one_step(factor, None, learning_rate=1e6)
+    w_scaled, _, _, grad_scaled = one_step(
+        factor, fixed(2.0**15), learning_rate=1e6
+    )
+
+    np.testing.assert_array_equal(grad_plain, [0.0, 0.0])
+    np.testing.assert_array_equal(w_plain, [1.0, 2.0])
+    # 1e-8 * 2**15 = 3.3e-4 is a normal float16; 3 significant digits.
+    np.testing.assert_allclose(grad_scaled, [1e-8, 1e-8], rtol=1e-3)
+    np.testing.assert_allclose(w_scaled, [0.99, 1.99], rtol=1e-5)
+
+
+def test_where_nothing_underflows_scaled_and_unscaled_steps_are_equal():
+    w_plain, _, _, grad_plain = one_step(0.25, None)
+    w_scaled, _, _, grad_scaled = one_step(0.25, fixed(128.0))
+
+    np.testing.assert_array_equal(grad_scaled, grad_plain)
+    np.testing.assert_array_equal(w_scaled, w_plain)
+    np.testing.assert_array_equal(w_plain, [0.75, 1.75])
+
+
+def test_a_non_finite_step_is_skipped_and_the_scale_halves():
+    # At a scale of 2**15 the float16 backward pass starts at 2 * 2**15:
+    # past float16's largest value, 65504.
+    dynamic = loss_scale.LossScaling(2.0**15, True, 1000)
+
+    w, global_step, scale, grad = one_step(4.0, dynamic)
+
+    np.testing.assert_array_equal(grad, [0.0, 0.0])
+    np.testing.assert_array_equal(w, [1.0, 2.0])
+    assert scale == 2.0**14
+    assert global_step == 1
+
+
+def test_the_dynamic_scale_halves_until_finite_then_doubles_after_n_steps():
+    # 2**15 and 2**14 overflow; 2**13 trains; 3 good steps double it.
+    dynamic = loss_scale.LossScaling(2.0**15, True, 3)
+
+    w, global_step, scale, _ = one_step(4.0, dynamic, steps=5)
+
+    np.testing.assert_array_equal(w, [1.0 - 3 * 4.0, 2.0 - 3 * 4.0])
+    assert scale == 2.0**14
+    assert global_step == 5
+
+
+def test_loss_scaling_applies_to_float16_only():
+    assert loss_scale.loss_scaling(tf.bfloat16, 128, True, 10, False) is None
+    assert loss_scale.loss_scaling(tf.float16, 128, True, 10, False) == (
+        loss_scale.LossScaling(128.0, True, 10)
+    )
+
+
+def test_the_dynamic_scale_with_sync_replicas_is_an_error():
+    with pytest.raises(ValueError) as raised:
+        loss_scale.loss_scaling(tf.float16, 128, True, 10, True)
+
+    assert str(raised.value) == (
+        "--fp16_enable_auto_loss_scale does not work with --sync_replicas; "
+        "use a fixed --fp16_loss_scale"
+    )
+
+
+def test_use_fp16_on_a_cpu_with_bfloat16_instructions_computes_in_bfloat16():
+    dtype = placement.compute_dtype(True, ["/cpu:0"], cpu_bfloat16=True)
+
+    assert dtype == tf.bfloat16
+
+
+def test_use_fp16_on_a_cpu_without_them_computes_in_float32_and_says_so(
+    capsys,
+):
+    dtype = placement.compute_dtype(True, ["/cpu:0"], cpu_bfloat16=False)
+
+    assert dtype == tf.float32
+    assert capsys.readouterr().err == (
+        "WARNING: --use_fp16 on a CPU without bfloat16 instructions "
+        "(AVX512_BF16 or AMX), where bfloat16 is emulated about 10x slower: "
+        "computing in float32; pass --force_cpu_bfloat16 to use bfloat16 "
+        "anyway.\n"
+    )
+
+
+def test_force_cpu_bfloat16_computes_in_bfloat16_without_the_instructions():
+    dtype = placement.compute_dtype(
+        True, ["/cpu:0"], force_cpu_bfloat16=True, cpu_bfloat16=False
+    )
+
+    assert dtype == tf.bfloat16
+
+
+def test_gpus_compute_in_float16_whatever_the_cpu():
+    assert placement.compute_dtype(True, ["/gpu:0"], cpu_bfloat16=False) == (
+        tf.float16
+    )
+
+
+@pytest.mark.parametrize(
+    "flags_line, expected",
+    [
+        ("flags\t\t: fpu sse avx512f avx512_bf16 amx_tile\n", True),
+        ("flags\t\t: fpu sse amx_bf16\n", True),
+        ("flags\t\t: fpu sse avx512f avx512_vnni\n", False),
+    ],
+)
+def test_the_bfloat16_instructions_are_read_from_cpuinfo(
+    flags_line, expected, tmp_path
+):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\n" + flags_line)
+
+    assert placement.cpu_has_bfloat16(str(cpuinfo)) is expected
+    assert placement.cpu_has_bfloat16(str(tmp_path / "absent")) is False

@@ -1,0 +1,238 @@
+"""The cluster from TF_CONFIG, as Kubeflow's TFJob and tf.distribute set it."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, SCRIPT_ENV, checkpoint_steps
+from test_cluster import _free_ports
+
+from multigpu import cluster, tf_config
+
+# Seconds a test waits for a task to end before it fails.
+TASK_DEADLINE_SECS = 240
+# The global step the workers train to (asynchronously).
+MAX_STEPS = 6
+
+CLUSTER = {
+    "ps": ["10.0.0.1:2222"],
+    "chief": ["10.0.0.2:2222"],
+    "worker": ["10.0.0.3:2222", "10.0.0.4:2222"],
+}
+
+
+def tf_config_text(task_type, index, cluster_spec=CLUSTER):
+    return json.dumps(
+        {"cluster": cluster_spec, "task": {"type": task_type, "index": index}}
+    )
+
+
+NO_FLAGS = tf_config.ClusterFlags("", "", "", 0)
+
+
+@pytest.mark.parametrize(
+    "task_type, index, job_name, task_index",
+    [
+        ("chief", 0, "worker", 0),
+        ("worker", 0, "worker", 1),
+        ("worker", 1, "worker", 2),
+        ("ps", 0, "ps", 0),
+    ],
+)
+def test_the_chief_is_worker_0_and_tf_config_workers_follow_it(
+    task_type, index, job_name, task_index
+):
+    hosts = tf_config.resolve(NO_FLAGS, tf_config_text(task_type, index))
+
+    assert hosts == tf_config.ClusterFlags(
+        "10.0.0.1:2222",
+        "10.0.0.2:2222,10.0.0.3:2222,10.0.0.4:2222",
+        job_name,
+        task_index,
+    )
+
+
+def test_without_a_chief_tf_config_workers_keep_their_index():
+    spec = {"ps": ["h:1", "h:2"], "worker": ["h:3", "h:4"]}
+
+    hosts = tf_config.resolve(NO_FLAGS, tf_config_text("worker", 1, spec))
+
+    assert hosts == tf_config.ClusterFlags("h:1,h:2", "h:3,h:4", "worker", 1)
+
+
+def test_flags_win_when_tf_config_is_unset_or_names_no_cluster():
+    flags = tf_config.ClusterFlags("h:1", "h:2", "worker", 0)
+
+    assert tf_config.resolve(flags, "") == flags
+    assert tf_config.resolve(flags, '{"task": {}}') == flags
+    assert tf_config.resolve(NO_FLAGS, "") == NO_FLAGS
+
+
+def test_flags_that_agree_with_tf_config_are_accepted():
+    flags = tf_config.ClusterFlags(
+        "10.0.0.1:2222",
+        "10.0.0.2:2222, 10.0.0.3:2222,10.0.0.4:2222",
+        "worker",
+        2,
+    )
+
+    assert tf_config.resolve(flags, tf_config_text("worker", 1)) == flags
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            tf_config.ClusterFlags("10.0.0.1:2222", "h:1", "worker", 0),
+            "--worker_hosts=h:1 disagrees with TF_CONFIG, which gives "
+            "10.0.0.2:2222,10.0.0.3:2222,10.0.0.4:2222; set the cluster in "
+            "one place (unset TF_CONFIG or drop the flags)",
+        ),
+        (
+            tf_config.ClusterFlags(
+                "10.0.0.1:2222",
+                "10.0.0.2:2222,10.0.0.3:2222,10.0.0.4:2222",
+                "worker",
+                0,
+            ),
+            "--task_index=0 disagrees with TF_CONFIG, which gives 2; set the "
+            "cluster in one place (unset TF_CONFIG or drop the flags)",
+        ),
+    ],
+)
+def test_flags_that_disagree_with_tf_config_are_an_error(flags, message):
+    with pytest.raises(ValueError) as raised:
+        tf_config.resolve(flags, tf_config_text("worker", 1))
+
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "{not json",
+            "TF_CONFIG is not valid JSON (Expecting property name "
+            "enclosed in double quotes: line 1 column 2 (char 1))",
+        ),
+        (
+            "[1, 2]",
+            'TF_CONFIG is not a JSON object; expected {"cluster": {...}, '
+            '"task": {"type": ..., "index": ...}}',
+        ),
+        (
+            tf_config_text("worker", 0, {"worker": ["h:1", "h:2"]}),
+            "TF_CONFIG's cluster has jobs worker; the cluster mode needs a "
+            "ps job and a worker or chief job",
+        ),
+        (
+            tf_config_text("evaluator", 0, dict(CLUSTER, evaluator=["h:9"])),
+            "TF_CONFIG names job(s) evaluator; the cluster mode runs only "
+            "ps, worker and chief tasks",
+        ),
+        (
+            tf_config_text("worker", 2),
+            "TF_CONFIG's task index 2 is out of range: its worker job has 2 "
+            "task(s)",
+        ),
+    ],
+)
+def test_a_bad_tf_config_is_an_error_saying_what_is_wrong(text, message):
+    with pytest.raises(ValueError) as raised:
+        tf_config.parse(text)
+
+    assert str(raised.value) == message
+
+
+class _Flags:
+    ps_hosts = worker_hosts = job_name = ""
+    task_index = 0
+    sync_replicas = True
+    replicas_to_aggregate = 0
+
+
+def test_the_cluster_task_of_a_trainer_comes_from_tf_config_alone():
+    environ = {"TF_CONFIG": tf_config_text("worker", 1)}
+
+    task = cluster.cluster_task_from_flags(_Flags(), environ)
+
+    assert (task.job_name, task.task_index, task.num_workers) == (
+        "worker",
+        2,
+        3,
+    )
+    assert task.cluster.job_tasks("ps") == ["10.0.0.1:2222"]
+    assert task.replicas_to_aggregate == 3
+    assert not task.is_chief
+
+
+@pytest.mark.slow
+def test_a_ps_a_chief_and_a_worker_train_from_tf_config_alone(
+    cifar10_data_dir, tmp_path
+):
+    ps_port, chief_port, worker_port = _free_ports(3)
+    spec = {
+        "ps": ["127.0.0.1:%d" % ps_port],
+        "chief": ["127.0.0.1:%d" % chief_port],
+        "worker": ["127.0.0.1:%d" % worker_port],
+    }
+    processes, logs = {}, {}
+    try:
+        for name, task_type in [("ps", "ps"), ("chief", "chief")] + [
+            ("worker", "worker")
+        ]:
+            logs[name] = tmp_path / ("%s.log" % name)
+            with open(logs[name], "w") as log:
+                processes[name] = subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(REPO / "cifar10_multi_gpu_train.py"),
+                        "--data_dir=%s" % cifar10_data_dir,
+                        "--train_dir=%s" % (tmp_path / name),
+                        "--cpu_towers",
+                        "--batch_size=4",
+                        "--max_steps=%d" % MAX_STEPS,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=dict(
+                        SCRIPT_ENV, TF_CONFIG=tf_config_text(task_type, 0, spec)
+                    ),
+                    cwd=REPO,
+                )
+        for name in ("chief", "worker", "ps"):
+            code = processes[name].wait(timeout=TASK_DEADLINE_SECS)
+            assert code == 0, logs[name].read_text()[-3000:]
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=30)
+
+    # TF_CONFIG's chief is worker 0 and checkpoints; its worker 0 is the
+    # suite's worker 1, which does not.
+    chief_log, worker_log = (
+        logs["chief"].read_text(),
+        logs["worker"].read_text(),
+    )
+    chief_end = re.search(
+        r"Worker task 0 ran \d+ local steps; global "
+        r"step (\d+)\.",
+        chief_log,
+    )
+    worker_end = re.search(
+        r"Worker task 1 ran \d+ local steps; global "
+        r"step (\d+)\.",
+        worker_log,
+    )
+    assert chief_end, chief_log[-3000:]
+    assert worker_end, worker_log[-3000:]
+    # Each worker updates on its own and may pass max_steps by the steps
+    # under way.
+    global_step = max(int(chief_end[1]), int(worker_end[1]))
+    assert MAX_STEPS <= global_step <= MAX_STEPS + 2
+    assert MAX_STEPS <= checkpoint_steps(tmp_path / "chief")[-1] <= global_step
+    assert not (tmp_path / "worker").exists()
+    assert "ps task 0: all 2 workers done." in logs["ps"].read_text()
