@@ -217,7 +217,12 @@ class _ReleaseWorkersHook(tf.compat.v1.train.SessionRunHook):
         self._tokens_op = tokens_op
 
     def end(self, session):
-        session.run(self._tokens_op)
+        try:
+            session.run(self._tokens_op)
+        except tf.errors.CancelledError:
+            # The chief's queue runner closes the token queue when the chief
+            # stops: then no worker waits for a token any more.
+            pass
 
 
 def task_config(config, task):
