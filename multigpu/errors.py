@@ -71,9 +71,16 @@ _HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 
 def _parse_flags(argv):
-    """absl's flag parser, with help asked for ending in exit code 0."""
+    """absl's flag parsing: a bad flag is one line, asked-for help exit 0.
+
+    absl itself prints a bad flag in two lines of its own ('FATAL Flags
+    parsing error: ...', 'Pass --helpshort ...') and ends --help with exit
+    code 1.
+    """
     try:
-        return app.parse_flags_with_usage(argv)
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        sys.exit("%s: error: %s" % (os.path.basename(argv[0]), e))
     except SystemExit as e:
         if e.code == 1 and any(arg in _HELP_FLAGS for arg in argv[1:]):
             sys.exit(0)

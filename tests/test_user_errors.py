@@ -137,14 +137,14 @@ def test_a_job_name_without_hosts_is_an_error():
         (
             "cifar10_train.py",
             ["--clip_gradients=nan"],
-            "FATAL Flags parsing error: flag --clip_gradients=nan: "
+            "cifar10_train.py: error: flag --clip_gradients=nan: "
             "--clip_gradients must be finite",
         ),
         (
             "cifar10_eval.py",
             ["--eval_interval_secs=0"],
-            "FATAL Flags parsing error: flag --eval_interval_secs=0: 0 is not "
-            "a positive integer",
+            "cifar10_eval.py: error: flag --eval_interval_secs=0: 0 is not a "
+            "positive integer",
         ),
     ],
     ids=["train_dir_file", "clip_nan", "eval_interval_0"],
@@ -164,4 +164,5 @@ def test_a_user_error_exits_1_naming_the_flag_without_a_traceback(
     assert result.returncode == 1
     assert message % names in result.stderr.split("\n")
     assert "Traceback" not in result.stderr
+    assert "FATAL" not in result.stderr and "--helpshort" not in result.stderr
     assert a_file.read_bytes() == b"mine"
