@@ -3,6 +3,7 @@
 import time
 
 import tensorflow as tf
+from tensorflow.python.util import deprecation
 
 from multigpu import checkpoints, restore
 
@@ -62,9 +63,12 @@ class ResumingSessionCreator(tf.compat.v1.train.SessionCreator):
         if state is not None:
             # As TensorFlow's restore from a folder does, so that the saver
             # goes on deleting the oldest listed checkpoints (max_to_keep).
-            self._scaffold.saver.recover_last_checkpoints(
-                state.all_model_checkpoint_paths
-            )
+            # It reads their times through a deprecated TensorFlow call whose
+            # notice would be printed on every resume.
+            with deprecation.silence():
+                self._scaffold.saver.recover_last_checkpoints(
+                    state.all_model_checkpoint_paths
+                )
         return session
 
 

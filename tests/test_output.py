@@ -46,7 +46,7 @@ def _flag_names(help_text):
 
 
 @pytest.mark.slow
-def test_a_checkpoint_save_is_logged_once_and_cpp_notices_are_hidden(
+def test_a_save_is_logged_once_and_no_cpp_or_deprecation_notice_shows(
     cifar10_data_dir, tmp_path
 ):
     result = _run_as_user(
@@ -63,6 +63,17 @@ def test_a_checkpoint_save_is_logged_once_and_cpp_notices_are_hidden(
     assert CPP_INFO_LINE.findall(output) == [], output
     assert "absl::InitializeLog" not in output
     assert "oneDNN custom operations are on" not in output
+    resumed = _run_as_user(
+        "cifar10_train.py",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % tmp_path,
+        "--max_steps=3",
+        "--batch_size=8",
+    )
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output
+    assert "training from step 2" in output
+    assert "deprecated" not in output, output
 
 
 @pytest.mark.slow
