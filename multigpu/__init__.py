@@ -26,7 +26,7 @@
 - `sample_sets`: the sample sets' marker.
 - `quiet_cpp_logs`: hides TensorFlow's C++ start-up notices.
 
-Nothing here reads flags or does work at import, but `common_flags`
-(defines flags when a trainer asks) and `quiet_cpp_logs` (imported first
-by every script, to filter what TensorFlow prints as it loads).
+Nothing here reads flags (the trainers pass plain values) or does work at
+import, except `quiet_cpp_logs`, which every script imports first to
+filter what TensorFlow prints as it loads.
 """
