@@ -85,15 +85,8 @@ flags.DEFINE_boolean(
     "--train_dir.",
 )
 
-common_flags.define_train_dir_flags("/tmp/mnist_train", log_frequency=100)
-common_flags.define_checkpoint_flags()
-common_flags.define_fake_data_flag()
-common_flags.define_tower_flags()
-common_flags.define_cluster_flags()
-common_flags.define_warm_start_flags()
-common_flags.define_session_flags()
-common_flags.define_dry_run_flag()
-common_flags.define_trace_flag()
+common_flags.define_trainer_flags("/tmp/mnist_train", log_frequency=100)
+common_flags.define_multi_tower_flags()
 flags.adopt_module_key_flags(common_flags)
 
 # Steps between the loss summaries that --tb_logging writes.

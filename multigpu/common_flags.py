@@ -20,6 +20,31 @@ def _define(define, name, *args, **kwargs):
         define(name, *args, **kwargs)
 
 
+def define_trainer_flags(train_dir, log_frequency):
+    """The groups every trainer takes.
+
+    Its folder and progress lines, checkpoints, the sample set, warm start,
+    the session options and the step trace.
+
+    Args:
+      train_dir: str, the trainer's default --train_dir.
+      log_frequency: int, its default steps between progress lines.
+    """
+    define_train_dir_flags(train_dir, log_frequency)
+    define_checkpoint_flags()
+    define_fake_data_flag()
+    define_warm_start_flags()
+    define_session_flags()
+    define_trace_flag()
+
+
+def define_multi_tower_flags():
+    """The groups of a multi-tower trainer: towers, cluster, dry run."""
+    define_tower_flags()
+    define_cluster_flags()
+    define_dry_run_flag()
+
+
 def define_train_dir_flags(train_dir, log_frequency):
     """--train_dir, --clear_train_dir, --log_frequency, --log_device_placement.
 
