@@ -32,10 +32,7 @@ from multigpu import (
 )
 
 FLAGS = flags.FLAGS
-common_flags.define_trainer_flags("/tmp/cifar10_train", log_frequency=10)
-common_flags.define_step_flags()
-common_flags.define_data_url_flag(cifar10_input.DATA_URL)
-common_flags.define_fp16_flags()
+common_flags.define_cifar10_trainer_flags(cifar10_input.DATA_URL)
 flags.adopt_module_key_flags(common_flags)
 # --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
 flags.adopt_module_key_flags(cifar10)

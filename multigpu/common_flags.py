@@ -38,6 +38,21 @@ def define_trainer_flags(train_dir, log_frequency):
     define_trace_flag()
 
 
+def define_cifar10_trainer_flags(data_url):
+    """The groups both CIFAR-10 trainers take.
+
+    Every trainer's (`define_trainer_flags`), the steps (--max_steps,
+    --clip_gradients), the download (--data_url) and float16.
+
+    Args:
+      data_url: str, the default --data_url: the official archive.
+    """
+    define_trainer_flags("/tmp/cifar10_train", log_frequency=10)
+    define_step_flags()
+    define_data_url_flag(data_url)
+    define_fp16_flags()
+
+
 def define_multi_tower_flags():
     """The groups of a multi-tower trainer: towers, cluster, dry run."""
     define_tower_flags()
