@@ -162,6 +162,7 @@ def test_the_tutorial_calls_keep_their_signatures():
         "variable_device",
         "batch_size",
         "clip_norm",
+        "loss_scaling",
     ]
     assert all("=" in extra for extra in extras)
 

@@ -66,7 +66,7 @@ def test_a_bad_mnist_record_is_named_by_file_and_index(
     _write_examples(filename, [GOOD_EXAMPLE] * 7 + [bad_example])
     with tf.Graph().as_default():
         images, labels = mnist_input.inputs(
-            str(tmp_path), train=True, batch_size=8, num_epochs=1
+            train=True, batch_size=8, num_epochs=1, data_dir=str(tmp_path)
         )
         with tf.compat.v1.Session() as sess:
             with pytest.raises(ValueError) as error:
