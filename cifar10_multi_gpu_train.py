@@ -141,7 +141,11 @@ def main(argv):
         dry_run.refuse_ps(task)
         devices = dry_run.gpu_devices(FLAGS.num_gpus)
     elif task.job_name == "ps":
-        return cluster.run_ps(task, placement.session_config(options=options))
+        return cluster.run_ps(
+            task,
+            placement.session_config(options=options),
+            FLAGS.operation_timeout_secs,
+        )
     else:
         devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
     variable_device = placement.variable_device(

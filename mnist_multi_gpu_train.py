@@ -169,7 +169,11 @@ def main(argv):
     if FLAGS.dry_run:
         return plan_dry_run(task)
     if task.job_name == "ps":
-        return cluster.run_ps(task, placement.session_config(options=options))
+        return cluster.run_ps(
+            task,
+            placement.session_config(options=options),
+            FLAGS.operation_timeout_secs,
+        )
     if FLAGS.fake_data:
         folders.make_folder(FLAGS.data_dir, "data_dir")
         mnist_data.write_fake_data(FLAGS.data_dir)

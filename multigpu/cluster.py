@@ -12,7 +12,7 @@ import sys
 
 import tensorflow as tf
 
-from multigpu import tf_config
+from multigpu import tf_config, watchdog
 
 
 class ClusterTask(
@@ -282,13 +282,24 @@ def report_done(server, done_ops, task, runs, config):
     )
 
 
-def run_ps(task, config):
-    """Serves the variables of a ps task until every worker has finished."""
+def run_ps(task, config, timeout_secs=0):
+    """Serves the variables of a ps task until every worker has finished.
+
+    Args:
+      task: the ps task's `ClusterTask`.
+      config: the session's `ConfigProto`.
+      timeout_secs: int, how long every worker may take to start; 0 waits
+        forever.
+
+    Raises:
+      errors.TrainingError: a worker did not start in time.
+    """
     config = task_config(config, task)
     # No operation timeout here: a ps waits as long as training lasts.
     config.operation_timeout_in_ms = 0
     server = start_server(task, config)
     print("ps task %d serving at %s" % (task.task_index, server.target))
+    watchdog.wait_for_workers(task.cluster, timeout_secs)
     with tf.Graph().as_default():
         dequeue = done_signals(task)[task.task_index]
         with tf.compat.v1.Session(server.target, config=config) as sess:

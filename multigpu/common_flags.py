@@ -230,7 +230,8 @@ def define_cluster_flags():
         "operation_timeout_secs",
         120,
         "Cluster mode: an operation waiting longer than this (e.g. on a dead "
-        "peer) ends the run with an error; 0 waits forever.",
+        "peer) ends the run with an error, and a ps task gives up when a "
+        "worker has not started within it; 0 waits forever.",
         lower_bound=0,
     )
 

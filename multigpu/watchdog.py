@@ -1,4 +1,9 @@
-"""Noticing a lost ps task: its port checked while a worker trains."""
+"""Noticing lost cluster tasks by their ports.
+
+A worker checks its ps tasks' ports while it trains (`PsWatchdog`); a ps
+waits for its workers' ports to answer before it serves them
+(`wait_for_workers`).
+"""
 
 import os
 import socket
@@ -8,8 +13,12 @@ import time
 
 import tensorflow as tf
 
+from multigpu import errors
+
 # Seconds between two looks of a worker at its ps tasks' ports.
 WATCHDOG_INTERVAL_SECS = 2
+# Seconds a port may take to accept a connection before it counts as silent.
+CONNECT_TIMEOUT_SECS = 2
 
 
 class PsWatchdog:
@@ -61,16 +70,57 @@ def unreachable_tasks(cluster):
     """
     if cluster is None:
         return "not in a cluster"
-    lost = []
-    for job in cluster.jobs:
-        for index, address in enumerate(cluster.job_tasks(job)):
-            host, _, port = address.rpartition(":")
-            try:
-                socket.create_connection(
-                    (host.strip("[]"), int(port)), 2
-                ).close()
-            except OSError:
-                lost.append("%s task %d (%s)" % (job, index, address))
+    lost = [
+        "%s task %d (%s)" % (job, index, address)
+        for job in cluster.jobs
+        for index, address in enumerate(cluster.job_tasks(job))
+        if not _answers(address)
+    ]
     if not lost:
         return "every task answers; a peer may be stuck or too slow"
     return "unreachable: " + ", ".join(lost)
+
+
+def wait_for_workers(cluster, timeout_secs):
+    """Waits until the port of every worker task has answered once.
+
+    A ps serves until every worker is done: a worker that never starts
+    would keep it waiting forever.
+
+    Args:
+      cluster: the `tf.train.ClusterSpec`.
+      timeout_secs: int, how long to wait; 0 waits forever.
+
+    Raises:
+      errors.TrainingError: a worker did not answer in time (named).
+    """
+    unseen = dict(enumerate(cluster.job_tasks("worker")))
+    deadline = time.time() + timeout_secs
+    while True:
+        unseen = {i: a for i, a in unseen.items() if not _answers(a)}
+        if not unseen:
+            return
+        if timeout_secs and time.time() > deadline:
+            raise errors.TrainingError(
+                "no connection from %s within --operation_timeout_secs=%d; "
+                "start every worker task, or raise the timeout"
+                % (
+                    ", ".join(
+                        "worker task %d (%s)" % each for each in unseen.items()
+                    ),
+                    timeout_secs,
+                )
+            )
+        time.sleep(WATCHDOG_INTERVAL_SECS)
+
+
+def _answers(address):
+    """Whether HOST:PORT accepts a connection."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection(
+            (host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECS
+        ).close()
+    except OSError:
+        return False
+    return True

@@ -222,6 +222,11 @@ def test_mnist_workers_each_train_their_epochs_in_the_cluster(
 FAULT_EXIT_BOUND_SECS = 4 * FAULT_TIMEOUT_SECS
 
 
+# A ps in the fault tests waits for its workers to start as long as a test
+# waits for a task (the workers' --operation_timeout_secs is short).
+PS_PATIENCE = "--operation_timeout_secs=%d" % TASK_DEADLINE_SECS
+
+
 def _fault_flags():
     return ("--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,)
 
@@ -245,7 +250,7 @@ def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
     cluster = make_cluster(
         2, "--max_steps=100000", "--sync_replicas", *_fault_flags()
     )
-    cluster.start("ps", 0)
+    cluster.start("ps", 0, PS_PATIENCE)
     cluster.start("worker", 0)
     cluster.start("worker", 1)
     _wait_for_step(cluster, "worker0", 10)
@@ -267,7 +272,7 @@ def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
 @pytest.mark.slow
 def test_a_killed_ps_ends_the_worker_with_a_message_naming_it(make_cluster):
     cluster = make_cluster(1, "--max_steps=100000", *_fault_flags())
-    cluster.start("ps", 0)
+    cluster.start("ps", 0, PS_PATIENCE)
     cluster.start("worker", 0)
     _wait_for_step(cluster, "worker0", 10)
     cluster.processes["ps0"].kill()
@@ -281,11 +286,26 @@ def test_a_killed_ps_ends_the_worker_with_a_message_naming_it(make_cluster):
 
 
 @pytest.mark.slow
+def test_a_ps_whose_workers_never_start_gives_up_naming_them(make_cluster):
+    cluster = make_cluster(2, "--operation_timeout_secs=3")
+    cluster.start("ps", 0)
+
+    code, _ = cluster.wait("ps0")
+    assert code == 1
+    assert cluster.log("ps0").strip().split("\n")[-1] == (
+        "cifar10_multi_gpu_train.py: error: no connection from worker task 0 "
+        "(%s), worker task 1 (%s) within --operation_timeout_secs=3; start "
+        "every worker task, or raise the timeout"
+        % tuple(cluster.worker_addresses)
+    )
+
+
+@pytest.mark.slow
 def test_a_restarted_chief_resumes_from_its_checkpoint(make_cluster):
     cluster = make_cluster(
         1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
     )
-    cluster.start("ps", 0)
+    cluster.start("ps", 0, PS_PATIENCE)
     cluster.start("worker", 0)
     _wait_for_step(cluster, "worker0", 10)
     cluster.processes["worker0"].kill()
