@@ -283,7 +283,7 @@ def _random_batch(seed, size):
 
 def test_fp16_keeps_every_variable_float32_while_the_towers_compute_bfloat16():
     devices = placement.tower_devices(2, cpu_towers=True)
-    compute_dtype = placement.compute_dtype(True, devices)
+    compute_dtype = placement.compute_dtype(True, devices, cpu_bfloat16=True)
     graph = _two_tower_graph(devices, compute_dtype=compute_dtype)
     variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
     assert compute_dtype == tf.bfloat16
