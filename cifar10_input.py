@@ -7,7 +7,9 @@ byte followed by 3,072 image bytes, depth-major: the 1,024 red values, then
 green, then blue, each 32 rows of 32.
 
 Stages, one function each, run on whole batches (one op per batch, not
-per image): read (`read_records`) -> decode (`decode_record`) -> distort
+per image): read (`read_records`) -> decode (`decode_record`; for
+training the whole split once, kept in memory: `decoded_set`) -> order
+(`epoch_orders`, a permutation per epoch) -> distort
 (`distortion_parameters` drawn per image, applied by `distort_batch`) or
 crop (`eval_image`) -> batch (`train_inputs`, `eval_inputs`; the
 tutorial's `distorted_inputs` and `inputs` on queues).
@@ -222,12 +224,51 @@ def eval_image(image):
     return tf.image.per_image_standardization(image)
 
 
+def decoded_set(filenames, num_records):
+    """The whole split decoded once, as a dataset of one element.
+
+    Records are decoded RECORDS_PER_DECODE at a time, then joined into one
+    tensor of the split (uint8, 150 MB for CIFAR-10's training set).
+
+    Args:
+      filenames: list of str paths, already checked by `check_files`.
+      num_records: int, the records of the files.
+
+    Returns:
+      A `tf.data.Dataset` of one element: (uint8 [num_records, 32, 32, 3],
+      int32 [num_records]).
+    """
+    dataset = read_records(filenames).batch(RECORDS_PER_DECODE)
+    return dataset.map(decode_record).rebatch(num_records)
+
+
+def epoch_orders(num_records, batch_size):
+    """Endless batches of record indices, each epoch a new permutation.
+
+    The permutations follow each other and are cut into batches across the
+    epochs' ends, so that every epoch is exactly one pass over the records
+    and every batch is full.
+
+    Args:
+      num_records: int, the records of one epoch.
+      batch_size: int, indices per batch.
+
+    Returns:
+      A `tf.data.Dataset` of int32 [batch_size], indices in
+      0..num_records - 1.
+    """
+    orders = tf.data.Dataset.from_tensors(tf.range(num_records)).repeat()
+    return orders.map(tf.random.shuffle).rebatch(
+        batch_size, drop_remainder=True
+    )
+
+
 def distorted_dataset(data_dir, batch_size):
     """The endless, shuffled, distorted training batches.
 
-    The records are decoded once and kept in memory (uint8, 150 MB for
-    CIFAR-10); each epoch passes over them once, shuffled anew by a buffer
-    of 40% of an epoch (the tutorial's queue); batches are distorted whole.
+    The training set is decoded once and kept in memory; each batch is a
+    gather of its records by `epoch_orders`, distorted whole. No step of
+    the pipeline works on single examples.
 
     Args:
       data_dir: str, the folder that holds `cifar-10-batches-bin/`.
@@ -239,16 +280,18 @@ def distorted_dataset(data_dir, batch_size):
     """
     filenames = data_files(data_dir)
     num_records = check_files(filenames)
-    dataset = read_records(filenames).batch(RECORDS_PER_DECODE)
-    dataset = dataset.map(decode_record).unbatch().cache()
-    buffer_size = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
-    dataset = dataset.shuffle(max(buffer_size, 1)).repeat()
+    # The cached element is the same tensors every step, not a copy.
+    training_set = decoded_set(filenames, num_records).cache().repeat()
+    orders = epoch_orders(num_records, batch_size)
 
-    def distort(images, labels):
-        return distort_batch(images, *distortion_parameters(batch_size)), labels
+    def distort(training_set, order):
+        images, labels = training_set
+        images = tf.gather(images, order)  # [batch_size, 32, 32, 3]
+        parameters = distortion_parameters(batch_size)
+        return distort_batch(images, *parameters), tf.gather(labels, order)
 
     # One batch at a time: a parallel map took 20-50% more CPU per image.
-    dataset = dataset.batch(batch_size, drop_remainder=True).map(distort)
+    dataset = tf.data.Dataset.zip((training_set, orders)).map(distort)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
