@@ -50,8 +50,15 @@ WARMUP_STEPS = 2  # Untimed steps before each timed run (caches, autotune).
 # enough to compare wall-clock rates (see `ratio`).
 QUIET_CORES = 0.25
 # The instruction sets of /proc/cpuinfo a result names: bfloat16 (AVX512_BF16,
-# AMX) and what oneDNN's float32 kernels use.
-CPU_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx_vnni")
+# AMX) and what oneDNN's float32 kernels use (AVX-512, else AVX2).
+CPU_FLAGS = (
+    "avx512_bf16",
+    "amx_bf16",
+    "amx_tile",
+    "avx512f",
+    "avx_vnni",
+    "avx2",
+)
 
 
 def parse_args(name, doc, **options):

@@ -168,7 +168,11 @@ def _identity_images():
     return images.astype(np.uint8), greens
 
 
-def test_every_training_example_appears_once_per_epoch(tmp_path):
+# Batches of 10 end with the epochs of 50 records; batches of 15 straddle
+# the ends of epochs, where one epoch's last records and the next one's
+# first share a batch.
+@pytest.mark.parametrize("batch_size", [10, 15])
+def test_every_training_example_appears_once_per_epoch(tmp_path, batch_size):
     images, greens = _identity_images()
     folder = tmp_path / cifar10_input.BATCHES_DIR
     folder.mkdir()
@@ -179,12 +183,13 @@ def test_every_training_example_appears_once_per_epoch(tmp_path):
         )
     with tf.Graph().as_default():
         batch_images, batch_labels = cifar10_input.train_inputs(
-            str(tmp_path), 10
+            str(tmp_path), batch_size
         )
         with tf.compat.v1.Session() as sess:
-            # Three epochs of 50 records in batches of 10.
+            # Three epochs of 50 records.
             batches = [
-                sess.run([batch_images, batch_labels]) for _ in range(15)
+                sess.run([batch_images, batch_labels])
+                for _ in range(3 * NUM_RECORDS // batch_size)
             ]
     read = np.concatenate([b for b, _ in batches])  # [150, 24, 24, 3]
     labels = np.concatenate([b for _, b in batches])
