@@ -27,9 +27,9 @@ import tensorflow as tf
 from absl import flags
 
 import cifar10
-import cifar10_input
 from multigpu import (
     checkpoints,
+    cifar10_batches,
     cifar10_data,
     common_flags,
     errors,
@@ -85,7 +85,7 @@ def build_graph(
       init_op: rewinds the input to its first example.
     """
     with tf.device("/cpu:0"):
-        images, labels, init_op = cifar10_input.eval_inputs(
+        images, labels, init_op = cifar10_batches.eval_inputs(
             eval_data, data_dir, batch_size, num_examples
         )
     logits = cifar10.inference(images, compute_dtype)

@@ -33,6 +33,7 @@ from absl import flags
 import cifar10
 import cifar10_input
 from multigpu import (
+    cifar10_batches,
     cifar10_data,
     cluster,
     common_flags,
@@ -73,7 +74,7 @@ def build_graph(
     Args:
       get_next: callable() -> (float32 [batch_size, 24, 24, 3] images,
         int32 [batch_size] labels), called once per tower for its own batch,
-        e.g. of `cifar10_input.distorted_batches`.
+        e.g. of `cifar10_batches.distorted_batches`.
       batch_size: int, examples per tower per step.
       devices: list of the towers' device strings.
       compute_dtype: the dtype the layers compute in.
@@ -190,7 +191,7 @@ def main(argv):
             if FLAGS.dry_run:
                 get_next = dry_run.synthetic_batches(batch_shapes)
             else:
-                get_next = cifar10_input.distorted_batches(
+                get_next = cifar10_batches.distorted_batches(
                     FLAGS.data_dir, FLAGS.batch_size
                 )
         loss, train_op, summary_op, hooks = build_graph(

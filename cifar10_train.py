@@ -22,6 +22,7 @@ from absl import flags
 import cifar10
 import cifar10_input
 from multigpu import (
+    cifar10_batches,
     cifar10_data,
     common_flags,
     errors,
@@ -53,7 +54,7 @@ def build_graph(
     global_step = tf.compat.v1.train.get_or_create_global_step()
     # The input pipeline stays on the CPU, so the device only computes.
     with tf.device("/cpu:0"):
-        images, labels = cifar10_input.train_inputs(data_dir, batch_size)
+        images, labels = cifar10_batches.train_inputs(data_dir, batch_size)
     summaries.image_summary("images", images)
     logits = cifar10.inference(images, compute_dtype)
     loss = cifar10.loss(logits, labels)

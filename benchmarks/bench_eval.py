@@ -7,7 +7,7 @@ Eval: the graph of cifar10_eval.py (cifar10_input.inputs over the sample
 set's test records, cifar10.inference, tf.nn.in_top_k), one pass over
 --num_examples examples, the hits summed in Python as the eval does.
 Training: the one-device graph of cifar10_train.py through
-cifar10_input.distorted_dataset. Both at batch 128, interleaved. Goal: eval
+cifar10_batches.distorted_dataset. Both at batch 128, interleaved. Goal: eval
 >= 2.5x training images/s.
 """
 
@@ -15,9 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 import cifar10
-import cifar10_input
 from benchmarks import common
-from multigpu import placement
+from multigpu import cifar10_batches, placement
 
 NAME = "eval"
 
@@ -27,7 +26,7 @@ def eval_variant(data_dir, batch_size, num_examples):
     graph = tf.Graph()
     with graph.as_default():
         with tf.device("/cpu:0"):
-            images, labels, rewind = cifar10_input.eval_inputs(
+            images, labels, rewind = cifar10_batches.eval_inputs(
                 "test", data_dir, batch_size, num_examples
             )
         logits = cifar10.inference(images)

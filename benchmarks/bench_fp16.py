@@ -13,7 +13,7 @@ float32, interleaved. Goal: >= 1.8x. A CPU without bfloat16 instructions
 nothing. The result names the CPU and its instruction sets.
 
 Accuracy: both dtypes train --accuracy_steps steps from the same initial
-weights on the sample set (`cifar10_input.train_inputs`), then score
+weights on the sample set (`cifar10_batches.train_inputs`), then score
 precision @ 1 on the first EVAL_EXAMPLES test records in their own dtype.
 Equal accuracy: within ACCURACY_TOLERANCE of each other.
 
@@ -26,9 +26,8 @@ import collections
 import tensorflow as tf
 
 import cifar10
-import cifar10_input
 from benchmarks import common
-from multigpu import placement
+from multigpu import cifar10_batches, placement
 
 NAME = "fp16"
 SPEEDUP_GOAL = 1.8
@@ -59,13 +58,13 @@ def trained_precision(dtype, initial, steps, data_dir):
     """
     model = common.one_device_graph(
         lambda batch_size: (
-            lambda: cifar10_input.train_inputs(data_dir, batch_size)
+            lambda: cifar10_batches.train_inputs(data_dir, batch_size)
         ),
         common.BATCH_SIZE,
         dtype,
     )
     with model.graph.as_default():
-        images, labels, init_op = cifar10_input.eval_inputs(
+        images, labels, init_op = cifar10_batches.eval_inputs(
             "test", data_dir, EVAL_EXAMPLES, EVAL_EXAMPLES
         )
         scope = tf.compat.v1.get_variable_scope()

@@ -3,7 +3,7 @@
 Run it from the repository root:
   python -m benchmarks.bench_input [--batches=200] [--rounds=3]
 
-CIFAR-10: `cifar10_input.distorted_dataset` over the binary records of the
+CIFAR-10: `cifar10_batches.distorted_dataset` over the binary records of the
 built-in sample set (`write_fake_data`), as shipped, against a plain
 per-image reference built here: the records cached and shuffled, then one
 map (AUTOTUNE) that decodes and distorts each image with the tutorial's own
@@ -28,7 +28,7 @@ import tensorflow as tf
 
 import cifar10_input
 from benchmarks import common
-from multigpu import mnist_data
+from multigpu import cifar10_batches, mnist_data
 
 NAME = "input"
 PRIVATE_THREADS = (1, 2)  # tf.data private threadpool sizes to try.
@@ -159,7 +159,7 @@ def main():
     )
 
     def shipped():
-        return cifar10_input.distorted_dataset(data_dir, batch_size)
+        return cifar10_batches.distorted_dataset(data_dir, batch_size)
 
     variants = {
         "cifar10_distorted_dataset": shipped,

@@ -6,7 +6,7 @@ Run it from the repository root:
 Four graphs, built from the library in this process: the one-device graph of
 cifar10_train.py (batch 128) and the 2-tower graph of
 cifar10_multi_gpu_train.py (2 virtual CPU devices x 64, the same 128
-examples per step), each fed either by `cifar10_input.distorted_dataset`
+examples per step), each fed either by `cifar10_batches.distorted_dataset`
 over the binary records of the sample set, or by one random batch held in
 the graph as constants. The ratio real/synthetic is the input pipeline's
 cost to training (goal: >= 0.97).

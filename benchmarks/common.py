@@ -33,9 +33,8 @@ import tensorflow as tf
 # cifar10_multi_gpu_train is the one script the benchmarks import (for its
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
-import cifar10_input
 import cifar10_multi_gpu_train
-from multigpu import cifar10_data, placement, summaries
+from multigpu import cifar10_batches, cifar10_data, placement, summaries
 
 # The repository root: the scripts run there (`python -m benchmarks.X`).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -322,11 +321,11 @@ def synthetic_input(batch_size):
 def real_input(batch_size, data_dir=None):
     """Returns get_next() of the trainers' pipeline on the sample set.
 
-    `cifar10_input.distorted_batches` on the CPU, one iterator shared by
+    `cifar10_batches.distorted_batches` on the CPU, one iterator shared by
     the towers as in cifar10_multi_gpu_train.py. Call it inside the graph.
     """
     with tf.device("/cpu:0"):
-        return cifar10_input.distorted_batches(
+        return cifar10_batches.distorted_batches(
             data_dir or cifar10_data_dir(), batch_size
         )
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 from conftest import write_cifar10_files
 
 import cifar10_input
-from multigpu import cifar10_data
+from multigpu import cifar10_batches, cifar10_data
 
 CROP = cifar10_input.IMAGE_SIZE
 # Crop offsets per axis (0..8) times the two flips: every distorted view.
@@ -60,7 +60,7 @@ def test_eval_input_yields_every_example_once_in_file_order(tmp_path):
     written = write_cifar10_files(tmp_path, records_per_file=11)
     images, labels = written["test_batch.bin"]
     with tf.Graph().as_default():
-        batch_images, batch_labels, init_op = cifar10_input.eval_inputs(
+        batch_images, batch_labels, init_op = cifar10_batches.eval_inputs(
             "test", str(tmp_path), batch_size=4, num_examples=11
         )
         batches = _run_to_end([batch_images, batch_labels], init_op)
@@ -77,7 +77,7 @@ def test_eval_input_yields_every_example_once_in_file_order(tmp_path):
 def test_eval_input_stops_after_num_examples(tmp_path):
     write_cifar10_files(tmp_path, records_per_file=11)
     with tf.Graph().as_default():
-        _, labels, init_op = cifar10_input.eval_inputs(
+        _, labels, init_op = cifar10_batches.eval_inputs(
             "train", str(tmp_path), batch_size=4, num_examples=6
         )
         batches = _run_to_end(labels, init_op)
@@ -89,7 +89,7 @@ def test_eval_input_refuses_more_examples_than_the_files_hold(tmp_path):
     write_cifar10_files(tmp_path, records_per_file=11)
     with tf.Graph().as_default():
         with pytest.raises(ValueError) as error:
-            cifar10_input.eval_inputs(
+            cifar10_batches.eval_inputs(
                 "test", str(tmp_path), batch_size=4, num_examples=12
             )
     assert str(error.value) == (
@@ -121,7 +121,7 @@ def gray_data_dir(tmp_path_factory):
 def _distorted_batches(data_dir, batch_size, num_batches, seed=None):
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(seed)
-        images, labels = cifar10_input.train_inputs(str(data_dir), batch_size)
+        images, labels = cifar10_batches.train_inputs(str(data_dir), batch_size)
         with tf.compat.v1.Session() as sess:
             return [sess.run([images, labels]) for _ in range(num_batches)]
 
@@ -142,7 +142,7 @@ def test_each_tower_reads_its_own_batch_from_one_shared_iterator(
 ):
     data_dir, _ = gray_data_dir
     with tf.Graph().as_default():
-        get_next = cifar10_input.distorted_batches(str(data_dir), 5)
+        get_next = cifar10_batches.distorted_batches(str(data_dir), 5)
         (first, first_labels), (second, second_labels) = get_next(), get_next()
         with tf.compat.v1.Session() as sess:
             values = sess.run([first, second])

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import cifar10_input
-from multigpu import cifar10_data
+from multigpu import cifar10_batches, cifar10_data
 
 DRAWS = 9000  # Parameter draws per test: 1,000 per crop offset.
 SEED = 17
@@ -182,7 +182,7 @@ def test_every_training_example_appears_once_per_epoch(tmp_path, batch_size):
             str(folder / name), images[part], np.arange(NUM_RECORDS)[part] % 10
         )
     with tf.Graph().as_default():
-        batch_images, batch_labels = cifar10_input.train_inputs(
+        batch_images, batch_labels = cifar10_batches.train_inputs(
             str(tmp_path), batch_size
         )
         with tf.compat.v1.Session() as sess:

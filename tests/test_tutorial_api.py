@@ -19,7 +19,7 @@ from test_cifar10_input import _standardize, _views
 import cifar10
 import cifar10_input
 import mnist_input
-from multigpu import cifar10_data
+from multigpu import cifar10_batches, cifar10_data
 
 TUTORIAL_FLAGS = ["batch_size", "data_dir", "use_fp16"]
 
@@ -454,7 +454,7 @@ def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
 def _top_1_hits(data_dir, train_dir, num_examples):
     """Top-1 hits of the newest checkpoint's moving averages, by our eval."""
     with tf.Graph().as_default():
-        images, labels, init_op = cifar10_input.eval_inputs(
+        images, labels, init_op = cifar10_batches.eval_inputs(
             "test", str(data_dir), num_examples, num_examples
         )
         logits = cifar10.inference(images)
