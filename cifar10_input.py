@@ -7,14 +7,14 @@ byte followed by 3,072 image bytes, depth-major: the 1,024 red values, then
 green, then blue, each 32 rows of 32.
 
 Stages, one function each, run on whole batches (one op per batch, not
-per image): read (`read_records`) -> decode (`decode_record`; for
-training the whole split once, kept in memory: `decoded_set`) -> order
-(`epoch_orders`, a permutation per epoch) -> distort
+per image): read (`read_records`) -> decode (`decode_record`) -> distort
 (`distortion_parameters` drawn per image, applied by `distort_batch`) or
-crop (`eval_image`) -> batch (`train_inputs`, `eval_inputs`; the
-tutorial's `distorted_inputs` and `inputs` on queues).
+crop (`eval_image`) -> batch (the tutorial's `distorted_inputs` and
+`inputs`, on queues).
 
-Writing the files (the built-in sample set, the download) is
+The trainers' and the eval's batches (tf.data: the training split held in
+memory, a permutation per epoch) are `multigpu/cifar10_batches.py`;
+writing the files (the built-in sample set, the download) is
 `multigpu/cifar10_data.py`.
 """
 
@@ -225,7 +225,7 @@ def eval_image(image):
 
 # The tutorial's API: queue-based readers for scripts written against the
 # 2017 `cifar10_input`. Here `data_dir` is the folder of the .bin files, as
-# in the tutorial; our scripts use `train_inputs` and `eval_inputs`.
+# in the tutorial; our scripts use `multigpu/cifar10_batches.py`.
 
 # The tutorial's reading threads per batching queue.
 NUM_PREPROCESS_THREADS = 16

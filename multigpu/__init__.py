@@ -21,6 +21,7 @@
 - `watchdog`: a worker that loses its ps task says so and exits.
 - `dry_run`: the placement plan for N GPUs, without them.
 - `common_flags`: the flags several trainers share.
+- `cifar10_batches`: the trainers' and the eval's CIFAR-10 batches.
 - `cifar10_data`, `mnist_data`: the data sets on disk: writers, the sample
   sets, the CIFAR-10 download, the MNIST converter.
 - `sample_sets`: the sample sets' marker.
