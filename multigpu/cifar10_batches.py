@@ -63,8 +63,8 @@ def distorted_dataset(data_dir, batch_size):
     """The endless, shuffled, distorted training batches.
 
     The training set is decoded once and kept in memory; each batch is a
-    gather of its records by `epoch_orders`, distorted whole. No step of
-    the pipeline works on single examples.
+    gather of its records by `epoch_orders`, distorted whole. Past the
+    reading of the files, no step works on single examples.
 
     Args:
       data_dir: str, the folder that holds `cifar-10-batches-bin/`.
