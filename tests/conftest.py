@@ -3,6 +3,7 @@
 import collections
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -14,6 +15,18 @@ from multigpu import cifar10_data
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Quiet TensorFlow's C++ logging; see each line of Python output at once.
 SCRIPT_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scripts_take_ctrl_c():
+    """Scripts start with Ctrl-C (SIGINT) enabled, as from a terminal.
+
+    A test run started in the background (`pytest &` in a shell script)
+    ignores SIGINT, and every script it starts would inherit that and never
+    see the SIGINT a test sends it.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_script(script, *args, timeout=600, expect_success=True):
