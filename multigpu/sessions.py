@@ -9,12 +9,20 @@ from multigpu import checkpoints, restore
 
 
 def session_creator(
-    task, server, scaffold, config, train_dir, pretrained=("", False)
+    task,
+    server,
+    scaffold,
+    config,
+    train_dir,
+    pretrained=("", False),
+    newest=None,
 ):
     """The chief restores or initialises; other workers wait for it.
 
     pretrained: (str, bool), --pretrained_model_checkpoint_path and
     --fine_tune, for the chief's warm start (`restore.restore_fn`).
+    newest: str, the chief's newest checkpoint if already found, for its
+    first session (`ResumingSessionCreator`).
     """
     if task.is_chief:
         creator = ResumingSessionCreator(
@@ -23,6 +31,7 @@ def session_creator(
             config,
             train_dir,
             pretrained,
+            newest,
         )
     else:
         creator = PromptWorkerSessionCreator(scaffold, server.target, config)
@@ -32,23 +41,29 @@ def session_creator(
 class ResumingSessionCreator(tf.compat.v1.train.SessionCreator):
     """The chief's session, restored from `checkpoints.newest_valid_checkpoint`.
 
-    The checkpoint is chosen whenever a session is made, so that a session
-    made again after a lost peer resumes from the newest one. It is restored
+    The checkpoint is chosen whenever a session is made (the first one may
+    be given, found already), so that a session made again after a lost
+    peer resumes from the newest one. It is restored
     by `restore.resume` (weights required, other state when present), or,
     with no checkpoint, the weights come from a pretrained checkpoint
     (`restore.warm_start`). The restore runs before the model is ready, so
     no worker steps on variables not yet restored.
     """
 
-    def __init__(self, scaffold, master, config, train_dir, pretrained):
+    def __init__(
+        self, scaffold, master, config, train_dir, pretrained, newest=None
+    ):
         self._scaffold = scaffold
         self._master = master
         self._config = config
         self._train_dir = train_dir
         self._pretrained = pretrained
+        self._newest = newest
 
     def create_session(self):
-        checkpoint = checkpoints.newest_valid_checkpoint(self._train_dir)
+        checkpoint, self._newest = self._newest, None
+        if checkpoint is None:
+            checkpoint = checkpoints.newest_valid_checkpoint(self._train_dir)
         restore_fn = restore.restore_fn(checkpoint, *self._pretrained)
         if restore_fn is None:
             session = tf.compat.v1.train.ChiefSessionCreator(

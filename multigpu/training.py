@@ -178,14 +178,24 @@ def run_training(
         ):
             if clear_train_dir and task.is_chief:
                 train_dirs.clear(train_dir, data_dirs)
-            if task.cluster is None and _finished(train_dir, max_steps):
-                return 0
+            # Read once here: a damaged newest checkpoint is named once.
+            newest = None
+            if task.cluster is None:
+                newest = checkpoints.newest_valid_checkpoint(train_dir)
+                if _finished(newest, max_steps):
+                    return 0
             with interrupt.installed():
                 _train_loop(
                     train_op,
                     hooks,
                     sessions.session_creator(
-                        task, server, scaffold, config, train_dir, pretrained
+                        task,
+                        server,
+                        scaffold,
+                        config,
+                        train_dir,
+                        pretrained,
+                        newest,
                     ),
                 )
             if server:
@@ -219,17 +229,18 @@ def run_training(
     return logger.runs
 
 
-def _finished(train_dir, max_steps):
-    """Whether train_dir's newest checkpoint is at max_steps or past it.
+def _finished(checkpoint, max_steps):
+    """Whether checkpoint, train_dir's newest, is at max_steps or past it.
 
     Such a run says so and trains nothing: without this check the session
     would still train one step, save it and write an event file. Only for a
     run in one process: the workers of a cluster wait for their chief.
+
+    Args:
+      checkpoint: str, the newest checkpoint that reads, or None.
+      max_steps: int or None.
     """
-    if max_steps is None:
-        return False
-    checkpoint = checkpoints.newest_valid_checkpoint(train_dir)
-    if checkpoint is None:
+    if max_steps is None or checkpoint is None:
         return False
     step = checkpoints.global_step(checkpoint)
     if step < max_steps:
