@@ -43,11 +43,11 @@ class ResumingSessionCreator(tf.compat.v1.train.SessionCreator):
 
     The checkpoint is chosen whenever a session is made (the first one may
     be given, found already), so that a session made again after a lost
-    peer resumes from the newest one. It is restored
-    by `restore.resume` (weights required, other state when present), or,
-    with no checkpoint, the weights come from a pretrained checkpoint
-    (`restore.warm_start`). The restore runs before the model is ready, so
-    no worker steps on variables not yet restored.
+    peer resumes from the newest one. It is restored by `restore.resume`
+    (weights required, other state when present), or, with no checkpoint,
+    the weights come from a pretrained checkpoint (`restore.warm_start`).
+    The restore runs before the model is ready, so no worker steps on
+    variables not yet restored.
     """
 
     def __init__(
