@@ -25,14 +25,8 @@ import tensorflow as tf
 from absl import flags
 
 import cifar10_input
-from multigpu import (
-    cifar10_data,
-    loss_scale,
-    placement,
-    summaries,
-    towers,
-    variables,
-)
+from data_sets import cifar10_data
+from multigpu.graph import loss_scale, placement, summaries, towers, variables
 
 # The tutorial's three flags, defined here as the tutorial did: scripts
 # written against it read FLAGS.batch_size after importing cifar10, and our

@@ -27,16 +27,10 @@ import tensorflow as tf
 from absl import flags
 
 import cifar10
-from multigpu import (
-    checkpoints,
-    cifar10_batches,
-    cifar10_data,
-    common_flags,
-    errors,
-    folders,
-    placement,
-    restore,
-)
+from data_sets import cifar10_batches, cifar10_data
+from multigpu import common_flags, errors, folders
+from multigpu.graph import placement
+from multigpu.run import checkpoints, restore
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(

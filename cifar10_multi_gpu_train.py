@@ -32,20 +32,11 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import (
-    cifar10_batches,
-    cifar10_data,
-    cluster,
-    common_flags,
-    dry_run,
-    errors,
-    loss_scale,
-    placement,
-    summaries,
-    towers,
-    trace,
-    training,
-)
+from data_sets import cifar10_batches, cifar10_data
+from multigpu import common_flags, errors
+from multigpu.distributed import cluster
+from multigpu.graph import dry_run, loss_scale, placement, summaries, towers
+from multigpu.run import trace, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(cifar10_input.DATA_URL)

@@ -21,16 +21,10 @@ from absl import flags
 
 import cifar10
 import cifar10_input
-from multigpu import (
-    cifar10_batches,
-    cifar10_data,
-    common_flags,
-    errors,
-    placement,
-    summaries,
-    trace,
-    training,
-)
+from data_sets import cifar10_batches, cifar10_data
+from multigpu import common_flags, errors
+from multigpu.graph import placement, summaries
+from multigpu.run import trace, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(cifar10_input.DATA_URL)

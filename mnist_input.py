@@ -26,7 +26,7 @@ import re
 
 import tensorflow as tf
 
-from multigpu import mnist_data
+from data_sets import mnist_data
 
 # Dataset facts of MNIST.
 HEIGHT, WIDTH, DEPTH = 28, 28, 1

@@ -14,15 +14,9 @@ copy.
 import tensorflow as tf
 
 import mnist_input
-from multigpu import (
-    checkpoints,
-    cluster,
-    placement,
-    restore,
-    summaries,
-    towers,
-    variables,
-)
+from multigpu.distributed import cluster
+from multigpu.graph import placement, summaries, towers, variables
+from multigpu.run import checkpoints, restore
 
 HEIGHT, WIDTH, DEPTH = mnist_input.HEIGHT, mnist_input.WIDTH, mnist_input.DEPTH
 NUM_CLASSES = mnist_input.NUM_CLASSES

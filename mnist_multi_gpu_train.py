@@ -37,17 +37,11 @@ from absl import flags
 
 import mnist_input
 import mnist_model
-from multigpu import (
-    cluster,
-    common_flags,
-    dry_run,
-    errors,
-    folders,
-    mnist_data,
-    placement,
-    trace,
-    training,
-)
+from data_sets import mnist_data
+from multigpu import common_flags, errors, folders
+from multigpu.distributed import cluster
+from multigpu.graph import dry_run, placement
+from multigpu.run import trace, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(

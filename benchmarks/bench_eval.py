@@ -16,7 +16,8 @@ import tensorflow as tf
 
 import cifar10
 from benchmarks import common
-from multigpu import cifar10_batches, placement
+from data_sets import cifar10_batches
+from multigpu.graph import placement
 
 NAME = "eval"
 

@@ -24,7 +24,8 @@ import shutil
 import tempfile
 
 from benchmarks import common
-from multigpu import placement, training
+from multigpu.graph import placement
+from multigpu.run import training
 
 NAME = "hooks"
 LOG_FREQUENCY = 10  # cifar10_train.py's default --log_frequency.

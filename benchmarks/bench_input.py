@@ -28,7 +28,7 @@ import tensorflow as tf
 
 import cifar10_input
 from benchmarks import common
-from multigpu import cifar10_batches, mnist_data
+from data_sets import cifar10_batches, mnist_data
 
 NAME = "input"
 PRIVATE_THREADS = (1, 2)  # tf.data private threadpool sizes to try.

@@ -27,7 +27,7 @@ import sys
 import tensorflow as tf
 
 from benchmarks import common
-from multigpu import placement
+from multigpu.graph import placement
 
 NAME = "levers"
 # name -> (environment variables, ConfigProto fields)

@@ -34,7 +34,8 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-from multigpu import cifar10_batches, cifar10_data, placement, summaries
+from data_sets import cifar10_batches, cifar10_data
+from multigpu.graph import placement, summaries
 
 # The repository root: the scripts run there (`python -m benchmarks.X`).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

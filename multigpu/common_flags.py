@@ -11,7 +11,7 @@ import math
 
 from absl import flags
 
-from multigpu import loss_scale, placement, towers
+from multigpu.graph import loss_scale, placement, towers
 
 
 def _define(define, name, *args, **kwargs):

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from multigpu import cifar10_data
+from data_sets import cifar10_data
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Quiet TensorFlow's C++ logging; see each line of Python output at once.

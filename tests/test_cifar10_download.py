@@ -10,7 +10,7 @@ import pytest
 from conftest import write_cifar10_files
 
 import cifar10_input
-from multigpu import cifar10_data
+from data_sets import cifar10_data
 
 ARCHIVE = "cifar-10-binary.tar.gz"
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 from conftest import write_cifar10_files
 
 import cifar10_input
-from multigpu import cifar10_batches, cifar10_data
+from data_sets import cifar10_batches, cifar10_data
 
 CROP = cifar10_input.IMAGE_SIZE
 # Crop offsets per axis (0..8) times the two flips: every distorted view.

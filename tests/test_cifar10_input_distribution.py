@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import cifar10_input
-from multigpu import cifar10_batches, cifar10_data
+from data_sets import cifar10_batches, cifar10_data
 
 DRAWS = 9000  # Parameter draws per test: 1,000 per crop offset.
 SEED = 17

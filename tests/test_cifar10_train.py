@@ -15,7 +15,8 @@ from conftest import (
 
 import cifar10
 import cifar10_input
-from multigpu import errors, training
+from multigpu import errors
+from multigpu.run import training
 
 MAX_STEPS = 200
 BATCH_SIZE = 32

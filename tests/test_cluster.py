@@ -21,7 +21,9 @@ from conftest import (
 )
 from test_towers import cifar10_step, cifar10_step_graph
 
-from multigpu import cluster, placement, sessions, watchdog
+from multigpu.distributed import cluster, watchdog
+from multigpu.graph import placement
+from multigpu.run import sessions
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # Seconds a test waits for a task to end before it fails.
@@ -373,7 +375,7 @@ SYNC_TIMEOUT_SECS = 60
 _SERVE_TASK = """
 import sys
 import tensorflow as tf
-from multigpu import cluster
+from multigpu.distributed import cluster
 task = cluster.cluster_task(*sys.argv[1:4], int(sys.argv[4]))
 tf.distribute.Server(task.cluster, task.job_name, task.task_index).join()
 """

@@ -11,7 +11,8 @@ from test_session_options import run_code
 # the scripts themselves run as subprocesses below).
 import cifar10_multi_gpu_train
 import mnist_model
-from multigpu import cluster, dry_run, placement
+from multigpu.distributed import cluster
+from multigpu.graph import dry_run, placement
 
 # The CIFAR-10 model's parameters, layer by layer (weights + biases).
 CIFAR10_PARAMETERS = (

@@ -28,7 +28,8 @@ from conftest import (
 )
 from tensorboard.backend.event_processing import event_file_loader
 
-from multigpu import checkpoints, errors
+from multigpu import errors
+from multigpu.run import checkpoints
 
 # The trainers, as (script, flags): one device, and two towers on the CPU.
 SINGLE = ("cifar10_train.py",)

@@ -11,7 +11,7 @@ import tensorflow as tf
 from conftest import run_script
 
 import mnist_input
-from multigpu import mnist_data
+from data_sets import mnist_data
 
 NUM_TRAIN_IDX, NUM_TEST_IDX = 30, 12
 

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import mnist_model
-from multigpu import placement
+from multigpu.graph import placement
 
 LEARNING_RATE = 0.02
 PER_TOWER_BATCH = 4

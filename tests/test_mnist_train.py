@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from test_mnist_input import record_offset
 
 import mnist_model
-from multigpu import mnist_data
+from data_sets import mnist_data
 
 NUM_TOWERS = 2
 PER_TOWER_BATCH = 11

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from multigpu import loss_scale, placement
+from multigpu.graph import loss_scale, placement
 
 # float16 rounds values below half its smallest subnormal (2**-24) to zero.
 FLOAT16_TINY = 2.0**-24

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import cifar10
 import mnist_model
-from multigpu import restore
+from multigpu.run import restore
 
 # The weights of the tutorial's model, as its graph names them.
 TUTORIAL_WEIGHTS = {

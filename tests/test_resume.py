@@ -23,7 +23,8 @@ from test_restore import (
 )
 
 import mnist_input
-from multigpu import mnist_data, restore
+from data_sets import mnist_data
+from multigpu.run import restore
 
 # The MNIST runs: a small set, 10 steps an epoch on one tower.
 MNIST_SPLIT_SIZES = {"train": 200, "validation": 20, "test": 50}

@@ -8,14 +8,14 @@ import tensorflow as tf
 from conftest import REPO, SCRIPT_ENV, run_script
 from google.protobuf import text_format
 
-from multigpu import placement
+from multigpu.graph import placement
 
 # Runs a script's main with its flags, stopping at the first ConfigProto it
 # builds, which it prints: the config the script's sessions would get.
 _PRINT_CONFIG = """
 import sys
 from absl import app
-from multigpu import placement
+from multigpu.graph import placement
 import {module} as script
 
 def print_config(*args, **kwargs):

@@ -28,14 +28,8 @@ from conftest import (
     write_cifar10_files,
 )
 
-from multigpu import (
-    checkpoints,
-    cifar10_data,
-    interrupts,
-    mnist_data,
-    sample_sets,
-    train_dirs,
-)
+from data_sets import cifar10_data, mnist_data, sample_sets
+from multigpu.run import checkpoints, interrupts, train_dirs
 
 # Small batches, clipped so that they never diverge (see conftest).
 CIFAR10_SMALL_STEPS = ("--batch_size=%d" % BATCH_SIZE, CLIP_FLAG)

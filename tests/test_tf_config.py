@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, SCRIPT_ENV, checkpoint_steps
 from test_cluster import _free_ports
 
-from multigpu import cluster, tf_config
+from multigpu.distributed import cluster, tf_config
 
 # Seconds a test waits for a task to end before it fails.
 TASK_DEADLINE_SECS = 240

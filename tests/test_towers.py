@@ -10,7 +10,8 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-from multigpu import cluster, placement, summaries, towers
+from multigpu.distributed import cluster
+from multigpu.graph import placement, summaries, towers
 
 PER_TOWER_BATCH = 8
 

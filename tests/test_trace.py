@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from conftest import checkpoint_steps, read_events, run_script
 
-from multigpu import trace
+from multigpu.run import trace
 
 
 def _step_stats(device_spans):

@@ -19,7 +19,7 @@ from test_cifar10_input import _standardize, _views
 import cifar10
 import cifar10_input
 import mnist_input
-from multigpu import cifar10_batches, cifar10_data
+from data_sets import cifar10_batches, cifar10_data
 
 TUTORIAL_FLAGS = ["batch_size", "data_dir", "use_fp16"]
 

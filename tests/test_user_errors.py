@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 from conftest import error_line, run_script
 
-from multigpu import cluster, folders
+from multigpu import folders
+from multigpu.distributed import cluster
 
 
 def _write_examples(filename, examples):

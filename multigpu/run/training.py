@@ -8,15 +8,9 @@ import time
 
 import tensorflow as tf
 
-from multigpu import (
-    checkpoints,
-    cluster,
-    errors,
-    interrupts,
-    sessions,
-    train_dirs,
-    watchdog,
-)
+from multigpu import errors
+from multigpu.distributed import cluster, watchdog
+from multigpu.run import checkpoints, interrupts, sessions, train_dirs
 
 # Seconds a finished session waits for its background threads.
 STOP_GRACE_PERIOD_SECS = 5

@@ -15,7 +15,8 @@ import signal
 
 import tensorflow as tf
 
-from multigpu import checkpoints, errors
+from multigpu import errors
+from multigpu.run import checkpoints
 
 # The signals that stop a run with a save: Ctrl-C and a scheduler's stop.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -5,7 +5,7 @@ import time
 import tensorflow as tf
 from tensorflow.python.util import deprecation
 
-from multigpu import checkpoints, restore
+from multigpu.run import checkpoints, restore
 
 
 def session_creator(

@@ -21,7 +21,8 @@ import functools
 import tensorflow as tf
 from tensorflow.python.framework import kernels
 
-from multigpu import errors, towers
+from multigpu import errors
+from multigpu.graph import towers
 
 # The kernel registry's device types that run on an NVIDIA GPU: 'DEFAULT'
 # kernels are registered for every non-CPU device (e.g. ReadVariableOp).

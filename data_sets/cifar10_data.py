@@ -15,7 +15,8 @@ import urllib.request
 import numpy as np
 
 import cifar10_input
-from multigpu import folders, sample_sets
+from data_sets import sample_sets
+from multigpu import folders
 
 # The MD5 published beside the official archive (cifar10_input.DATA_URL).
 DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"

@@ -22,7 +22,7 @@ to the graph (the session is made after the graph is finalised).
 import numpy as np
 import tensorflow as tf
 
-from multigpu import checkpoints
+from multigpu.run import checkpoints
 
 # The name ExponentialMovingAverage gives a variable's shadow: NAME/SUFFIX.
 SHADOW_SUFFIX = "/ExponentialMovingAverage"

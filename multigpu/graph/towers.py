@@ -4,7 +4,7 @@ import contextlib
 
 import tensorflow as tf
 
-from multigpu import placement
+from multigpu.graph import placement
 
 # Prefix of the name scope of each tower, as in the TF1 tutorial: tower_0, ...
 TOWER_NAME = "tower"

@@ -12,7 +12,7 @@ import sys
 
 import tensorflow as tf
 
-from multigpu import tf_config, watchdog
+from multigpu.distributed import tf_config, watchdog
 
 
 class ClusterTask(

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 import mnist_input
-from multigpu import sample_sets
+from data_sets import sample_sets
 
 # The four classic IDX files, as published at mnist_input.SOURCE_URL.
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"

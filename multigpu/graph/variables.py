@@ -8,7 +8,7 @@ layer both models build from them.
 
 import tensorflow as tf
 
-from multigpu import placement
+from multigpu.graph import placement
 
 
 def variable_on_cpu(name, shape, initializer, device=placement.VARIABLE_DEVICE):

@@ -4,7 +4,7 @@ import re
 
 import tensorflow as tf
 
-from multigpu import towers
+from multigpu.graph import towers
 
 
 def strip_tower_prefix(name):

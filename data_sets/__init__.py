@@ -1,0 +1,1 @@
+"""The data sets on disk: formats, sample sets, download, batched input."""

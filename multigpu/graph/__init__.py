@@ -1,0 +1,1 @@
+"""Building the graph: devices, variables, towers, precision, summaries."""

@@ -1,0 +1,1 @@
+"""Running the graph safely: the loop, checkpoints, signals, train_dirs."""
