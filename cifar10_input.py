@@ -13,9 +13,9 @@ crop (`eval_image`) -> batch (the tutorial's `distorted_inputs` and
 `inputs`, on queues).
 
 The trainers' and the eval's batches (tf.data: the training split held in
-memory, a permutation per epoch) are `multigpu/cifar10_batches.py`;
+memory, a permutation per epoch) are `data_sets/cifar10_batches.py`;
 writing the files (the built-in sample set, the download) is
-`multigpu/cifar10_data.py`.
+`data_sets/cifar10_data.py`.
 """
 
 import os
@@ -35,7 +35,7 @@ TRAIN_FILES = ["data_batch_%d.bin" % i for i in range(1, 6)]
 TEST_FILES = ["test_batch.bin"]
 BATCHES_DIR = "cifar-10-batches-bin"
 
-# The official archive (multigpu/cifar10_data.py downloads it).
+# The official archive (data_sets/cifar10_data.py downloads it).
 DATA_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 
 # The tutorial's model input: a 24x24 crop of the 32x32 image, for training
@@ -225,7 +225,7 @@ def eval_image(image):
 
 # The tutorial's API: queue-based readers for scripts written against the
 # 2017 `cifar10_input`. Here `data_dir` is the folder of the .bin files, as
-# in the tutorial; our scripts use `multigpu/cifar10_batches.py`.
+# in the tutorial; our scripts use `data_sets/cifar10_batches.py`.
 
 # The tutorial's reading threads per batching queue.
 NUM_PREPROCESS_THREADS = 16

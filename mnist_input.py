@@ -15,7 +15,7 @@ Stages, one function each:
   (`batch_examples`), put together by `dataset` and `inputs`.
 
 The converter's reading and writing and the built-in sample set
-(`--fake_data`) are `multigpu/mnist_data.py`; this module's `main` is the
+(`--fake_data`) are `data_sets/mnist_data.py`; this module's `main` is the
 converter's command line.
 """
 

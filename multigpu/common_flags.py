@@ -353,7 +353,7 @@ def session_options_from_flags(flag_values):
 
 
 def define_dry_run_flag():
-    """Defines --dry_run of a multi-tower trainer (see `multigpu.dry_run`)."""
+    """Defines --dry_run of a multi-tower trainer (`multigpu.graph.dry_run`)."""
     _define(
         flags.DEFINE_boolean,
         "dry_run",
@@ -367,7 +367,7 @@ def define_dry_run_flag():
 
 
 def define_trace_flag():
-    """Defines --trace_step of a trainer (see `multigpu.trace`)."""
+    """Defines --trace_step of a trainer (see `multigpu.run.trace`)."""
     _define(
         flags.DEFINE_integer,
         "trace_step",
