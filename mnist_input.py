@@ -27,23 +27,19 @@ import re
 import tensorflow as tf
 
 from data_sets import mnist_data
+from data_sets.mnist_format import (  # noqa: F401 (the tutorial's names)
+    DEPTH,
+    HEIGHT,
+    IMAGE_PIXELS,
+    NUM_CLASSES,
+    SOURCE_URL,
+    SPLIT_FILES,
+    WIDTH,
+    count_records,
+)
 
-# Dataset facts of MNIST.
-HEIGHT, WIDTH, DEPTH = 28, 28, 1
-IMAGE_PIXELS = HEIGHT * WIDTH * DEPTH  # 784 bytes per image
-NUM_CLASSES = 10
-
-# The classic IDX files (gzipped) and where they are published.
-SOURCE_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 # Where the TF1 reading example's `inputs` finds the TFRecord files.
 DEFAULT_DATA_DIR = "/tmp/mnist_data"
-
-# The TFRecord file of each split, as the tutorial's converter names them.
-SPLIT_FILES = {
-    "train": "train.tfrecords",
-    "validation": "validation.tfrecords",
-    "test": "test.tfrecords",
-}
 
 # Records held by the shuffling buffer (the tutorial's queue held 1,000 plus
 # three batches; a larger buffer mixes the epoch better for little memory).
@@ -241,13 +237,6 @@ def _bad_record(filename, check, index, value):
             NUM_CLASSES - 1,
         )
     return "%s: %s; make the file again with mnist_input.py" % (where, what)
-
-
-def count_records(filename):
-    """int, the records of a TFRecord file (read eagerly, outside graphs)."""
-    return int(
-        tf.data.TFRecordDataset(filename).reduce(0, lambda count, _: count + 1)
-    )
 
 
 def main(argv=None):

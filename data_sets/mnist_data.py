@@ -14,10 +14,9 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-import mnist_input
-from data_sets import sample_sets
+from data_sets import mnist_format, sample_sets
 
-# The four classic IDX files, as published at mnist_input.SOURCE_URL.
+# The four classic IDX files, as published at mnist_format.SOURCE_URL.
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"
 TRAIN_LABELS = "train-labels-idx1-ubyte.gz"
 TEST_IMAGES = "t10k-images-idx3-ubyte.gz"
@@ -85,9 +84,9 @@ def write_records(filename, images, labels):
         for image, label in zip(images, labels):
             raw = np.asarray(image, np.uint8).tobytes()
             feature = {
-                "height": int64(mnist_input.HEIGHT),
-                "width": int64(mnist_input.WIDTH),
-                "depth": int64(mnist_input.DEPTH),
+                "height": int64(mnist_format.HEIGHT),
+                "width": int64(mnist_format.WIDTH),
+                "depth": int64(mnist_format.DEPTH),
                 "label": int64(int(label)),
                 "image_raw": tf.train.Feature(
                     bytes_list=tf.train.BytesList(value=[raw])
@@ -103,7 +102,8 @@ def write_records(filename, images, labels):
 def _gunzip(path):
     if not os.path.isfile(path):
         raise ValueError(
-            "%s not found; download it from %s" % (path, mnist_input.SOURCE_URL)
+            "%s not found; download it from %s"
+            % (path, mnist_format.SOURCE_URL)
         )
     try:
         with gzip.open(path, "rb") as f:
@@ -175,14 +175,14 @@ def read_idx_pair(images_path, labels_path):
     """
     images = read_idx(images_path, IMAGES_MAGIC)
     labels = read_idx(labels_path, LABELS_MAGIC)
-    if images.shape[1:] != (mnist_input.HEIGHT, mnist_input.WIDTH):
+    if images.shape[1:] != (mnist_format.HEIGHT, mnist_format.WIDTH):
         raise ValueError(
             "%s: images of %dx%d pixels, expected %dx%d"
             % (
                 images_path,
                 *images.shape[1:],
-                mnist_input.HEIGHT,
-                mnist_input.WIDTH,
+                mnist_format.HEIGHT,
+                mnist_format.WIDTH,
             )
         )
     if len(labels) != len(images):
@@ -190,11 +190,16 @@ def read_idx_pair(images_path, labels_path):
             "%s: %d labels, expected %d (the number of images in %s)"
             % (labels_path, len(labels), len(images), images_path)
         )
-    bad = np.flatnonzero(labels >= mnist_input.NUM_CLASSES)
+    bad = np.flatnonzero(labels >= mnist_format.NUM_CLASSES)
     if bad.size:
         raise ValueError(
             "%s: label %d at index %d, expected 0..%d"
-            % (labels_path, labels[bad[0]], bad[0], mnist_input.NUM_CLASSES - 1)
+            % (
+                labels_path,
+                labels[bad[0]],
+                bad[0],
+                mnist_format.NUM_CLASSES - 1,
+            )
         )
     return images, labels
 
@@ -243,7 +248,7 @@ def _write_splits(data_dir, splits):
     os.makedirs(data_dir, exist_ok=True)
     for split, (images, labels) in splits.items():
         write_records(
-            os.path.join(data_dir, mnist_input.SPLIT_FILES[split]),
+            os.path.join(data_dir, mnist_format.SPLIT_FILES[split]),
             images,
             labels,
         )
@@ -266,14 +271,14 @@ def fake_examples(num_examples, seed):
       labels: uint8 [num_examples], classes in turn (0, 1, ..., 9, 0, ...).
     """
     digits = np.zeros(
-        (mnist_input.NUM_CLASSES, mnist_input.HEIGHT, mnist_input.WIDTH)
+        (mnist_format.NUM_CLASSES, mnist_format.HEIGHT, mnist_format.WIDTH)
     )
     for digit, segments in enumerate(DIGIT_SEGMENTS):
         for segment in segments:
             top, bottom, left, right = SEGMENT_BOXES[segment]
             digits[digit, top:bottom, left:right] = 255.0
     rng = np.random.default_rng(seed)
-    labels = np.arange(num_examples) % mnist_input.NUM_CLASSES
+    labels = np.arange(num_examples) % mnist_format.NUM_CLASSES
     shifts = rng.integers(
         -FAKE_MAX_SHIFT, FAKE_MAX_SHIFT + 1, (num_examples, 2)
     )
@@ -304,8 +309,8 @@ def write_fake_data(data_dir):
         # The sample set's record counts; MNIST's are 10 to 18 times larger.
         try:
             return all(
-                mnist_input.count_records(
-                    os.path.join(folder, mnist_input.SPLIT_FILES[split])
+                mnist_format.count_records(
+                    os.path.join(folder, mnist_format.SPLIT_FILES[split])
                 )
                 == size
                 for split, size in FAKE_SPLIT_SIZES.items()
@@ -314,12 +319,14 @@ def write_fake_data(data_dir):
             return False  # Not even readable records.
 
     missing = sample_sets.files_to_write(
-        data_dir, list(mnist_input.SPLIT_FILES.values()), is_unmarked_sample_set
+        data_dir,
+        list(mnist_format.SPLIT_FILES.values()),
+        is_unmarked_sample_set,
     )
     splits = {
         split: fake_examples(size, seed)
         for seed, (split, size) in enumerate(FAKE_SPLIT_SIZES.items())
-        if mnist_input.SPLIT_FILES[split] in missing
+        if mnist_format.SPLIT_FILES[split] in missing
     }
     _write_splits(data_dir, splits)
     return bool(missing)
