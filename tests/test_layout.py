@@ -1,0 +1,147 @@
+"""The floors of the code: no import circle, the machinery knows no data set.
+
+`multigpu/` stands at the ground: it imports no data-set or model module;
+the data sets (`data_sets/`, `cifar10_input`, `mnist_input`) and the models
+stand on it, the scripts on top. The imports are read from the source (every
+`import` and `from ... import`, those inside functions too), so a lazy
+import cannot hide a circle.
+"""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# The folders whose modules make the product (tests and benchmarks stand
+# outside the house and may import anything).
+PACKAGES = ("multigpu", "data_sets", "cifar10_models")
+
+# What the machinery must never import: the data sets and the models.
+DATA_AND_MODELS = (
+    "cifar10_input",
+    "cifar10",
+    "mnist_input",
+    "mnist_model",
+    "data_sets",
+    "cifar10_models",
+)
+
+# Modules that may not be longer than this (STYLE: a module past 500 lines
+# is two concerns).
+MAX_MODULE_LINES = 500
+
+
+def project_modules(root):
+    """{dotted module name: path} of the top-level scripts and packages."""
+    modules = {path.stem: path for path in root.glob("*.py")}
+    for package in PACKAGES:
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imported_modules(path, known):
+    """The project modules that one file imports, as dotted names."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [
+                "%s.%s" % (node.module, alias.name) for alias in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            # `from pkg import mod` names the module pkg.mod; `from mod
+            # import NAME` names mod itself.
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+    return found
+
+
+def import_graph(root):
+    """{module: set of the project modules it imports} of a checkout."""
+    modules = project_modules(root)
+    return {
+        name: imported_modules(path, modules) - {name}
+        for name, path in modules.items()
+    }
+
+
+def circles(graph):
+    """Lists the import circles of a graph: its strongly connected
+    components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_two_project_modules_import_each_other_even_through_others():
+    assert circles(import_graph(ROOT)) == []
+
+
+def test_the_circle_check_finds_a_circle_made_by_a_lazy_import(tmp_path):
+    (tmp_path / "multigpu").mkdir()
+    (tmp_path / "multigpu" / "__init__.py").write_text("")
+    (tmp_path / "multigpu" / "a.py").write_text("from multigpu import b\n")
+    (tmp_path / "multigpu" / "b.py").write_text(
+        "def f():\n    import multigpu.c\n"
+    )
+    (tmp_path / "multigpu" / "c.py").write_text("from multigpu.a import x\n")
+    (tmp_path / "top.py").write_text("from multigpu import a\n")
+    assert circles(import_graph(tmp_path)) == [
+        ["multigpu.a", "multigpu.b", "multigpu.c"]
+    ]
+
+
+def test_the_machinery_imports_no_data_set_and_no_model():
+    graph = import_graph(ROOT)
+    climbs = sorted(
+        (module, other)
+        for module, imports in graph.items()
+        if module.split(".")[0] == "multigpu"
+        for other in imports
+        if other.split(".")[0] in DATA_AND_MODELS
+    )
+    assert climbs == []
+    # The check sees the machinery's own imports, so it is not vacuous.
+    assert "multigpu.graph.placement" in graph["multigpu.graph.towers"]
+
+
+def test_no_module_of_the_product_is_longer_than_500_lines():
+    long_modules = {
+        name: len(path.read_text().splitlines())
+        for name, path in project_modules(ROOT).items()
+        if len(path.read_text().splitlines()) > MAX_MODULE_LINES
+    }
+    assert long_modules == {}
