@@ -359,7 +359,7 @@ def add_loss_summaries(total_loss, scope=None):
     ] + [("total_loss", total_loss)]
     # The average's variable takes the name of the tensor it averages.
     averaged = [
-        _named_without_tower(each, summaries.strip_tower_prefix(name))
+        _named_without_tower(each, towers.strip_tower_prefix(name))
         for name, each in named_losses
     ]
     averages_op = averages.apply(averaged)

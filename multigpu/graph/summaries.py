@@ -7,14 +7,9 @@ import tensorflow as tf
 from multigpu.graph import towers
 
 
-def strip_tower_prefix(name):
-    """Returns `name` without its 'tower_N/' scopes, e.g. for summary tags."""
-    return re.sub("%s_[0-9]+/" % towers.TOWER_NAME, "", name)
-
-
 def _summary_tag(name):
     scope = tf.compat.v1.get_default_graph().get_name_scope()
-    return strip_tower_prefix(scope + "/" + name if scope else name)
+    return towers.strip_tower_prefix(scope + "/" + name if scope else name)
 
 
 def scalar_summary(name, value):

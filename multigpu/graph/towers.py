@@ -1,6 +1,7 @@
 """Building the towers, their losses and gradients, and averaging them."""
 
 import contextlib
+import re
 
 import tensorflow as tf
 
@@ -8,6 +9,11 @@ from multigpu.graph import placement
 
 # Prefix of the name scope of each tower, as in the TF1 tutorial: tower_0, ...
 TOWER_NAME = "tower"
+
+
+def strip_tower_prefix(name):
+    """Returns `name` without its 'tower_N/' scopes, e.g. for summary tags."""
+    return re.sub("%s_[0-9]+/" % TOWER_NAME, "", name)
 
 
 # Whether the trainers stage each tower's next batch on its device
