@@ -14,9 +14,10 @@ shares `learning_rate`, `optimizer`, `add_loss_summaries` and
 `apply_gradients` with `train`, so the schedule, the update and the moving
 averages are written once.
 
-Every variable is created by `variables.variable_on_cpu`, on the CPU unless the
-trainer passes another `variable_device` to `inference`, so the towers of a
-multi-GPU trainer share one copy.
+`inference(images, is_training)` is a model as the towers take any model:
+it computes in its images' dtype, its variables float32 on the CPU
+(`variables.variable_on_cpu`); inside the towers their device function
+decides where the variables live.
 """
 
 import os
@@ -26,7 +27,13 @@ from absl import flags
 
 import cifar10_input
 from data_sets import cifar10_data
-from multigpu.graph import loss_scale, placement, summaries, towers, variables
+from multigpu.graph import (
+    any_model,
+    loss_scale,
+    summaries,
+    towers,
+    variables,
+)
 
 # The tutorial's three flags, defined here as the tutorial did: scripts
 # written against it read FLAGS.batch_size after importing cifar10, and our
@@ -153,15 +160,14 @@ def _activation_summary(x):
     summaries.scalar_summary("sparsity", tf.nn.zero_fraction(x))
 
 
-def _conv_relu(images, in_depth, bias_init, compute_dtype, variable_device):
+def _conv_relu(images, in_depth, bias_init):
     """5x5 convolution with stride 1 and a ReLU, in the current scope.
 
     Args:
-      images: compute_dtype [batch, height, width, in_depth].
-      variable_device: str, where the kernel and biases live.
+      images: float32, float16 or bfloat16 [batch, height, width, in_depth].
 
     Returns:
-      compute_dtype [batch, height, width, 64].
+      [batch, height, width, 64], in the images' dtype.
     """
     kernel = variables.variable_with_weight_decay(
         "weights",
@@ -170,18 +176,14 @@ def _conv_relu(images, in_depth, bias_init, compute_dtype, variable_device):
         # The tutorial's zero term: it puts conv1/weight_loss (and its
         # average) in the losses and the checkpoint, as the tutorial does.
         wd=0.0,
-        device=variable_device,
     )
     biases = variables.variable_on_cpu(
-        "biases",
-        [CONV_FILTERS],
-        tf.constant_initializer(bias_init),
-        variable_device,
+        "biases", [CONV_FILTERS], tf.constant_initializer(bias_init)
     )
     conv = tf.nn.conv2d(
-        images, tf.cast(kernel, compute_dtype), [1, 1, 1, 1], padding="SAME"
+        images, tf.cast(kernel, images.dtype), [1, 1, 1, 1], padding="SAME"
     )
-    return tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, compute_dtype)))
+    return tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, images.dtype)))
 
 
 def _max_pool(x, name):
@@ -194,10 +196,10 @@ def _lrn(x, name):
     """Local response normalisation of the tutorial, in float32.
 
     Args:
-      x: compute_dtype [batch, height, width, depth].
+      x: float32, float16 or bfloat16 [batch, height, width, depth].
 
     Returns:
-      compute_dtype [batch, height, width, depth]: x / (LRN_BIAS +
+      [batch, height, width, depth] in x's dtype: x / (LRN_BIAS +
       LRN_ALPHA * sqr_sum) ** LRN_BETA, sqr_sum the sum of x ** 2 over the
       channels within LRN_DEPTH_RADIUS of each channel.
     """
@@ -226,44 +228,32 @@ def _lrn(x, name):
         return tf.cast(x32 * scale, x.dtype)
 
 
-def inference(
-    images, compute_dtype=None, variable_device=placement.VARIABLE_DEVICE
-):
+def inference(images, is_training=True):
     """Builds the CIFAR-10 network.
 
     conv1 -> pool1 -> norm1 -> conv2 -> norm2 -> pool2 -> local3 -> local4
-    -> softmax_linear. Variables are float32 on the CPU (or on
-    `variable_device`); with a reduced `compute_dtype` the layers compute in
-    it and the logits are float32.
+    -> softmax_linear. Variables are float32; the layers compute in the
+    images' dtype and the logits are float32.
 
     Args:
       images: float32 [batch, 24, 24, 3], standardised (or float16 /
-        bfloat16, e.g. from the tutorial's inputs with --use_fp16).
-      compute_dtype: tf.float32, tf.float16 or tf.bfloat16; None computes
-        in the images' dtype, as the tutorial's call does.
-      variable_device: str, where the variables live (see
-        `placement.variable_device`).
+        bfloat16: the towers' compute dtype, or the tutorial's inputs with
+        --use_fp16).
+      is_training: bool, unused: the net has neither batch norm nor
+        dropout (the second argument of every model the towers take).
 
     Returns:
       logits: float32 [batch, 10], unnormalised (softmax is in the loss).
     """
-    if compute_dtype is None:
-        reduced = images.dtype in (tf.float16, tf.bfloat16)
-        compute_dtype = images.dtype if reduced else tf.float32
-    x = tf.cast(images, compute_dtype)
+    del is_training
     with tf.compat.v1.variable_scope("conv1") as scope:
-        conv1 = tf.identity(
-            _conv_relu(x, 3, 0.0, compute_dtype, variable_device),
-            name=scope.name,
-        )
+        conv1 = tf.identity(_conv_relu(images, 3, 0.0), name=scope.name)
         _activation_summary(conv1)
     pool1 = _max_pool(conv1, "pool1")
     norm1 = _lrn(pool1, "norm1")
 
     with tf.compat.v1.variable_scope("conv2") as scope:
-        conv2 = _conv_relu(
-            norm1, CONV_FILTERS, 0.1, compute_dtype, variable_device
-        )
+        conv2 = _conv_relu(norm1, CONV_FILTERS, 0.1)
         conv2 = tf.identity(conv2, name=scope.name)
         _activation_summary(conv2)
     norm2 = _lrn(conv2, "norm2")
@@ -275,26 +265,14 @@ def inference(
             pool2, [-1, pool2.shape[1] * pool2.shape[2] * CONV_FILTERS]
         )
         local3 = variables.fully_connected(
-            flat,
-            LOCAL3_UNITS,
-            LOCAL_STDDEV,
-            LOCAL_WEIGHT_DECAY,
-            0.1,
-            compute_dtype,
-            variable_device,
+            flat, LOCAL3_UNITS, LOCAL_STDDEV, LOCAL_WEIGHT_DECAY, 0.1
         )
         local3 = tf.nn.relu(local3, name=scope.name)
         _activation_summary(local3)
 
     with tf.compat.v1.variable_scope("local4") as scope:
         local4 = variables.fully_connected(
-            local3,
-            LOCAL4_UNITS,
-            LOCAL_STDDEV,
-            LOCAL_WEIGHT_DECAY,
-            0.1,
-            compute_dtype,
-            variable_device,
+            local3, LOCAL4_UNITS, LOCAL_STDDEV, LOCAL_WEIGHT_DECAY, 0.1
         )
         local4 = tf.nn.relu(local4, name=scope.name)
         _activation_summary(local4)
@@ -307,8 +285,6 @@ def inference(
             1.0 / LOCAL4_UNITS,
             0.0,  # Weight decay: the tutorial's zero term.
             0.0,
-            compute_dtype,
-            variable_device,
         )
         logits = tf.cast(logits, tf.float32, name=scope.name)
         _activation_summary(logits)
@@ -319,19 +295,24 @@ def loss(logits, labels):
     """Adds the cross-entropy of a batch to the `losses` collection.
 
     Args:
-      logits: float32 [batch, 10] from `inference`.
+      logits: float32 [batch, 10] from `inference` (or any model).
       labels: int32 [batch] in 0..9.
 
     Returns:
       total_loss: float32 scalar, the mean cross-entropy plus every weight
-      decay term in the `losses` collection.
+      decay term in the `losses` collection and the layers' regularization
+      terms (none in the tutorial's net).
     """
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.cast(labels, tf.int64), logits=logits
     )
     cross_entropy_mean = tf.reduce_mean(cross_entropy, name="cross_entropy")
     tf.compat.v1.add_to_collection("losses", cross_entropy_mean)
-    return tf.add_n(tf.compat.v1.get_collection("losses"), name="total_loss")
+    return tf.add_n(
+        tf.compat.v1.get_collection("losses")
+        + towers.regularization_losses(""),
+        name="total_loss",
+    )
 
 
 def add_loss_summaries(total_loss, scope=None):
@@ -403,15 +384,19 @@ def optimizer(lr):
     return tf.compat.v1.train.GradientDescentOptimizer(lr)
 
 
-def apply_gradients(opt, grads_and_vars, global_step):
+def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
     """Applies gradients once and updates the variables' moving averages.
 
-    Adds histograms of every trainable variable and of every gradient.
+    The moving averages cover the trainable variables and the batch-norm
+    statistics (`any_model.moving_average_variables`). Adds histograms of
+    every trainable variable and of every gradient.
 
     Args:
       opt: the optimizer from `optimizer`.
       grads_and_vars: list of (gradient, variable).
       global_step: int64 scalar variable, incremented once.
+      update_ops: ops to run with every step: the batch-norm updates
+        (`towers.batch_norm_updates`).
 
     Returns:
       The training op.
@@ -426,8 +411,10 @@ def apply_gradients(opt, grads_and_vars, global_step):
     averages = tf.compat.v1.train.ExponentialMovingAverage(
         MOVING_AVERAGE_DECAY, global_step
     )
-    with tf.control_dependencies([apply_op]):
-        return averages.apply(tf.compat.v1.trainable_variables())
+    # After the update and the batch-norm statistics' update, so that the
+    # averages take this step's values.
+    with tf.control_dependencies([apply_op, *update_ops]):
+        return averages.apply(any_model.moving_average_variables())
 
 
 def train(
@@ -461,7 +448,9 @@ def train(
         grads = opt.compute_gradients(total_loss)
     if clip_norm > 0:
         grads = towers.clip_gradients(grads, clip_norm)
-    return apply_gradients(opt, grads, global_step)
+    return apply_gradients(
+        opt, grads, global_step, towers.batch_norm_updates(None)
+    )
 
 
 def variables_to_restore():

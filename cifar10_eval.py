@@ -29,7 +29,7 @@ from absl import flags
 import cifar10
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, folders
-from multigpu.graph import placement
+from multigpu.graph import any_model, placement
 from multigpu.run import checkpoints, restore
 
 FLAGS = flags.FLAGS
@@ -82,7 +82,9 @@ def build_graph(
         images, labels, init_op = cifar10_batches.eval_inputs(
             eval_data, data_dir, batch_size, num_examples
         )
-    logits = cifar10.inference(images, compute_dtype)
+    logits = any_model.call_model(
+        cifar10.inference, images, False, cifar10.NUM_CLASSES, compute_dtype
+    )
     return tf.nn.in_top_k(predictions=logits, targets=labels, k=1), init_op
 
 

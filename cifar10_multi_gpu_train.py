@@ -35,7 +35,14 @@ import cifar10_input
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors
 from multigpu.distributed import cluster
-from multigpu.graph import dry_run, loss_scale, placement, summaries, towers
+from multigpu.graph import (
+    any_model,
+    dry_run,
+    loss_scale,
+    placement,
+    summaries,
+    towers,
+)
 from multigpu.run import trace, training
 
 FLAGS = flags.FLAGS
@@ -59,6 +66,7 @@ def build_graph(
     xla=False,
     prefetch=False,
     loss_scaling=None,
+    model_fn=cifar10.inference,
 ):
     """Builds the towers, the averaged update and the summaries.
 
@@ -76,6 +84,8 @@ def build_graph(
       xla: bool, compile each tower with XLA.
       prefetch: bool, stage each tower's next batch on its device.
       loss_scaling: a `loss_scale.LossScaling` for float16, or None.
+      model_fn: callable(images, is_training) -> logits, the model of
+        every tower.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -99,12 +109,18 @@ def build_graph(
             (images, labels), put_op = towers.stage_on_device([images, labels])
             put_ops.append(put_op)
         summaries.image_summary("images", images)
-        logits = cifar10.inference(images, compute_dtype, variable_device)
+        logits = any_model.call_model(
+            model_fn,
+            images,
+            True,
+            cifar10.NUM_CLASSES,
+            compute_dtype,
+        )
         cifar10.loss(logits, labels)
         return towers.tower_total_loss(scope)
 
     tower_losses, tower_grads, last_scope = towers.build_towers(
-        devices, opt, tower_loss, xla
+        devices, opt, tower_loss, xla, variable_device
     )
     loss_averages_op = cifar10.add_loss_summaries(tower_losses[-1], last_scope)
     # Synchronisation point: every tower's gradients, averaged where the
@@ -113,7 +129,9 @@ def build_graph(
     if clip_norm > 0:
         grads = towers.clip_gradients(grads, clip_norm)
     train_op = tf.group(
-        cifar10.apply_gradients(opt, grads, global_step),
+        cifar10.apply_gradients(
+            opt, grads, global_step, towers.batch_norm_updates(last_scope)
+        ),
         loss_averages_op,
         *put_ops,
     )

@@ -23,7 +23,7 @@ import cifar10
 import cifar10_input
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors
-from multigpu.graph import placement, summaries
+from multigpu.graph import any_model, placement, summaries
 from multigpu.run import trace, training
 
 FLAGS = flags.FLAGS
@@ -34,9 +34,16 @@ flags.adopt_module_key_flags(cifar10)
 
 
 def build_graph(
-    data_dir, batch_size, compute_dtype, clip_norm=0.0, loss_scaling=None
+    data_dir,
+    batch_size,
+    compute_dtype,
+    clip_norm=0.0,
+    loss_scaling=None,
+    device="/cpu:0",
 ):
     """Builds input, model, loss and train op in the default graph.
+
+    device: str, where the model computes; its variables live on the CPU.
 
     clip_norm: float, 0 for no clipping of the gradients' global norm.
     loss_scaling: a `loss_scale.LossScaling` for float16, or None.
@@ -50,7 +57,16 @@ def build_graph(
     with tf.device("/cpu:0"):
         images, labels = cifar10_batches.train_inputs(data_dir, batch_size)
     summaries.image_summary("images", images)
-    logits = cifar10.inference(images, compute_dtype)
+    with tf.compat.v1.device(
+        placement.device_function(device, placement.VARIABLE_DEVICE)
+    ):
+        logits = any_model.call_model(
+            cifar10.inference,
+            images,
+            True,
+            cifar10.NUM_CLASSES,
+            compute_dtype,
+        )
     loss = cifar10.loss(logits, labels)
     return loss, cifar10.train(
         loss,
@@ -82,6 +98,7 @@ def main(argv):
             compute_dtype,
             FLAGS.clip_gradients,
             common_flags.loss_scaling_from_flags(FLAGS, compute_dtype),
+            devices[0],
         )
         training.run_training(
             train_op,

@@ -6,8 +6,8 @@
   evaluation(logits, labels) -> hits    correct predictions of a batch
   evaluate(checkpoint_dir, ...)         test accuracy of a checkpoint
 
-Every variable is created on the CPU by the CIFAR-10 model's variable
-helpers (one place decides where variables live), so the towers share one
+Every variable is created by the tutorial's variable helpers; the towers
+place them (`placement.device_function`, the CPU), so that they share one
 copy.
 """
 
@@ -56,9 +56,7 @@ def _conv_relu(images, kernel_shape, bias_init):
 
 def _local(inputs, units, stddev, wd, bias_init):
     """Fully connected layer: float32 [batch, n] -> float32 [batch, units]."""
-    return variables.fully_connected(
-        inputs, units, stddev, wd, bias_init, tf.float32
-    )
+    return variables.fully_connected(inputs, units, stddev, wd, bias_init)
 
 
 def _max_pool(x, name):

@@ -70,7 +70,7 @@ def trained_precision(dtype, initial, steps, data_dir):
         )
         scope = tf.compat.v1.get_variable_scope()
         with tf.compat.v1.variable_scope(scope, reuse=True):
-            logits = cifar10.inference(images, dtype)
+            logits = cifar10.inference(tf.cast(images, dtype))
         hits = tf.reduce_sum(
             tf.cast(tf.nn.in_top_k(labels, logits, k=1), tf.int32)
         )

@@ -364,7 +364,7 @@ def one_device_graph(make_input, batch_size, compute_dtype=tf.float32):
         with tf.device("/cpu:0"):
             images, labels = make_input(batch_size)()
         summaries.image_summary("images", images)
-        logits = cifar10.inference(images, compute_dtype)
+        logits = cifar10.inference(tf.cast(images, compute_dtype))
         loss = cifar10.loss(logits, labels)
         train_op = cifar10.train(loss, global_step, batch_size=batch_size)
         init_op = tf.compat.v1.global_variables_initializer()

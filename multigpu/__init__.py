@@ -2,10 +2,14 @@
 
 - `graph/`: building the graph.
   - `placement`: which device each tower runs on, where the variables
-    live, the session's `ConfigProto`, the compute dtype.
+    live (the one device function of a tower), the session's
+    `ConfigProto`, the compute dtype.
   - `variables`: the variable helpers of both models.
-  - `towers`: one tower per device under `tower_N`, each tower's loss and
-    gradients, their average, the staged input.
+  - `towers`: one tower per device under `tower_N`, each tower's loss
+    (with the model's regularizers) and gradients, their average, the
+    batch-norm updates, the staged input.
+  - `any_model`: a model `(images, is_training) -> logits` called in the
+    compute dtype with float32 variables; what the towers refuse.
   - `loss_scale`: float16 loss scaling, fixed or dynamic.
   - `summaries`: summaries tagged without `tower_N/`, the last tower's.
   - `dry_run`: the placement plan for N GPUs, without them.
@@ -31,5 +35,18 @@
 The data sets' support code is the package `data_sets` beside this one.
 Nothing here reads flags (the trainers pass plain values) or does work at
 import, except `quiet_cpp_logs`, which every script imports first to
-filter what TensorFlow prints as it loads.
+filter what TensorFlow prints as it loads, and this file, which runs before
+any of them (below).
 """
+
+import importlib.util
+import os
+
+# tf.compat.v1.layers needs Keras 2 (tf-keras, the "layers" extra) on
+# TensorFlow 2.16+, which TensorFlow picks by this variable as it loads:
+# set here, where every script, test and benchmark enters the package
+# before TensorFlow loads; never over the user's own value, and only with
+# tf-keras installed (without it, `any_model.call_model` says what to
+# install).
+if importlib.util.find_spec("tf_keras") is not None:
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

@@ -25,6 +25,7 @@ def cifar10_step_graph(
     variable_device=placement.VARIABLE_DEVICE,
     xla=False,
     compute_dtype=tf.float32,
+    model_fn=cifar10.inference,
 ):
     """Builds one training step of cifar10_multi_gpu_train.py on a batch.
 
@@ -40,7 +41,8 @@ def cifar10_step_graph(
       task: a `cluster.ClusterTask`; a sync worker's optimizer is wrapped by
         `cluster.sync_optimizer`.
       devices: the towers' devices instead of /cpu:0 ... /cpu:N-1.
-      variable_device, xla, compute_dtype: as the trainer passes them.
+      variable_device, xla, compute_dtype, model_fn: as the trainer passes
+        them.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -64,6 +66,7 @@ def cifar10_step_graph(
         task=task,
         variable_device=variable_device,
         xla=xla,
+        model_fn=model_fn,
     )
     return loss, train_op, hooks
 
@@ -76,7 +79,7 @@ def cifar10_step(num_towers, images, labels, initial_values, **options):
       images: float32 [n, 24, 24, 3], n divisible by num_towers.
       labels: int32 [n].
       initial_values: dict variable name -> array, or None to draw them.
-      **options: devices, variable_device, xla, compute_dtype of
+      **options: devices, variable_device, xla, compute_dtype, model_fn of
         `cifar10_step_graph`.
 
     Returns:

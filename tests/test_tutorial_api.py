@@ -158,8 +158,7 @@ def test_the_tutorial_calls_keep_their_signatures():
     assert _parameters(cifar10.train)[:2] == ["total_loss", "global_step"]
     extras = _parameters(cifar10.inference)[1:] + _parameters(cifar10.train)[2:]
     assert [extra.split("=")[0] for extra in extras] == [
-        "compute_dtype",
-        "variable_device",
+        "is_training",
         "batch_size",
         "clip_norm",
         "loss_scaling",

@@ -83,6 +83,40 @@ def variable_device(choice, devices, task=None):
     return devices[0]
 
 
+# The op types that hold a variable: those TensorFlow's replica_device_setter
+# sends to the ps (its STANDARD_PS_OPS), resource and reference variables.
+VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable", "AutoReloadVariable")
+
+
+def device_function(tower_device, variable_device):
+    """The one device function of a tower: variable ops apart, the rest local.
+
+    Every op that holds a variable goes to `variable_device`, whatever made
+    it (`tf.compat.v1.get_variable`, `tf.compat.v1.layers`, a helper with
+    its own `tf.device`): the answer to "layers created on the CPU but
+    executed on the GPU". Any other op keeps a device set inside the tower
+    (e.g. the input on the CPU) or runs on `tower_device`. Reads of a
+    variable are placed with it by TensorFlow; the tower receives the value.
+
+    Args:
+      tower_device: str, e.g. '/gpu:1'.
+      variable_device: str, from `variable_device`.
+
+    Returns:
+      callable(op) -> str, for `tf.compat.v1.device`.
+    """
+
+    variable_device = tf.DeviceSpec.from_string(variable_device).to_string()
+    tower_device = tf.DeviceSpec.from_string(tower_device).to_string()
+
+    def choose(op):
+        if op.type in VARIABLE_OPS:
+            return variable_device
+        return op.device or tower_device
+
+    return choose
+
+
 def describe_devices(devices):
     """Returns the log line that says where the towers run."""
     if devices == ["/cpu:0"]:

@@ -24,11 +24,12 @@ PREFETCH_TO_DEVICE_DEFAULT = True
 
 
 def tower_total_loss(scope):
-    """Sums the `losses` collection of one tower.
+    """Sums one tower's `losses` and the model's regularization terms.
 
     The model's `loss` function adds the cross-entropy of the tower's batch
     and, per weight, a weight-decay term; filtering by the tower's scope
-    keeps the other towers' terms out.
+    keeps the other towers' terms out. The layers' regularizers are in
+    another collection (see `regularization_losses`).
 
     Args:
       scope: str, the tower's name scope, e.g. 'tower_1/'.
@@ -37,11 +38,64 @@ def tower_total_loss(scope):
       A float32 scalar tensor named '<scope>total_loss'.
     """
     return tf.add_n(
-        tf.compat.v1.get_collection("losses", scope), name="total_loss"
+        tf.compat.v1.get_collection("losses", scope)
+        + regularization_losses(scope),
+        name="total_loss",
     )
 
 
-def build_towers(devices, optimizer, tower_loss_fn, xla=False):
+def regularization_losses(scope):
+    """The model's regularization terms for one tower, each counted once.
+
+    A layer adds its regularizer's term to REGULARIZATION_LOSSES when it
+    creates the variable: with the towers sharing the variables, once, under
+    the first tower's scope, so a tower that filtered them by its own scope
+    would drop them (the Inception trainer adds them to every tower's loss).
+    In reduced precision a layer receives a new cast of its variable in each
+    tower and adds its term again there: each term then counts once, the
+    tower's own copy where the tower made one.
+
+    Args:
+      scope: str, the tower's name scope; '' for a model built outside the
+        towers.
+
+    Returns:
+      A list of float32 scalars (empty for a model without regularizers).
+    """
+    terms = {}
+    for each in tf.compat.v1.get_collection(
+        tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES
+    ):
+        name = strip_tower_prefix(each.op.name)
+        if name not in terms or each.op.name.startswith(scope):
+            terms[name] = tf.cast(each, tf.float32)
+    return list(terms.values())
+
+
+def batch_norm_updates(scope):
+    """The update ops (batch-norm moving statistics) built in one scope.
+
+    The trainers run those of the last tower with every step, as the
+    Inception multi-GPU trainer does: the statistics accumulate so fast
+    that one tower's batches suffice, and the others' updates would only
+    race with them.
+
+    Args:
+      scope: str, a tower's name scope; None for every update op.
+
+    Returns:
+      A list of ops (empty for a model without batch norm).
+    """
+    return tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, scope)
+
+
+def build_towers(
+    devices,
+    optimizer,
+    tower_loss_fn,
+    xla=False,
+    variable_device=placement.VARIABLE_DEVICE,
+):
     """Builds one tower per device and the gradients of each.
 
     With xla, each tower (its forward and backward pass) is built inside its
@@ -64,6 +118,9 @@ def build_towers(devices, optimizer, tower_loss_fn, xla=False):
         model and loss of one tower inside the current device and name scope
         and returns the tower's total loss.
       xla: bool, compile each tower with XLA.
+      variable_device: str, where every variable op goes
+        (`placement.device_function`), whatever library the model's layers
+        come from.
 
     Returns:
       tower_losses: list of float32 scalars, one per tower.
@@ -74,7 +131,9 @@ def build_towers(devices, optimizer, tower_loss_fn, xla=False):
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope()):
         for i, device in enumerate(devices):
             with (
-                tf.device(device),
+                tf.compat.v1.device(
+                    placement.device_function(device, variable_device)
+                ),
                 tf.name_scope("%s_%d" % (TOWER_NAME, i)) as scope,
                 _jit_scope(xla),
             ):

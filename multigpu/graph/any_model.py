@@ -1,0 +1,135 @@
+"""Calling any model `(images, is_training) -> logits` the way the towers do.
+
+A model knows nothing of devices or dtypes: the towers place its variables
+(`placement.device_function`), and `call_model` hands it its images in the
+compute dtype while its variables stay float32 (tf_cnn_benchmarks' custom
+getter), checks what it returns, and refuses what the towers cannot train
+correctly: variables made outside `tf.compat.v1.get_variable` (Keras 2 layer
+objects, `tf.Variable`), whose batch-norm updates and regularizers never
+reach the TF1 collections and which the towers could not share.
+"""
+
+import tensorflow as tf
+
+# The dtypes the layers may compute in while the variables stay float32.
+REDUCED_DTYPES = (tf.float16, tf.bfloat16)
+
+# What to install for `tf.compat.v1.layers` on TensorFlow 2.16+ (Keras 2).
+LAYERS_EXTRA = 'pip install ".[layers]" (tf-keras~=2.21.0)'
+
+
+def call_model(
+    model_fn,
+    images,
+    is_training,
+    num_classes,
+    compute_dtype=tf.float32,
+    name="the model",
+):
+    """Builds a model on one tower's images, in the compute dtype.
+
+    Variables the model asks for in float16 or bfloat16 are made float32
+    and handed to its layers as a cast, so checkpoints hold float32 only;
+    batch-norm statistics, float32 in the layers, stay so. The non-trainable
+    variables the model creates (batch-norm moving statistics) join the
+    MOVING_AVERAGE_VARIABLES collection, so that the weights' moving average
+    covers them and the eval restores their averages too.
+
+    Args:
+      model_fn: callable(images, is_training) -> logits.
+      images: float32 [batch, height, width, depth].
+      is_training: bool, passed on to the model (batch norm, dropout).
+      num_classes: int, the logits' width.
+      compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
+      name: str, the model as the user names it, for the errors.
+
+    Returns:
+      logits: float32 [batch, num_classes].
+
+    Raises:
+      ValueError: the model calls `tf.compat.v1.layers` without tf-keras,
+        creates variables outside `tf.compat.v1.get_variable`, or returns
+        no float tensor of shape [batch, num_classes].
+    """
+    created, got = [], set()
+
+    def record_creation(next_creator, **kwargs):
+        var = next_creator(**kwargs)
+        created.append(var)
+        return var
+
+    def float32_storage(getter, *args, dtype=tf.float32, **kwargs):
+        reduced = dtype in REDUCED_DTYPES
+        var = getter(*args, dtype=tf.float32 if reduced else dtype, **kwargs)
+        got.add(var.name)
+        return tf.cast(var, dtype) if reduced else var
+
+    with (
+        tf.variable_creator_scope(record_creation),
+        tf.compat.v1.variable_scope(
+            tf.compat.v1.get_variable_scope(),
+            custom_getter=float32_storage,
+            auxiliary_name_scope=False,
+        ),
+    ):
+        try:
+            logits = model_fn(tf.cast(images, compute_dtype), is_training)
+        except (AttributeError, ImportError) as e:
+            if "Keras" in str(e):
+                raise ValueError(
+                    "%s calls tf.compat.v1.layers, which needs Keras 2 on "
+                    "TensorFlow 2.16+: %s" % (name, LAYERS_EXTRA)
+                ) from None
+            raise
+    _refuse_other_variables(created, got, name)
+    for var in created:
+        if not var.trainable:
+            tf.compat.v1.add_to_collection(
+                tf.compat.v1.GraphKeys.MOVING_AVERAGE_VARIABLES, var
+            )
+    _check_logits(logits, [images.shape[0], num_classes], name)
+    return tf.cast(logits, tf.float32)
+
+
+def _refuse_other_variables(created, got, name):
+    others = [var.op.name for var in created if var.name not in got]
+    if others:
+        raise ValueError(
+            "%s creates variables without tf.compat.v1.get_variable (%s): "
+            "Keras layer objects or tf.Variable, which the towers cannot "
+            "share, and whose batch-norm updates and regularizers they "
+            "cannot see; write its layers with the tf.compat.v1.layers "
+            "functions (tf.compat.v1.layers.conv2d, ...) instead"
+            % (name, ", ".join(others))
+        )
+
+
+def _check_logits(logits, shape, name):
+    if (
+        not isinstance(logits, tf.Tensor)
+        or not logits.dtype.is_floating
+        or logits.shape.as_list() != shape
+    ):
+        raise ValueError(
+            "%s must return float logits of shape %s, returned %s"
+            % (name, shape, _describe(logits))
+        )
+
+
+def _describe(value):
+    if isinstance(value, tf.Tensor):
+        return "%s %s" % (value.dtype.name, value.shape.as_list())
+    return type(value).__name__
+
+
+def moving_average_variables():
+    """The variables whose moving averages the eval restores.
+
+    The trainable variables and the model's batch-norm statistics (see
+    `call_model`), once each, in graph order.
+    """
+    averaged = tf.compat.v1.trainable_variables()
+    for var in tf.compat.v1.moving_average_variables():
+        if all(var is not each for each in averaged):
+            averaged.append(var)
+    return averaged

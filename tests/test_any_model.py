@@ -1,0 +1,268 @@
+"""Any model on the towers: TF1 layers, batch norm, regularizers, bfloat16."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from test_towers import cifar10_step, cifar10_step_graph
+
+from multigpu.graph import any_model, placement
+
+# The L2 factor of the test models' kernels, large enough to show in a loss.
+WEIGHT_DECAY = 1e-2
+
+# The variables of `layers_model`.
+LAYERS_MODEL_VARIABLES = [
+    "conv/kernel",
+    "conv/bias",
+    "bn/gamma",
+    "bn/beta",
+    "bn/moving_mean",
+    "bn/moving_variance",
+    "dense/kernel",
+    "dense/bias",
+]
+
+
+def l2_regularizer(weights):
+    return WEIGHT_DECAY * tf.nn.l2_loss(weights)
+
+
+def layers_model(images, is_training):
+    """A user's model: conv - batch norm - relu - mean - dense, L2 kernels."""
+    x = tf.compat.v1.layers.conv2d(
+        images, 4, 3, kernel_regularizer=l2_regularizer, name="conv"
+    )
+    x = tf.compat.v1.layers.batch_normalization(
+        x, training=is_training, name="bn"
+    )
+    x = tf.reduce_mean(tf.nn.relu(x), axis=[1, 2])
+    return tf.compat.v1.layers.dense(
+        x, 10, kernel_regularizer=l2_regularizer, name="dense"
+    )
+
+
+def layers_model_without_batch_norm(images, is_training):
+    """conv - relu - mean - dense, L2 kernels."""
+    del is_training
+    x = tf.compat.v1.layers.conv2d(
+        images, 4, 3, kernel_regularizer=l2_regularizer, name="conv"
+    )
+    x = tf.reduce_mean(tf.nn.relu(x), axis=[1, 2])
+    return tf.compat.v1.layers.dense(
+        x, 10, kernel_regularizer=l2_regularizer, name="dense"
+    )
+
+
+def keras_objects_model(images, is_training):
+    """Keras 2 layer objects: their variables bypass get_variable."""
+    del is_training
+    x = tf_keras.layers.Conv2D(4, 3, name="conv")(images)
+    return tf_keras.layers.Dense(10, name="dense")(tf.reduce_mean(x, [1, 2]))
+
+
+def batch(size, seed=0):
+    rng = np.random.default_rng(seed)
+    images = rng.normal(size=[size, 24, 24, 3]).astype(np.float32)
+    labels = rng.integers(0, 10, size=[size]).astype(np.int32)
+    return images, labels
+
+
+def two_tower_graph(model_fn, devices, variable_device, **options):
+    """Builds one step of cifar10_multi_gpu_train.py's towers on 4 images."""
+    graph = tf.Graph()
+    with graph.as_default():
+        images, labels = batch(4)
+        loss, train_op, _ = cifar10_step_graph(
+            images,
+            labels,
+            num_towers=2,
+            devices=devices,
+            variable_device=variable_device,
+            model_fn=model_fn,
+            **options,
+        )
+    return graph, loss, train_op
+
+
+def variable(graph, name):
+    """The variable `name` of the graph (its op name, e.g. 'conv/kernel')."""
+    (var,) = [
+        v
+        for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+        if v.op.name == name
+    ]
+    return var
+
+
+def three_cpu_session():
+    config = placement.session_config(["/cpu:0", "/cpu:1", "/cpu:2"])
+    return tf.compat.v1.Session(config=config)
+
+
+@pytest.mark.parametrize(
+    "choice, expected", [("cpu", "/device:CPU:0"), ("tower", "/device:CPU:1")]
+)
+def test_every_variable_op_of_a_layers_model_is_on_the_variable_device(
+    choice, expected
+):
+    devices = ["/cpu:1", "/cpu:2"]
+    graph, _, _ = two_tower_graph(
+        layers_model, devices, placement.variable_device(choice, devices)
+    )
+    placed = {
+        op.name: op.device
+        for op in graph.get_operations()
+        if op.type in placement.VARIABLE_OPS
+        and op.name in LAYERS_MODEL_VARIABLES
+    }
+    assert placed == {name: expected for name in LAYERS_MODEL_VARIABLES}
+
+
+def test_the_moving_mean_follows_the_last_towers_batch_with_every_step():
+    graph, _, train_op = two_tower_graph(
+        layers_model, ["/cpu:1", "/cpu:2"], "/cpu:0"
+    )
+    with graph.as_default(), three_cpu_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        moving_mean = variable(graph, "bn/moving_mean")
+        last_conv = graph.get_tensor_by_name("tower_1/conv/BiasAdd:0")
+        first_conv = graph.get_tensor_by_name("tower_0/conv/BiasAdd:0")
+        _, last, first = sess.run([train_op, last_conv, first_conv])
+        # Keras' batch norm momentum 0.99: one step moves 1% of the way.
+        expected = 0.01 * last.mean(axis=(0, 1, 2))
+        np.testing.assert_allclose(sess.run(moving_mean), expected, rtol=1e-5)
+        assert not np.allclose(expected, 0.01 * first.mean(axis=(0, 1, 2)))
+        # The weights' moving average covers the statistics, for the eval.
+        shadow = variable(graph, "bn/moving_mean/ExponentialMovingAverage")
+        # Its decay at global step 1: min(0.9999, (1 + 1) / (10 + 1)).
+        np.testing.assert_allclose(
+            sess.run(shadow), (1 - 2 / 11) * expected, rtol=1e-5
+        )
+
+
+def test_the_last_towers_loss_is_its_cross_entropy_plus_the_l2_terms():
+    graph, loss, _ = two_tower_graph(
+        layers_model, ["/cpu:1", "/cpu:2"], "/cpu:0"
+    )
+    with graph.as_default(), three_cpu_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        # 'total_loss' is the last tower's, as its summary shows it.
+        last, mean, cross_entropies, conv, dense = sess.run(
+            [
+                "total_loss:0",
+                loss,
+                ["tower_0/cross_entropy:0", "tower_1/cross_entropy:0"],
+                variable(graph, "conv/kernel"),
+                variable(graph, "dense/kernel"),
+            ]
+        )
+    l2_terms = WEIGHT_DECAY * (np.sum(conv**2) + np.sum(dense**2)) / 2
+    assert l2_terms > 1e-3
+    assert last == pytest.approx(cross_entropies[1] + l2_terms, rel=1e-6)
+    assert mean == pytest.approx(np.mean(cross_entropies) + l2_terms, rel=1e-6)
+
+
+def initial_values(model_fn):
+    with tf.Graph().as_default():
+        any_model.call_model(model_fn, tf.zeros([1, 24, 24, 3]), True, 10)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return {
+                v.op.name: sess.run(v)
+                for v in tf.compat.v1.trainable_variables()
+            }
+
+
+def test_two_towers_of_a_model_without_batch_norm_equal_one_on_both_halves():
+    images, labels = batch(8, seed=1)
+    model_fn = layers_model_without_batch_norm
+    initial = initial_values(model_fn)
+    one_loss, one_values, _ = cifar10_step(
+        1, images, labels, initial, model_fn=model_fn
+    )
+    two_loss, two_values, _ = cifar10_step(
+        2, images, labels, initial, model_fn=model_fn
+    )
+    assert two_loss == pytest.approx(one_loss, rel=1e-6)
+    assert sorted(one_values) == ["conv/bias", "conv/kernel"] + [
+        "dense/bias",
+        "dense/kernel",
+    ]
+    for name, value in one_values.items():
+        np.testing.assert_allclose(
+            two_values[name], value, rtol=1e-6, atol=1e-6, err_msg=name
+        )
+        assert not np.allclose(value, initial[name], rtol=0, atol=1e-6), name
+
+
+def test_in_bfloat16_a_layers_model_trains_and_saves_float32_only(tmp_path):
+    graph, loss, train_op = two_tower_graph(
+        layers_model,
+        ["/cpu:1", "/cpu:2"],
+        "/cpu:0",
+        compute_dtype=tf.bfloat16,
+    )
+    convolutions = [op for op in graph.get_operations() if op.type == "Conv2D"]
+    assert [op.get_attr("T") for op in convolutions] == [tf.bfloat16] * 2
+    with graph.as_default(), three_cpu_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        kernel = variable(graph, "conv/kernel")
+        before = sess.run(kernel)
+        losses = [sess.run([loss, train_op])[0] for _ in range(3)]
+        assert np.all(np.isfinite(losses))
+        assert not np.allclose(sess.run(kernel), before)
+        prefix = tf.compat.v1.train.Saver().save(sess, str(tmp_path / "ckpt"))
+    dtypes = tf.compat.v1.train.NewCheckpointReader(
+        prefix
+    ).get_variable_to_dtype_map()
+    assert set(LAYERS_MODEL_VARIABLES) <= set(dtypes)
+    assert {
+        name: dtype for name, dtype in dtypes.items() if dtype != tf.float32
+    } == {"global_step": tf.int64}
+
+
+def test_a_model_of_keras_layer_objects_is_refused_in_one_line():
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError) as error:
+            any_model.call_model(
+                keras_objects_model,
+                tf.zeros([2, 24, 24, 3]),
+                True,
+                10,
+                name="--model=mine:net",
+            )
+    assert str(error.value) == (
+        "--model=mine:net creates variables without "
+        "tf.compat.v1.get_variable (conv/kernel, conv/bias, dense/kernel, "
+        "dense/bias): Keras layer objects or tf.Variable, which the towers "
+        "cannot share, and whose batch-norm updates and regularizers they "
+        "cannot see; write its layers with the tf.compat.v1.layers "
+        "functions (tf.compat.v1.layers.conv2d, ...) instead"
+    )
+
+
+@pytest.mark.parametrize(
+    "logits, found",
+    [
+        (lambda images: tf.zeros([2, 9]), "float32 [2, 9]"),
+        (lambda images: tf.zeros([2, 10], tf.int32), "int32 [2, 10]"),
+        (lambda images: [images], "list"),
+    ],
+)
+def test_logits_of_the_wrong_shape_or_dtype_are_named_in_one_line(
+    logits, found
+):
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError) as error:
+            any_model.call_model(
+                lambda images, is_training: logits(images),
+                tf.zeros([2, 24, 24, 3]),
+                True,
+                10,
+                name="--model=mine:net",
+            )
+    assert str(error.value) == (
+        "--model=mine:net must return float logits of shape [2, 10], "
+        "returned %s" % found
+    )
