@@ -424,6 +424,8 @@ def train(
     batch_size=None,
     clip_norm=0.0,
     loss_scaling=None,
+    learning_rate_fn=learning_rate,
+    optimizer_fn=optimizer,
 ):
     """The one-device training op.
 
@@ -435,14 +437,18 @@ def train(
       clip_norm: float; if > 0, the gradients are scaled to at most this
         global norm.
       loss_scaling: a `loss_scale.LossScaling` for float16, or None.
+      learning_rate_fn: callable(global_step, examples_per_step), the
+        schedule; the tutorial's by default.
+      optimizer_fn: callable(learning_rate) -> optimizer; the tutorial's by
+        default.
 
     Returns:
       The op that runs one step of training.
     """
     if batch_size is None:
         batch_size = FLAGS.batch_size
-    lr = learning_rate(global_step, batch_size)
-    opt = loss_scale.wrap(optimizer(lr), loss_scaling)
+    lr = learning_rate_fn(global_step, batch_size)
+    opt = loss_scale.wrap(optimizer_fn(lr), loss_scaling)
     # Update the loss averages before the gradients, as the tutorial does.
     with tf.control_dependencies([add_loss_summaries(total_loss)]):
         grads = opt.compute_gradients(total_loss)

@@ -1,4 +1,4 @@
-"""Evaluates CIFAR-10 checkpoints: precision @ 1 of the moving averages.
+"""Evaluates CIFAR-10 checkpoints: precision @ 1 and recall @ 5.
 
 Run it beside a trainer, or once on its newest checkpoint:
   python cifar10_eval.py --checkpoint_dir=/tmp/cifar10_train
@@ -7,9 +7,11 @@ Run it beside a trainer, or once on its newest checkpoint:
 
 Each new checkpoint is scored once: its moving-average (shadow) variables are
 restored into the model, exactly --num_examples examples are classified, and
-`Precision @ 1` is written at the checkpoint's global step. Only checkpoints
-that read in full are scored (`checkpoints.newest_valid_checkpoint`); one
-that the trainer deletes before it is restored is skipped with a warning.
+`Precision @ 1` and `Recall @ 5` (the label among the 5 highest logits, as
+the Inception eval reports it) are written at the checkpoint's global step.
+Only checkpoints that read in full are scored
+(`checkpoints.newest_valid_checkpoint`); one that the trainer deletes before
+it is restored is skipped with a warning.
 --last_step ends the watch once the trainer's last checkpoint is scored.
 """
 
@@ -27,6 +29,7 @@ import tensorflow as tf
 from absl import flags
 
 import cifar10
+from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, folders
 from multigpu.graph import any_model, placement
@@ -61,21 +64,29 @@ flags.DEFINE_integer(
 )
 common_flags.define_fake_data_flag()
 common_flags.define_session_flags()
+common_flags.define_model_flag()
 flags.adopt_module_key_flags(common_flags)
 # --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
 flags.adopt_module_key_flags(cifar10)
 
 
 def build_graph(
-    eval_data, data_dir, batch_size, num_examples, compute_dtype=tf.float32
+    eval_data,
+    data_dir,
+    batch_size,
+    num_examples,
+    compute_dtype=tf.float32,
+    model=registry.TUTORIAL,
 ):
-    """Builds the eval input, the model and the top-1 hits.
+    """Builds the eval input, the model and its top-1 and top-5 hits.
 
     compute_dtype: the dtype the layers compute in (--use_fp16).
+    model: the `registry.Model` the checkpoints hold, built with
+      is_training=False (batch norm on its moving statistics).
 
     Returns:
-      top_1: bool [<= batch_size], whether each example's label is the
-        top prediction.
+      hits: bool [2, <= batch_size], whether each example's label is the
+        top prediction (row 0) or among the top 5 (row 1).
       init_op: rewinds the input to its first example.
     """
     with tf.device("/cpu:0"):
@@ -83,13 +94,21 @@ def build_graph(
             eval_data, data_dir, batch_size, num_examples
         )
     logits = any_model.call_model(
-        cifar10.inference, images, False, cifar10.NUM_CLASSES, compute_dtype
+        model.build,
+        images,
+        False,
+        cifar10.NUM_CLASSES,
+        compute_dtype,
+        "--model=%s" % model.name,
     )
-    return tf.nn.in_top_k(predictions=logits, targets=labels, k=1), init_op
+    hits = [
+        tf.nn.in_top_k(predictions=logits, targets=labels, k=k) for k in (1, 5)
+    ]
+    return tf.stack(hits), init_op
 
 
 def eval_once(
-    checkpoint, saver, summary_writer, top_1, init_op, summary_op, config
+    checkpoint, saver, summary_writer, hits, init_op, summary_op, config
 ):
     """Scores one checkpoint on every example of the input, once.
 
@@ -97,7 +116,7 @@ def eval_once(
       checkpoint: str, the checkpoint path prefix ('.../model.ckpt-1000').
       saver: restores the shadow variables into the model's variables.
       summary_writer: writes the summaries at the checkpoint's global step.
-      top_1: bool [<= batch_size], from `build_graph`.
+      hits: bool [2, <= batch_size], from `build_graph`.
       init_op: rewinds the input.
       summary_op: the model's summaries, written beside the precision.
       config: the session's `ConfigProto`.
@@ -130,19 +149,21 @@ def eval_once(
         print("%s: evaluating %s" % (datetime.datetime.now(), checkpoint))
         sess.run(init_op)
         # The model's summaries come from the first batch.
-        batch_hits, summary_bytes = sess.run([top_1, summary_op])
-        hits, examples = np.sum(batch_hits), batch_hits.size
+        batch_hits, summary_bytes = sess.run([hits, summary_op])
+        counts, examples = np.sum(batch_hits, axis=1), batch_hits.shape[1]
         try:
             while True:
-                batch_hits = sess.run(top_1)
-                hits += np.sum(batch_hits)
-                examples += batch_hits.size
+                batch_hits = sess.run(hits)
+                counts += np.sum(batch_hits, axis=1)
+                examples += batch_hits.shape[1]
         except tf.errors.OutOfRangeError:
             pass
     summary = tf.compat.v1.Summary.FromString(summary_bytes)
-    precision = hits / examples
+    precision, recall = counts / examples
     print("%s: precision @ 1 = %.3f" % (datetime.datetime.now(), precision))
+    print("%s: recall @ 5 = %.3f" % (datetime.datetime.now(), recall))
     summary.value.add(tag="Precision @ 1", simple_value=precision)
+    summary.value.add(tag="Recall @ 5", simple_value=recall)
     summary_writer.add_summary(summary, global_step)
     summary_writer.flush()
     return precision
@@ -168,14 +189,16 @@ def evaluate(
         is scored; 0 never.
       config: the sessions' `ConfigProto`, default
         `placement.session_config()`.
-      **data: eval_data, data_dir, batch_size, num_examples, compute_dtype
-        for `build_graph`.
+      **data: eval_data, data_dir, batch_size, num_examples, compute_dtype,
+        model for `build_graph`.
     """
     config = config or placement.session_config()
     with tf.Graph().as_default() as graph:
-        top_1, init_op = build_graph(**data)
+        hits, init_op = build_graph(**data)
         saver = restore.Restorer(cifar10.variables_to_restore())
         summary_op = tf.compat.v1.summary.merge_all()
+        if summary_op is None:  # A model without summaries (the ResNets).
+            summary_op = tf.constant(b"")
         summary_writer = tf.compat.v1.summary.FileWriter(eval_dir, graph)
         last_scored = None
         while True:
@@ -185,7 +208,7 @@ def evaluate(
                     checkpoint,
                     saver,
                     summary_writer,
-                    top_1,
+                    hits,
                     init_op,
                     summary_op,
                     config,
@@ -245,6 +268,7 @@ def main(argv):
         batch_size=FLAGS.batch_size,
         num_examples=FLAGS.num_examples,
         compute_dtype=placement.compute_dtype(FLAGS.use_fp16, devices),
+        model=registry.model(FLAGS.model),
     )
 
 

@@ -32,6 +32,7 @@ from absl import flags
 
 import cifar10
 import cifar10_input
+from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors
 from multigpu.distributed import cluster
@@ -66,7 +67,7 @@ def build_graph(
     xla=False,
     prefetch=False,
     loss_scaling=None,
-    model_fn=cifar10.inference,
+    model=registry.TUTORIAL,
 ):
     """Builds the towers, the averaged update and the summaries.
 
@@ -84,8 +85,7 @@ def build_graph(
       xla: bool, compile each tower with XLA.
       prefetch: bool, stage each tower's next batch on its device.
       loss_scaling: a `loss_scale.LossScaling` for float16, or None.
-      model_fn: callable(images, is_training) -> logits, the model of
-        every tower.
+      model: the `registry.Model` of every tower, and its recipe.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -95,9 +95,9 @@ def build_graph(
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples_per_step = batch_size * len(devices) * task.replicas_per_step
-    lr = cifar10.learning_rate(global_step, examples_per_step)
+    lr = model.learning_rate(global_step, examples_per_step)
     opt = cluster.sync_optimizer(
-        loss_scale.wrap(cifar10.optimizer(lr), loss_scaling), task
+        loss_scale.wrap(model.optimizer(lr), loss_scaling), task
     )
     put_ops = []
 
@@ -110,11 +110,12 @@ def build_graph(
             put_ops.append(put_op)
         summaries.image_summary("images", images)
         logits = any_model.call_model(
-            model_fn,
+            model.build,
             images,
             True,
             cifar10.NUM_CLASSES,
             compute_dtype,
+            "--model=%s" % model.name,
         )
         cifar10.loss(logits, labels)
         return towers.tower_total_loss(scope)
@@ -173,6 +174,12 @@ def main(argv):
     loss_scaling = common_flags.loss_scaling_from_flags(
         FLAGS, compute_dtype, task.sync_replicas
     )
+    model = registry.model(
+        FLAGS.model,
+        FLAGS.learning_rate,
+        FLAGS.learning_rate_boundaries,
+        FLAGS.momentum,
+    )
     print(placement.describe_devices(devices))
     # One tower's batch: images and labels.
     batch_shapes = [
@@ -214,6 +221,7 @@ def main(argv):
             FLAGS.xla,
             FLAGS.prefetch_to_device,
             loss_scaling,
+            model,
         )
         if FLAGS.dry_run:
             return dry_run.check(
@@ -221,6 +229,7 @@ def main(argv):
                 batch_shapes,
                 dry_run.describe(
                     devices,
+                    model=model.name,
                     compute_dtype=compute_dtype.name,
                     variable_device=variable_device,
                     xla=FLAGS.xla,

@@ -21,6 +21,7 @@ from absl import flags
 
 import cifar10
 import cifar10_input
+from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors
 from multigpu.graph import any_model, placement, summaries
@@ -40,10 +41,12 @@ def build_graph(
     clip_norm=0.0,
     loss_scaling=None,
     device="/cpu:0",
+    model=registry.TUTORIAL,
 ):
     """Builds input, model, loss and train op in the default graph.
 
     device: str, where the model computes; its variables live on the CPU.
+    model: the `registry.Model` to train, with its recipe.
 
     clip_norm: float, 0 for no clipping of the gradients' global norm.
     loss_scaling: a `loss_scale.LossScaling` for float16, or None.
@@ -61,11 +64,12 @@ def build_graph(
         placement.device_function(device, placement.VARIABLE_DEVICE)
     ):
         logits = any_model.call_model(
-            cifar10.inference,
+            model.build,
             images,
             True,
             cifar10.NUM_CLASSES,
             compute_dtype,
+            "--model=%s" % model.name,
         )
     loss = cifar10.loss(logits, labels)
     return loss, cifar10.train(
@@ -74,6 +78,8 @@ def build_graph(
         batch_size=batch_size,
         clip_norm=clip_norm,
         loss_scaling=loss_scaling,
+        learning_rate_fn=model.learning_rate,
+        optimizer_fn=model.optimizer,
     )
 
 
@@ -87,6 +93,12 @@ def main(argv):
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
     devices = placement.tower_devices(1, cpu_towers=True)
+    model = registry.model(
+        FLAGS.model,
+        FLAGS.learning_rate,
+        FLAGS.learning_rate_boundaries,
+        FLAGS.momentum,
+    )
     print(placement.describe_devices(devices))
     compute_dtype = placement.compute_dtype(
         FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
@@ -99,6 +111,7 @@ def main(argv):
             FLAGS.clip_gradients,
             common_flags.loss_scaling_from_flags(FLAGS, compute_dtype),
             devices[0],
+            model,
         )
         training.run_training(
             train_op,

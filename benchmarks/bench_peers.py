@@ -31,11 +31,7 @@ LRN_WINDOW = 2 * cifar10.LRN_DEPTH_RADIUS + 1  # 9 channels
 
 
 def keras_variant(steps, batch_size):
-    """Returns a variant for `interleave`: `steps` steps of Keras `fit`.
-
-    Each round calls `fit` for WARMUP_STEPS + steps steps; a callback times
-    the last `steps` (so the per-call set-up of `fit` is left out).
-    """
+    """Returns a variant for `interleave`: the tutorial's net in Keras."""
     import keras
 
     layers = keras.layers
@@ -64,8 +60,22 @@ def keras_variant(steps, batch_size):
             layers.Dense(cifar10.NUM_CLASSES),
         ]
     )
+    optimizer = keras.optimizers.SGD(cifar10.INITIAL_LEARNING_RATE)
+    return keras_fit_variant(model, optimizer, steps, batch_size)
+
+
+def keras_fit_variant(model, optimizer, steps, batch_size):
+    """Returns a variant for `interleave`: `steps` steps of Keras `fit`.
+
+    The model is compiled with optimizer and the softmax cross-entropy,
+    and fed the fixed batch. Each round calls `fit` for WARMUP_STEPS + steps
+    steps; a callback times the last `steps` (so the per-call set-up of
+    `fit` is left out).
+    """
+    import keras
+
     model.compile(
-        optimizer=keras.optimizers.SGD(cifar10.INITIAL_LEARNING_RATE),
+        optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     images, labels = synthetic_arrays(batch_size)
@@ -127,6 +137,18 @@ def torch_variant(steps, batch_size):
         nn.Linear(LOCAL4, cifar10.NUM_CLASSES),
     )
     opt = torch.optim.SGD(model.parameters(), lr=cifar10.INITIAL_LEARNING_RATE)
+    return torch_train_variant(model, opt, steps, batch_size)
+
+
+def torch_train_variant(model, opt, steps, batch_size):
+    """Returns (variant for `interleave`, torch version, torch threads).
+
+    `steps` PyTorch steps of model and opt on the fixed batch, after
+    WARMUP_STEPS untimed ones, the cross-entropy as the loss.
+    """
+    import torch
+    from torch import nn
+
     images, labels = synthetic_arrays(batch_size)
     # [batch, 24, 24, 3] -> [batch, 3, 24, 24]: torch convolves NCHW.
     images = torch.from_numpy(images.transpose(0, 3, 1, 2).copy())

@@ -34,6 +34,7 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
+from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.graph import placement, summaries
 
@@ -381,6 +382,7 @@ def tower_graph(
     xla=False,
     prefetch=False,
     variable_device="cpu",
+    model=registry.TUTORIAL,
 ):
     """The graph of cifar10_multi_gpu_train.py on virtual CPU devices.
 
@@ -393,6 +395,7 @@ def tower_graph(
       compute_dtype: the dtype the layers compute in.
       xla, prefetch, variable_device: the trainer's --xla,
         --prefetch_to_device and --variable_device.
+      model: the `registry.Model` of its --model.
 
     Returns:
       A `TrainGraph` whose step trains num_towers * batch_size examples.
@@ -408,6 +411,7 @@ def tower_graph(
             variable_device=placement.variable_device(variable_device, devices),
             xla=xla,
             prefetch=prefetch,
+            model=model,
         )
         init_op = tf.compat.v1.global_variables_initializer()
     return TrainGraph(

@@ -33,6 +33,7 @@ BENCHMARKS = (
     ("hooks", "7. Logging, summaries, checkpoints"),
     ("eval", "8. Eval vs training"),
     ("fp16", "9. --use_fp16 vs float32"),
+    ("resnet", "12. ResNet-20 vs the tutorial net, Keras 3, PyTorch"),
 )
 # Run only when named in --only: slower, and a study rather than a check.
 EXTRA_BENCHMARKS = (

@@ -51,6 +51,60 @@ def define_cifar10_trainer_flags(data_url):
     define_step_flags()
     define_data_url_flag(data_url)
     define_fp16_flags()
+    define_model_flag()
+    define_recipe_flags()
+
+
+def define_model_flag():
+    """--model: the CIFAR-10 network of the trainers and the eval."""
+    _define(
+        flags.DEFINE_string,
+        "model",
+        "tutorial",
+        "The network: tutorial (the tutorial's net), resnet20 or resnet56 "
+        "(He et al. 2016, with their recipe), or MODULE:FUNCTION, a function "
+        "(images, is_training) -> logits of your own (float32 [batch, 24, "
+        "24, 3] in, [batch, 10] out), imported from the current folder or "
+        "PYTHONPATH; it trains with the tutorial's recipe unless "
+        "--learning_rate is set. The eval takes the trainer's --model.",
+    )
+
+
+def define_recipe_flags():
+    """--learning_rate, --learning_rate_boundaries, --momentum."""
+    _define(
+        flags.DEFINE_float,
+        "learning_rate",
+        0.0,
+        "0 trains with the --model's own recipe; > 0 replaces it by this "
+        "learning rate for 128 examples per step (scaled with the examples "
+        "per step), divided by 10 at --learning_rate_boundaries, with "
+        "--momentum.",
+        lower_bound=0.0,
+    )
+    if "learning_rate_boundaries" not in flags.FLAGS:
+        flags.DEFINE_list(
+            "learning_rate_boundaries",
+            [],
+            "With --learning_rate: steps of 128 examples (scaled like the "
+            "rate) at which the learning rate is divided by 10, e.g. "
+            "32000,48000.",
+        )
+        flags.register_validator(
+            "learning_rate_boundaries",
+            lambda steps: all(step.isdigit() for step in steps),
+            "--learning_rate_boundaries: expected whole numbers of steps, "
+            "e.g. 32000,48000",
+        )
+    _define(
+        flags.DEFINE_float,
+        "momentum",
+        0.0,
+        "With --learning_rate: the optimizer's momentum; 0 is plain "
+        "gradient descent.",
+        lower_bound=0.0,
+        upper_bound=0.999,
+    )
 
 
 def define_multi_tower_flags():

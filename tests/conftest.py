@@ -29,7 +29,7 @@ def scripts_take_ctrl_c():
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def run_script(script, *args, timeout=600, expect_success=True):
+def run_script(script, *args, timeout=600, expect_success=True, env=None):
     """Runs one of the suite's scripts in a subprocess, as a user would.
 
     Scripts define absl flags, so each runs in its own process.
@@ -39,6 +39,7 @@ def run_script(script, *args, timeout=600, expect_success=True):
       *args: its command-line flags.
       timeout: seconds before the test fails instead of hanging.
       expect_success: assert the exit code is 0 (True) or non-zero (False).
+      env: dict of environment variables to set beside SCRIPT_ENV's.
 
     Returns:
       The `subprocess.CompletedProcess`, stdout and stderr as text.
@@ -48,7 +49,7 @@ def run_script(script, *args, timeout=600, expect_success=True):
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=SCRIPT_ENV,
+        env=dict(SCRIPT_ENV, **(env or {})),
         cwd=REPO,
     )
     output = "%s\n--- stderr ---\n%s" % (result.stdout, result.stderr[-5000:])
@@ -59,9 +60,9 @@ def run_script(script, *args, timeout=600, expect_success=True):
     return result
 
 
-def error_line(script, *flags):
+def error_line(script, *flags, env=None):
     """Runs a script that must fail: exit 1, no traceback; its last line."""
-    result = run_script(script, *flags, expect_success=False)
+    result = run_script(script, *flags, expect_success=False, env=env)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     return result.stderr.strip().split("\n")[-1]

@@ -6,6 +6,7 @@ import tensorflow as tf
 import tf_keras
 from test_towers import cifar10_step, cifar10_step_graph
 
+from cifar10_models import registry
 from multigpu.graph import any_model, placement
 
 # The L2 factor of the test models' kernels, large enough to show in a loss.
@@ -68,6 +69,10 @@ def batch(size, seed=0):
     return images, labels
 
 
+def with_tutorial_recipe(model_fn):
+    return registry.TUTORIAL._replace(name="test", build=model_fn)
+
+
 def two_tower_graph(model_fn, devices, variable_device, **options):
     """Builds one step of cifar10_multi_gpu_train.py's towers on 4 images."""
     graph = tf.Graph()
@@ -79,7 +84,7 @@ def two_tower_graph(model_fn, devices, variable_device, **options):
             num_towers=2,
             devices=devices,
             variable_device=variable_device,
-            model_fn=model_fn,
+            model=with_tutorial_recipe(model_fn),
             **options,
         )
     return graph, loss, train_op
@@ -179,10 +184,10 @@ def test_two_towers_of_a_model_without_batch_norm_equal_one_on_both_halves():
     model_fn = layers_model_without_batch_norm
     initial = initial_values(model_fn)
     one_loss, one_values, _ = cifar10_step(
-        1, images, labels, initial, model_fn=model_fn
+        1, images, labels, initial, model=with_tutorial_recipe(model_fn)
     )
     two_loss, two_values, _ = cifar10_step(
-        2, images, labels, initial, model_fn=model_fn
+        2, images, labels, initial, model=with_tutorial_recipe(model_fn)
     )
     assert two_loss == pytest.approx(one_loss, rel=1e-6)
     assert sorted(one_values) == ["conv/bias", "conv/kernel"] + [

@@ -10,6 +10,7 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
+from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import placement, summaries, towers
 
@@ -25,7 +26,7 @@ def cifar10_step_graph(
     variable_device=placement.VARIABLE_DEVICE,
     xla=False,
     compute_dtype=tf.float32,
-    model_fn=cifar10.inference,
+    model=registry.TUTORIAL,
 ):
     """Builds one training step of cifar10_multi_gpu_train.py on a batch.
 
@@ -41,7 +42,7 @@ def cifar10_step_graph(
       task: a `cluster.ClusterTask`; a sync worker's optimizer is wrapped by
         `cluster.sync_optimizer`.
       devices: the towers' devices instead of /cpu:0 ... /cpu:N-1.
-      variable_device, xla, compute_dtype, model_fn: as the trainer passes
+      variable_device, xla, compute_dtype, model: as the trainer passes
         them.
 
     Returns:
@@ -66,7 +67,7 @@ def cifar10_step_graph(
         task=task,
         variable_device=variable_device,
         xla=xla,
-        model_fn=model_fn,
+        model=model,
     )
     return loss, train_op, hooks
 
@@ -79,7 +80,7 @@ def cifar10_step(num_towers, images, labels, initial_values, **options):
       images: float32 [n, 24, 24, 3], n divisible by num_towers.
       labels: int32 [n].
       initial_values: dict variable name -> array, or None to draw them.
-      **options: devices, variable_device, xla, compute_dtype, model_fn of
+      **options: devices, variable_device, xla, compute_dtype, model of
         `cifar10_step_graph`.
 
     Returns:

@@ -162,6 +162,8 @@ def test_the_tutorial_calls_keep_their_signatures():
         "batch_size",
         "clip_norm",
         "loss_scaling",
+        "learning_rate_fn",
+        "optimizer_fn",
     ]
     assert all("=" in extra for extra in extras)
 

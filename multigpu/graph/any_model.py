@@ -9,6 +9,10 @@ objects, `tf.Variable`), whose batch-norm updates and regularizers never
 reach the TF1 collections and which the towers could not share.
 """
 
+import contextlib
+import logging
+import warnings
+
 import tensorflow as tf
 
 # The dtypes the layers may compute in while the variables stay float32.
@@ -51,6 +55,38 @@ def call_model(
         creates variables outside `tf.compat.v1.get_variable`, or returns
         no float tensor of shape [batch, num_classes].
     """
+    with _float32_variables() as (created, got), _quiet_tf1_layers():
+        try:
+            logits = model_fn(tf.cast(images, compute_dtype), is_training)
+        except (AttributeError, ImportError) as e:
+            if needs_keras_2(e):
+                raise ValueError(
+                    "%s calls tf.compat.v1.layers, which needs Keras 2 on "
+                    "TensorFlow 2.16+: %s" % (name, LAYERS_EXTRA)
+                ) from None
+            raise
+    _refuse_other_variables(created, got, name)
+    for var in created:
+        if not var.trainable:
+            tf.compat.v1.add_to_collection(
+                tf.compat.v1.GraphKeys.MOVING_AVERAGE_VARIABLES, var
+            )
+    _check_logits(logits, [images.shape[0], num_classes], name)
+    return tf.cast(logits, tf.float32)
+
+
+@contextlib.contextmanager
+def _float32_variables():
+    """A scope whose get_variable keeps float32 in reduced precision.
+
+    tf_cnn_benchmarks' custom getter: a layer asking for a float16 or
+    bfloat16 variable gets a float32 one, cast. Every variable created in
+    the scope is recorded, and those made through get_variable.
+
+    Yields:
+      created: list, the variables created in the scope.
+      got: set, the names of the variables get_variable returned.
+    """
     created, got = [], set()
 
     def record_creation(next_creator, **kwargs):
@@ -72,23 +108,45 @@ def call_model(
             auxiliary_name_scope=False,
         ),
     ):
+        yield created, got
+
+
+class _KerasDeprecations(logging.Filter):
+    def filter(self, record):
+        message = record.getMessage()
+        return not ("tf_keras" in message and "deprecated" in message)
+
+
+@contextlib.contextmanager
+def _quiet_tf1_layers():
+    """Hides tf-keras' notices that the TF1 layers it supports are old.
+
+    It warns on each `tf.compat.v1.layers` call that tf.layers is
+    deprecated, and its batch norm logs that `_colocate_with` is: notices
+    about the calls TF1 models are made of, not about the user's run.
+    """
+    quiet = _KerasDeprecations()
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", r"`tf\.layers\.\w+` is deprecated", UserWarning
+        )
+        tf.get_logger().addFilter(quiet)
         try:
-            logits = model_fn(tf.cast(images, compute_dtype), is_training)
-        except (AttributeError, ImportError) as e:
-            if "Keras" in str(e):
-                raise ValueError(
-                    "%s calls tf.compat.v1.layers, which needs Keras 2 on "
-                    "TensorFlow 2.16+: %s" % (name, LAYERS_EXTRA)
-                ) from None
-            raise
-    _refuse_other_variables(created, got, name)
-    for var in created:
-        if not var.trainable:
-            tf.compat.v1.add_to_collection(
-                tf.compat.v1.GraphKeys.MOVING_AVERAGE_VARIABLES, var
-            )
-    _check_logits(logits, [images.shape[0], num_classes], name)
-    return tf.cast(logits, tf.float32)
+            yield
+        finally:
+            tf.get_logger().removeFilter(quiet)
+
+
+def needs_keras_2(error):
+    """Whether an exception is tf.compat.v1.layers' missing Keras 2.
+
+    Without tf-keras, or with TF_USE_LEGACY_KERAS off, the layers raise
+    AttributeError "`conv2d` is not available with Keras 3." or
+    ImportError "Keras cannot be imported. Check that it is installed."
+    """
+    return isinstance(error, (AttributeError, ImportError)) and (
+        "Keras" in str(error)
+    )
 
 
 def _refuse_other_variables(created, got, name):

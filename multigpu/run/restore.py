@@ -229,8 +229,17 @@ def describe(shapes):
 
     Returns:
       str, e.g. 'a model of 1-channel images and 10 classes
-      (conv1/weights [5, 5, 1, 32], softmax_linear/weights [10, 10])'.
+      (conv1/weights [5, 5, 1, 32], softmax_linear/weights [10, 10])', or
+      '--model=resnet20 (3 blocks per stage)'.
     """
+    # The ResNets' residual blocks: stage1/block1 ... stage1/blockN.
+    blocks = [name for name in shapes if name.endswith("/conv2/kernel")]
+    blocks = [name for name in blocks if name.startswith("stage1/block")]
+    if blocks:
+        return "--model=resnet%d (%d blocks per stage)" % (
+            6 * len(blocks) + 2,
+            len(blocks),
+        )
     kernel = shapes.get("conv1/weights")
     logits = shapes.get("softmax_linear/weights")
     if kernel is None or logits is None or len(kernel) != 4:

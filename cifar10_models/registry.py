@@ -1,0 +1,181 @@
+"""What --model names, and the recipe each model trains with.
+
+  tutorial           cifar10.inference, the tutorial's recipe
+  resnet20, resnet56 the ResNets of He et al. 2016 with their recipe
+  MODULE:FUNCTION    a user's `(images, is_training) -> logits`, imported
+                     from the current folder or PYTHONPATH, trained with
+                     the tutorial's recipe unless flags give its own
+
+A recipe is two functions: `learning_rate(global_step, examples_per_step)`
+and `optimizer(learning_rate)`.
+"""
+
+import collections
+import functools
+import importlib
+import os
+import sys
+
+import tensorflow as tf
+
+import cifar10
+from cifar10_models import resnet
+from multigpu.graph import any_model, summaries
+
+# A model and its recipe.
+#   name: str, as --model names it.
+#   build: callable(images, is_training) -> logits.
+#   learning_rate: callable(global_step, examples_per_step) -> float32.
+#   optimizer: callable(learning_rate) -> a tf.compat.v1.train.Optimizer.
+Model = collections.namedtuple("Model", "name build learning_rate optimizer")
+
+# The examples per step that a piecewise recipe's learning rate and steps
+# are given for; both scale with the examples per step (He et al.'s 128).
+REFERENCE_EXAMPLES_PER_STEP = resnet.EXAMPLES_PER_STEP
+# The learning-rate factor at each boundary of a piecewise recipe.
+PIECEWISE_DECAY_FACTOR = 0.1
+
+
+def piecewise_learning_rate(
+    global_step, examples_per_step, initial, boundaries
+):
+    """initial, divided by 10 at each boundary, for any examples per step.
+
+    Args:
+      global_step: int64 scalar variable.
+      examples_per_step: int, examples of all towers per step.
+      initial: float, the learning rate for 128 examples per step, scaled
+        linearly with the examples per step.
+      boundaries: sequence of int, steps of 128 examples (scaled to steps of
+        examples_per_step).
+
+    Returns:
+      float32 scalar, also summarised as 'learning_rate'.
+    """
+    scale = examples_per_step / REFERENCE_EXAMPLES_PER_STEP
+    steps = [max(1, round(b / scale)) for b in boundaries]
+    values = [
+        initial * scale * PIECEWISE_DECAY_FACTOR**i
+        for i in range(len(steps) + 1)
+    ]
+    # piecewise_constant changes after a boundary; the rate changes at it.
+    lr = tf.compat.v1.train.piecewise_constant(
+        global_step, [tf.cast(s - 1, tf.int64) for s in steps], values
+    )
+    summaries.scalar_summary("learning_rate", lr)
+    return lr
+
+
+def momentum_optimizer(lr, momentum):
+    """SGD with momentum; plain gradient descent when momentum is 0."""
+    if momentum == 0:
+        return tf.compat.v1.train.GradientDescentOptimizer(lr)
+    return tf.compat.v1.train.MomentumOptimizer(lr, momentum)
+
+
+TUTORIAL = Model(
+    "tutorial", cifar10.inference, cifar10.learning_rate, cifar10.optimizer
+)
+
+
+def _resnet(name, build):
+    return Model(
+        name,
+        build,
+        functools.partial(
+            piecewise_learning_rate,
+            initial=resnet.INITIAL_LEARNING_RATE,
+            boundaries=resnet.DECAY_STEPS,
+        ),
+        functools.partial(momentum_optimizer, momentum=resnet.MOMENTUM),
+    )
+
+
+MODELS = {
+    "tutorial": TUTORIAL,
+    "resnet20": _resnet("resnet20", resnet.resnet20),
+    "resnet56": _resnet("resnet56", resnet.resnet56),
+}
+
+
+def model(name, learning_rate=0.0, boundaries=(), momentum=0.0):
+    """The model --model names, with its recipe or the flags' own.
+
+    Args:
+      name: str, a key of MODELS or 'MODULE:FUNCTION'.
+      learning_rate: float; > 0 replaces the model's recipe by this rate for
+        128 examples per step (scaled), divided by 10 at `boundaries` (steps
+        of 128 examples), with `momentum` (0: plain gradient descent).
+      boundaries: sequence of int (or of their digits, as the flag gives).
+      momentum: float in [0, 1).
+
+    Returns:
+      A `Model`.
+
+    Raises:
+      ValueError: no such model, module or function (one line).
+    """
+    chosen = MODELS.get(name) or user_model(name)
+    if learning_rate <= 0:
+        return chosen
+    return chosen._replace(
+        learning_rate=functools.partial(
+            piecewise_learning_rate,
+            initial=learning_rate,
+            boundaries=tuple(int(step) for step in boundaries),
+        ),
+        optimizer=functools.partial(momentum_optimizer, momentum=momentum),
+    )
+
+
+def user_model(name):
+    """Imports a user's 'MODULE:FUNCTION', with the tutorial's recipe.
+
+    The current folder is searched first, then PYTHONPATH. An exception
+    raised inside the function becomes one line that names it.
+
+    Raises:
+      ValueError: name is not MODULE:FUNCTION, or the module or function
+        is not found, or the module fails to import.
+    """
+    flag = "--model=%s" % name
+    module_name, colon, function_name = name.partition(":")
+    if not colon or not module_name or not function_name:
+        raise ValueError(
+            "%s: expected one of %s or MODULE:FUNCTION"
+            % (flag, ", ".join(MODELS))
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(
+            "%s: cannot import module %r from the current folder or "
+            "PYTHONPATH (%s)" % (flag, module_name, e)
+        ) from None
+    build = getattr(module, function_name, None)
+    if not callable(build):
+        raise ValueError(
+            "%s: module %s (%s) has no function %r"
+            % (flag, module_name, module.__file__, function_name)
+        )
+    return TUTORIAL._replace(name=name, build=_reported(build, flag))
+
+
+def _reported(build, flag):
+    """build, its exceptions turned into one line naming it."""
+
+    @functools.wraps(build)
+    def build_reported(images, is_training):
+        try:
+            return build(images, is_training)
+        except Exception as e:
+            if any_model.needs_keras_2(e):
+                raise  # `any_model.call_model` says what to install.
+            raise ValueError(
+                "%s raised %s: %s"
+                % (flag, type(e).__name__, str(e).strip().split("\n")[0])
+            ) from None
+
+    return build_reported
