@@ -1,5 +1,6 @@
 """--model: the ResNets, their recipe, and a user's MODULE:FUNCTION."""
 
+import pathlib
 import re
 import sys
 import textwrap
@@ -12,31 +13,20 @@ from conftest import error_line, run_script
 import cifar10
 from cifar10_models import registry, resnet
 from multigpu.graph import any_model
+from multigpu.run import restore
 
-# A user's model file, as the README shows it.
-USER_MODEL = textwrap.dedent(
-    '''
-    import tensorflow as tf
-
-
-    def small_net(images, is_training):
-        """conv - batch norm - relu - pool - dense, L2 on the kernels."""
-        l2 = lambda w: 1e-4 * tf.nn.l2_loss(w)
-        x = tf.compat.v1.layers.conv2d(
-            images, 32, 3, padding="same", kernel_regularizer=l2, name="conv1"
-        )
-        x = tf.compat.v1.layers.batch_normalization(
-            x, training=is_training, name="bn1"
-        )
-        x = tf.reduce_mean(tf.nn.relu(x), axis=[1, 2])
-        return tf.compat.v1.layers.dense(
-            x, 10, kernel_regularizer=l2, name="logits"
-        )
-
+REPO = pathlib.Path(__file__).resolve().parent.parent
+# A user's model file: the README's (its "Your own model" section), and one
+# that fails inside.
+README_MODEL = (
+    (REPO / "README.md").read_text().split("```python\n")[1].split("```")[0]
+)
+USER_MODEL = README_MODEL + textwrap.dedent(
+    """
 
     def broken_net(images, is_training):
         raise KeyError("no layer called conv9")
-    '''
+    """
 )
 
 
@@ -198,21 +188,18 @@ def test_a_resnet_checkpoint_moves_between_trainers_and_the_eval_scores_it(
     precision = float(result.stdout.split("precision @ 1 = ")[1].split()[0])
     recall = float(result.stdout.split("recall @ 5 = ")[1].split()[0])
     assert 0 <= precision <= recall <= 1
-    line = error_line(
-        "cifar10_eval.py",
-        "--run_once",
-        "--data_dir=%s" % cifar10_data_dir,
-        "--checkpoint_dir=%s" % train_dir,
-        "--eval_dir=%s" % (tmp_path / "eval"),
-    )
-    assert line.startswith(
-        "cifar10_eval.py: error: checkpoint %s does not fit this model: it "
-        "lacks conv1/biases/ExponentialMovingAverage [64], "
-        % (train_dir / "model.ckpt-3")
-    )
-    assert line.endswith(
-        "; it seems to hold --model=resnet20 (3 blocks per stage)"
-    )
+
+
+def test_a_resnet_checkpoint_is_named_by_its_depth_in_a_misfit_error():
+    with tf.Graph().as_default():
+        any_model.call_model(
+            resnet.resnet56, tf.zeros([1, 24, 24, 3]), True, 10
+        )
+        shapes = {
+            v.op.name: v.shape.as_list()
+            for v in tf.compat.v1.global_variables()
+        }
+    assert restore.describe(shapes) == "--model=resnet56 (9 blocks per stage)"
 
 
 @pytest.mark.slow
