@@ -3,6 +3,7 @@
 Run it beside a trainer, or once on its newest checkpoint:
   python cifar10_eval.py --checkpoint_dir=/tmp/cifar10_train
   python cifar10_eval.py --run_once --fake_data   # after a --fake_data run
+  python cifar10_eval.py --run_once --model=resnet20   # the trainer's --model
   tensorboard --logdir=/tmp/cifar10_eval
 
 Each new checkpoint is scored once: its moving-average (shadow) variables are

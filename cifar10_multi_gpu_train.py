@@ -6,6 +6,7 @@ Run it:
       --fake_data --max_steps=300                               # no GPU
   python cifar10_multi_gpu_train.py --num_gpus=2 --xla \\
       --variable_device=tower                                   # options
+  python cifar10_multi_gpu_train.py --num_gpus=2 --model=resnet20  # ResNet
   tensorboard --logdir=/tmp/cifar10_train
   python cifar10_eval.py --run_once                             # score it
 

@@ -3,6 +3,7 @@
 Run it:
   python cifar10_train.py --fake_data --max_steps=300      # no download
   python cifar10_train.py                                  # real CIFAR-10
+  python cifar10_train.py --model=resnet20                 # or my_file:net
   tensorboard --logdir=/tmp/cifar10_train
   python cifar10_eval.py --run_once                        # score it
 

@@ -7,7 +7,7 @@ import tf_keras
 from test_towers import cifar10_step, cifar10_step_graph
 
 from cifar10_models import registry
-from multigpu.graph import any_model, placement
+from multigpu.graph import any_model, placement, towers
 
 # The L2 factor of the test models' kernels, large enough to show in a loss.
 WEIGHT_DECAY = 1e-2
@@ -225,6 +225,30 @@ def test_in_bfloat16_a_layers_model_trains_and_saves_float32_only(tmp_path):
     assert {
         name: dtype for name, dtype in dtypes.items() if dtype != tf.float32
     } == {"global_step": tf.int64}
+
+
+@pytest.mark.parametrize(
+    "compute_dtype, scope",
+    # float32: the layers regularize the shared variable once, in tower_0;
+    # bfloat16: each tower's cast anew, in its own scope.
+    [(tf.float32, "tower_0/"), (tf.bfloat16, "tower_1/")],
+)
+def test_each_tower_adds_every_regularization_term_once(compute_dtype, scope):
+    graph, _, _ = two_tower_graph(
+        layers_model,
+        ["/cpu:1", "/cpu:2"],
+        "/cpu:0",
+        compute_dtype=compute_dtype,
+    )
+    with graph.as_default():
+        terms = towers.regularization_losses("tower_1/")
+    # Each term, float32 (cast from bfloat16 where the layer made it so).
+    sources = [t.op.inputs[0] if t.op.type == "Cast" else t for t in terms]
+    assert [source.op.name for source in sources] == [
+        scope + "conv/kernel/Regularizer/mul",
+        scope + "dense/kernel/Regularizer/mul",
+    ]
+    assert {term.dtype for term in terms} == {tf.float32}
 
 
 def test_a_model_of_keras_layer_objects_is_refused_in_one_line():
