@@ -68,8 +68,8 @@ def regularization_losses(scope):
     ):
         name = strip_tower_prefix(each.op.name)
         if name not in terms or each.op.name.startswith(scope):
-            terms[name] = tf.cast(each, tf.float32)
-    return list(terms.values())
+            terms[name] = each
+    return [tf.cast(each, tf.float32) for each in terms.values()]
 
 
 def batch_norm_updates(scope):
