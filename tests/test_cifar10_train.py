@@ -123,6 +123,11 @@ def test_eval_scores_the_last_checkpoint_far_above_chance(evaluated):
     # noise; 200 steps of 32 examples classify nearly all test images
     # (measured: 1.0), so 0.8 leaves room and still fails a broken model.
     assert precision.value > 0.8
+    # Recall @ 5 counts the label among the 5 highest logits: at least the
+    # top-1 hits.
+    [recall] = read_events(evaluated).Scalars("Recall @ 5")
+    assert recall.step == MAX_STEPS
+    assert precision.value <= recall.value <= 1.0
 
 
 @pytest.mark.slow
