@@ -193,13 +193,13 @@ def test_a_resnet_checkpoint_moves_between_trainers_and_the_eval_scores_it(
 def test_a_resnet_checkpoint_is_named_by_its_depth_in_a_misfit_error():
     with tf.Graph().as_default():
         any_model.call_model(
-            resnet.resnet56, tf.zeros([1, 24, 24, 3]), True, 10
+            resnet.resnet20, tf.zeros([1, 24, 24, 3]), True, 10
         )
         shapes = {
             v.op.name: v.shape.as_list()
             for v in tf.compat.v1.global_variables()
         }
-    assert restore.describe(shapes) == "--model=resnet56 (9 blocks per stage)"
+    assert restore.describe(shapes) == "--model=resnet20 (3 blocks per stage)"
 
 
 @pytest.mark.slow
