@@ -393,7 +393,8 @@ def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
 
     Args:
       opt: the optimizer from `optimizer`.
-      grads_and_vars: list of (gradient, variable).
+      grads_and_vars: list of (gradient, variable), the variables the
+        model's or the towers' copies of them (`variable_update`).
       global_step: int64 scalar variable, incremented once.
       update_ops: ops to run with every step: the batch-norm updates
         (`towers.batch_norm_updates`).
@@ -402,10 +403,12 @@ def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
       The training op.
     """
     apply_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
-    for var in tf.compat.v1.trainable_variables():
+    trainable = tf.compat.v1.trainable_variables()
+    for var in trainable:
         summaries.histogram_summary(var.op.name, var)
+    # The model's variables, not the towers' copies of them (replicated).
     for grad, var in grads_and_vars:
-        if grad is not None:
+        if grad is not None and any(var is each for each in trainable):
             summaries.histogram_summary(var.op.name + "/gradients", grad)
     # The eval restores these shadow values instead of the raw variables.
     averages = tf.compat.v1.train.ExponentialMovingAverage(

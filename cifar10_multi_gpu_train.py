@@ -44,6 +44,7 @@ from multigpu.graph import (
     placement,
     summaries,
     towers,
+    variable_update,
 )
 from multigpu.run import trace, training
 
@@ -64,7 +65,7 @@ def build_graph(
     compute_dtype,
     clip_norm=0.0,
     task=cluster.LOCAL_TASK,
-    variable_device=placement.VARIABLE_DEVICE,
+    update=None,
     xla=False,
     prefetch=False,
     loss_scaling=None,
@@ -81,8 +82,9 @@ def build_graph(
       compute_dtype: the dtype the layers compute in.
       clip_norm: float, 0 for no clipping.
       task: the `cluster.ClusterTask` of this process.
-      variable_device: str, where the variables live and the gradients are
-        averaged.
+      update: the `variable_update.VariableUpdate`: where the variables
+        live and how the towers' gradients update them; None is
+        parameter_server on the CPU.
       xla: bool, compile each tower with XLA.
       prefetch: bool, stage each tower's next batch on its device.
       loss_scaling: a `loss_scale.LossScaling` for float16, or None.
@@ -94,6 +96,7 @@ def build_graph(
       summary_op: the summaries of the last tower and of the update.
       hooks: the session hooks the optimizer and the staging need.
     """
+    update = update or variable_update.parameter_server(devices)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples_per_step = batch_size * len(devices) * task.replicas_per_step
     lr = model.learning_rate(global_step, examples_per_step)
@@ -122,17 +125,26 @@ def build_graph(
         return towers.tower_total_loss(scope)
 
     tower_losses, tower_grads, last_scope = towers.build_towers(
-        devices, opt, tower_loss, xla, variable_device
+        devices, opt, tower_loss, xla, variable_update.tower_copies(update)
     )
     loss_averages_op = cifar10.add_loss_summaries(tower_losses[-1], last_scope)
     # Synchronisation point: every tower's gradients, averaged where the
-    # variables live.
-    grads = towers.average_gradients(tower_grads, variable_device)
+    # variables live, or all-reduced onto every tower's copy.
+    copies_grads = variable_update.reduce_gradients(update, tower_grads)
     if clip_norm > 0:
-        grads = towers.clip_gradients(grads, clip_norm)
+        copies_grads = [
+            towers.clip_gradients(grads, clip_norm) for grads in copies_grads
+        ]
     train_op = tf.group(
-        cifar10.apply_gradients(
-            opt, grads, global_step, towers.batch_norm_updates(last_scope)
+        variable_update.apply_gradients(
+            update,
+            copies_grads,
+            lambda grads: cifar10.apply_gradients(
+                opt,
+                grads,
+                global_step,
+                variable_update.batch_norm_updates(update, last_scope),
+            ),
         ),
         loss_averages_op,
         *put_ops,
@@ -160,8 +172,12 @@ def main(argv):
         )
     else:
         devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
-    variable_device = placement.variable_device(
-        FLAGS.variable_device, devices, task
+    update = variable_update.variable_update(
+        FLAGS.variable_update,
+        devices,
+        FLAGS.variable_device,
+        FLAGS.all_reduce_spec,
+        task,
     )
     config = placement.session_config(
         devices,
@@ -218,7 +234,7 @@ def main(argv):
             compute_dtype,
             FLAGS.clip_gradients,
             task,
-            variable_device,
+            update,
             FLAGS.xla,
             FLAGS.prefetch_to_device,
             loss_scaling,
@@ -232,12 +248,13 @@ def main(argv):
                     devices,
                     model=model.name,
                     compute_dtype=compute_dtype.name,
-                    variable_device=variable_device,
+                    **variable_update.describe(update),
                     xla=FLAGS.xla,
                     prefetch_to_device=FLAGS.prefetch_to_device,
                     cluster_task=dry_run.task_name(task),
                     loss_scaling=loss_scale.describe(loss_scaling),
                 ),
+                update,
             )
         training.run_training(
             train_op,

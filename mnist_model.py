@@ -15,7 +15,13 @@ import tensorflow as tf
 
 import mnist_input
 from multigpu.distributed import cluster
-from multigpu.graph import placement, summaries, towers, variables
+from multigpu.graph import (
+    placement,
+    summaries,
+    towers,
+    variable_update,
+    variables,
+)
 from multigpu.run import checkpoints, restore
 
 HEIGHT, WIDTH, DEPTH = mnist_input.HEIGHT, mnist_input.WIDTH, mnist_input.DEPTH
@@ -130,12 +136,15 @@ def optimizer(learning_rate):
     )
 
 
-def train(next_batch, devices, learning_rate, task=cluster.LOCAL_TASK):
+def train(
+    next_batch, devices, learning_rate, task=cluster.LOCAL_TASK, update=None
+):
     """Builds one training step of the towers on `devices`.
 
     Each tower takes its own batch, so a step trains on as many batches as
     there are towers. The towers' gradients are averaged on the CPU and
-    applied once, incrementing the global step.
+    applied once, or all-reduced and applied to every tower's copy
+    (`variable_update`), incrementing the global step once.
 
     Args:
       next_batch: callable() -> (float32 [batch, 784], int32 [batch]), the
@@ -144,6 +153,8 @@ def train(next_batch, devices, learning_rate, task=cluster.LOCAL_TASK):
       learning_rate: float.
       task: the `cluster.ClusterTask` of this process (sync mode wraps the
         optimizer).
+      update: the `variable_update.VariableUpdate`; None is
+        parameter_server on the CPU.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -165,12 +176,17 @@ def train(next_batch, devices, learning_rate, task=cluster.LOCAL_TASK):
         summaries.scalar_summary("total_loss", total_loss)
         return total_loss
 
+    update = update or variable_update.parameter_server(devices)
     tower_losses, tower_grads, last_scope = towers.build_towers(
-        devices, opt, tower_loss
+        devices, opt, tower_loss, copies=variable_update.tower_copies(update)
     )
-    # Synchronisation point: every tower's gradients, averaged on the CPU.
-    grads = towers.average_gradients(tower_grads)
-    train_op = opt.apply_gradients(grads, global_step=global_step)
+    # Synchronisation point: every tower's gradients, averaged on the CPU
+    # or all-reduced onto every tower's copy.
+    train_op = variable_update.apply_gradients(
+        update,
+        variable_update.reduce_gradients(update, tower_grads),
+        lambda grads: opt.apply_gradients(grads, global_step=global_step),
+    )
     mean_loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     summary_op = summaries.last_tower_summaries(last_scope)
     return mean_loss, train_op, summary_op, cluster.sync_hooks(opt, task)

@@ -40,7 +40,7 @@ import mnist_model
 from data_sets import mnist_data
 from multigpu import common_flags, errors, folders
 from multigpu.distributed import cluster
-from multigpu.graph import dry_run, placement
+from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import trace, training
 
 FLAGS = flags.FLAGS
@@ -87,8 +87,12 @@ flags.adopt_module_key_flags(common_flags)
 SUMMARY_STEPS = 100
 
 
-def build_graph(data_dir, batch_size, num_epochs, devices, learning_rate, task):
+def build_graph(
+    data_dir, batch_size, num_epochs, devices, learning_rate, task, update
+):
     """Builds the shared input and the towers' training step.
+
+    update: the `variable_update.VariableUpdate` of the towers.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -102,7 +106,9 @@ def build_graph(data_dir, batch_size, num_epochs, devices, learning_rate, task):
             data_dir, "train", batch_size, num_epochs, training=True
         )
         iterator = tf.compat.v1.data.make_one_shot_iterator(batches)
-    return mnist_model.train(iterator.get_next, devices, learning_rate, task)
+    return mnist_model.train(
+        iterator.get_next, devices, learning_rate, task, update
+    )
 
 
 def plan_dry_run(task):
@@ -114,6 +120,7 @@ def plan_dry_run(task):
         ([FLAGS.batch_size, mnist_input.IMAGE_PIXELS], tf.float32),
         ([FLAGS.batch_size], tf.int32),
     ]
+    update = _variable_update(devices, task)
     with (
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
@@ -123,12 +130,25 @@ def plan_dry_run(task):
             devices,
             FLAGS.learning_rate,
             task,
+            update,
         )
         dry_run.check(
             graph,
             batch_shapes,
-            dry_run.describe(devices, cluster_task=dry_run.task_name(task)),
+            dry_run.describe(
+                devices,
+                cluster_task=dry_run.task_name(task),
+                **variable_update.describe(update),
+            ),
+            update,
         )
+
+
+def _variable_update(devices, task):
+    """The towers' `variable_update.VariableUpdate` of the flags."""
+    return variable_update.variable_update(
+        FLAGS.variable_update, devices, "cpu", FLAGS.all_reduce_spec, task
+    )
 
 
 def report_accuracy(train_dir, data_dir, batch_size):
@@ -195,6 +215,7 @@ def main(argv):
             devices,
             FLAGS.learning_rate,
             task,
+            _variable_update(devices, task),
         )
         # A corrupt record stops the run with an error naming the file.
         with mnist_input.reading(train_file):

@@ -36,7 +36,7 @@ import cifar10
 import cifar10_multi_gpu_train
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu.graph import placement, summaries
+from multigpu.graph import placement, summaries, variable_update
 
 # The repository root: the scripts run there (`python -m benchmarks.X`).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -383,6 +383,7 @@ def tower_graph(
     prefetch=False,
     variable_device="cpu",
     model=registry.TUTORIAL,
+    update_mode="parameter_server",
 ):
     """The graph of cifar10_multi_gpu_train.py on virtual CPU devices.
 
@@ -393,8 +394,9 @@ def tower_graph(
       num_towers: int, one tower per virtual CPU device.
       batch_size: int, examples per tower per step.
       compute_dtype: the dtype the layers compute in.
-      xla, prefetch, variable_device: the trainer's --xla,
-        --prefetch_to_device and --variable_device.
+      xla, prefetch, variable_device, update_mode: the trainer's --xla,
+        --prefetch_to_device, --variable_device and --variable_update
+        (replicated all-reduces with TensorFlow's collective ops).
       model: the `registry.Model` of its --model.
 
     Returns:
@@ -408,7 +410,9 @@ def tower_graph(
             batch_size,
             devices,
             compute_dtype,
-            variable_device=placement.variable_device(variable_device, devices),
+            update=variable_update.variable_update(
+                update_mode, devices, variable_device
+            ),
             xla=xla,
             prefetch=prefetch,
             model=model,
@@ -439,6 +443,9 @@ def start_session(model, config=None):
         config=config or placement.session_config(model.devices),
     )
     sess.run(model.init_op)
+    with model.graph.as_default():
+        # Then the copies of replicated towers take tower 0's values.
+        sess.run(variable_update.local_init_op())
     for hook in model.hooks:
         hook.after_create_session(sess, None)
     return sess

@@ -5,6 +5,7 @@ the `bench` extra, `pip install -e ".[bench]"`, or its row says so):
   python -m benchmarks.run_all [--rounds=3] [--only=train,peers]
   python -m benchmarks.run_all --only=levers     # oneDNN, threads, XLA
   python -m benchmarks.run_all --only=options    # staged input, --xla
+  python -m benchmarks.run_all --only=variable_update   # all-reduce cost
 
 Each benchmark runs in its own process, one after the other (a fresh
 TensorFlow each, so no session or thread pool of one benchmark sizes the
@@ -39,6 +40,7 @@ BENCHMARKS = (
 EXTRA_BENCHMARKS = (
     ("levers", "10. Levers without code changes"),
     ("options", "11. --prefetch_to_device and --xla"),
+    ("variable_update", "12. --variable_update=replicated vs parameter_server"),
 )
 ALL_BENCHMARKS = BENCHMARKS + EXTRA_BENCHMARKS
 

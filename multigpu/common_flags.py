@@ -11,7 +11,13 @@ import math
 
 from absl import flags
 
-from multigpu.graph import loss_scale, placement, towers
+from multigpu.graph import (
+    all_reduce,
+    loss_scale,
+    placement,
+    towers,
+    variable_update,
+)
 
 
 def _define(define, name, *args, **kwargs):
@@ -108,8 +114,10 @@ def define_recipe_flags():
 
 
 def define_multi_tower_flags():
-    """The groups of a multi-tower trainer: towers, cluster, dry run."""
+    """The groups of a multi-tower trainer: towers, their variables,
+    cluster, dry run."""
     define_tower_flags()
+    define_variable_update_flags()
     define_cluster_flags()
     define_dry_run_flag()
 
@@ -287,6 +295,32 @@ def define_cluster_flags():
         "peer) ends the run with an error, and a ps task gives up when a "
         "worker has not started within it; 0 waits forever.",
         lower_bound=0,
+    )
+
+
+def define_variable_update_flags():
+    """--variable_update and --all_reduce_spec, for `variable_update`."""
+    _define(
+        flags.DEFINE_enum,
+        "variable_update",
+        "parameter_server",
+        list(variable_update.VARIABLE_UPDATES),
+        "parameter_server (the TF1 design): one copy of the variables on "
+        "--variable_device, each tower reads it and sends its gradients "
+        "there. replicated: a copy on every tower's device, the gradients "
+        "all-reduced between the towers (--all_reduce_spec) and each copy "
+        "updated alike; checkpoints hold one copy under the usual names. "
+        "Not in cluster mode.",
+    )
+    _define(
+        flags.DEFINE_enum,
+        "all_reduce_spec",
+        "auto",
+        list(all_reduce.ALL_REDUCE_CHOICES),
+        "The all-reduce of --variable_update=replicated: nccl (NCCL, GPUs "
+        "only), collective (TensorFlow's collective ops, ring, on CPUs or "
+        "GPUs) or one_device (summed on the first tower's device, for "
+        "comparison); auto is nccl on GPUs, collective on CPU towers.",
     )
 
 

@@ -12,7 +12,7 @@ from test_session_options import run_code
 import cifar10_multi_gpu_train
 import mnist_model
 from multigpu.distributed import cluster
-from multigpu.graph import dry_run, placement
+from multigpu.graph import dry_run, variable_update
 
 # The CIFAR-10 model's parameters, layer by layer (weights + biases).
 CIFAR10_PARAMETERS = (
@@ -62,8 +62,8 @@ def cifar10_plan(
                 BATCH,
                 devices,
                 task=task,
-                variable_device=placement.variable_device(
-                    variable_device, devices, task
+                update=variable_update.variable_update(
+                    "parameter_server", devices, variable_device, task=task
                 ),
                 **options,
             )

@@ -12,7 +12,7 @@ import cifar10
 import cifar10_multi_gpu_train
 from cifar10_models import registry
 from multigpu.distributed import cluster
-from multigpu.graph import placement, summaries, towers
+from multigpu.graph import placement, summaries, towers, variable_update
 
 PER_TOWER_BATCH = 8
 
@@ -65,7 +65,7 @@ def cifar10_step_graph(
         devices,
         compute_dtype,
         task=task,
-        variable_device=variable_device,
+        update=variable_update.parameter_server(devices, variable_device),
         xla=xla,
         model=model,
     )

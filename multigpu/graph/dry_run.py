@@ -22,7 +22,7 @@ import tensorflow as tf
 from tensorflow.python.framework import kernels
 
 from multigpu import errors
-from multigpu.graph import towers
+from multigpu.graph import all_reduce, towers, variable_update
 
 # The kernel registry's device types that run on an NVIDIA GPU: 'DEFAULT'
 # kernels are registered for every non-CPU device (e.g. ReadVariableOp).
@@ -31,6 +31,11 @@ GPU_KERNEL_DEVICE_TYPES = ("GPU", "DEFAULT")
 # Host-to-GPU bandwidth the plan prices the bytes at: PCIe 3.0 x16, 15.75
 # GB/s per direction in theory, about 12 GB/s in NVIDIA's bandwidthTest.
 HOST_LINK_GB_PER_SEC = 12.0
+
+# GPU-to-GPU bandwidth of the all-reduce: one NVLink 2.0 link (V100), 25
+# GB/s per direction; GPUs without NVLink talk peer to peer over PCIe at
+# HOST_LINK_GB_PER_SEC.
+NVLINK_GB_PER_SEC = 25.0
 
 # Op types that run on the host by design, wherever they are placed, and
 # why; soft placement puts them there without a copy per step that matters.
@@ -102,13 +107,15 @@ def synthetic_batches(batch_shapes):
         return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
 
 
-def check(graph, batch_shapes, title):
+def check(graph, batch_shapes, title, update=None):
     """Prints the placement plan of graph; fails on an unexpected fallback.
 
     Args:
       graph: the trainer's `tf.Graph`, built for GPU towers.
       batch_shapes: the (shape, dtype) list of one tower's input batch.
       title: str, the first line of the plan.
+      update: the graph's `variable_update.VariableUpdate`; None is
+        parameter_server.
 
     Raises:
       errors.TrainingError: an op placed on a GPU has no GPU kernel for its
@@ -116,7 +123,10 @@ def check(graph, batch_shapes, title):
     """
     print(title)
     print(_device_table(graph))
-    print(_transfer_table(transfer_plan(graph, batch_shapes), graph))
+    if update is not None and update.mode == "replicated":
+        print(_replicated_table(graph, batch_shapes, update))
+    else:
+        print(_transfer_table(transfer_plan(graph, batch_shapes), graph))
     print(_host_table(graph))
     missing = ops_without_gpu_kernel(graph)
     if not missing:
@@ -145,7 +155,7 @@ def _device_table(graph):
     """Lines 'DEVICE  N ops  P parameters' for each device of graph."""
     ops = collections.Counter(_device_name(op) for op in graph.get_operations())
     params = collections.Counter()
-    for var in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
+    for var in variable_update.model_variables_with_copies(graph):
         params[_device_name(var.op)] += var.shape.num_elements()
     lines = [
         "Placement plan: ops and trainable parameters per device\n"
@@ -182,10 +192,7 @@ def transfer_plan(graph, batch_shapes):
       A list of `TowerTransfer`, one per tower.
     """
     variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
-    batch_bytes = sum(
-        _num_elements(shape) * tf.as_dtype(dtype).size
-        for shape, dtype in batch_shapes
-    )
+    batch_bytes = _batch_bytes(batch_shapes)
     plan, index = [], 0
     while True:
         name = "%s_%d/total_loss" % (towers.TOWER_NAME, index)
@@ -200,6 +207,70 @@ def transfer_plan(graph, batch_shapes):
         )
         plan.append(TowerTransfer(device, remote, remote, batch_bytes))
         index += 1
+
+
+def _batch_bytes(batch_shapes):
+    return sum(
+        _num_elements(shape) * tf.as_dtype(dtype).size
+        for shape, dtype in batch_shapes
+    )
+
+
+def gradient_bytes(graph):
+    """The bytes of one tower's gradients: one per trainable parameter."""
+    return sum(
+        var.shape.num_elements() * var.dtype.base_dtype.size
+        for var in graph.get_collection(
+            tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES
+        )
+    )
+
+
+def _replicated_table(graph, batch_shapes, update):
+    """Lines of the bytes per step of replicated towers, and their time."""
+    batch_bytes = _batch_bytes(batch_shapes)
+    peer = all_reduce.bytes_per_tower(
+        gradient_bytes(graph), len(update.devices), update.all_reduce
+    )
+    lines = [
+        "Bytes crossing devices per step, replicated: no variable crosses "
+        "the host link;\nthe gradients are all-reduced (%s) between the "
+        "towers:" % update.all_reduce
+    ]
+    for i, (device, (sent, received)) in enumerate(zip(update.devices, peer)):
+        lines.append(
+            "  tower %d on %s: host link in %s bytes (input batch); "
+            "GPU-to-GPU out %s + in %s bytes"
+            % (
+                i,
+                device,
+                *("{:,}".format(n) for n in (batch_bytes, sent, received)),
+            )
+        )
+    busiest = max(max(each) for each in peer)
+    lines.append(
+        "  total: %s bytes over host links, %s bytes over GPU-to-GPU links "
+        "per step"
+        % (
+            "{:,}".format(batch_bytes * len(peer)),
+            "{:,}".format(sum(s for s, _ in peer)),
+        )
+    )
+    lines.append(
+        "  at %.1f GB/s per host link (PCIe 3.0 x16): %.2f ms per step per "
+        "tower;\n  the all-reduce at %.1f GB/s per direction (one NVLink 2.0 "
+        "link): %.2f ms, at %.1f GB/s (PCIe peer to peer): %.2f ms on the "
+        "busiest tower"
+        % (
+            HOST_LINK_GB_PER_SEC,
+            batch_bytes / HOST_LINK_GB_PER_SEC / 1e6,
+            NVLINK_GB_PER_SEC,
+            busiest / NVLINK_GB_PER_SEC / 1e6,
+            HOST_LINK_GB_PER_SEC,
+            busiest / HOST_LINK_GB_PER_SEC / 1e6,
+        )
+    )
+    return "\n".join(lines)
 
 
 def _num_elements(shape):

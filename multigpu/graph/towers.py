@@ -1,5 +1,6 @@
 """Building the towers, their losses and gradients, and averaging them."""
 
+import collections
 import contextlib
 import re
 
@@ -89,12 +90,36 @@ def batch_norm_updates(scope):
     return tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, scope)
 
 
+TowerCopies = collections.namedtuple(
+    "TowerCopies", "scope variables variable_device"
+)
+TowerCopies.__doc__ = """Which copy of the variables each tower reads.
+
+scope: callable(index) -> context manager, around tower index's model (e.g.
+  a variable scope whose custom getter returns the tower's own copies).
+variables: callable(index) -> list of variables or None (the trainable
+  ones), those tower index's gradients are taken for, called after its
+  model is built.
+variable_device: callable(index) -> str, where tower index's variable ops
+  go (`placement.device_function`).
+"""
+
+
+def shared_variables(variable_device=placement.VARIABLE_DEVICE):
+    """The `TowerCopies` of towers that read one copy on variable_device."""
+    return TowerCopies(
+        lambda index: contextlib.nullcontext(),
+        lambda index: None,
+        lambda index: variable_device,
+    )
+
+
 def build_towers(
     devices,
     optimizer,
     tower_loss_fn,
     xla=False,
-    variable_device=placement.VARIABLE_DEVICE,
+    copies=None,
 ):
     """Builds one tower per device and the gradients of each.
 
@@ -118,30 +143,36 @@ def build_towers(
         model and loss of one tower inside the current device and name scope
         and returns the tower's total loss.
       xla: bool, compile each tower with XLA.
-      variable_device: str, where every variable op goes
-        (`placement.device_function`), whatever library the model's layers
-        come from.
+      copies: the `TowerCopies` of the variable update
+        (`variable_update.tower_copies`); None: every tower reads one copy
+        on the CPU. Every variable op of tower i goes to
+        `copies.variable_device(i)` (`placement.device_function`), whatever
+        library the model's layers come from.
 
     Returns:
       tower_losses: list of float32 scalars, one per tower.
       tower_grads: list (one per tower) of lists of (gradient, variable).
       scope: str, the name scope of the last tower (for its summaries).
     """
+    copies = copies or shared_variables()
     tower_losses, tower_grads = [], []
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope()):
         for i, device in enumerate(devices):
             with (
                 tf.compat.v1.device(
-                    placement.device_function(device, variable_device)
+                    placement.device_function(device, copies.variable_device(i))
                 ),
                 tf.name_scope("%s_%d" % (TOWER_NAME, i)) as scope,
                 _jit_scope(xla),
+                copies.scope(i),
             ):
                 loss = tower_loss_fn(scope)
-                # The first tower created the variables; the others share them.
-                tf.compat.v1.get_variable_scope().reuse_variables()
                 tower_losses.append(loss)
-                tower_grads.append(optimizer.compute_gradients(loss))
+                tower_grads.append(
+                    optimizer.compute_gradients(loss, copies.variables(i))
+                )
+            # The first tower created the variables; the others get them.
+            tf.compat.v1.get_variable_scope().reuse_variables()
     return tower_losses, tower_grads, scope
 
 

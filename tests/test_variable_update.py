@@ -1,0 +1,325 @@
+"""--variable_update=replicated: a copy per tower, all-reduced gradients."""
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import test_dry_run
+from conftest import checkpoint_steps, read_events, run_script
+from test_cifar10_train import _eval
+from test_restore import TUTORIAL_ONE_DEVICE_NAMES, _values
+
+# The trainers' graph builders (their flags are defined once per process).
+import cifar10_multi_gpu_train
+import mnist_model
+from multigpu.distributed import cluster
+from multigpu.graph import all_reduce, dry_run, placement, variable_update
+
+PER_TOWER_BATCH = 4
+STEPS = 20
+MNIST_LAYERS = ("conv1", "conv2", "local3", "local4", "softmax_linear")
+
+
+def _batches(num_towers, seed, steps):
+    """steps x num_towers batches: float32 [steps, N, B, 24, 24, 3] images
+    and int32 [steps, N, B] labels."""
+    rng = np.random.default_rng(seed)
+    images = rng.normal(
+        size=[steps, num_towers, PER_TOWER_BATCH, 24, 24, 3]
+    ).astype(np.float32)
+    labels = rng.integers(0, 10, size=[steps, num_towers, PER_TOWER_BATCH])
+    return images, labels.astype(np.int32)
+
+
+def _tower_inputs(images, labels):
+    """get_next() for build_graph: tower i's call reads its batch of a step."""
+    towers_left = iter(range(images.shape[1]))
+
+    def get_next():
+        tower = next(towers_left)
+        dataset = tf.data.Dataset.from_tensor_slices(
+            (images[:, tower], labels[:, tower])
+        )
+        return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+
+    return get_next
+
+
+def _train(mode, images, labels, initial, spec="auto"):
+    """Runs the CIFAR-10 towers on virtual CPU devices, a step per batch.
+
+    Returns:
+      values: dict name -> array of the model's variables after the steps.
+      copy_gaps: list (one per step) of the largest difference between any
+        tower's copy and tower 0's variable.
+    """
+    devices = placement.tower_devices(images.shape[1], cpu_towers=True)
+    with tf.Graph().as_default():
+        update = variable_update.variable_update(mode, devices, "cpu", spec)
+        _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
+            _tower_inputs(images, labels),
+            PER_TOWER_BATCH,
+            devices,
+            tf.float32,
+            update=update,
+        )
+        variables = tf.compat.v1.trainable_variables()
+        copies = tf.compat.v1.local_variables()
+        with tf.compat.v1.Session(
+            config=placement.session_config(devices)
+        ) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for var in variables:
+                var.load(initial[var.op.name], sess)
+            sess.run(variable_update.local_init_op())
+            copy_gaps = []
+            for _ in range(len(images)):
+                sess.run(train_op)
+                copy_gaps.append(_largest_copy_gap(sess, copies))
+            values = {v.op.name: sess.run(v) for v in variables}
+    return values, copy_gaps
+
+
+def _largest_copy_gap(sess, copies):
+    primaries = {v.op.name: v for v in tf.compat.v1.global_variables()}
+    pairs = sess.run(
+        [
+            (copy, primaries[variable_update.primary_name(copy.op.name)])
+            for copy in copies
+        ]
+    )
+    return max(
+        (float(np.max(np.abs(copy - value))) for copy, value in pairs),
+        default=0.0,
+    )
+
+
+def _initial_values():
+    images, labels = _batches(1, 0, 1)
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(0)
+        cifar10_multi_gpu_train.build_graph(
+            _tower_inputs(images, labels),
+            PER_TOWER_BATCH,
+            ["/cpu:0"],
+            tf.float32,
+        )
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return {
+                v.op.name: sess.run(v)
+                for v in tf.compat.v1.trainable_variables()
+            }
+
+
+# The ring of 4 towers sums in another order than the mean of
+# parameter_server: the first steps agree to 1e-8, and a max-pool whose
+# two largest inputs lie closer than that picks another one in some runs,
+# which moves the weights by 1e-3 after 20 steps. So 4 towers are compared
+# on the all-reduce that sums in parameter_server's order (one_device), and
+# the ring of 4 for one step; 2 towers sum alike in any order.
+@pytest.mark.parametrize(
+    "num_towers, spec", [(2, "collective"), (4, "one_device")]
+)
+def test_replicated_takes_the_20_steps_of_parameter_server_within_1e_5(
+    num_towers, spec
+):
+    images, labels = _batches(num_towers, num_towers, STEPS)
+    initial = _initial_values()
+
+    ps_values, _ = _train("parameter_server", images, labels, initial)
+    values, copy_gaps = _train("replicated", images, labels, initial, spec)
+
+    assert sorted(values) == sorted(initial)
+    for name, value in ps_values.items():
+        np.testing.assert_allclose(
+            values[name], value, rtol=0, atol=1e-5, err_msg=name
+        )
+        # The steps moved the weights: the check is not vacuous.
+        assert np.max(np.abs(value - initial[name])) > 1e-4, name
+    # Every copy equals tower 0's variable after every step.
+    assert copy_gaps == [0.0] * STEPS
+
+
+def test_a_ring_of_4_towers_takes_the_step_of_parameter_server_within_1e_7():
+    images, labels = _batches(4, 4, 1)
+    initial = _initial_values()
+
+    ps_values, _ = _train("parameter_server", images, labels, initial)
+    values, copy_gaps = _train("replicated", images, labels, initial)
+
+    for name, value in ps_values.items():
+        np.testing.assert_allclose(
+            values[name], value, rtol=0, atol=1e-7, err_msg=name
+        )
+        assert np.max(np.abs(value - initial[name])) > 1e-6, name
+    assert copy_gaps == [0.0]
+
+
+def _mnist_replicated_graph():
+    """The MNIST step on 2 CPU towers, replicated (momentum: one slot each)."""
+    images = np.zeros([2, 784], np.float32)
+    labels = np.zeros([2], np.int32)
+    devices = placement.tower_devices(2, cpu_towers=True)
+    mnist_model.train(
+        lambda: (tf.constant(images), tf.constant(labels)),
+        devices,
+        0.01,
+        update=variable_update.variable_update("replicated", devices),
+    )
+
+
+def test_checkpoints_hold_one_copy_and_the_local_init_copies_tower_0():
+    with tf.Graph().as_default():
+        _mnist_replicated_graph()
+        global_names = {v.op.name for v in tf.compat.v1.global_variables()}
+        local_names = {v.op.name for v in tf.compat.v1.local_variables()}
+        # What a checkpoint holds: the weights, their slots, the step.
+        assert global_names == {
+            "global_step",
+            *(
+                "%s/%s%s" % (layer, kind, slot)
+                for layer in MNIST_LAYERS
+                for kind in ("weights", "biases")
+                for slot in ("", "/Momentum")
+            ),
+        }
+        assert local_names == {
+            variable_update.replica_name(1, name)
+            for name in global_names - {"global_step"}
+        }
+        with tf.compat.v1.Session(
+            config=placement.session_config(["/cpu:0", "/cpu:1"])
+        ) as sess:
+            # As after a restore: tower 0's weights and slots hold values
+            # of their own, then the local init op runs.
+            sess.run(tf.compat.v1.global_variables_initializer())
+            rng = np.random.default_rng(0)
+            restored = {}
+            for var in tf.compat.v1.global_variables():
+                if var.op.name != "global_step":
+                    restored[var.op.name] = rng.normal(size=var.shape).astype(
+                        np.float32
+                    )
+                    var.load(restored[var.op.name], sess)
+            sess.run(variable_update.local_init_op())
+            for var in tf.compat.v1.local_variables():
+                name = variable_update.primary_name(var.op.name)
+                np.testing.assert_array_equal(sess.run(var), restored[name])
+
+
+def test_replicated_is_refused_in_cluster_mode_with_one_line():
+    task = cluster.cluster_task("localhost:2222", "localhost:2223", "worker", 0)
+    with pytest.raises(ValueError) as error:
+        variable_update.variable_update("replicated", ["/cpu:0"], task=task)
+    assert str(error.value) == (
+        "--variable_update=replicated does not run in cluster mode yet; use "
+        "--variable_update=parameter_server"
+    )
+
+
+def test_nccl_on_cpu_towers_is_refused_naming_the_device():
+    with pytest.raises(ValueError) as error:
+        all_reduce.algorithm("nccl", ["/cpu:0", "/cpu:1"])
+    assert str(error.value) == (
+        "--all_reduce_spec=nccl needs GPU towers, got /cpu:0; use collective"
+    )
+    assert all_reduce.algorithm("auto", ["/gpu:0"]) == "nccl"
+    assert all_reduce.algorithm("auto", ["/cpu:0"]) == "collective"
+
+
+def _replicated_dry_run(num_gpus, spec, capsys):
+    devices = dry_run.gpu_devices(num_gpus)
+    update = variable_update.variable_update(
+        "replicated", devices, all_reduce_spec=spec
+    )
+    batch_shapes = [
+        ([PER_TOWER_BATCH, 24, 24, 3], tf.float32),
+        ([PER_TOWER_BATCH], tf.int32),
+    ]
+    with tf.Graph().as_default() as graph:
+        cifar10_multi_gpu_train.build_graph(
+            dry_run.synthetic_batches(batch_shapes),
+            PER_TOWER_BATCH,
+            devices,
+            tf.float32,
+            update=update,
+        )
+        capsys.readouterr()
+        dry_run.check(graph, batch_shapes, "plan", update)
+    return graph, capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "num_gpus, spec, reduce_op",
+    [(2, "auto", "NcclAllReduce"), (8, "collective", "CollectiveReduce")],
+)
+def test_the_dry_run_counts_a_copy_per_gpu_and_the_ring_bytes(
+    num_gpus, spec, reduce_op, capsys
+):
+    graph, plan = _replicated_dry_run(num_gpus, spec, capsys)
+
+    parameters = test_dry_run.CIFAR10_PARAMETERS
+    for i in range(num_gpus):
+        assert re.search(
+            r"/device:GPU:%d +\d+ ops +%s parameters" % (i, f"{parameters:,}"),
+            plan,
+        ), plan
+    # A ring: every GPU sends and receives 2 (N - 1) / N of the gradients.
+    ring = 2 * (num_gpus - 1) * parameters * 4 // num_gpus
+    batch = test_dry_run.cifar10_batch_bytes(PER_TOWER_BATCH)
+    towers = re.findall(
+        r"tower (\d) on /gpu:\d: host link in ([\d,]+) bytes \(input batch\);"
+        r" GPU-to-GPU out ([\d,]+) \+ in ([\d,]+) bytes",
+        plan,
+    )
+    assert [
+        tuple(int(n.replace(",", "")) for n in each) for each in towers
+    ] == [(i, batch, ring, ring) for i in range(num_gpus)]
+    # The all-reduce ops are on the GPUs, and have GPU kernels.
+    reduces = [op for op in graph.get_operations() if op.type == reduce_op]
+    assert len(reduces) == num_gpus * 10
+    assert "GPU ops without a GPU kernel in this TensorFlow build: none" in plan
+
+
+def _multi(data_dir, train_dir, num_gpus, mode, max_steps):
+    return run_script(
+        "cifar10_multi_gpu_train.py",
+        "--fake_data",
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % train_dir,
+        "--num_gpus=%d" % num_gpus,
+        "--cpu_towers",
+        "--batch_size=2",
+        "--variable_update=%s" % mode,
+        "--max_steps=%d" % max_steps,
+    )
+
+
+def _checkpoint_names(train_dir):
+    return set(_values(tf.train.latest_checkpoint(str(train_dir))))
+
+
+@pytest.mark.slow
+def test_a_checkpoint_goes_replicated_2_to_parameter_server_4_to_replicated_1(
+    cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "train"
+    _multi(cifar10_data_dir, train_dir, 2, "replicated", 3)
+    assert checkpoint_steps(train_dir)[-1] == 3
+    # One copy, under the names of the tutorial's one-device trainer.
+    assert _checkpoint_names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
+
+    four = _multi(cifar10_data_dir, train_dir, 4, "parameter_server", 6)
+    assert "training from step 3" in four.stdout
+    assert checkpoint_steps(train_dir)[-1] == 6
+
+    one = _multi(cifar10_data_dir, train_dir, 1, "replicated", 9)
+    assert "training from step 6" in one.stdout
+    assert checkpoint_steps(train_dir)[-1] == 9
+    assert _checkpoint_names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
+
+    _eval(cifar10_data_dir, train_dir, tmp_path / "eval", "--num_examples=20")
+    [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
+    assert precision.step == 9
