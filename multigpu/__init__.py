@@ -10,6 +10,10 @@
     batch-norm updates, the staged input.
   - `any_model`: a model `(images, is_training) -> logits` called in the
     compute dtype with float32 variables; what the towers refuse.
+  - `variable_update`: --variable_update, one copy of the variables or
+    one per tower; the gradients reduced and applied.
+  - `all_reduce`: the replicated towers' all-reduce (NCCL, collective ops,
+    one device) and its bytes.
   - `loss_scale`: float16 loss scaling, fixed or dynamic.
   - `summaries`: summaries tagged without `tower_N/`, the last tower's.
   - `dry_run`: the placement plan for N GPUs, without them.

@@ -1,1 +1,1 @@
-"""Building the graph: devices, variables, towers, precision, summaries."""
+"""Building the graph: devices, variables, towers, all-reduce, summaries."""
