@@ -14,7 +14,13 @@ from test_restore import TUTORIAL_ONE_DEVICE_NAMES, _values
 import cifar10_multi_gpu_train
 import mnist_model
 from multigpu.distributed import cluster
-from multigpu.graph import all_reduce, dry_run, placement, variable_update
+from multigpu.graph import (
+    all_reduce,
+    any_model,
+    dry_run,
+    placement,
+    variable_update,
+)
 
 PER_TOWER_BATCH = 4
 STEPS = 20
@@ -46,8 +52,10 @@ def _tower_inputs(images, labels):
     return get_next
 
 
-def _train(mode, images, labels, initial, spec="auto"):
+def _train(mode, images, labels, initial, spec="auto", model_fn=None):
     """Runs the CIFAR-10 towers on virtual CPU devices, a step per batch.
+
+    model_fn: the towers' model, None for the tutorial's.
 
     Returns:
       values: dict name -> array of the model's variables after the steps.
@@ -63,8 +71,9 @@ def _train(mode, images, labels, initial, spec="auto"):
             devices,
             tf.float32,
             update=update,
+            **_model(model_fn),
         )
-        variables = tf.compat.v1.trainable_variables()
+        variables = any_model.moving_average_variables()
         copies = tf.compat.v1.local_variables()
         with tf.compat.v1.Session(
             config=placement.session_config(devices)
@@ -95,7 +104,12 @@ def _largest_copy_gap(sess, copies):
     )
 
 
-def _initial_values():
+def _model(model_fn):
+    return {} if model_fn is None else {"model_fn": model_fn}
+
+
+def _initial_values(model_fn=None):
+    """The model's variables (weights, batch-norm statistics) as drawn."""
     images, labels = _batches(1, 0, 1)
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(0)
@@ -104,12 +118,13 @@ def _initial_values():
             PER_TOWER_BATCH,
             ["/cpu:0"],
             tf.float32,
+            **_model(model_fn),
         )
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             return {
                 v.op.name: sess.run(v)
-                for v in tf.compat.v1.trainable_variables()
+                for v in any_model.moving_average_variables()
             }
 
 
@@ -140,6 +155,57 @@ def test_replicated_takes_the_20_steps_of_parameter_server_within_1e_5(
         assert np.max(np.abs(value - initial[name])) > 1e-4, name
     # Every copy equals tower 0's variable after every step.
     assert copy_gaps == [0.0] * STEPS
+
+
+def batch_norm_net(images, is_training):
+    """conv (L2 1e-2) - batch norm - ReLU - mean - dense: [B, 10] logits."""
+    layers = tf.compat.v1.layers
+    x = layers.conv2d(
+        images,
+        8,
+        3,
+        strides=2,
+        use_bias=False,
+        kernel_regularizer=lambda w: 1e-2 * tf.nn.l2_loss(w),
+        name="conv",
+    )
+    x = layers.batch_normalization(x, training=is_training, name="bn")
+    x = tf.reduce_mean(tf.nn.relu(x), [1, 2])  # [batch, 8]
+    return layers.dense(x, 10, name="dense")
+
+
+@pytest.mark.parametrize(
+    "num_towers, spec", [(2, "collective"), (4, "one_device")]
+)
+def test_batch_norm_statistics_and_regularizers_follow_parameter_server(
+    num_towers, spec
+):
+    images, labels = _batches(num_towers, num_towers, 10)
+    initial = _initial_values(batch_norm_net)
+    assert sorted(initial) == [
+        "bn/beta",
+        "bn/gamma",
+        "bn/moving_mean",
+        "bn/moving_variance",
+        "conv/kernel",
+        "dense/bias",
+        "dense/kernel",
+    ]
+
+    ps_values, _ = _train(
+        "parameter_server", images, labels, initial, model_fn=batch_norm_net
+    )
+    values, copy_gaps = _train(
+        "replicated", images, labels, initial, spec, batch_norm_net
+    )
+
+    # The statistics are the last tower's, as parameter_server keeps them.
+    for name, value in ps_values.items():
+        np.testing.assert_allclose(
+            values[name], value, rtol=0, atol=1e-5, err_msg=name
+        )
+        assert np.max(np.abs(value - initial[name])) > 1e-4, name
+    assert copy_gaps == [0.0] * 10
 
 
 def test_a_ring_of_4_towers_takes_the_step_of_parameter_server_within_1e_7():
