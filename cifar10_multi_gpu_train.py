@@ -7,12 +7,18 @@ Run it:
   python cifar10_multi_gpu_train.py --num_gpus=2 --xla \\
       --variable_device=tower                                   # options
   python cifar10_multi_gpu_train.py --num_gpus=2 --model=resnet20  # ResNet
+  python cifar10_multi_gpu_train.py --num_gpus=8 \\
+      --variable_update=replicated                              # NCCL
   tensorboard --logdir=/tmp/cifar10_train
   python cifar10_eval.py --run_once                             # score it
 
 Each tower reads its own batch of --batch_size examples, so a step trains on
 batch_size * num_gpus examples. The variables live on the CPU; each tower
-computes its gradients; the CPU averages them and applies them once.
+computes its gradients; the CPU averages them and applies them once. With
+--variable_update=replicated each tower holds a copy of the variables
+instead, the gradients are all-reduced between the towers and each copy
+takes the same update; checkpoints are the same (tests/
+test_variable_update.py; README, "Two variable updates").
 Restarting on the same --train_dir resumes from its newest checkpoint.
 
 Options for GPUs, each checked on the CPU path (tests/test_towers.py):

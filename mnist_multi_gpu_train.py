@@ -6,6 +6,8 @@ Run it:
   python mnist_multi_gpu_train.py --num_gpus=2               # 2 GPUs
   python mnist_multi_gpu_train.py --num_gpus=2 --cpu_towers \\
       --fake_data --batch_size=11 --num_epochs=3             # no GPU
+  python mnist_multi_gpu_train.py --num_gpus=2 \\
+      --variable_update=replicated                           # a copy per GPU
   python mnist_multi_gpu_train.py --eval_only                # score it
   tensorboard --logdir=/tmp/mnist_train                      # --tb_logging
 

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import test_dry_run
-from conftest import checkpoint_steps, read_events, run_script
+from conftest import checkpoint_steps, error_line, read_events, run_script
 from test_cifar10_train import _eval
 from test_restore import TUTORIAL_ONE_DEVICE_NAMES, _values
 
 # The trainers' graph builders (their flags are defined once per process).
 import cifar10_multi_gpu_train
 import mnist_model
-from multigpu.distributed import cluster
 from multigpu.graph import (
     all_reduce,
     any_model,
@@ -275,13 +274,23 @@ def test_checkpoints_hold_one_copy_and_the_local_init_copies_tower_0():
                 np.testing.assert_array_equal(sess.run(var), restored[name])
 
 
-def test_replicated_is_refused_in_cluster_mode_with_one_line():
-    task = cluster.cluster_task("localhost:2222", "localhost:2223", "worker", 0)
-    with pytest.raises(ValueError) as error:
-        variable_update.variable_update("replicated", ["/cpu:0"], task=task)
-    assert str(error.value) == (
-        "--variable_update=replicated does not run in cluster mode yet; use "
-        "--variable_update=parameter_server"
+@pytest.mark.parametrize(
+    "script", ["cifar10_multi_gpu_train.py", "mnist_multi_gpu_train.py"]
+)
+def test_replicated_is_refused_in_cluster_mode_with_one_line(script, tmp_path):
+    line = error_line(
+        script,
+        "--variable_update=replicated",
+        "--cpu_towers",
+        "--ps_hosts=localhost:2222",
+        "--worker_hosts=localhost:2223",
+        "--job_name=worker",
+        "--fake_data",
+        "--data_dir=%s" % tmp_path,
+    )
+    assert line == (
+        "%s: error: --variable_update=replicated does not run in cluster "
+        "mode yet; use --variable_update=parameter_server" % script
     )
 
 
