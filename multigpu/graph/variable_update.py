@@ -5,11 +5,11 @@ The one place that chooses between the two modes of --variable_update
 flag's value to `variable_update` and call the same functions in both
 modes:
 
-  tower_copies(update)             for `towers.build_towers`: the copy of
-                                   the variables each tower reads
-  reduce_gradients(update, grads)  the synchronisation point
+  tower_copies(update)               for `towers.build_towers`: the copy
+                                     of the variables each tower reads
+  reduce_gradients(update, grads)    the synchronisation point
   batch_norm_updates(update, scope)  the batch-norm statistics' update
-  apply_gradients(update, ...)     the step's update
+  apply_gradients(update, ...)       the step's update
 
 parameter_server (the TF1 design): one copy of every variable on
 `variable_device`; each tower reads it and sends its gradients there,
