@@ -45,16 +45,7 @@ def main():
         )
         for n in NUM_TOWERS
     }
-    common.report(
-        args,
-        {
-            "unit": "examples/s",
-            "examples_per_step": common.BATCH_SIZE,
-            "steps": args.steps,
-            "rates": rates,
-            "headline": headline,
-        },
-    )
+    common.report_rates(args, rates, headline)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,26 @@ def report(args, result):
     return result
 
 
+def report_rates(args, rates, headline):
+    """Reports the examples/s of training variants and their headline.
+
+    Args:
+      args: the namespace from `parse_args` (with --steps).
+      rates: dict variant -> the dict of `summarize`.
+      headline: dict measure -> a number, a `ratio` or a `goal`.
+    """
+    return report(
+        args,
+        {
+            "unit": "examples/s",
+            "examples_per_step": BATCH_SIZE,
+            "steps": args.steps,
+            "rates": rates,
+            "headline": headline,
+        },
+    )
+
+
 def cpu_info():
     """The CPU's model name and which of CPU_FLAGS it has, from /proc/cpuinfo.
 

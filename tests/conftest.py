@@ -60,6 +60,17 @@ def run_script(script, *args, timeout=600, expect_success=True, env=None):
     return result
 
 
+# Worker 0 of a cluster that is never started, on CPU towers and the sample
+# set: for what a trainer refuses in cluster mode before it starts a server.
+UNSTARTED_WORKER_FLAGS = (
+    "--cpu_towers",
+    "--ps_hosts=localhost:2222",
+    "--worker_hosts=localhost:2223",
+    "--job_name=worker",
+    "--fake_data",
+)
+
+
 def error_line(script, *flags, env=None):
     """Runs a script that must fail: exit 1, no traceback; its last line."""
     result = run_script(script, *flags, expect_success=False, env=env)

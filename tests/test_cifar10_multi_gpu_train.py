@@ -4,7 +4,7 @@ import re
 
 import pytest
 import tensorflow as tf
-from conftest import run_script
+from conftest import UNSTARTED_WORKER_FLAGS, run_script
 from tensorboard.backend.event_processing import event_accumulator
 
 MAX_STEPS = 200
@@ -151,11 +151,7 @@ def test_variables_on_a_tower_are_refused_in_cluster_mode(tmp_path):
     result = run_script(
         "cifar10_multi_gpu_train.py",
         "--variable_device=gpu",
-        "--cpu_towers",
-        "--ps_hosts=localhost:2222",
-        "--worker_hosts=localhost:2223",
-        "--job_name=worker",
-        "--fake_data",
+        *UNSTARTED_WORKER_FLAGS,
         "--data_dir=%s" % tmp_path,
         expect_success=False,
     )

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import test_dry_run
-from conftest import checkpoint_steps, error_line, read_events, run_script
+from conftest import (
+    UNSTARTED_WORKER_FLAGS,
+    checkpoint_steps,
+    error_line,
+    read_events,
+    run_script,
+)
 from test_cifar10_train import _eval
 from test_restore import TUTORIAL_ONE_DEVICE_NAMES, _values
 
@@ -294,11 +300,7 @@ def test_replicated_is_refused_in_cluster_mode_with_one_line(script, tmp_path):
     line = error_line(
         script,
         "--variable_update=replicated",
-        "--cpu_towers",
-        "--ps_hosts=localhost:2222",
-        "--worker_hosts=localhost:2223",
-        "--job_name=worker",
-        "--fake_data",
+        *UNSTARTED_WORKER_FLAGS,
         "--data_dir=%s" % tmp_path,
     )
     assert line == (
