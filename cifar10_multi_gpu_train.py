@@ -41,7 +41,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu import common_flags, errors
+from multigpu import common_flags, errors, tower_flags
 from multigpu.distributed import cluster
 from multigpu.graph import (
     any_model,
@@ -56,8 +56,8 @@ from multigpu.run import trace, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(cifar10_input.DATA_URL)
-common_flags.define_multi_tower_flags()
-common_flags.define_device_flags()
+tower_flags.define_multi_tower_flags()
+tower_flags.define_device_flags()
 flags.adopt_module_key_flags(common_flags)
 # --batch_size (per tower), --data_dir and --use_fp16 are the tutorial's, in
 # cifar10.

@@ -40,7 +40,7 @@ from absl import flags
 import mnist_input
 import mnist_model
 from data_sets import mnist_data
-from multigpu import common_flags, errors, folders
+from multigpu import common_flags, errors, folders, tower_flags
 from multigpu.distributed import cluster
 from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import trace, training
@@ -82,7 +82,7 @@ flags.DEFINE_boolean(
 )
 
 common_flags.define_trainer_flags("/tmp/mnist_train", log_frequency=100)
-common_flags.define_multi_tower_flags()
+tower_flags.define_multi_tower_flags()
 flags.adopt_module_key_flags(common_flags)
 
 # Steps between the loss summaries that --tb_logging writes.

@@ -33,6 +33,7 @@
 - What every script uses:
   - `quiet_cpp_logs`: hides TensorFlow's C++ start-up notices.
   - `common_flags`: the flags several trainers share.
+  - `tower_flags`: the flags of the multi-tower trainers.
   - `errors`: `TrainingError`, and one line per user error (`run_script`).
   - `folders`: folder flags checked and made.
 

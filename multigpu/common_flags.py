@@ -12,15 +12,12 @@ import math
 from absl import flags
 
 from multigpu.graph import (
-    all_reduce,
     loss_scale,
     placement,
-    towers,
-    variable_update,
 )
 
 
-def _define(define, name, *args, **kwargs):
+def define_once(define, name, *args, **kwargs):
     """Calls define(name, ...) unless the flag exists (DuplicateFlagError)."""
     if name not in flags.FLAGS:
         define(name, *args, **kwargs)
@@ -63,7 +60,7 @@ def define_cifar10_trainer_flags(data_url):
 
 def define_model_flag():
     """--model: the CIFAR-10 network of the trainers and the eval."""
-    _define(
+    define_once(
         flags.DEFINE_string,
         "model",
         "tutorial",
@@ -78,7 +75,7 @@ def define_model_flag():
 
 def define_recipe_flags():
     """--learning_rate, --learning_rate_boundaries, --momentum."""
-    _define(
+    define_once(
         flags.DEFINE_float,
         "learning_rate",
         0.0,
@@ -102,7 +99,7 @@ def define_recipe_flags():
             "--learning_rate_boundaries: expected whole numbers of steps, "
             "e.g. 32000,48000",
         )
-    _define(
+    define_once(
         flags.DEFINE_float,
         "momentum",
         0.0,
@@ -113,15 +110,6 @@ def define_recipe_flags():
     )
 
 
-def define_multi_tower_flags():
-    """The groups of a multi-tower trainer: towers, their variables,
-    cluster, dry run."""
-    define_tower_flags()
-    define_variable_update_flags()
-    define_cluster_flags()
-    define_dry_run_flag()
-
-
 def define_train_dir_flags(train_dir, log_frequency):
     """--train_dir, --clear_train_dir, --log_frequency, --log_device_placement.
 
@@ -129,14 +117,14 @@ def define_train_dir_flags(train_dir, log_frequency):
       train_dir: str, the trainer's default --train_dir.
       log_frequency: int, its default steps between progress lines.
     """
-    _define(
+    define_once(
         flags.DEFINE_string,
         "train_dir",
         train_dir,
         "Where to write checkpoints and event logs. A restart on the same "
         "folder resumes from its newest checkpoint.",
     )
-    _define(
+    define_once(
         flags.DEFINE_boolean,
         "clear_train_dir",
         False,
@@ -144,14 +132,14 @@ def define_train_dir_flags(train_dir, log_frequency):
         "training instead of resuming from them (refused when the folder "
         "holds other files, or is or contains --data_dir).",
     )
-    _define(
+    define_once(
         flags.DEFINE_integer,
         "log_frequency",
         log_frequency,
         "Steps between progress lines.",
         lower_bound=1,
     )
-    _define(
+    define_once(
         flags.DEFINE_boolean,
         "log_device_placement",
         False,
@@ -161,7 +149,7 @@ def define_train_dir_flags(train_dir, log_frequency):
 
 def define_step_flags():
     """--max_steps and --clip_gradients, for the trainers that count steps."""
-    _define(
+    define_once(
         flags.DEFINE_integer,
         "max_steps",
         1000000,
@@ -185,7 +173,7 @@ def define_step_flags():
 
 def define_checkpoint_flags():
     """--save_checkpoint_steps."""
-    _define(
+    define_once(
         flags.DEFINE_integer,
         "save_checkpoint_steps",
         1000,
@@ -201,7 +189,7 @@ def define_data_url_flag(url):
     Args:
       url: str, the default: the data set's official address.
     """
-    _define(
+    define_once(
         flags.DEFINE_string,
         "data_url",
         url,
@@ -209,155 +197,14 @@ def define_data_url_flag(url):
     )
 
 
-def define_tower_flags():
-    """--num_gpus and --cpu_towers, the towers of a multi-GPU trainer."""
-    _define(
-        flags.DEFINE_integer,
-        "num_gpus",
-        1,
-        "Number of towers, one per GPU. With the default 1 and no GPU "
-        "visible, the tower runs on the CPU; more towers than visible GPUs "
-        "need --cpu_towers.",
-        lower_bound=1,
-    )
-    _define(
-        flags.DEFINE_boolean,
-        "cpu_towers",
-        False,
-        "When fewer than --num_gpus GPUs are visible, run each tower on its "
-        "own virtual CPU device instead of stopping with an error.",
-    )
-
-
 def define_fake_data_flag():
     """--fake_data, the built-in sample set in the dataset's real format."""
-    _define(
+    define_once(
         flags.DEFINE_boolean,
         "fake_data",
         False,
         "Write (once) and use a small generated sample set, in the real "
         "files' format, under --data_dir instead of the real data.",
-    )
-
-
-def define_cluster_flags():
-    """Defines the cluster-mode flags of a trainer; call it at its top.
-
-    The flags are written once here for both multi-GPU trainers: the
-    trainer's `main` passes them to `cluster.cluster_task_from_flags`.
-    """
-    _define(
-        flags.DEFINE_string,
-        "ps_hosts",
-        "",
-        "Cluster mode: comma-separated HOST:PORT of the ps tasks. Without "
-        "--ps_hosts and --worker_hosts the cluster comes from the TF_CONFIG "
-        "environment variable when it names one (Kubeflow TFJob, "
-        "tf.distribute): its chief is worker 0 and its worker i is worker "
-        "i+1. Flags and TF_CONFIG that disagree are an error.",
-    )
-    _define(
-        flags.DEFINE_string,
-        "worker_hosts",
-        "",
-        "Cluster mode: comma-separated HOST:PORT of the worker tasks; worker "
-        "0 is the chief (initialises, checkpoints, writes summaries).",
-    )
-    _define(
-        flags.DEFINE_string, "job_name", "", "Cluster mode: 'ps' or 'worker'."
-    )
-    _define(
-        flags.DEFINE_integer,
-        "task_index",
-        0,
-        "Cluster mode: index within the job.",
-    )
-    _define(
-        flags.DEFINE_boolean,
-        "sync_replicas",
-        False,
-        "Cluster mode: every step averages the gradients of the workers "
-        "(SyncReplicasOptimizer) instead of each worker updating on its own.",
-    )
-    _define(
-        flags.DEFINE_integer,
-        "replicas_to_aggregate",
-        0,
-        "Cluster mode with --sync_replicas: gradients per step; 0 = one per "
-        "worker.",
-        lower_bound=0,
-    )
-    _define(
-        flags.DEFINE_integer,
-        "operation_timeout_secs",
-        120,
-        "Cluster mode: an operation waiting longer than this (e.g. on a dead "
-        "peer) ends the run with an error, and a ps task gives up when a "
-        "worker has not started within it; 0 waits forever.",
-        lower_bound=0,
-    )
-
-
-def define_variable_update_flags():
-    """--variable_update and --all_reduce_spec, for `variable_update`."""
-    _define(
-        flags.DEFINE_enum,
-        "variable_update",
-        "parameter_server",
-        list(variable_update.VARIABLE_UPDATES),
-        "parameter_server (the TF1 design): one copy of the variables on "
-        "--variable_device, each tower reads it and sends its gradients "
-        "there. replicated: a copy on every tower's device, the gradients "
-        "all-reduced between the towers (--all_reduce_spec) and each copy "
-        "updated alike; checkpoints hold one copy under the usual names. "
-        "Not in cluster mode.",
-    )
-    _define(
-        flags.DEFINE_enum,
-        "all_reduce_spec",
-        "auto",
-        list(all_reduce.ALL_REDUCE_CHOICES),
-        "The all-reduce of --variable_update=replicated: nccl (NCCL, GPUs "
-        "only), collective (TensorFlow's collective ops, ring, on CPUs or "
-        "GPUs) or one_device (summed on the first tower's device, for "
-        "comparison); auto is nccl on GPUs, collective on CPU towers.",
-    )
-
-
-def define_device_flags():
-    """Defines a multi-tower trainer's device and speed flags.
-
-    --variable_device, --xla and --prefetch_to_device, written once for the
-    multi-GPU trainers: the trainer's `main` reads them and passes them to
-    `placement.variable_device`, `towers.build_towers` and
-    `towers.stage_on_device`.
-    """
-    _define(
-        flags.DEFINE_enum,
-        "variable_device",
-        "cpu",
-        list(placement.VARIABLE_DEVICE_CHOICES),
-        "Where the variables live and the towers' gradients are averaged: "
-        "'cpu' (the TF1 design, /cpu:0) or 'tower' (alias 'gpu': the first "
-        "tower's device, e.g. /gpu:0, for GPUs linked peer to peer). With "
-        "--cpu_towers the first tower is /cpu:0, so both are the same. Not "
-        "in cluster mode, where the variables live on the ps tasks.",
-    )
-    _define(
-        flags.DEFINE_boolean,
-        "xla",
-        False,
-        "Compile each tower (forward and backward) with XLA, through "
-        "tf.xla.experimental.jit_scope (no TF_XLA_FLAGS needed). Meant for "
-        "GPUs: on a CPU the step is the same but slower.",
-    )
-    _define(
-        flags.DEFINE_boolean,
-        "prefetch_to_device",
-        towers.PREFETCH_TO_DEVICE_DEFAULT,
-        "Stage each tower's next batch on its device while the current step "
-        "computes (a StagingArea per tower), so that the input copy overlaps "
-        "the compute; --noprefetch_to_device reads the batch in the step.",
     )
 
 
@@ -367,7 +214,7 @@ def define_warm_start_flags():
     The trainer's `main` passes them to `training.run_training` as
     `pretrained`; `restore.warm_start` does the work.
     """
-    _define(
+    define_once(
         flags.DEFINE_string,
         "pretrained_model_checkpoint_path",
         "",
@@ -376,7 +223,7 @@ def define_warm_start_flags():
         "its folder), e.g. of another trainer or tower count. Ignored when "
         "--train_dir already has checkpoints: the run resumes from them.",
     )
-    _define(
+    define_once(
         flags.DEFINE_boolean,
         "fine_tune",
         False,
@@ -391,14 +238,14 @@ def define_session_flags():
     The script's `main` passes `session_options_from_flags(FLAGS)` to
     `placement.session_config`.
     """
-    _define(
+    define_once(
         flags.DEFINE_boolean,
         "allow_growth",
         False,
         "Take GPU memory as it is needed instead of (almost) all of it at "
         "start (gpu_options.allow_growth), e.g. to share a GPU.",
     )
-    _define(
+    define_once(
         flags.DEFINE_float,
         "gpu_memory_fraction",
         0.0,
@@ -408,7 +255,7 @@ def define_session_flags():
         lower_bound=0.0,
         upper_bound=1.0,
     )
-    _define(
+    define_once(
         flags.DEFINE_integer,
         "num_intra_threads",
         0,
@@ -416,7 +263,7 @@ def define_session_flags():
         "TensorFlow's choice (the CPU cores).",
         lower_bound=0,
     )
-    _define(
+    define_once(
         flags.DEFINE_integer,
         "num_inter_threads",
         0,
@@ -440,23 +287,9 @@ def session_options_from_flags(flag_values):
     )
 
 
-def define_dry_run_flag():
-    """Defines --dry_run of a multi-tower trainer (`multigpu.graph.dry_run`)."""
-    _define(
-        flags.DEFINE_boolean,
-        "dry_run",
-        False,
-        "Build the graph for --num_gpus GPUs, visible or not, open no "
-        "session and print the placement plan: ops and parameters per "
-        "device, the bytes crossing devices per step, and any op placed on "
-        "a GPU without a GPU kernel for its dtypes in this TensorFlow build "
-        "(exit 1 if one is found). Needs no data.",
-    )
-
-
 def define_trace_flag():
     """Defines --trace_step of a trainer (see `multigpu.run.trace`)."""
-    _define(
+    define_once(
         flags.DEFINE_integer,
         "trace_step",
         0,
@@ -474,7 +307,7 @@ def define_fp16_flags():
     `placement.compute_dtype` and `loss_scaling_from_flags(FLAGS, ...)` to
     its graph.
     """
-    _define(
+    define_once(
         flags.DEFINE_boolean,
         "force_cpu_bfloat16",
         False,
@@ -482,7 +315,7 @@ def define_fp16_flags():
         "or AMX), compute in bfloat16 anyway (emulated, about 10x slower) "
         "instead of float32.",
     )
-    _define(
+    define_once(
         flags.DEFINE_float,
         "fp16_loss_scale",
         loss_scale.DEFAULT_LOSS_SCALE,
@@ -491,7 +324,7 @@ def define_fp16_flags():
         "small gradients do not underflow; 1 disables it. The starting "
         "scale of --fp16_enable_auto_loss_scale.",
     )
-    _define(
+    define_once(
         flags.DEFINE_boolean,
         "fp16_enable_auto_loss_scale",
         False,
@@ -499,7 +332,7 @@ def define_fp16_flags():
         "and halves on non-finite gradients and doubles after "
         "--fp16_inc_loss_scale_every_n good steps in a row.",
     )
-    _define(
+    define_once(
         flags.DEFINE_integer,
         "fp16_inc_loss_scale_every_n",
         loss_scale.DEFAULT_INC_EVERY_N,

@@ -123,7 +123,7 @@ def cluster_task(
 
 
 def cluster_task_from_flags(flag_values, environ=os.environ):
-    """The `cluster_task` of the flags of `common_flags.define_cluster_flags`.
+    """The `cluster_task` of the flags of `tower_flags.define_cluster_flags`.
 
     Without cluster flags, the cluster and the task's role come from the
     TF_CONFIG environment variable when it names one (`tf_config.resolve`).
