@@ -19,6 +19,7 @@ from test_restore import TUTORIAL_ONE_DEVICE_NAMES, _values
 # The trainers' graph builders (their flags are defined once per process).
 import cifar10_multi_gpu_train
 import mnist_model
+from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import (
     all_reduce,
@@ -29,6 +30,7 @@ from multigpu.graph import (
 )
 from multigpu.run import sessions
 
+TUTORIAL = registry.TUTORIAL
 PER_TOWER_BATCH = 4
 STEPS = 20
 
@@ -58,10 +60,10 @@ def _tower_inputs(images, labels):
     return get_next
 
 
-def _train(mode, images, labels, initial, spec="auto", model_fn=None):
+def _train(mode, images, labels, initial, spec="auto", model=TUTORIAL):
     """Runs the CIFAR-10 towers on virtual CPU devices, a step per batch.
 
-    model_fn: the towers' model, None for the tutorial's.
+    model: the towers' `registry.Model`.
 
     Returns:
       values: dict name -> array of the model's variables after the steps.
@@ -77,7 +79,7 @@ def _train(mode, images, labels, initial, spec="auto", model_fn=None):
             devices,
             tf.float32,
             update=update,
-            **_model(model_fn),
+            model=model,
         )
         variables = any_model.moving_average_variables()
         copies = tf.compat.v1.local_variables()
@@ -110,11 +112,7 @@ def _largest_copy_gap(sess, copies):
     )
 
 
-def _model(model_fn):
-    return {} if model_fn is None else {"model_fn": model_fn}
-
-
-def _initial_values(model_fn=None):
+def _initial_values(model=TUTORIAL):
     """The model's variables (weights, batch-norm statistics) as drawn."""
     images, labels = _batches(1, 0, 1)
     with tf.Graph().as_default():
@@ -124,7 +122,7 @@ def _initial_values(model_fn=None):
             PER_TOWER_BATCH,
             ["/cpu:0"],
             tf.float32,
-            **_model(model_fn),
+            model=model,
         )
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
@@ -180,29 +178,22 @@ def batch_norm_net(images, is_training):
     return layers.dense(x, 10, name="dense")
 
 
-@pytest.mark.parametrize(
-    "num_towers, spec", [(2, "collective"), (4, "one_device")]
-)
-def test_batch_norm_statistics_and_regularizers_follow_parameter_server(
-    num_towers, spec
-):
-    images, labels = _batches(num_towers, num_towers, 10)
-    initial = _initial_values(batch_norm_net)
-    assert sorted(initial) == [
-        "bn/beta",
-        "bn/gamma",
-        "bn/moving_mean",
-        "bn/moving_variance",
-        "conv/kernel",
-        "dense/bias",
-        "dense/kernel",
-    ]
+# A net with batch norm and a regularizer, with the tutorial's recipe.
+BATCH_NORM_NET = TUTORIAL._replace(name="batch_norm_net", build=batch_norm_net)
+
+
+def _compare_with_batch_norm(model, num_towers, spec):
+    """STEPS steps of both modes; the variables, the statistics, the copies."""
+    images, labels = _batches(num_towers, num_towers, STEPS)
+    initial = _initial_values(model)
+    statistics = [name for name in initial if "moving_" in name]
+    assert statistics, sorted(initial)
 
     ps_values, _ = _train(
-        "parameter_server", images, labels, initial, model_fn=batch_norm_net
+        "parameter_server", images, labels, initial, "auto", model
     )
     values, copy_gaps = _train(
-        "replicated", images, labels, initial, spec, batch_norm_net
+        "replicated", images, labels, initial, spec, model
     )
 
     # The statistics are the last tower's, as parameter_server keeps them.
@@ -211,7 +202,26 @@ def test_batch_norm_statistics_and_regularizers_follow_parameter_server(
             values[name], value, rtol=0, atol=1e-5, err_msg=name
         )
         assert np.max(np.abs(value - initial[name])) > 1e-4, name
-    assert copy_gaps == [0.0] * 10
+    assert copy_gaps == [0.0] * STEPS
+
+
+@pytest.mark.parametrize(
+    "num_towers, spec", [(2, "collective"), (4, "one_device")]
+)
+def test_batch_norm_statistics_and_regularizers_follow_parameter_server(
+    num_towers, spec
+):
+    _compare_with_batch_norm(BATCH_NORM_NET, num_towers, spec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "num_towers, spec", [(2, "collective"), (4, "one_device")]
+)
+def test_resnet20_replicated_takes_the_20_steps_of_parameter_server(
+    num_towers, spec
+):
+    _compare_with_batch_norm(registry.MODELS["resnet20"], num_towers, spec)
 
 
 def test_a_ring_of_4_towers_takes_the_step_of_parameter_server_within_1e_7():
