@@ -133,6 +133,17 @@ def write_cifar10_files(data_dir, records_per_file, seed=0):
     return written
 
 
+def folder_contents(folder):
+    """Every file under folder: relative path -> bytes."""
+    found = {}
+    for root, _, names in os.walk(str(folder)):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, str(folder))] = f.read()
+    return found
+
+
 @pytest.fixture
 def three_checkpoints(tmp_path):
     """tmp_path holding checkpoints of steps 10, 20 and 30 of one variable."""

@@ -22,6 +22,7 @@ from conftest import (
     CLIP_FLAG,
     checkpoint_steps,
     error_line,
+    folder_contents,
     run_script,
     start_script,
     trainer_flags,
@@ -44,17 +45,6 @@ def _train(data_dir, train_dir, *flags):
     return run_script(
         "cifar10_train.py", *trainer_flags(data_dir, train_dir, *flags)
     )
-
-
-def _contents(folder):
-    """Every file under folder: relative path -> bytes."""
-    found = {}
-    for root, _, names in os.walk(str(folder)):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, str(folder))] = f.read()
-    return found
 
 
 def test_a_moved_train_dir_lists_only_its_own_checkpoints(
@@ -97,12 +87,12 @@ def test_training_a_copied_train_dir_leaves_the_original_byte_identical(
 ):
     original, copy = finished_run, tmp_path / "copy"
     shutil.copytree(str(original), str(copy))
-    before = _contents(original)
+    before = folder_contents(original)
     # Three more saves in the copy: the saver (max_to_keep 5) prunes three.
     _train(
         cifar10_data_dir, copy, "--max_steps=14", "--save_checkpoint_steps=2"
     )
-    assert _contents(original) == before
+    assert folder_contents(original) == before
     assert checkpoint_steps(copy) == [6, 8, 10, 12, 14]
     state = tf.train.get_checkpoint_state(str(copy))
     assert os.path.dirname(state.model_checkpoint_path) == str(copy)
@@ -251,9 +241,9 @@ def test_a_ctrl_c_outside_training_exits_130_with_one_line(
 def test_a_finished_run_started_again_trains_nothing_and_writes_nothing(
     finished_run, cifar10_data_dir
 ):
-    before = _contents(finished_run)
+    before = folder_contents(finished_run)
     again = _train(cifar10_data_dir, finished_run, "--max_steps=3")
-    assert _contents(finished_run) == before
+    assert folder_contents(finished_run) == before
     assert again.stdout.strip().split("\n")[-1] == (
         "%s is already at step 10, at or past --max_steps=3; nothing to "
         "train (raise --max_steps to train on)"
@@ -300,7 +290,7 @@ def test_clearing_refuses_a_train_dir_that_is_the_data_folder(tmp_path):
     # A train_dir holding the data folder is refused alike.
     with pytest.raises(ValueError, match="is or contains the data folder"):
         train_dirs.clear(str(tmp_path), [str(tmp_path / "data")])
-    assert _contents(tmp_path / "data") == files
+    assert folder_contents(tmp_path / "data") == files
 
 
 @pytest.mark.slow
@@ -319,12 +309,11 @@ def test_clear_train_dir_refuses_a_folder_with_other_files_and_names_them(
     assert refused == (
         "cifar10_train.py: error: --clear_train_dir refused: %s holds 2 "
         "file(s) the trainers do not write (notes.txt, results.csv); move "
-        "them away or choose another --train_dir; nothing was deleted"
-        % train_dir
+        "them away or choose another --train_dir; nothing was deleted" % train_dir
     )
     # The lock file the refused run took, empty once it ended, is the
     # only file added.
-    assert _contents(train_dir) == {**files, train_dirs.LOCK_NAME: b""}
+    assert folder_contents(train_dir) == {**files, train_dirs.LOCK_NAME: b""}
 
 
 @pytest.mark.slow
@@ -382,7 +371,7 @@ def test_fake_data_never_writes_over_a_data_set_with_a_missing_file(tmp_path):
     write_cifar10_files(tmp_path, records_per_file=3)
     folder = tmp_path / "cifar-10-batches-bin"
     os.remove(str(folder / "data_batch_3.bin"))
-    before = _contents(tmp_path)
+    before = folder_contents(tmp_path)
     refused = error_line(
         "cifar10_train.py",
         "--fake_data",
@@ -395,7 +384,7 @@ def test_fake_data_never_writes_over_a_data_set_with_a_missing_file(tmp_path):
         "data_batch_4.bin, data_batch_5.bin, test_batch.bin); the sample set "
         "is written only into an empty folder; pass another --data_dir" % folder
     )
-    assert _contents(tmp_path) == before
+    assert folder_contents(tmp_path) == before
 
 
 @pytest.mark.slow
@@ -415,7 +404,7 @@ def test_mnist_fake_data_never_writes_over_other_files(tmp_path):
         "sample set is written only into an empty folder; pass another "
         "--data_dir" % tmp_path
     )
-    assert _contents(tmp_path) == files
+    assert folder_contents(tmp_path) == files
 
 
 def test_a_sample_set_written_before_markers_is_marked_not_refused(
@@ -430,11 +419,11 @@ def test_a_sample_set_written_before_markers_is_marked_not_refused(
     mnist_data.write_fake_data(str(tmp_path / "mnist"))
     os.remove(str(cifar10 / "cifar-10-batches-bin" / "SAMPLE_SET.txt"))
     os.remove(str(tmp_path / "mnist" / "SAMPLE_SET.txt"))
-    before = _contents(tmp_path)
+    before = folder_contents(tmp_path)
     assert not cifar10_data.write_fake_data(str(cifar10))
     assert not mnist_data.write_fake_data(str(tmp_path / "mnist"))
     marker = sample_sets.MARKER_TEXT.encode()
-    assert _contents(tmp_path) == {
+    assert folder_contents(tmp_path) == {
         **before,
         os.path.join("cifar10", "cifar-10-batches-bin", "SAMPLE_SET.txt"): (
             marker
