@@ -308,8 +308,9 @@ def test_clear_train_dir_refuses_a_folder_with_other_files_and_names_them(
     )
     assert refused == (
         "cifar10_train.py: error: --clear_train_dir refused: %s holds 2 "
-        "file(s) the trainers do not write (notes.txt, results.csv); move "
-        "them away or choose another --train_dir; nothing was deleted" % train_dir
+        "file(s) or folder(s) the trainers do not write (notes.txt, "
+        "results.csv); move them away or choose another --train_dir; "
+        "nothing was deleted" % train_dir
     )
     # The lock file the refused run took, empty once it ended, is the
     # only file added.

@@ -1,5 +1,13 @@
-"""Checkpoints: naming them and finding the newest one that reads."""
+"""Checkpoints: naming them, reading them, pruning them, finding the newest.
 
+A path is a name, never a pattern: TensorFlow's checkpoint reader and its
+saver's pruning match `*`, `?`, `[...]` and `\\` in a path, so that a
+train_dir 'runs/a[1]' would read and delete the files of 'runs/a1'. Here
+reads go through `literal_path` and the saver (`ExactSaver`) deletes its
+old checkpoints by exact file name.
+"""
+
+import contextlib
 import os
 import re
 import sys
@@ -14,6 +22,15 @@ CHECKPOINT_BASENAME = "model.ckpt"
 
 # A checkpoint's index file: PREFIX-STEP.index, e.g. model.ckpt-1000.index.
 _CHECKPOINT_INDEX = re.compile(r"^(.+-([0-9]+))\.index$")
+
+# The characters TensorFlow's file pattern matching reads as a pattern.
+_PATTERN_CHARACTERS = re.compile(r"[*?\[\\]")
+
+# The checkpoints the saver writes and prunes: model.ckpt-STEP.
+_OWN_CHECKPOINT = re.compile(r"^%s-[0-9]+$" % re.escape(CHECKPOINT_BASENAME))
+
+# Where Linux names an open file descriptor as a path.
+_FD_FOLDER = "/proc/self/fd"
 
 
 def newest_valid_checkpoint(checkpoint_dir):
@@ -109,8 +126,110 @@ def latest_checkpoint(checkpoint_dir):
 
 def global_step(checkpoint):
     """int, the `global_step` saved in the checkpoint (path prefix)."""
-    reader = tf.train.load_checkpoint(checkpoint)
-    return int(reader.get_tensor(tf.compat.v1.GraphKeys.GLOBAL_STEP))
+    with reading(checkpoint) as reader:
+        return int(reader.get_tensor(tf.compat.v1.GraphKeys.GLOBAL_STEP))
+
+
+@contextlib.contextmanager
+def reading(checkpoint):
+    """A `CheckpointReader` of the checkpoint, its path taken literally.
+
+    Args:
+      checkpoint: str, a checkpoint's path prefix.
+
+    Yields:
+      the reader, valid inside the block (it opens data files as it reads).
+
+    Raises:
+      tf.errors.OpError: the checkpoint is missing or does not read.
+    """
+    with literal_path(checkpoint) as path:
+        yield tf.train.load_checkpoint(path)
+
+
+@contextlib.contextmanager
+def literal_path(path):
+    """path, or in the block another name of it that holds no pattern.
+
+    TensorFlow decides whether a checkpoint exists by matching
+    PREFIX.index as a pattern. A folder named with a pattern character is
+    reached through an open descriptor instead (/proc/self/fd/N/NAME);
+    pattern characters in the file name itself stay a pattern.
+
+    Args:
+      path: str, e.g. 'runs/a[1]/model.ckpt-10'.
+
+    Yields:
+      str, path itself, or e.g. '/proc/self/fd/7/model.ckpt-10'.
+    """
+    folder, name = os.path.split(path)
+    if not _PATTERN_CHARACTERS.search(folder) or not os.path.isdir(_FD_FOLDER):
+        yield path
+        return
+    try:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield path  # TensorFlow says it is missing, as for any other path.
+        return
+    try:
+        yield os.path.join(_FD_FOLDER, str(descriptor), name)
+    finally:
+        os.close(descriptor)
+
+
+def remove_checkpoint(checkpoint):
+    """Deletes the files of one of the saver's checkpoints, by exact name.
+
+    Only PREFIX.index, PREFIX.meta and PREFIX.data-NNNNN-of-NNNNN files of a
+    `model.ckpt-STEP` prefix are deleted; any other name, a folder among
+    them, or a prefix of another name is left alone.
+
+    Args:
+      checkpoint: str, e.g. 'TRAIN_DIR/model.ckpt-10'.
+    """
+    folder, prefix = os.path.split(checkpoint)
+    if not _OWN_CHECKPOINT.match(prefix):
+        return
+    files = re.compile(
+        r"^%s(\.index|\.meta|\.data-[0-9]{5}-of-[0-9]{5})$" % re.escape(prefix)
+    )
+    for name in os.listdir(folder or "."):
+        path = os.path.join(folder, name)
+        if files.match(name) and not os.path.isdir(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
+
+class ExactSaver(tf.compat.v1.train.Saver):
+    """TensorFlow's saver (max_to_keep 5), pruning by exact file names.
+
+    TensorFlow's own saver deletes the files that match its old
+    checkpoints' names as patterns (see the module's docstring).
+    """
+
+    def _MaybeDeleteOldCheckpoints(self, meta_graph_suffix="meta"):
+        # The saver lists the checkpoints past max_to_keep here; it keeps
+        # none every N hours (keep_checkpoint_every_n_hours is not used).
+        while self._checkpoints_to_be_deleted:
+            checkpoint, _ = self._checkpoints_to_be_deleted.pop(0)
+            remove_checkpoint(checkpoint)
+
+    def recover_checkpoints(self, state):
+        """Takes the checkpoints the state lists, to prune them in turn.
+
+        Only those whose index file is in the state's folder count: a
+        state file names nothing elsewhere, and no pattern.
+
+        Args:
+          state: a `CheckpointState` of `checkpoint_state`.
+        """
+        listed = []
+        for checkpoint in state.all_model_checkpoint_paths:
+            with contextlib.suppress(OSError):
+                listed.append(
+                    (checkpoint, os.stat(checkpoint + ".index").st_mtime)
+                )
+        self.set_last_checkpoints_with_time(listed)
 
 
 def _checkpoint_candidates(checkpoint_dir):
@@ -142,9 +261,9 @@ def _checkpoint_candidates(checkpoint_dir):
 def _read_error(checkpoint):
     """Why the checkpoint does not read in full; None when it does."""
     try:
-        reader = tf.train.load_checkpoint(checkpoint)
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
+        with reading(checkpoint) as reader:
+            for name in reader.get_variable_to_shape_map():
+                reader.get_tensor(name)
     except (tf.errors.OpError, IndexError) as e:
         # A short data file raises IndexError ('Read less bytes than
         # requested'); the others raise TensorFlow errors.

@@ -129,18 +129,18 @@ def restore_variables(session, checkpoint, variables, required):
       ValueError: a required name is missing, or a shape differs.
       tf.errors.NotFoundError: the checkpoint is gone.
     """
-    reader = tf.train.load_checkpoint(checkpoint)
-    shapes = reader.get_variable_to_shape_map()
-    _check_fits(checkpoint, shapes, variables, required)
-    absent = []
-    for name, var in variables.items():
-        if name not in shapes:
-            absent.append(var)
-            continue
-        value = reader.get_tensor(name)
-        # The tutorial's multi-GPU trainer keeps a float32 global_step.
-        value = np.asarray(value).astype(var.dtype.base_dtype.as_numpy_dtype)
-        _load(session, var, value)
+    with checkpoints.reading(checkpoint) as reader:
+        shapes = reader.get_variable_to_shape_map()
+        _check_fits(checkpoint, shapes, variables, required)
+        absent = []
+        for name, var in variables.items():
+            if name not in shapes:
+                absent.append(var)
+                continue
+            value = reader.get_tensor(name)
+            # The tutorial's multi-GPU trainer keeps a float32 global_step.
+            dtype = var.dtype.base_dtype.as_numpy_dtype
+            _load(session, var, np.asarray(value).astype(dtype))
     return absent
 
 

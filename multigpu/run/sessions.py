@@ -3,7 +3,6 @@
 import time
 
 import tensorflow as tf
-from tensorflow.python.util import deprecation
 
 from multigpu.run import checkpoints, restore
 
@@ -78,12 +77,7 @@ class ResumingSessionCreator(tf.compat.v1.train.SessionCreator):
         if state is not None:
             # As TensorFlow's restore from a folder does, so that the saver
             # goes on deleting the oldest listed checkpoints (max_to_keep).
-            # It reads their times through a deprecated TensorFlow call whose
-            # notice would be printed on every resume.
-            with deprecation.silence():
-                self._scaffold.saver.recover_last_checkpoints(
-                    state.all_model_checkpoint_paths
-                )
+            self._scaffold.saver.recover_checkpoints(state)
         return session
 
 

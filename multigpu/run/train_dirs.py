@@ -18,19 +18,36 @@ from multigpu import folders
 # The lock file of a train_dir: 'PID HOST' while a trainer holds it, empty
 # once it is released.
 LOCK_NAME = "trainer.lock"
+# What a lock file holds: 'PID HOST' and a new line.
+_LOCK_CONTENT = re.compile(r"^[0-9]+ \S+\n$")
 
 # The files the suite writes in a train_dir: the checkpoint state file,
-# checkpoints (model.ckpt-STEP.index, .meta, .data-I-of-N and a failed
-# save's model.ckpt-STEP_temp folder), event files, the graph, the lock.
+# checkpoints (model.ckpt-STEP.index, .meta, .data-I-of-N), event files,
+# the graph, the lock, --trace_step's traces; and what an interrupted
+# write leaves: TensorFlow's NAME.tmpHEX (a whole-file write renamed into
+# place) and NAME.tempstateDIGITS (a checkpoint file being written).
+_CHECKPOINT_FILE = r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+)"
+_INTERRUPTED = r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+)?"
 _SUITE_FILE = re.compile(
-    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|"
-    r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+|_temp))$"
-    % re.escape(LOCK_NAME)
+    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|%s|"
+    r"trace_step_[0-9]+\.json)%s$"
+    % (re.escape(LOCK_NAME), _CHECKPOINT_FILE, _INTERRUPTED)
+)
+# A failed sharded save's folder, model.ckpt-STEP_temp, and its files.
+_SUITE_FOLDER = re.compile(r"^model\.ckpt-[0-9]+_temp$")
+_TEMP_PART = re.compile(
+    r"^part-[0-9]+-of-[0-9]+(\.index|\.data-[0-9]+-of-[0-9]+)"
+    r"(\.tempstate[0-9]+)?$"
 )
 
 
 def clear(train_dir, data_dirs=()):
     """Deletes the files the suite wrote in train_dir, and nothing else.
+
+    Only regular files of the suite's names go, and the folders of failed
+    checkpoint saves that hold nothing but their parts; a link, another
+    folder (even one named like the suite's files) or any other file is
+    the user's, and refuses the clearing.
 
     Args:
       train_dir: str, the folder to clear (it stays, empty of our files).
@@ -38,10 +55,37 @@ def clear(train_dir, data_dirs=()):
 
     Raises:
       ValueError: train_dir is, or contains, one of data_dirs; or it holds
-        files the suite does not write (named). Nothing is deleted then.
+        files or folders the suite does not write (named). Nothing is
+        deleted then.
     """
     if not os.path.isdir(train_dir):
         return
+    _refuse_data_dirs(train_dir, data_dirs)
+    names = sorted(os.listdir(train_dir))
+    others = [
+        name + "/" if os.path.isdir(os.path.join(train_dir, name)) else name
+        for name in names
+        if not _written_by_suite(os.path.join(train_dir, name))
+    ]
+    if others:
+        raise ValueError(
+            "--clear_train_dir refused: %s holds %d file(s) or folder(s) the "
+            "trainers do not write (%s); move them away or choose another "
+            "--train_dir; nothing was deleted"
+            % (train_dir, len(others), folders.listing(others))
+        )
+    for name in names:
+        path = os.path.join(train_dir, name)
+        if name == LOCK_NAME:
+            continue  # Held by this run.
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def _refuse_data_dirs(train_dir, data_dirs):
+    """Raises ValueError if train_dir is or contains one of data_dirs."""
     real_train_dir = os.path.realpath(train_dir)
     for data_dir in data_dirs:
         real_data_dir = os.path.realpath(data_dir)
@@ -53,23 +97,21 @@ def clear(train_dir, data_dirs=()):
                 "the data folder %s; nothing was deleted"
                 % (train_dir, data_dir)
             )
-    names = sorted(os.listdir(train_dir))
-    others = [name for name in names if not _SUITE_FILE.match(name)]
-    if others:
-        raise ValueError(
-            "--clear_train_dir refused: %s holds %d file(s) the trainers do "
-            "not write (%s); move them away or choose another --train_dir; "
-            "nothing was deleted"
-            % (train_dir, len(others), folders.listing(others))
+
+
+def _written_by_suite(path):
+    """Whether path is a file or folder the suite writes in a train_dir."""
+    name = os.path.basename(path)
+    if os.path.islink(path):
+        return False
+    if os.path.isdir(path):
+        return bool(_SUITE_FOLDER.match(name)) and all(
+            _TEMP_PART.match(part)
+            and os.path.isfile(os.path.join(path, part))
+            and not os.path.islink(os.path.join(path, part))
+            for part in os.listdir(path)
         )
-    for name in names:
-        path = os.path.join(train_dir, name)
-        if name == LOCK_NAME:
-            continue  # Held by this run.
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+    return os.path.isfile(path) and bool(_SUITE_FILE.match(name))
 
 
 @contextlib.contextmanager
@@ -127,12 +169,29 @@ def _open_lock_file(train_dir, path):
     """The lock file, opened for reading and writing (created if missing)."""
     folders.make_folder(train_dir, "train_dir")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Never through a link: the file written is the train_dir's own.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as e:
+        if os.path.islink(path):
+            raise ValueError(
+                "--train_dir=%s cannot be used: %s is a link (to %s), and "
+                "the trainers write through no link; remove the link"
+                % (train_dir, path, os.readlink(path))
+            ) from None
         raise ValueError(
             "--train_dir=%s cannot be used: %s" % (train_dir, e.strerror)
         ) from None
-    return os.fdopen(fd, "r+")
+    lock_file = os.fdopen(fd, "r+")
+    content = lock_file.read()
+    lock_file.seek(0)
+    if content and not _LOCK_CONTENT.match(content):
+        lock_file.close()
+        raise ValueError(
+            "--train_dir=%s cannot be used: %s holds %d byte(s) the "
+            "trainers do not write (expected 'PID HOST' or nothing); move "
+            "it away" % (train_dir, path, len(content.encode()))
+        )
+    return lock_file
 
 
 def _holder(content):

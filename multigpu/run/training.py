@@ -153,7 +153,13 @@ def run_training(
     hooks = [logger, tf.compat.v1.train.NanTensorHook(loss), interrupt, *hooks]
     if max_steps is not None:
         hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=max_steps))
-    scaffold = tf.compat.v1.train.Scaffold(summary_op=summary_op)
+    scaffold = tf.compat.v1.train.Scaffold(
+        summary_op=summary_op,
+        # TensorFlow's default saver, but for how it prunes.
+        saver=checkpoints.ExactSaver(
+            sharded=True, allow_empty=True, defer_build=True
+        ),
+    )
     saves = _SaveWatcher()
     if task.is_chief:
         hooks += _chief_hooks(

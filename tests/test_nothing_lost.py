@@ -1,0 +1,188 @@
+"""Nothing outside the suite's own files is read, deleted or written.
+
+Paths are names, never patterns (a train_dir named 'run[1]' beside a
+'run1'); a state file names nothing outside its folder; no file is written
+through a link; --clear_train_dir deletes the suite's files only.
+"""
+
+import os
+
+import pytest
+from conftest import (
+    checkpoint_steps,
+    folder_contents,
+    run_script,
+    trainer_flags,
+)
+
+from multigpu import checkpoints, train_dirs
+
+
+def _write_files(folder, files):
+    """Writes files (relative path -> bytes) under folder."""
+    for name, content in files.items():
+        path = os.path.join(str(folder), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(content)
+
+
+# Checkpoint files of another run, which a pattern 'run[1]' would match.
+NEIGHBOUR_FILES = {
+    "model.ckpt-%d%s" % (step, suffix): b"the neighbour's step %d" % step
+    for step in range(9)
+    for suffix in (".index", ".meta", ".data-00000-of-00001")
+}
+
+
+@pytest.mark.slow
+def test_a_train_dir_named_as_a_pattern_reads_and_prunes_only_its_own_files(
+    cifar10_data_dir, tmp_path
+):
+    neighbour, train_dir = tmp_path / "run1", tmp_path / "run[1]"
+    _write_files(neighbour, NEIGHBOUR_FILES)
+    flags = trainer_flags(cifar10_data_dir, train_dir, "--max_steps=6")
+    run_script("cifar10_train.py", *flags, "--save_checkpoint_steps=1")
+    assert checkpoint_steps(train_dir) == [2, 3, 4, 5, 6]
+    # A state file that lists '*' and a checkpoint of another folder.
+    state = (train_dir / "checkpoint").read_text()
+    (train_dir / "checkpoint").write_text(
+        state
+        + 'all_model_checkpoint_paths: "*"\n'
+        + 'all_model_checkpoint_paths: "%s"\n' % (neighbour / "model.ckpt-1")
+    )
+    resumed = run_script(
+        "cifar10_train.py",
+        *flags,
+        "--max_steps=8",
+        "--save_checkpoint_steps=1",
+    )
+    assert "training from step 6" in resumed.stdout
+    assert "skipping checkpoint" not in resumed.stderr
+    assert sorted(
+        name for name in os.listdir(str(train_dir)) if name.endswith(".index")
+    ) == ["model.ckpt-%d.index" % step for step in (4, 5, 6, 7, 8)]
+    scored = run_script(
+        "cifar10_eval.py",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--checkpoint_dir=%s" % train_dir,
+        "--eval_dir=%s" % (tmp_path / "eval[1]"),
+        "--run_once",
+        "--num_examples=8",
+        "--batch_size=8",
+    )
+    assert "evaluating %s" % (train_dir / "model.ckpt-8") in scored.stdout
+    warm = run_script(
+        "cifar10_train.py",
+        *trainer_flags(cifar10_data_dir, tmp_path / "warm[2]", "--max_steps=1"),
+        "--pretrained_model_checkpoint_path=%s" % train_dir,
+    )
+    assert "Warm start from %s" % (train_dir / "model.ckpt-8") in warm.stdout
+    assert folder_contents(neighbour) == NEIGHBOUR_FILES
+
+
+def test_pruning_deletes_the_exact_files_of_the_checkpoint_only(tmp_path):
+    kept = {
+        "model.ckpt-1.index.txt": b"notes",
+        "model.ckpt-10.index": b"10",
+        "model.ckpt-1.data-00000-of-00001.bak": b"backup",
+        "model.ckpt-1.meta/inside": b"a folder of that name",
+    }
+    _write_files(tmp_path, kept)
+    _write_files(
+        tmp_path,
+        {
+            "model.ckpt-1.index": b"1",
+            "model.ckpt-1.meta.x": b"kept too",
+            "model.ckpt-1.data-00000-of-00002": b"a",
+            "model.ckpt-1.data-00001-of-00002": b"b",
+        },
+    )
+    checkpoints.remove_checkpoint(str(tmp_path / "model.ckpt-1"))
+    checkpoints.remove_checkpoint(str(tmp_path / "*"))
+    checkpoints.remove_checkpoint(str(tmp_path / "model.ckpt-?0"))
+    assert folder_contents(tmp_path) == {
+        **kept,
+        "model.ckpt-1.meta.x": b"kept too",
+    }
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(
+    tmp_path,
+):
+    target = tmp_path / "outside.txt"
+    target.write_bytes(b"the user's file")
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    os.symlink(str(target), str(train_dir / train_dirs.LOCK_NAME))
+    with pytest.raises(ValueError) as error:
+        with train_dirs.owned(str(train_dir)):
+            pass
+    assert str(error.value) == (
+        "--train_dir=%s cannot be used: %s is a link (to %s), and the "
+        "trainers write through no link; remove the link"
+        % (train_dir, train_dir / train_dirs.LOCK_NAME, target)
+    )
+    assert target.read_bytes() == b"the user's file"
+
+
+def test_a_lock_file_of_other_content_is_refused_and_left_as_it_is(tmp_path):
+    lock = tmp_path / train_dirs.LOCK_NAME
+    lock.write_bytes(b"my own notes\n")
+    with pytest.raises(ValueError) as error:
+        with train_dirs.owned(str(tmp_path)):
+            pass
+    assert str(error.value) == (
+        "--train_dir=%s cannot be used: %s holds 13 byte(s) the trainers do "
+        "not write (expected 'PID HOST' or nothing); move it away"
+        % (tmp_path, lock)
+    )
+    assert lock.read_bytes() == b"my own notes\n"
+
+
+# The user's folders, named like what the suite writes.
+USERS_FOLDERS = {
+    "checkpoint/best_model.h5": b"weights",
+    "events.out.tfevents.mybackup/events": b"old events",
+    "model.ckpt-1_temp/notes.txt": b"notes",
+}
+
+
+def test_clear_train_dir_refuses_the_users_folders_and_deletes_nothing(
+    tmp_path,
+):
+    files = {**USERS_FOLDERS, "model.ckpt-5.index": b"index"}
+    _write_files(tmp_path, files)
+    os.symlink(
+        str(tmp_path / "model.ckpt-5.index"), str(tmp_path / "graph.pbtxt")
+    )
+    with pytest.raises(ValueError) as error:
+        train_dirs.clear(str(tmp_path))
+    assert str(error.value) == (
+        "--clear_train_dir refused: %s holds 4 file(s) or folder(s) the "
+        "trainers do not write (checkpoint/, events.out.tfevents.mybackup/, "
+        "graph.pbtxt, model.ckpt-1_temp/); move them away or choose another "
+        "--train_dir; nothing was deleted" % tmp_path
+    )
+    assert folder_contents(tmp_path) == {**files, "graph.pbtxt": b"index"}
+
+
+def test_clear_train_dir_deletes_traces_and_the_leftovers_of_broken_writes(
+    tmp_path,
+):
+    hex_id = "0123456789abcdef" * 2
+    _write_files(
+        tmp_path,
+        {
+            "trace_step_3.json": b"{}",
+            "graph.pbtxt.tmp" + hex_id: b"half a graph",
+            "checkpoint.tmp" + hex_id: b"half a state",
+            "model.ckpt-0.meta.tmp" + hex_id: b"half a meta",
+            "model.ckpt-0.data-00000-of-00001.tempstate123": b"half data",
+            "model.ckpt-7_temp/part-00000-of-00002.index": b"part",
+            "model.ckpt-7_temp/part-00001-of-00002.data-00000-of-00001"
+            ".tempstate99": b"part",
+        },
+    )
+    train_dirs.clear(str(tmp_path))
+    assert os.listdir(str(tmp_path)) == []
