@@ -6,12 +6,18 @@ through a link; --clear_train_dir deletes the suite's files only.
 """
 
 import os
+import re
+import subprocess
+import time
 
 import pytest
+import tensorflow as tf
 from conftest import (
     checkpoint_steps,
     folder_contents,
+    read_events,
     run_script,
+    start_script,
     trainer_flags,
 )
 
@@ -186,3 +192,78 @@ def test_clear_train_dir_deletes_traces_and_the_leftovers_of_broken_writes(
     )
     train_dirs.clear(str(tmp_path))
     assert os.listdir(str(tmp_path)) == []
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 20 MB tmpfs mounted at tmp_path/disk (as root), for a full disk."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(disk)],
+        check=True,
+    )
+    yield disk
+    subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
+def _fill(disk):
+    """Writes disk/filler until the disk is full; returns its path."""
+    filler = disk / "filler"
+    with open(str(filler), "wb") as f:
+        try:
+            while True:
+                f.write(bytes(2**16))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+# The run's line, whichever write of the event file failed first.
+DISK_FULL_LINE = (
+    r"cifar10_train.py: error: could not write the event file (\S+) "
+    r"\((No space left on device|a record was cut short while written \(was "
+    r"the disk full\?\)); [0-9.]+ MB free on its disk\); it keeps every "
+    r"event written before; stopped at step [0-9]+, the newest complete "
+    r"checkpoint is (\S+)"
+)
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_stops_the_run_with_one_line_and_readable_events(
+    cifar10_data_dir, small_disk, tmp_path
+):
+    train_dir, log_path = small_disk / "train", tmp_path / "train.log"
+    trainer = start_script(
+        "cifar10_train.py",
+        *trainer_flags(cifar10_data_dir, train_dir, "--max_steps=100000"),
+        "--save_checkpoint_steps=100000",
+        "--log_frequency=10",
+        log_path=log_path,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while "step 10, loss" not in log_path.read_text():
+            assert trainer.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        filler = _fill(small_disk)
+        trainer.wait(timeout=120)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    filler.unlink()  # The disk frees again.
+    log = log_path.read_text()
+    assert trainer.returncode == 1, log[-3000:]
+    assert "Traceback" not in log
+    found = re.fullmatch(DISK_FULL_LINE, log.strip().split("\n")[-1])
+    assert found, log[-3000:]
+    assert found.group(3) == str(train_dir / "model.ckpt-0")
+    # Every record reads (a cut one raises DataLossError), and TensorBoard
+    # shows the loss of the steps before the disk filled.
+    records = list(tf.compat.v1.train.summary_iterator(found.group(1)))
+    assert records[0].file_version == "brain.Event:2"
+    assert read_events(train_dir).Scalars("total_loss (raw)")[0].step == 1

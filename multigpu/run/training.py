@@ -10,7 +10,13 @@ import tensorflow as tf
 
 from multigpu import errors
 from multigpu.distributed import cluster, watchdog
-from multigpu.run import checkpoints, interrupts, sessions, train_dirs
+from multigpu.run import (
+    checkpoints,
+    event_files,
+    interrupts,
+    sessions,
+    train_dirs,
+)
 
 # Seconds a finished session waits for its background threads.
 STOP_GRACE_PERIOD_SECS = 5
@@ -161,6 +167,7 @@ def run_training(
         ),
     )
     saves = _SaveWatcher()
+    events = event_files.EventFileHook(train_dir)
     if task.is_chief:
         hooks += _chief_hooks(
             train_dir,
@@ -169,6 +176,7 @@ def run_training(
             save_summaries_steps,
             saves,
         )
+        hooks.append(events)
     server = cluster.start_server(task, config)
     done_ops = cluster.done_signals(task)
     try:
@@ -226,6 +234,14 @@ def run_training(
         if saves.step is None:
             raise
         raise save_failed(saves.step, train_dir, e) from e
+    except RuntimeError as e:
+        failed = events.failure(e)
+        if failed is None:
+            raise
+        raise errors.TrainingError(
+            "%s; stopped at step %d, the newest complete checkpoint is %s"
+            % (failed, logger.step, checkpoints.latest_checkpoint(train_dir))
+        ) from None
     return logger.runs
 
 
