@@ -64,10 +64,28 @@ class TraceHook(tf.compat.v1.train.SessionRunHook):
             self._write(run_values.run_metadata)
         self._next_step += 1
 
+    def end(self, session):
+        if self._next_step is not None and self._next_step <= self._step:
+            print(
+                "WARNING: --trace_step=%d was not reached (the run ended at "
+                "step %d); no step is traced"
+                % (self._step, self._next_step - 1)
+            )
+
     def _write(self, run_metadata):
         path = trace_path(self._train_dir, self._step)
         os.makedirs(self._train_dir, exist_ok=True)
-        with open(path, "w") as f:
+        try:
+            # Never through a link: the file written is the train_dir's own.
+            fd = os.open(
+                path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            )
+        except OSError as e:
+            raise ValueError(
+                "--trace_step=%d: cannot write %s (%s); the trainers write "
+                "through no link" % (self._step, path, e.strerror)
+            ) from None
+        with os.fdopen(fd, "w") as f:
             f.write(
                 timeline.Timeline(
                     run_metadata.step_stats
