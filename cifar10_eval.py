@@ -22,6 +22,7 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 # isort: split
 
 import datetime
+import os
 import sys
 import time
 
@@ -123,13 +124,14 @@ def eval_once(
       config: the session's `ConfigProto`.
 
     Returns:
-      float, the precision @ 1; None when the checkpoint went away before
-      it was restored.
+      (float, int), the precision @ 1 and the checkpoint's global step;
+      None when the checkpoint went away before it was restored.
     """
-    global_step = int(checkpoint.rsplit("-", 1)[1])
     with tf.compat.v1.Session(config=config) as sess:
         try:
             saver.restore(sess, checkpoint)
+            # Its own step: a checkpoint's name need not end in -STEP.
+            global_step = checkpoints.global_step(checkpoint)
         except (
             ValueError,
             tf.errors.NotFoundError,
@@ -167,7 +169,7 @@ def eval_once(
     summary.value.add(tag="Recall @ 5", simple_value=recall)
     summary_writer.add_summary(summary, global_step)
     summary_writer.flush()
-    return precision
+    return precision, global_step
 
 
 def evaluate(
@@ -205,7 +207,7 @@ def evaluate(
         while True:
             checkpoint = _newest_checkpoint(checkpoint_dir, run_once)
             if checkpoint is not None and checkpoint != last_scored:
-                precision = eval_once(
+                scored = eval_once(
                     checkpoint,
                     saver,
                     summary_writer,
@@ -215,8 +217,7 @@ def evaluate(
                     config,
                 )
                 last_scored = checkpoint
-                step = int(checkpoint.rsplit("-", 1)[1])
-                if precision is not None and 0 < last_step <= step:
+                if scored is not None and 0 < last_step <= scored[1]:
                     return
             if run_once:
                 return
@@ -256,6 +257,13 @@ def main(argv):
         cifar10_data.write_fake_data(FLAGS.data_dir)
     cifar10_data.say_if_sample_set(FLAGS.data_dir)
     folders.make_folder(FLAGS.eval_dir, "eval_dir")
+    if os.path.exists(FLAGS.checkpoint_dir) and not os.path.isdir(
+        FLAGS.checkpoint_dir
+    ):
+        raise ValueError(
+            "--checkpoint_dir=%s is a file, not a folder; pass the folder of "
+            "the checkpoints, the trainer's --train_dir" % FLAGS.checkpoint_dir
+        )
     devices = placement.tower_devices(1, cpu_towers=True)
     evaluate(
         FLAGS.checkpoint_dir,

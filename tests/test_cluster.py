@@ -305,6 +305,35 @@ def test_a_ps_whose_workers_never_start_gives_up_naming_them(make_cluster):
 
 
 @pytest.mark.slow
+def test_a_ps_ends_once_its_chief_is_done_naming_the_killed_worker(
+    make_cluster,
+):
+    cluster = make_cluster(2, "--max_steps=40")
+    cluster.start("worker", 0)
+    cluster.start("worker", 1)
+    # The ps gives its workers 10 s to start: they are up before it.
+    deadline = time.time() + TASK_DEADLINE_SECS
+    while not all(map(watchdog.answers, cluster.worker_addresses)):
+        assert time.time() < deadline
+        time.sleep(0.5)
+    cluster.start("ps", 0, "--operation_timeout_secs=10")
+    _wait_for_step(cluster, "worker1", 5)
+    cluster.processes["worker1"].kill()
+
+    code, _ = cluster.wait("worker0")
+    assert code == 0, cluster.log("worker0")[-3000:]
+    code, seconds = cluster.wait("ps0")
+    assert code == 1
+    assert seconds < 10 + 3 * watchdog.WATCHDOG_INTERVAL_SECS
+    assert cluster.log("ps0").strip().split("\n")[-1] == (
+        "cifar10_multi_gpu_train.py: error: ps task 0: the chief (worker "
+        "task 0) is done, and worker task 1 (%s) did not say it was done "
+        "within --operation_timeout_secs=10; the ps stops"
+        % cluster.worker_addresses[1]
+    )
+
+
+@pytest.mark.slow
 def test_a_restarted_chief_resumes_from_its_checkpoint(make_cluster):
     cluster = make_cluster(
         1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()

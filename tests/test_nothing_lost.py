@@ -7,6 +7,7 @@ through a link; --clear_train_dir deletes the suite's files only.
 
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -14,6 +15,7 @@ import pytest
 import tensorflow as tf
 from conftest import (
     checkpoint_steps,
+    error_line,
     folder_contents,
     read_events,
     run_script,
@@ -39,6 +41,19 @@ NEIGHBOUR_FILES = {
     for step in range(9)
     for suffix in (".index", ".meta", ".data-00000-of-00001")
 }
+
+
+def _evaluate_once(data_dir, checkpoint_dir, eval_dir):
+    """Runs the eval on checkpoint_dir's newest checkpoint, 8 examples."""
+    return run_script(
+        "cifar10_eval.py",
+        "--data_dir=%s" % data_dir,
+        "--checkpoint_dir=%s" % checkpoint_dir,
+        "--eval_dir=%s" % eval_dir,
+        "--run_once",
+        "--num_examples=8",
+        "--batch_size=8",
+    )
 
 
 @pytest.mark.slow
@@ -68,16 +83,25 @@ def test_a_train_dir_named_as_a_pattern_reads_and_prunes_only_its_own_files(
     assert sorted(
         name for name in os.listdir(str(train_dir)) if name.endswith(".index")
     ) == ["model.ckpt-%d.index" % step for step in (4, 5, 6, 7, 8)]
-    scored = run_script(
-        "cifar10_eval.py",
-        "--data_dir=%s" % cifar10_data_dir,
-        "--checkpoint_dir=%s" % train_dir,
-        "--eval_dir=%s" % (tmp_path / "eval[1]"),
-        "--run_once",
-        "--num_examples=8",
-        "--batch_size=8",
-    )
+    scored = _evaluate_once(cifar10_data_dir, train_dir, tmp_path / "eval[1]")
     assert "evaluating %s" % (train_dir / "model.ckpt-8") in scored.stdout
+    # A checkpoint named without -STEP, in a folder whose name holds a '-'.
+    renamed = tmp_path / "best-run"
+    renamed.mkdir()
+    for name in os.listdir(str(train_dir)):
+        if name.startswith("model.ckpt-8."):
+            shutil.copy(
+                str(train_dir / name),
+                str(renamed / name.replace("model.ckpt-8", "model.ckpt")),
+            )
+    (renamed / "checkpoint").write_text('model_checkpoint_path: "model.ckpt"\n')
+    scored = _evaluate_once(cifar10_data_dir, renamed, tmp_path / "eval[1]")
+    assert "evaluating %s" % (renamed / "model.ckpt") in scored.stdout
+    steps = [
+        e.step
+        for e in read_events(tmp_path / "eval[1]").Scalars("Precision @ 1")
+    ]
+    assert steps == [8, 8]
     warm = run_script(
         "cifar10_train.py",
         *trainer_flags(cifar10_data_dir, tmp_path / "warm[2]", "--max_steps=1"),
@@ -303,3 +327,18 @@ def test_a_trace_file_that_is_a_link_is_refused_and_its_target_untouched(
         % trace.trace_path(str(tmp_path), 1)
     )
     assert target.read_bytes() == b"the user's file"
+
+
+def test_the_eval_refuses_a_checkpoint_dir_that_is_a_file(tmp_path):
+    (tmp_path / "model.ckpt-5").write_bytes(b"")
+    line = error_line(
+        "cifar10_eval.py",
+        "--checkpoint_dir=%s" % (tmp_path / "model.ckpt-5"),
+        "--eval_dir=%s" % (tmp_path / "eval"),
+        "--data_dir=%s" % tmp_path,
+    )
+    assert line == (
+        "cifar10_eval.py: error: --checkpoint_dir=%s is a file, not a folder; "
+        "pass the folder of the checkpoints, the trainer's --train_dir"
+        % (tmp_path / "model.ckpt-5")
+    )

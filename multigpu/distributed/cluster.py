@@ -9,9 +9,11 @@ import copy
 import ipaddress
 import os
 import sys
+import time
 
 import tensorflow as tf
 
+from multigpu import errors
 from multigpu.distributed import tf_config, watchdog
 
 
@@ -248,10 +250,12 @@ def start_server(task, config):
     )
 
 
-def done_signals(task):
+def done_signals(task, one_at_a_time=False):
     """One queue per ps task into which each worker puts a token at its end.
 
-    Returns the enqueue ops of this worker (an empty list outside a cluster).
+    Returns the enqueue ops of this worker (an empty list outside a cluster);
+    for a ps, the ops that take every worker's token, or with one_at_a_time
+    one token (int32, the worker's task index).
     """
     if task.cluster is None:
         return []
@@ -266,6 +270,8 @@ def done_signals(task):
             )
             if task.job_name == "worker":
                 ops.append(queue.enqueue(task.task_index))
+            elif one_at_a_time:
+                ops.append(queue.dequeue())
             else:
                 ops.append(queue.dequeue_many(task.num_workers))
     return ops
@@ -288,11 +294,13 @@ def run_ps(task, config, timeout_secs=0):
     Args:
       task: the ps task's `ClusterTask`.
       config: the session's `ConfigProto`.
-      timeout_secs: int, how long every worker may take to start; 0 waits
-        forever.
+      timeout_secs: int, how long every worker may take to start, and how
+        long the ps waits for the others once the chief is done or gone; 0
+        waits forever.
 
     Raises:
-      errors.TrainingError: a worker did not start in time.
+      errors.TrainingError: a worker did not start in time, or the chief
+        is done or gone and other workers were not heard from in time.
     """
     config = task_config(config, task)
     # No operation timeout here: a ps waits as long as training lasts.
@@ -301,9 +309,55 @@ def run_ps(task, config, timeout_secs=0):
     print("ps task %d serving at %s" % (task.task_index, server.target))
     watchdog.wait_for_workers(task.cluster, timeout_secs)
     with tf.Graph().as_default():
-        dequeue = done_signals(task)[task.task_index]
+        dequeue = done_signals(task, one_at_a_time=True)[task.task_index]
         with tf.compat.v1.Session(server.target, config=config) as sess:
-            sess.run(dequeue)
+            _wait_for_done(task, sess, dequeue, timeout_secs)
     print(
         "ps task %d: all %d workers done." % (task.task_index, task.num_workers)
     )
+
+
+def _wait_for_done(task, sess, dequeue, timeout_secs):
+    """Takes each worker's done token; gives up once the chief is not there.
+
+    Once the chief (worker task 0) is done, or its port stops answering,
+    the other workers have timeout_secs to say they are done.
+
+    Raises:
+      errors.TrainingError: naming the workers not heard from.
+    """
+    done = set()
+    chief_address = task.cluster.task_address("worker", 0)
+    chief_away_since = None
+    # A dequeue gives up after this long, for a look at the chief.
+    options = tf.compat.v1.RunOptions(
+        timeout_in_ms=watchdog.WATCHDOG_INTERVAL_SECS * 1000
+    )
+    while len(done) < task.num_workers:
+        try:
+            done.add(int(sess.run(dequeue, options=options)))
+        except tf.errors.DeadlineExceededError:
+            pass
+        chief_done = 0 in done
+        chief_there = not chief_done and watchdog.answers(chief_address)
+        if chief_there or not timeout_secs:
+            chief_away_since = None
+            continue
+        chief_away_since = chief_away_since or time.time()
+        if time.time() - chief_away_since > timeout_secs:
+            raise errors.TrainingError(
+                "ps task %d: the chief (worker task 0) is %s, and %s did not "
+                "say it was done within --operation_timeout_secs=%d; the ps "
+                "stops"
+                % (
+                    task.task_index,
+                    "done" if chief_done else "gone",
+                    ", ".join(
+                        "worker task %d (%s)"
+                        % (i, task.cluster.task_address("worker", i))
+                        for i in range(task.num_workers)
+                        if i not in done
+                    ),
+                    timeout_secs,
+                )
+            )

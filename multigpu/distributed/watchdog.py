@@ -74,7 +74,7 @@ def unreachable_tasks(cluster):
         "%s task %d (%s)" % (job, index, address)
         for job in cluster.jobs
         for index, address in enumerate(cluster.job_tasks(job))
-        if not _answers(address)
+        if not answers(address)
     ]
     if not lost:
         return "every task answers; a peer may be stuck or too slow"
@@ -97,7 +97,7 @@ def wait_for_workers(cluster, timeout_secs):
     unseen = dict(enumerate(cluster.job_tasks("worker")))
     deadline = time.time() + timeout_secs
     while True:
-        unseen = {i: a for i, a in unseen.items() if not _answers(a)}
+        unseen = {i: a for i, a in unseen.items() if not answers(a)}
         if not unseen:
             return
         if timeout_secs and time.time() > deadline:
@@ -114,7 +114,7 @@ def wait_for_workers(cluster, timeout_secs):
         time.sleep(WATCHDOG_INTERVAL_SECS)
 
 
-def _answers(address):
+def answers(address):
     """Whether HOST:PORT accepts a connection."""
     host, _, port = address.rpartition(":")
     try:
