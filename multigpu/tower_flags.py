@@ -62,7 +62,11 @@ def define_cluster_flags():
         "--ps_hosts and --worker_hosts the cluster comes from the TF_CONFIG "
         "environment variable when it names one (Kubeflow TFJob, "
         "tf.distribute): its chief is worker 0 and its worker i is worker "
-        "i+1. Flags and TF_CONFIG that disagree are an error.",
+        "i+1. Flags and TF_CONFIG that disagree are an error. Each task's "
+        "gRPC server listens on PORT of all interfaces, whatever HOST says, "
+        "with no authentication: whoever reaches it can run any graph as "
+        "you (read and write your files); run the cluster behind a firewall "
+        "or on a private network.",
     )
     common_flags.define_once(
         flags.DEFINE_string,

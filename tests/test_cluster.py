@@ -388,6 +388,50 @@ def test_bad_cluster_flags_are_errors_with_their_own_message(flags, message):
     )
 
 
+def test_one_host_port_for_two_tasks_is_refused():
+    with pytest.raises(ValueError) as error:
+        cluster.cluster_task("127.0.0.1:2222", "127.0.0.1:2222", "worker", 0)
+    assert str(error.value) == (
+        "--ps_hosts and --worker_hosts list 127.0.0.1:2222 more than once; "
+        "every task needs a HOST:PORT of its own"
+    )
+
+
+def test_a_server_says_it_listens_on_all_interfaces_unauthenticated(capsys):
+    ps_port, worker_port = _free_ports(2)
+    task = cluster.cluster_task(
+        "127.0.0.1:%d" % ps_port, "127.0.0.1:%d" % worker_port, "worker", 0
+    )
+    cluster.start_server(task, None)
+    assert capsys.readouterr().out == (
+        "worker task 0: gRPC server listening on all interfaces, port %d, "
+        "with no authentication: whoever reaches the port can run any graph "
+        "as this user; keep it behind a firewall or on a private network\n"
+        % worker_port
+    )
+    # It answers on another address than the spec's 127.0.0.1 too.
+    assert watchdog.answers("127.0.0.2:%d" % worker_port)
+
+
+def test_a_port_in_use_is_one_line_naming_it():
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        task = cluster.cluster_task(
+            "127.0.0.1:%d" % port, "127.0.0.1:%d" % _free_ports(1)[0], "ps", 0
+        )
+        with pytest.raises(ValueError) as error:
+            cluster.start_server(task, None)
+    assert str(error.value).startswith(
+        "--ps_hosts: ps task 0 cannot listen on port %d of 127.0.0.1:%d ("
+        % (port, port)
+    )
+    assert str(error.value).endswith(
+        "); stop what uses that port or choose another"
+    )
+
+
 def test_a_public_cluster_address_is_warned_about(capsys):
     cluster.cluster_task("8.8.8.8:2222", "127.0.0.1:2223", "worker", 0)
     assert "WARNING: 8.8.8.8:2222 is not a loopback or private address." in (

@@ -100,13 +100,20 @@ def cluster_task(
         raise ValueError(
             "--job_name must be 'ps' or 'worker', got %r" % job_name
         )
+    addresses = cluster.job_tasks("ps") + cluster.job_tasks("worker")
+    shared = sorted({a for a in addresses if addresses.count(a) > 1})
+    if shared:
+        raise ValueError(
+            "--ps_hosts and --worker_hosts list %s more than once; every "
+            "task needs a HOST:PORT of its own" % ", ".join(shared)
+        )
     num_tasks = cluster.num_tasks(job_name)
     if not 0 <= task_index < num_tasks:
         raise ValueError(
             "--task_index=%d is out of range: --%s_hosts lists %d task(s), "
             "so 0..%d" % (task_index, job_name, num_tasks, num_tasks - 1)
         )
-    for address in cluster.job_tasks("ps") + cluster.job_tasks("worker"):
+    for address in addresses:
         if not _is_private(address.rpartition(":")[0]):
             print(
                 "WARNING: %s is not a loopback or private address. The "
@@ -243,11 +250,46 @@ def task_config(config, task):
 
 
 def start_server(task, config):
+    """Starts the task's gRPC server and says where it listens.
+
+    TensorFlow's server listens on all interfaces, whatever host the
+    cluster spec names, with no authentication.
+
+    Returns:
+      the `tf.distribute.Server`, None outside a cluster.
+
+    Raises:
+      ValueError: the task's port cannot be taken (e.g. it is in use).
+    """
     if task.cluster is None:
         return None
-    return tf.distribute.Server(
-        task.cluster, task.job_name, task.task_index, config=config
+    address = task.cluster.task_address(task.job_name, task.task_index)
+    port = address.rpartition(":")[2]
+    try:
+        server = tf.distribute.Server(
+            task.cluster, task.job_name, task.task_index, config=config
+        )
+    except tf.errors.OpError as e:
+        raise ValueError(
+            "--%s_hosts: %s task %d cannot listen on port %s of %s (%s); "
+            "stop what uses that port or choose another"
+            % (
+                task.job_name,
+                task.job_name,
+                task.task_index,
+                port,
+                address,
+                e.message.strip().split("\n")[0],
+            )
+        ) from None
+    print(
+        "%s task %d: gRPC server listening on all interfaces, port %s, with "
+        "no authentication: whoever reaches the port can run any graph as "
+        "this user; keep it behind a firewall or on a private network"
+        % (task.job_name, task.task_index, port),
+        flush=True,
     )
+    return server
 
 
 def done_signals(task, one_at_a_time=False):
@@ -306,7 +348,6 @@ def run_ps(task, config, timeout_secs=0):
     # No operation timeout here: a ps waits as long as training lasts.
     config.operation_timeout_in_ms = 0
     server = start_server(task, config)
-    print("ps task %d serving at %s" % (task.task_index, server.target))
     watchdog.wait_for_workers(task.cluster, timeout_secs)
     with tf.Graph().as_default():
         dequeue = done_signals(task, one_at_a_time=True)[task.task_index]
