@@ -2,6 +2,7 @@
 traceback, every log line once."""
 
 import os
+import signal
 import sys
 
 import tensorflow as tf
@@ -43,6 +44,8 @@ def run_script(main):
     _list_flags_in_help(main.__module__)
 
     def main_with_errors(argv):
+        # Python's own Ctrl-C from here on (see quiet_cpp_logs).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         # TensorFlow's logger prints each line itself ('INFO:tensorflow:
         # ...'); passed on to absl's handler it would be printed again.
         tf.get_logger().propagate = False

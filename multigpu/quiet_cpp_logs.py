@@ -9,11 +9,17 @@ INFO lines, and the warnings that repeat a failure the script reports in
 one line, and keeps the other warnings and errors. Python's own stderr
 (tracebacks, our one-line errors) is written directly, never through the
 filter.
+
+A Ctrl-C while TensorFlow loads (the first seconds) ends the script with
+one line and exit code 130, not a traceback from inside `import
+tensorflow`; `errors.run_script` hands Ctrl-C back to Python's own handler
+once the script's main starts.
 """
 
 import atexit
 import os
 import re
+import signal
 import sys
 import threading
 
@@ -66,4 +72,15 @@ def _install():
     atexit.register(drain)
 
 
+def _exit_on_ctrl_c(signum, frame):
+    os.write(
+        sys.stderr.fileno(),
+        b"%s: interrupted (SIGINT) while starting; nothing was written\n"
+        % os.path.basename(sys.argv[0]).encode(),
+    )
+    # 128 + SIGINT, the shell's status of a Ctrl-C.
+    os._exit(128 + signal.SIGINT)
+
+
 _install()
+signal.signal(signal.SIGINT, _exit_on_ctrl_c)

@@ -6,10 +6,12 @@ a user runs them, where it can only be seen there) and the exact line read.
 """
 
 import os
+import signal
+import time
 
 import pytest
 import tensorflow as tf
-from conftest import error_line, run_script
+from conftest import error_line, run_script, start_script
 
 from multigpu import folders
 from multigpu.distributed import cluster
@@ -167,3 +169,19 @@ def test_a_user_error_exits_1_naming_the_flag_without_a_traceback(
     assert "Traceback" not in result.stderr
     assert "FATAL" not in result.stderr and "--helpshort" not in result.stderr
     assert a_file.read_bytes() == b"mine"
+
+
+def test_ctrl_c_while_tensorflow_loads_exits_130_with_one_line(tmp_path):
+    log_path = tmp_path / "train.log"
+    trainer = start_script(
+        "cifar10_train.py", "--train_dir=%s" % tmp_path, log_path=log_path
+    )
+    # Python starts in well under this; TensorFlow takes seconds to load.
+    time.sleep(0.5)
+    trainer.send_signal(signal.SIGINT)
+    assert trainer.wait(timeout=60) == 130
+    assert log_path.read_text().strip().split("\n")[-1] == (
+        "cifar10_train.py: interrupted (SIGINT) while starting; nothing was "
+        "written"
+    )
+    assert os.listdir(str(tmp_path)) == ["train.log"]
