@@ -220,17 +220,22 @@ def test_clear_train_dir_deletes_traces_and_the_leftovers_of_broken_writes(
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 20 MB tmpfs mounted at tmp_path/disk (as root), for a full disk."""
+    """Mounts a tmpfs of a size ('20m') at tmp_path/disk (as root)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     disk = tmp_path / "disk"
     disk.mkdir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(disk)],
-        check=True,
-    )
-    yield disk
-    subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+    def mount(size):
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(disk)],
+            check=True,
+        )
+        return disk
+
+    yield mount
+    if os.path.ismount(str(disk)):
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
 
 
 def _fill(disk):
@@ -257,10 +262,34 @@ DISK_FULL_LINE = (
 
 
 @pytest.mark.slow
+def test_a_nearly_full_disk_at_start_is_one_line_and_leaves_no_temp_file(
+    cifar10_data_dir, small_disk
+):
+    # Room for neither the graph's event (835 kB) nor graph.pbtxt (680 kB).
+    train_dir = small_disk("512k") / "train"
+    line = error_line(
+        "cifar10_train.py",
+        *trainer_flags(cifar10_data_dir, train_dir, "--max_steps=1"),
+    )
+    assert re.fullmatch(
+        r"cifar10_train.py: error: could not write %s \(ResourceExhausted"
+        r"Error: No space left on device; [0-9.]+ MB free on its disk\); no "
+        r"checkpoint is complete yet: a run started once the cause is fixed "
+        r"starts from step 0" % re.escape(str(train_dir / "graph.pbtxt")),
+        line,
+    ), line
+    [events] = [n for n in os.listdir(str(train_dir)) if n.startswith("ev")]
+    assert sorted(os.listdir(str(train_dir))) == [events, "trainer.lock"]
+    # Every record of the event file reads.
+    assert list(tf.compat.v1.train.summary_iterator(str(train_dir / events)))
+
+
+@pytest.mark.slow
 def test_a_disk_that_fills_stops_the_run_with_one_line_and_readable_events(
     cifar10_data_dir, small_disk, tmp_path
 ):
-    train_dir, log_path = small_disk / "train", tmp_path / "train.log"
+    disk = small_disk("20m")
+    train_dir, log_path = disk / "train", tmp_path / "train.log"
     trainer = start_script(
         "cifar10_train.py",
         *trainer_flags(cifar10_data_dir, train_dir, "--max_steps=100000"),
@@ -274,7 +303,7 @@ def test_a_disk_that_fills_stops_the_run_with_one_line_and_readable_events(
             assert trainer.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        filler = _fill(small_disk)
+        filler = _fill(disk)
         trainer.wait(timeout=120)
     finally:
         trainer.kill()

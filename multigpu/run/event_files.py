@@ -8,6 +8,7 @@ step, so the first failed write is seen at once; the file is cut back to
 its last complete record, readable to the end, and the run stops.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -59,6 +60,27 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
             )
         self._complete_bytes = end
 
+    def cut_back(self):
+        """Cuts the event file back to its complete records, if any is cut.
+
+        For a run that stops on an error: a record half written when the
+        error struck would end TensorBoard's reading there. The writer is
+        closed: nothing more is written to the file.
+        """
+        if self._writer is None:
+            return
+        path = self._writer.event_writer._ev_writer.FileName()
+        # Closed first: its thread would go on writing at the old end.
+        with contextlib.suppress(RuntimeError):
+            self._writer.close()
+        if not path or not os.path.exists(path):
+            return
+        if path != self._path:
+            self._path, self._complete_bytes = path, 0
+        end = _records_end(path, self._complete_bytes, whole_file=False)
+        os.truncate(path, end)
+        self._complete_bytes = end
+
     def failure(self, error):
         """What failed, once the event file is cut back to complete events.
 
@@ -73,9 +95,6 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
         found = _WRITE_ERROR.match(str(error))
         if found is None:
             return None
-        if self._path == found.group(1):
-            # The writer is dead (its thread ended): nothing more is added.
-            os.truncate(self._path, self._complete_bytes)
         return (
             "could not write the event file %s (%s; %.1f MB free on its "
             "disk); it keeps every event written before"
@@ -111,16 +130,17 @@ _LENGTH = struct.Struct("<Q")
 _RECORD_BYTES = _LENGTH.size + 4 + 4
 
 
-def _records_end(path, start):
-    """The end of the file's records from start on, None if one is cut.
+def _records_end(path, start, whole_file=True):
+    """The end of the file's complete records from start on.
 
     Args:
       path: str, an event file.
       start: int, the offset of a record (the end of the checked ones).
+      whole_file: bool, whether a record cut short makes the answer None.
 
     Returns:
-      int, the file's size when its records from start on follow each
-      other to its end; None when the last one runs past it or is cut.
+      int, the end of the last record that is whole; with whole_file, None
+      unless that is the file's end.
     """
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -129,7 +149,11 @@ def _records_end(path, start):
             f.seek(offset)
             header = f.read(_LENGTH.size)
             if len(header) < _LENGTH.size:
-                return None
+                break
             (length,) = _LENGTH.unpack(header)
+            if offset + _RECORD_BYTES + length > size:
+                break
             offset += _RECORD_BYTES + length
-    return offset if offset == size else None
+    if whole_file and offset != size:
+        return None
+    return offset

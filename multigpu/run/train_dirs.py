@@ -33,6 +33,8 @@ _SUITE_FILE = re.compile(
     r"trace_step_[0-9]+\.json)%s$"
     % (re.escape(LOCK_NAME), _CHECKPOINT_FILE, _INTERRUPTED)
 )
+# The names of what an interrupted write leaves.
+_INTERRUPTED_WRITE = re.compile(r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+|_temp)$")
 # A failed sharded save's folder, model.ckpt-STEP_temp, and its files.
 _SUITE_FOLDER = re.compile(r"^model\.ckpt-[0-9]+_temp$")
 _TEMP_PART = re.compile(
@@ -78,6 +80,24 @@ def clear(train_dir, data_dirs=()):
         path = os.path.join(train_dir, name)
         if name == LOCK_NAME:
             continue  # Held by this run.
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def remove_interrupted_writes(train_dir):
+    """Deletes what the suite's interrupted writes left in train_dir.
+
+    A whole file written, then renamed (NAME.tmpHEX), a checkpoint file
+    being written (NAME.tempstateDIGITS) and a failed save's folder
+    (model.ckpt-STEP_temp) take the space a retry needs, and they are not
+    the user's.
+    """
+    for name in os.listdir(train_dir):
+        path = os.path.join(train_dir, name)
+        if not _written_by_suite(path) or not _INTERRUPTED_WRITE.search(name):
+            continue
         if os.path.isdir(path):
             shutil.rmtree(path)
         else:

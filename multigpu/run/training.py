@@ -231,10 +231,15 @@ def run_training(
             )
         ) from e
     except tf.errors.OpError as e:
-        if saves.step is None:
+        events.cut_back()
+        if saves.step is not None:
+            raise save_failed(saves.step, train_dir, e) from None
+        failed = write_failed(train_dir, e)
+        if failed is None:
             raise
-        raise save_failed(saves.step, train_dir, e) from e
+        raise failed from None
     except RuntimeError as e:
+        events.cut_back()
         failed = events.failure(e)
         if failed is None:
             raise
@@ -313,33 +318,79 @@ def _chief_hooks(
     return hooks
 
 
-# The operating system's reason at the end of a file error, e.g. '...; No
-# space left on device' or '...; File too large'.
-_OS_REASON = re.compile(r"; ([A-Z][a-z]+(?: [a-z]+)*)$", re.MULTILINE)
+# A file error of TensorFlow: 'PATH; REASON', e.g. '.../graph.pbtxt.tmpHEX;
+# No space left on device' (.tmpHEX: a whole file written, then renamed).
+_FILE_ERROR = re.compile(
+    r"^(\S+?)(\.tmp[0-9a-f]{32})?; ([A-Z][a-z]+(?: [a-z]+)*)$", re.MULTILINE
+)
 
 
 def save_failed(step, train_dir, error):
-    # A failed save leaves its partial files in PREFIX-STEP_temp (the
-    # saver's sharded layout); they take the space a retry needs.
-    shutil.rmtree(
-        os.path.join(
-            train_dir, "%s-%d_temp" % (checkpoints.CHECKPOINT_BASENAME, step)
-        ),
-        ignore_errors=True,
-    )
-    found = _OS_REASON.search(error.message)
-    reason = found.group(1) if found else error.message.strip().split("\n")[0]
+    """The run's error when the checkpoint of step could not be written."""
+    train_dirs.remove_interrupted_writes(train_dir)
+    found = _FILE_ERROR.search(error.message)
+    if found and found.group(1).endswith(".meta"):
+        # The saver writes the graph last: the checkpoint itself is whole.
+        return errors.TrainingError(
+            "could not write %s, the graph of the checkpoint of step %d (%s);"
+            " the checkpoint itself is complete, and a run started once the "
+            "cause is fixed resumes from it"
+            % (found.group(1), step, _reason(train_dir, error, found))
+        )
     return errors.TrainingError(
-        "could not write the checkpoint of step %d to %s (%s: %s); the "
-        "newest complete checkpoint is %s, and a run started once the cause "
-        "is fixed resumes from it"
+        "could not write the checkpoint of step %d to %s (%s); %s"
         % (
             step,
             train_dir,
-            type(error).__name__,
-            reason,
-            checkpoints.latest_checkpoint(train_dir),
+            _reason(train_dir, error, found),
+            _resumes_from(train_dir),
         )
+    )
+
+
+def write_failed(train_dir, error):
+    """The run's error when a file of train_dir could not be written.
+
+    Returns:
+      `errors.TrainingError`, or None when error is not of such a file.
+    """
+    found = _FILE_ERROR.search(error.message)
+    if found is None or os.path.normpath(
+        os.path.dirname(found.group(1))
+    ) != os.path.normpath(train_dir):
+        return None
+    train_dirs.remove_interrupted_writes(train_dir)
+    return errors.TrainingError(
+        "could not write %s (%s); %s"
+        % (
+            found.group(1),
+            _reason(train_dir, error, found),
+            _resumes_from(train_dir),
+        )
+    )
+
+
+def _reason(train_dir, error, found):
+    """'ResourceExhaustedError: No space left on device; 0.3 MB free on
+    its disk'."""
+    reason = found.group(3) if found else error.message.strip().split("\n")[0]
+    return "%s: %s; %.1f MB free on its disk" % (
+        type(error).__name__,
+        reason,
+        shutil.disk_usage(train_dir).free / 2**20,
+    )
+
+
+def _resumes_from(train_dir):
+    newest = checkpoints.latest_checkpoint(train_dir)
+    if newest is None:
+        return (
+            "no checkpoint is complete yet: a run started once the cause is "
+            "fixed starts from step 0"
+        )
+    return (
+        "the newest complete checkpoint is %s, and a run started once the "
+        "cause is fixed resumes from it" % newest
     )
 
 
