@@ -21,7 +21,9 @@
   - `training`: the training loop (`run_training`) and its hooks.
   - `interrupts`: Ctrl-C and SIGTERM save the step and exit 130 / 143.
   - `trace`: the Chrome trace of one step (`--trace_step`).
-  - `checkpoints`: a train_dir's checkpoints; the newest that reads in full.
+  - `event_files`: the event file checked every step; a failed write stops.
+  - `checkpoints`: a train_dir's checkpoints, read and pruned by exact
+    name; the newest that reads in full.
   - `restore`: what a checkpoint must hold; warm start and fine-tune.
   - `sessions`: the session creators of the chief and the other workers.
   - `train_dirs`: one trainer per train_dir; what `--clear_train_dir`
@@ -40,8 +42,8 @@
 The data sets' support code is the package `data_sets` beside this one.
 Nothing here reads flags (the trainers pass plain values) or does work at
 import, except `quiet_cpp_logs`, which every script imports first to
-filter what TensorFlow prints as it loads, and this file, which runs before
-any of them (below).
+filter what TensorFlow prints as it loads (and to end a Ctrl-C then with
+one line), and this file, which runs before any of them (below).
 """
 
 import importlib.util

@@ -23,7 +23,7 @@ from conftest import (
     trainer_flags,
 )
 
-from multigpu import checkpoints, trace, train_dirs
+from multigpu.run import checkpoints, trace, train_dirs
 
 
 def _write_files(folder, files):
