@@ -23,7 +23,7 @@ from conftest import (
     trainer_flags,
 )
 
-from multigpu.run import checkpoints, trace, train_dirs
+from multigpu.run import checkpoints, restore, trace, train_dirs
 
 
 def _write_files(folder, files):
@@ -83,10 +83,9 @@ def test_a_train_dir_named_as_a_pattern_reads_and_prunes_only_its_own_files(
     assert sorted(
         name for name in os.listdir(str(train_dir)) if name.endswith(".index")
     ) == ["model.ckpt-%d.index" % step for step in (4, 5, 6, 7, 8)]
-    scored = _evaluate_once(cifar10_data_dir, train_dir, tmp_path / "eval[1]")
-    assert "evaluating %s" % (train_dir / "model.ckpt-8") in scored.stdout
-    # A checkpoint named without -STEP, in a folder whose name holds a '-'.
-    renamed = tmp_path / "best-run"
+    # A checkpoint named without -STEP, in a folder whose name holds a '-'
+    # and a pattern.
+    renamed = tmp_path / "best-run[2]"
     renamed.mkdir()
     for name in os.listdir(str(train_dir)):
         if name.startswith("model.ckpt-8."):
@@ -97,18 +96,32 @@ def test_a_train_dir_named_as_a_pattern_reads_and_prunes_only_its_own_files(
     (renamed / "checkpoint").write_text('model_checkpoint_path: "model.ckpt"\n')
     scored = _evaluate_once(cifar10_data_dir, renamed, tmp_path / "eval[1]")
     assert "evaluating %s" % (renamed / "model.ckpt") in scored.stdout
-    steps = [
-        e.step
-        for e in read_events(tmp_path / "eval[1]").Scalars("Precision @ 1")
-    ]
-    assert steps == [8, 8]
-    warm = run_script(
-        "cifar10_train.py",
-        *trainer_flags(cifar10_data_dir, tmp_path / "warm[2]", "--max_steps=1"),
-        "--pretrained_model_checkpoint_path=%s" % train_dir,
-    )
-    assert "Warm start from %s" % (train_dir / "model.ckpt-8") in warm.stdout
+    [precision] = read_events(tmp_path / "eval[1]").Scalars("Precision @ 1")
+    assert precision.step == 8
     assert folder_contents(neighbour) == NEIGHBOUR_FILES
+
+
+def test_a_pretrained_folder_named_as_a_pattern_gives_its_own_checkpoint(
+    tmp_path_factory,
+):
+    root = tmp_path_factory.mktemp("pretrained")
+    folder = root / "run[1]"
+    _save_counter(folder, 7.0)
+    _save_counter(root / "run1", 1.0)
+    checkpoint = restore.pretrained_checkpoint(str(folder))
+    assert checkpoint == str(folder / "model.ckpt-3")
+    with checkpoints.reading(checkpoint) as reader:
+        assert reader.get_tensor("counter") == 7.0
+
+
+def _save_counter(folder, value):
+    """Saves a checkpoint of step 3 holding 'counter' = value in folder."""
+    with tf.Graph().as_default():
+        counter = tf.compat.v1.get_variable("counter", initializer=value)
+        saver = tf.compat.v1.train.Saver([counter])
+        with tf.compat.v1.Session() as sess:
+            sess.run(counter.initializer)
+            saver.save(sess, str(folder / "model.ckpt"), 3)
 
 
 def test_pruning_deletes_the_exact_files_of_the_checkpoint_only(tmp_path):
