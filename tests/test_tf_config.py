@@ -137,6 +137,11 @@ def test_flags_that_disagree_with_tf_config_are_an_error(flags, message):
             "TF_CONFIG's task index 2 is out of range: its worker job has 2 "
             "task(s)",
         ),
+        (
+            tf_config_text("worker", 0, dict(CLUSTER, ps=[2222])),
+            'TF_CONFIG\'s ps job is [2222]; expected a list of "HOST:PORT" '
+            'strings, e.g. ["localhost:2222"]',
+        ),
     ],
 )
 def test_a_bad_tf_config_is_an_error_saying_what_is_wrong(text, message):

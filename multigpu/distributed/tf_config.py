@@ -63,6 +63,14 @@ def parse(text):
             "TF_CONFIG names job(s) %s; the cluster mode runs only ps, "
             "worker and chief tasks" % ", ".join(unknown)
         )
+    for job, hosts in sorted(cluster.items()):
+        if not isinstance(hosts, list) or not all(
+            isinstance(host, str) for host in hosts
+        ):
+            raise ValueError(
+                'TF_CONFIG\'s %s job is %s; expected a list of "HOST:PORT" '
+                'strings, e.g. ["localhost:2222"]' % (job, json.dumps(hosts))
+            )
     workers = list(cluster.get("chief", [])) + list(cluster.get("worker", []))
     if not cluster.get("ps") or not workers:
         raise ValueError(
