@@ -114,6 +114,19 @@ def test_a_pretrained_folder_named_as_a_pattern_gives_its_own_checkpoint(
         assert reader.get_tensor("counter") == 7.0
 
 
+def test_a_truncated_pretrained_checkpoint_is_one_line(tmp_path):
+    _save_counter(tmp_path, 7.0)
+    prefix = str(tmp_path / "model.ckpt-3")
+    os.truncate(prefix + ".data-00000-of-00001", 2)
+    with pytest.raises(ValueError) as error:
+        restore.pretrained_checkpoint(prefix)
+    assert str(error.value) == (
+        "--pretrained_model_checkpoint_path=%s does not read in full "
+        "(IndexError: Read less bytes than requested); pass a complete "
+        "checkpoint" % prefix
+    )
+
+
 def _save_counter(folder, value):
     """Saves a checkpoint of step 3 holding 'counter' = value in folder."""
     with tf.Graph().as_default():

@@ -57,7 +57,7 @@ def newest_valid_checkpoint(checkpoint_dir):
     """
     candidates = _checkpoint_candidates(checkpoint_dir)
     for checkpoint in candidates:
-        error = _read_error(checkpoint)
+        error = read_error(checkpoint)
         if error is None:
             return checkpoint
         print(
@@ -258,7 +258,7 @@ def _checkpoint_candidates(checkpoint_dir):
     ]
 
 
-def _read_error(checkpoint):
+def read_error(checkpoint):
     """Why the checkpoint does not read in full; None when it does."""
     try:
         with reading(checkpoint) as reader:

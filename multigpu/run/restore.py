@@ -218,6 +218,12 @@ def pretrained_checkpoint(path):
             "/tmp/cifar10_train/model.ckpt-1000, or its folder"
             % (path, path + ".index")
         )
+    error = checkpoints.read_error(path)
+    if error is not None:
+        raise ValueError(
+            "--pretrained_model_checkpoint_path=%s does not read in full "
+            "(%s); pass a complete checkpoint" % (path, error)
+        )
     return path
 
 
