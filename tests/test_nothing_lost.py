@@ -182,6 +182,19 @@ def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(
     assert target.read_bytes() == b"the user's file"
 
 
+def test_a_train_dir_too_long_for_the_files_in_it_is_one_line(tmp_path):
+    train_dir = tmp_path.joinpath(*["d" * 250] * 16)
+    with pytest.raises(ValueError) as error:
+        with train_dirs.owned(str(train_dir)):
+            pass
+    assert str(error.value) == (
+        "--train_dir is %d characters long (as an absolute path); the files "
+        "the trainers write in it need up to 100 more, past this system's "
+        "limit of 4096 for a path; choose a shorter --train_dir"
+        % len(str(train_dir))
+    )
+
+
 def test_a_lock_file_of_other_content_is_refused_and_left_as_it_is(tmp_path):
     lock = tmp_path / train_dirs.LOCK_NAME
     lock.write_bytes(b"my own notes\n")

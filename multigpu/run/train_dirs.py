@@ -18,6 +18,9 @@ from multigpu import folders
 # The lock file of a train_dir: 'PID HOST' while a trainer holds it, empty
 # once it is released.
 LOCK_NAME = "trainer.lock"
+# The longest path the suite writes under a train_dir, a failed save's
+# part file: model.ckpt-STEP_temp/part-N-of-N.data-N-of-N.tempstateDIGITS.
+LONGEST_NAME = 100
 # What a lock file holds: 'PID HOST' and a new line.
 _LOCK_CONTENT = re.compile(r"^[0-9]+ \S+\n$")
 
@@ -188,6 +191,15 @@ def owned(train_dir, is_chief=True):
 def _open_lock_file(train_dir, path):
     """The lock file, opened for reading and writing (created if missing)."""
     folders.make_folder(train_dir, "train_dir")
+    length = len(os.path.abspath(train_dir))
+    path_max = os.pathconf(train_dir, "PC_PATH_MAX")
+    if length + LONGEST_NAME > path_max:
+        raise ValueError(
+            "--train_dir is %d characters long (as an absolute path); the "
+            "files the trainers write in it need up to %d more, past this "
+            "system's limit of %d for a path; choose a shorter --train_dir"
+            % (length, LONGEST_NAME, path_max)
+        )
     try:
         # Never through a link: the file written is the train_dir's own.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
