@@ -42,7 +42,8 @@ def write_records(filename, images, labels):
     depth_major = np.transpose(images, [0, 3, 1, 2]).reshape(len(images), -1)
     labels = np.asarray(labels, np.uint8)[:, None]
     records = np.concatenate([labels, depth_major.astype(np.uint8)], axis=1)
-    records.tofile(filename)
+    with open(filename, "wb") as f:
+        f.write(records.tobytes())
 
 
 def fake_examples(num_examples, seed):
@@ -94,7 +95,7 @@ def write_fake_data(data_dir):
     Raises:
       ValueError: the folder holds other files (named).
     """
-    folder = os.path.join(data_dir, cifar10_input.BATCHES_DIR)
+    folder = _batches_folder(data_dir)
     names = cifar10_input.TRAIN_FILES + cifar10_input.TEST_FILES
     sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(cifar10_input.TRAIN_FILES) + [
         FAKE_TEST_RECORDS
@@ -112,21 +113,15 @@ def write_fake_data(data_dir):
     for seed, (name, size) in enumerate(zip(names, sizes), start=1):
         if name not in missing:
             continue
-        filename = os.path.join(folder, name)
         images, labels = fake_examples(size, seed)
-        # Written aside and renamed: a crash never leaves a short file, and
-        # processes writing the same file at once (cluster tasks) do not mix.
-        part = "%s.%d.tmp" % (filename, os.getpid())
-        write_records(part, images, labels)
-        os.replace(part, filename)
+        with folders.written_aside(os.path.join(folder, name)) as part:
+            write_records(part, images, labels)
     return bool(missing)
 
 
 def say_if_sample_set(data_dir):
     """Prints one line when data_dir holds the sample set, not CIFAR-10."""
-    sample_sets.say_if_sample_set(
-        os.path.join(data_dir, cifar10_input.BATCHES_DIR), "CIFAR-10"
-    )
+    sample_sets.say_if_sample_set(_batches_folder(data_dir), "CIFAR-10")
 
 
 def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
@@ -139,12 +134,34 @@ def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
       fake_data: bool, write the built-in sample set instead of downloading.
       url: str, where to download the real archive from.
     """
+    if _complete(data_dir) and (
+        not fake_data or sample_sets.is_sample_set(_batches_folder(data_dir))
+    ):
+        # Only read: a read-only copy is fine.
+        say_if_sample_set(data_dir)
+        return
     folders.make_folder(data_dir, "data_dir")
     if fake_data:
         write_fake_data(data_dir)
     else:
         maybe_download_and_extract(data_dir, url)
     say_if_sample_set(data_dir)
+
+
+def _record_files(data_dir):
+    """The paths of CIFAR-10's six record files under data_dir."""
+    return cifar10_input.data_files(data_dir) + cifar10_input.data_files(
+        data_dir, "test"
+    )
+
+
+def _complete(data_dir):
+    """Whether data_dir holds all six record files."""
+    return all(os.path.isfile(f) for f in _record_files(data_dir))
+
+
+def _batches_folder(data_dir):
+    return os.path.join(data_dir, cifar10_input.BATCHES_DIR)
 
 
 def _download(url, path):
@@ -200,10 +217,8 @@ def maybe_download_and_extract(data_dir, url=cifar10_input.DATA_URL):
       ValueError: the download failed, or the archive is broken or lacks
         the record files; the message says what to download and where.
     """
-    filenames = cifar10_input.data_files(data_dir) + cifar10_input.data_files(
-        data_dir, "test"
-    )
-    if all(os.path.isfile(f) for f in filenames):
+    filenames = _record_files(data_dir)
+    if _complete(data_dir):
         return
     os.makedirs(data_dir, exist_ok=True)
     archive = os.path.join(data_dir, os.path.basename(url))

@@ -6,6 +6,7 @@ that `mnist_input` reads (`python mnist_input.py --idx_dir=...` runs it);
 format (`--fake_data`).
 """
 
+import contextlib
 import gzip
 import os
 import struct
@@ -15,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from data_sets import mnist_format, sample_sets
+from multigpu import folders
 
 # The four classic IDX files, as published at mnist_format.SOURCE_URL.
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"
@@ -77,10 +79,11 @@ def write_records(filename, images, labels):
     def int64(value):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
-    # Written aside and renamed: a crash never leaves a short file, and
-    # processes writing the same file at once (cluster tasks) do not mix.
-    part = "%s.%d.tmp" % (filename, os.getpid())
-    with tf.io.TFRecordWriter(part) as writer:
+    with (
+        folders.written_aside(filename) as part,
+        _os_errors(),
+        tf.io.TFRecordWriter(part) as writer,
+    ):
         for image, label in zip(images, labels):
             raw = np.asarray(image, np.uint8).tobytes()
             feature = {
@@ -96,7 +99,17 @@ def write_records(filename, images, labels):
                 features=tf.train.Features(feature=feature)
             )
             writer.write(example.SerializeToString())
-    os.replace(part, filename)
+
+
+@contextlib.contextmanager
+def _os_errors():
+    """TensorFlow's file errors as the OSError they stand for."""
+    try:
+        yield
+    except tf.errors.OpError as e:
+        # 'PATH; No space left on device': the reason after the path.
+        reason = e.message.strip().split("\n")[0].rsplit("; ", 1)[-1]
+        raise OSError(None, reason) from None
 
 
 def _gunzip(path):

@@ -49,14 +49,18 @@ def files_to_write(folder, names, is_unmarked_sample_set=None):
             "pass another --data_dir"
             % (folder, len(present), folders.listing(present))
         )
-    os.makedirs(folder, exist_ok=True)
-    # The marker comes first: a cluster's other tasks, writing the same set
-    # at the same time, then find a marked folder, not someone's files.
-    with open(os.path.join(folder, MARKER_NAME), "w") as f:
-        f.write(MARKER_TEXT)
-    return [
+    missing = [
         name for name in names if not os.path.isfile(os.path.join(folder, name))
     ]
+    if missing or not is_sample_set(folder):
+        # Else nothing is written: a read-only copy is read as it is.
+        os.makedirs(folder, exist_ok=True)
+        # The marker comes first: a cluster's other tasks, writing the same
+        # set at the same time, then find a marked folder, not someone's
+        # files.
+        with open(os.path.join(folder, MARKER_NAME), "w") as f:
+            f.write(MARKER_TEXT)
+    return missing
 
 
 def unmark(folder):

@@ -1,6 +1,8 @@
 """The folders that flags name: made, or a one-line error saying why not."""
 
+import contextlib
 import os
+import shutil
 
 # How many files an error message names before 'and N more'.
 NAMED_FILES = 5
@@ -42,3 +44,42 @@ def listing(names):
     if len(names) > NAMED_FILES:
         listed += " and %d more" % (len(names) - NAMED_FILES)
     return listed
+
+
+@contextlib.contextmanager
+def written_aside(filename):
+    """Yields a name to write filename's content to; renames it when done.
+
+    A crash or a full disk never leaves a short file under filename, and
+    processes writing the same file at once (cluster tasks) do not mix.
+    Whatever fails, the part written is removed.
+
+    Args:
+      filename: str, the file to write.
+
+    Yields:
+      str, 'FILENAME.PID.tmp', for the caller to write in full.
+
+    Raises:
+      ValueError: the file could not be written (the OS's reason, the space
+        left).
+    """
+    part = "%s.%d.tmp" % (filename, os.getpid())
+    try:
+        yield part
+        os.replace(part, filename)
+    except BaseException as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(part)
+        if isinstance(e, OSError):
+            raise ValueError(
+                "could not write %s (%s; %.1f MB free on its disk); nothing "
+                "half-written is left"
+                % (
+                    filename,
+                    e.strerror or str(e),
+                    shutil.disk_usage(os.path.dirname(filename) or ".").free
+                    / 2**20,
+                )
+            ) from None
+        raise

@@ -23,6 +23,7 @@ from conftest import (
     trainer_flags,
 )
 
+from data_sets import cifar10_data, mnist_data
 from multigpu.run import checkpoints, restore, trace, train_dirs
 
 
@@ -410,3 +411,34 @@ def test_the_eval_refuses_a_checkpoint_dir_that_is_a_file(tmp_path):
         "pass the folder of the checkpoints, the trainer's --train_dir"
         % (tmp_path / "model.ckpt-5")
     )
+
+
+def test_a_disk_that_fills_while_a_sample_set_is_written_leaves_no_part(
+    small_disk,
+):
+    disk = small_disk("300k")
+    for write_fake_data, data_dir, folder in [
+        (cifar10_data.write_fake_data, disk / "c", "c/cifar-10-batches-bin"),
+        (mnist_data.write_fake_data, disk / "m", "m"),
+    ]:
+        with pytest.raises(ValueError) as error:
+            write_fake_data(str(data_dir))
+        assert re.fullmatch(
+            r"could not write %s/\w+\.\w+ \(No space left on device; [0-9.]+ "
+            r"MB free on its disk\); nothing half-written is left"
+            % re.escape(str(disk / folder)),
+            str(error.value),
+        ), str(error.value)
+        assert os.listdir(str(disk / folder)) == ["SAMPLE_SET.txt"]
+
+
+def test_a_sample_set_on_a_read_only_disk_is_read_not_written(small_disk):
+    disk = small_disk("64m")
+    cifar10_data.write_fake_data(str(disk))
+    before = folder_contents(disk)
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    # As the eval's --fake_data and the trainers with and without it.
+    cifar10_data.write_fake_data(str(disk))
+    cifar10_data.prepare_data_dir(str(disk), fake_data=True)
+    cifar10_data.prepare_data_dir(str(disk), fake_data=False)
+    assert folder_contents(disk) == before
