@@ -198,7 +198,7 @@ def inputs(train, batch_size, num_epochs, data_dir=DEFAULT_DATA_DIR):
 
 @contextlib.contextmanager
 def reading(filename):
-    """Reports a corrupt record of filename, read in the block, by name.
+    """Reports a corrupt record or a lost file, read in the block, by name.
 
     TensorFlow's checksum error (`tf.errors.DataLossError`, 'corrupted
     record at OFFSET' among the locations of the op) says neither the file
@@ -219,6 +219,15 @@ def reading(filename):
             "%s is corrupt: a record fails its checksum or is cut short; "
             "make it again with mnist_input.py" % filename
         ) from e
+    except tf.errors.NotFoundError as e:
+        if e.op is None or e.op.type != "IteratorGetNext":
+            raise
+        # The file is opened again for each epoch.
+        raise ValueError(
+            "%s went away during the run; put it back (or make it again "
+            "with mnist_input.py) and start the run again, which resumes "
+            "from its newest checkpoint" % filename
+        ) from None
 
 
 def _bad_record(filename, check, index, value):

@@ -206,6 +206,9 @@ def main(argv):
     )
     print(placement.describe_devices(devices))
     train_file = mnist_input.data_file(FLAGS.data_dir, "train")
+    if task.is_chief:
+        # Scored at the end: checked before hours of training.
+        mnist_input.data_file(FLAGS.data_dir, "test")
     with (
         tf.Graph().as_default(),
         tf.compat.v1.device(cluster.device_setter(task)),

@@ -81,6 +81,45 @@ def test_a_bad_mnist_record_is_named_by_file_and_index(
     )
 
 
+def test_an_mnist_file_deleted_during_the_run_is_named(tmp_path):
+    import mnist_input
+
+    filename = tmp_path / "train.tfrecords"
+    _write_examples(filename, [GOOD_EXAMPLE] * 8)
+    with tf.Graph().as_default():
+        images, labels = mnist_input.inputs(
+            train=True, batch_size=8, num_epochs=None, data_dir=str(tmp_path)
+        )
+        with tf.compat.v1.Session() as sess:
+            sess.run(labels)
+            os.remove(str(filename))
+            # The input reads ahead; the file is opened again for each pass.
+            with pytest.raises(ValueError) as error:
+                with mnist_input.reading(str(filename)):
+                    for _ in range(1000):
+                        sess.run(labels)
+    assert str(error.value) == (
+        "%s went away during the run; put it back (or make it again with "
+        "mnist_input.py) and start the run again, which resumes from its "
+        "newest checkpoint" % filename
+    )
+
+
+@pytest.mark.slow
+def test_mnist_without_its_test_file_is_refused_before_training(tmp_path):
+    _write_examples(tmp_path / "train.tfrecords", [GOOD_EXAMPLE] * 8)
+    refused = error_line(
+        "mnist_multi_gpu_train.py",
+        "--data_dir=%s" % tmp_path,
+        "--train_dir=%s" % (tmp_path / "train"),
+    )
+    assert refused.startswith(
+        "mnist_multi_gpu_train.py: error: %s not found. Download the four "
+        "IDX files" % (tmp_path / "test.tfrecords")
+    )
+    assert not os.path.exists(str(tmp_path / "train"))
+
+
 @pytest.mark.slow
 def test_mnist_with_fewer_examples_than_a_step_is_an_error(tmp_path):
     data_dir = tmp_path / "data"
