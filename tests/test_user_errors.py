@@ -15,6 +15,7 @@ from conftest import error_line, run_script, start_script
 
 from multigpu import folders
 from multigpu.distributed import cluster
+from multigpu.run import training
 
 
 def _write_examples(filename, examples):
@@ -118,6 +119,24 @@ def test_mnist_without_its_test_file_is_refused_before_training(tmp_path):
         "IDX files" % (tmp_path / "test.tfrecords")
     )
     assert not os.path.exists(str(tmp_path / "train"))
+
+
+def test_a_batch_too_large_for_memory_is_one_line():
+    # TensorFlow's error for --batch_size=100000000 on a CPU. Provoked in a
+    # run it takes 5 to 95 s on a shared machine, so it is fed here.
+    oom = tf.errors.ResourceExhaustedError(
+        None,
+        None,
+        "Graph execution error:\n\nError in user-defined function passed to"
+        " MapDataset:14 transformation with iterator: Iterator::Root::Prefetch"
+        "::Map: OOM when allocating tensor with shape[100000000,32,32,3] and "
+        "type uint8 on /job:localhost/replica:0/task:0/device:CPU:0 by "
+        "allocator mklcpu",
+    )
+    assert str(training.out_of_memory(oom)) == (
+        "out of memory: a uint8 tensor of shape [100000000,32,32,3] does not "
+        "fit on CPU:0; lower --batch_size (examples per tower)"
+    )
 
 
 @pytest.mark.slow

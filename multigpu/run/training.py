@@ -234,7 +234,7 @@ def run_training(
         events.cut_back()
         if saves.step is not None:
             raise save_failed(saves.step, train_dir, e) from None
-        failed = write_failed(train_dir, e)
+        failed = write_failed(train_dir, e) or out_of_memory(e)
         if failed is None:
             raise
         raise failed from None
@@ -378,6 +378,25 @@ def _reason(train_dir, error, found):
         type(error).__name__,
         reason,
         shutil.disk_usage(train_dir).free / 2**20,
+    )
+
+
+# TensorFlow's error for an allocation that does not fit.
+_OOM = re.compile(
+    r"OOM when allocating tensor with shape\[([0-9,]*)\] and type (\w+) on "
+    r"\S*?([A-Z]+:[0-9]+)"
+)
+
+
+def out_of_memory(error):
+    """The run's error for a tensor too large for its device, else None."""
+    found = _OOM.search(error.message)
+    if found is None:
+        return None
+    return errors.TrainingError(
+        "out of memory: a %s tensor of shape [%s] does not fit on %s; lower "
+        "--batch_size (examples per tower)"
+        % (found.group(2), found.group(1), found.group(3))
     )
 
 
