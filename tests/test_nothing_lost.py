@@ -63,9 +63,14 @@ def test_a_train_dir_named_as_a_pattern_reads_and_prunes_only_its_own_files(
 ):
     neighbour, train_dir = tmp_path / "run1", tmp_path / "run[1]"
     _write_files(neighbour, NEIGHBOUR_FILES)
+    # Links where the trainer writes its graph and its state file.
+    train_dir.mkdir()
+    for name in ("graph.pbtxt", "checkpoint"):
+        os.symlink(str(neighbour / "model.ckpt-0.meta"), str(train_dir / name))
     flags = trainer_flags(cifar10_data_dir, train_dir, "--max_steps=6")
     run_script("cifar10_train.py", *flags, "--save_checkpoint_steps=1")
     assert checkpoint_steps(train_dir) == [2, 3, 4, 5, 6]
+    assert not os.path.islink(str(train_dir / "graph.pbtxt"))
     # A state file that lists '*' and a checkpoint of another folder.
     state = (train_dir / "checkpoint").read_text()
     (train_dir / "checkpoint").write_text(
