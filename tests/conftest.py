@@ -145,6 +145,30 @@ def folder_contents(folder):
 
 
 @pytest.fixture
+def small_disk(tmp_path):
+    """Mounts a tmpfs of a size (e.g. '30M') at tmp_path/disk: a full disk.
+
+    Mounting needs root (or CAP_SYS_ADMIN); the test is skipped without.
+    """
+    disk = tmp_path / "disk"
+    disk.mkdir()
+
+    def mount(size):
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(disk)],
+            capture_output=True,
+            text=True,
+        )
+        if mounted.returncode:
+            pytest.skip("cannot mount a tmpfs: %s" % mounted.stderr.strip())
+        return disk
+
+    yield mount
+    if os.path.ismount(str(disk)):
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
+@pytest.fixture
 def three_checkpoints(tmp_path):
     """tmp_path holding checkpoints of steps 10, 20 and 30 of one variable."""
     import tensorflow as tf

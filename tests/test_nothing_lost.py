@@ -263,26 +263,6 @@ def test_clear_train_dir_deletes_traces_and_the_leftovers_of_broken_writes(
     assert os.listdir(str(tmp_path)) == []
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """Mounts a tmpfs of a size ('20m') at tmp_path/disk (as root)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-
-    def mount(size):
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(disk)],
-            check=True,
-        )
-        return disk
-
-    yield mount
-    if os.path.ismount(str(disk)):
-        subprocess.run(["umount", "--lazy", str(disk)], check=True)
-
-
 def _fill(disk):
     """Writes disk/filler until the disk is full; returns its path."""
     filler = disk / "filler"
