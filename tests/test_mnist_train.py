@@ -124,6 +124,23 @@ def test_eval_only_scores_the_newest_checkpoint_without_training(
 
 
 @pytest.mark.slow
+def test_a_train_dir_named_as_a_pattern_is_scored_from_its_own_files(
+    two_tower_run, mnist_data_dir, tmp_path
+):
+    train_dir, stdout = two_tower_run
+    # A copy named 'mnist[1]', beside a folder its pattern would match.
+    shutil.copytree(train_dir, tmp_path / "mnist[1]")
+    (tmp_path / "mnist1").mkdir()
+    result = run_script(
+        "mnist_multi_gpu_train.py",
+        "--eval_only",
+        "--data_dir=%s" % mnist_data_dir,
+        "--train_dir=%s" % (tmp_path / "mnist[1]"),
+    )
+    assert accuracy_lines(result.stdout) == accuracy_lines(stdout)
+
+
+@pytest.mark.slow
 def test_a_restart_resumes_and_counts_only_its_own_steps(
     two_tower_run, mnist_data_dir, tmp_path
 ):
