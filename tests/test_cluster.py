@@ -21,6 +21,7 @@ from conftest import (
 )
 from test_towers import cifar10_step, cifar10_step_graph
 
+from multigpu import errors
 from multigpu.distributed import cluster, watchdog
 from multigpu.graph import placement
 from multigpu.run import sessions
@@ -385,6 +386,33 @@ def test_bad_cluster_flags_are_errors_with_their_own_message(flags, message):
     )
     assert result.stderr.strip().endswith(
         "cifar10_multi_gpu_train.py: error: " + message
+    )
+
+
+class _SilentSession:
+    """A ps session in which no worker ever says it is done."""
+
+    def run(self, fetches, options=None):
+        time.sleep(0.1)
+        raise tf.errors.DeadlineExceededError(None, None, "no token")
+
+
+def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
+    ps_port, *worker_ports = _free_ports(3)
+    task = cluster.cluster_task(
+        "127.0.0.1:%d" % ps_port,
+        ",".join("127.0.0.1:%d" % port for port in worker_ports),
+        "ps",
+        0,
+    )
+    start = time.time()
+    with pytest.raises(errors.TrainingError) as error:
+        cluster._wait_for_done(task, _SilentSession(), None, timeout_secs=1)
+    assert time.time() - start < 3
+    assert str(error.value) == (
+        "ps task 0: the chief, worker task 0 (127.0.0.1:%d), is gone: its "
+        "port has not answered for --operation_timeout_secs=1, and no word "
+        "from worker task 1 (127.0.0.1:%d); the ps stops" % tuple(worker_ports)
     )
 
 

@@ -386,19 +386,35 @@ def _wait_for_done(task, sess, dequeue, timeout_secs):
             continue
         chief_away_since = chief_away_since or time.time()
         if time.time() - chief_away_since > timeout_secs:
-            raise errors.TrainingError(
-                "ps task %d: the chief (worker task 0) is %s, and %s did not "
-                "say it was done within --operation_timeout_secs=%d; the ps "
-                "stops"
-                % (
-                    task.task_index,
-                    "done" if chief_done else "gone",
-                    ", ".join(
-                        "worker task %d (%s)"
-                        % (i, task.cluster.task_address("worker", i))
-                        for i in range(task.num_workers)
-                        if i not in done
-                    ),
-                    timeout_secs,
-                )
-            )
+            raise _gave_up(task, done, timeout_secs)
+
+
+def _gave_up(task, done, timeout_secs):
+    """The ps's error once its chief is done or gone and others are silent.
+
+    Args:
+      task: the ps task's `ClusterTask`.
+      done: set of the worker task indices that said they were done.
+      timeout_secs: int, --operation_timeout_secs.
+    """
+    silent = ", ".join(
+        "worker task %d (%s)" % (i, task.cluster.task_address("worker", i))
+        for i in range(1, task.num_workers)
+        if i not in done
+    )
+    if 0 in done:
+        return errors.TrainingError(
+            "ps task %d: the chief (worker task 0) is done, and %s did not "
+            "say it was done within --operation_timeout_secs=%d; the ps stops"
+            % (task.task_index, silent, timeout_secs)
+        )
+    return errors.TrainingError(
+        "ps task %d: the chief, worker task 0 (%s), is gone: its port has "
+        "not answered for --operation_timeout_secs=%d%s; the ps stops"
+        % (
+            task.task_index,
+            task.cluster.task_address("worker", 0),
+            timeout_secs,
+            ", and no word from %s" % silent if silent else "",
+        )
+    )
