@@ -427,3 +427,20 @@ def test_a_sample_set_on_a_read_only_disk_is_read_not_written(small_disk):
     cifar10_data.prepare_data_dir(str(disk), fake_data=True)
     cifar10_data.prepare_data_dir(str(disk), fake_data=False)
     assert folder_contents(disk) == before
+
+
+def test_a_save_where_a_link_has_a_checkpoints_name_is_refused(tmp_path):
+    target = tmp_path / "outside.txt"
+    target.write_bytes(b"the user's file")
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    link = train_dir / "model.ckpt-1.meta"
+    os.symlink(str(target), str(link))
+    checkpoints.refuse_links(str(train_dir), 10)
+    with pytest.raises(ValueError) as error:
+        checkpoints.refuse_links(str(train_dir), 1)
+    assert str(error.value) == (
+        "cannot save the checkpoint of step 1: %s is a link (to %s), and the "
+        "trainers write through no link; remove it" % (link, target)
+    )
+    assert target.read_bytes() == b"the user's file"

@@ -200,6 +200,28 @@ def remove_checkpoint(checkpoint):
                 os.remove(path)
 
 
+def refuse_links(checkpoint_dir, step):
+    """Refuses to save the checkpoint of step where a link has its name.
+
+    TensorFlow writes a checkpoint's files through any link in their place,
+    over a file that is not the train_dir's.
+
+    Raises:
+      ValueError: naming the link and where it points.
+    """
+    prefix = "%s-%d" % (CHECKPOINT_BASENAME, step)
+    for name in sorted(os.listdir(checkpoint_dir)):
+        path = os.path.join(checkpoint_dir, name)
+        if name.startswith((prefix + ".", prefix + "_temp")) and os.path.islink(
+            path
+        ):
+            raise ValueError(
+                "cannot save the checkpoint of step %d: %s is a link (to %s),"
+                " and the trainers write through no link; remove it"
+                % (step, path, os.readlink(path))
+            )
+
+
 class ExactSaver(tf.compat.v1.train.Saver):
     """TensorFlow's saver (max_to_keep 5), pruning by exact file names.
 

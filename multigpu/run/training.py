@@ -82,10 +82,12 @@ class _SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
     An error raised while `step` is set comes from writing that checkpoint.
     """
 
-    def __init__(self):
+    def __init__(self, train_dir):
         self.step = None
+        self._train_dir = train_dir
 
     def before_save(self, session, global_step_value):
+        checkpoints.refuse_links(self._train_dir, global_step_value)
         self.step = global_step_value
 
     def after_save(self, session, global_step_value):
@@ -166,7 +168,7 @@ def run_training(
             sharded=True, allow_empty=True, defer_build=True
         ),
     )
-    saves = _SaveWatcher()
+    saves = _SaveWatcher(train_dir)
     events = event_files.EventFileHook(train_dir)
     if task.is_chief:
         hooks += _chief_hooks(
