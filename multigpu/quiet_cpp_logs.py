@@ -82,5 +82,22 @@ def _exit_on_ctrl_c(signum, frame):
     os._exit(128 + signal.SIGINT)
 
 
+# The scripts that import this module first (as files or as the installed
+# commands, e.g. cifar10-train); a test or a benchmark that imports one
+# keeps Python's own Ctrl-C.
+SCRIPTS = (
+    "cifar10_train",
+    "cifar10_multi_gpu_train",
+    "cifar10_eval",
+    "mnist_multi_gpu_train",
+)
+
+
+def _started_as_script():
+    name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+    return name.replace("-", "_") in SCRIPTS
+
+
 _install()
-signal.signal(signal.SIGINT, _exit_on_ctrl_c)
+if _started_as_script():
+    signal.signal(signal.SIGINT, _exit_on_ctrl_c)
