@@ -208,6 +208,7 @@ def test_the_dry_run_for_8_gpus_prints_the_bytes_of_the_models_parameters(
     if options:
         assert (
             "  compute_dtype: float16\n"
+            "  variable_update: parameter_server\n"
             "  variable_device: /cpu:0\n"
             "  xla: True\n"
             "  prefetch_to_device: True\n"

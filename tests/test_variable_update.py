@@ -28,7 +28,7 @@ from multigpu.graph import (
     placement,
     variable_update,
 )
-from multigpu.run import sessions
+from multigpu.run import checkpoints, sessions
 
 TUTORIAL = registry.TUTORIAL
 PER_TOWER_BATCH = 4
@@ -293,7 +293,7 @@ def test_a_replicated_run_resumes_every_copy_and_its_slots_from_the_checkpoint(
         creator = sessions.session_creator(
             cluster.LOCAL_TASK,
             None,
-            tf.compat.v1.train.Scaffold(),
+            tf.compat.v1.train.Scaffold(saver=checkpoints.ExactSaver()),
             placement.session_config(devices),
             str(tmp_path),
         )
