@@ -19,15 +19,26 @@ The converter's reading and writing and the built-in sample set
 converter's command line.
 """
 
-import argparse
-import contextlib
 import os
-import re
+import sys
 
-import tensorflow as tf
+# Run as the converter (python mnist_input.py, or the installed
+# mnist-convert), hide TensorFlow's C++ start-up notices before it loads:
+# see multigpu/quiet_cpp_logs.py. Imported as a library, stderr is left as
+# it is.
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "mnist-convert":
+    from multigpu import quiet_cpp_logs  # noqa: F401
 
-from data_sets import mnist_data
-from data_sets.mnist_format import (  # noqa: F401 (the tutorial's names)
+# isort: split
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import re  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
+
+from data_sets import mnist_data  # noqa: E402
+from data_sets.mnist_format import (  # noqa: E402, F401 (the tutorial's names)
     DEPTH,
     HEIGHT,
     IMAGE_PIXELS,

@@ -1,6 +1,7 @@
 """The suite's errors, and how a script runs: one line per error, no
 traceback, every log line once."""
 
+import logging
 import os
 import signal
 import sys
@@ -49,6 +50,11 @@ def run_script(main):
         # TensorFlow's logger prints each line itself ('INFO:tensorflow:
         # ...'); passed on to absl's handler it would be printed again.
         tf.get_logger().propagate = False
+        # TensorFlow's INFO lines ('Graph was finalized.', 'Saving
+        # checkpoints for ...') are replaced by our own line per event;
+        # absl's --verbosity brings them back.
+        if not flags.FLAGS["verbosity"].present:
+            tf.get_logger().setLevel(logging.WARNING)
         script = os.path.basename(sys.argv[0])
         try:
             return main(argv)

@@ -1,14 +1,17 @@
-"""Hides TensorFlow's C++ INFO start-up notices; import it before TensorFlow.
+"""Hides TensorFlow's known harmless C++ notices; import it before TensorFlow.
 
 TensorFlow's C++ libraries log notices as they load (oneDNN is on, no CUDA
 driver, which CPU instructions were compiled in), before TF_CPP_MIN_LOG_LEVEL
 is read, so the variable alone cannot hide them. Every script imports this
-module first: unless the user set TF_CPP_MIN_LOG_LEVEL, it sets it to 1 (no
-INFO) and passes the C++ side of stderr through a filter that drops the
-INFO lines, and the warnings that repeat a failure the script reports in
-one line, and keeps the other warnings and errors. Python's own stderr
-(tracebacks, our one-line errors) is written directly, never through the
-filter.
+module first: unless the user set TF_CPP_MIN_LOG_LEVEL or asked for absl's
+--verbosity, it sets the variable to 1 (no INFO) and passes the C++ side of
+stderr through a filter. The filter drops the INFO lines, the two error
+lines every run on a machine without a GPU prints although nothing failed
+(cuInit finds no driver; oneDNN's uint8 ops fall back to Eigen), and the
+warnings that repeat a failure the script reports in one line; it keeps
+every other warning and error, and cuInit's on a machine with NVIDIA's
+driver. Python's own stderr (tracebacks, our one-line errors) is written
+directly, never through the filter.
 
 A Ctrl-C while TensorFlow loads (the first seconds) ends the script with
 one line and exit code 130, not a traceback from inside `import
@@ -25,31 +28,68 @@ import threading
 
 # The C++ lines the filter drops: INFO lines ('I1123 18:03:47.603 ...' or
 # 'I0000 00:00:...'), the notice of logs written before absl::InitializeLog
-# and the second line of the CPU-instructions notice; and the warnings that
-# echo a failed step, which the script reports itself in one line (a NaN
-# histogram aborts the step's rendezvous, then cancels the input).
+# and the second line of the CPU-instructions notice; oneDNN's notice that
+# its uint8 kernels fall back to Eigen (an E line, printed even on CPUs with
+# AVX-512, and the results are the same); and the warnings that echo a
+# failed step, which the script reports itself in one line (a NaN histogram
+# aborts the step's rendezvous, then cancels the input).
 _DROPPED_LINE = re.compile(
     rb"^(I\d{4} \d\d:\d\d:\d\d"
     rb"|WARNING: All log messages before absl::InitializeLog"
     rb"|To enable the following instructions:"
+    rb"|E\d{4} [^]]*\] oneDNN supports DT_UINT8 only on platforms with "
     rb"|W\d{4} [^]]*\] Local rendezvous is aborting"
     rb"|W\d{4} [^]]*\] OP_REQUIRES failed at \S+ : CANCELLED"
     rb"|\t \[\[\{\{node )"
 )
+# cuInit's failure, an E line on every machine without NVIDIA's driver
+# (TensorFlow then uses the CPU, as the script says); with the driver it is
+# a real CUDA error and is shown.
+_NO_DRIVER_LINE = re.compile(rb"^E\d{4} [^]]*\] failed call to cuInit: ")
+# Present on a Linux machine whose NVIDIA kernel driver is loaded.
+NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"
 # Seconds the filter may take at exit to pass on the last C++ lines.
 _DRAIN_SECS = 2
 
 
-def _pass_on(read_fd, write_fd):
+def is_dropped(line, gpu_driver):
+    """Whether the filter drops a C++ stderr line.
+
+    Args:
+      line: bytes, one line as TensorFlow's C++ side writes it.
+      gpu_driver: bool, whether the machine has NVIDIA's driver.
+    """
+    if _DROPPED_LINE.match(line):
+        return True
+    return not gpu_driver and bool(_NO_DRIVER_LINE.match(line))
+
+
+def wants_tensorflow_logs(argv):
+    """Whether the command line asks for absl's --verbosity (or -v).
+
+    Then TensorFlow's own lines are shown as TensorFlow prints them.
+    """
+    return any(
+        arg.startswith("-") and arg.lstrip("-").split("=")[0] in _VERBOSITY
+        for arg in argv[1:]
+    )
+
+
+# absl's flag of the log level, and its short name.
+_VERBOSITY = ("verbosity", "v")
+
+
+def _pass_on(read_fd, write_fd, gpu_driver):
     with os.fdopen(read_fd, "rb") as pipe, os.fdopen(write_fd, "wb") as out:
         for line in pipe:
-            if not _DROPPED_LINE.match(line):
+            if not is_dropped(line, gpu_driver):
                 out.write(line)
                 out.flush()
 
 
 def _install():
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+    """Filters the C++ side of stderr, unless the user asked otherwise."""
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ or wants_tensorflow_logs(sys.argv):
         return
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
     sys.stderr.flush()
@@ -61,7 +101,9 @@ def _install():
     os.dup2(write_fd, 2)
     os.close(write_fd)
     thread = threading.Thread(
-        target=_pass_on, args=(read_fd, terminal), daemon=True
+        target=_pass_on,
+        args=(read_fd, terminal, os.path.exists(NVIDIA_DRIVER_FILE)),
+        daemon=True,
     )
     thread.start()
 
