@@ -39,12 +39,12 @@ from multigpu.run import checkpoints, restore
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
-    "eval_dir", "/tmp/cifar10_eval", "Where to write event logs."
+    "eval_dir", common_flags.CIFAR10_EVAL_DIR, "Where to write event logs."
 )
 flags.DEFINE_enum("eval_data", "test", ["test", "train"], "Split to evaluate.")
 flags.DEFINE_string(
     "checkpoint_dir",
-    "/tmp/cifar10_train",
+    common_flags.CIFAR10_TRAIN_DIR,
     "Where the trainer writes checkpoints.",
 )
 flags.DEFINE_integer(

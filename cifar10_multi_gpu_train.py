@@ -52,7 +52,7 @@ from multigpu.graph import (
     towers,
     variable_update,
 )
-from multigpu.run import trace, training
+from multigpu.run import report, trace, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(cifar10_input.DATA_URL)
@@ -262,6 +262,7 @@ def main(argv):
                 ),
                 update,
             )
+        closing = report.RunReportHook(loss)
         training.run_training(
             train_op,
             loss,
@@ -275,12 +276,24 @@ def main(argv):
             clear_train_dir=FLAGS.clear_train_dir,
             data_dirs=[FLAGS.data_dir],
             task=task,
-            hooks=hooks + trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
+            hooks=[
+                closing,
+                *hooks,
+                *trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
+            ],
             pretrained=(
                 FLAGS.pretrained_model_checkpoint_path,
                 FLAGS.fine_tune,
             ),
         )
+    report.print_closing_report(
+        closing,
+        FLAGS.batch_size * FLAGS.num_gpus,
+        FLAGS.train_dir,
+        report.cifar10_next_commands(
+            FLAGS.train_dir, FLAGS.data_dir, common_flags.CIFAR10_EVAL_DIR
+        ),
+    )
 
 
 def run():

@@ -26,7 +26,7 @@ from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors
 from multigpu.graph import any_model, placement, summaries
-from multigpu.run import trace, training
+from multigpu.run import report, trace, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(cifar10_input.DATA_URL)
@@ -114,6 +114,7 @@ def main(argv):
             devices[0],
             model,
         )
+        closing = report.RunReportHook(loss)
         training.run_training(
             train_op,
             loss,
@@ -129,8 +130,19 @@ def main(argv):
                 FLAGS.fine_tune,
             ),
             data_dirs=[FLAGS.data_dir],
-            hooks=trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
+            hooks=[
+                closing,
+                *trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
+            ],
         )
+    report.print_closing_report(
+        closing,
+        FLAGS.batch_size,
+        FLAGS.train_dir,
+        report.cifar10_next_commands(
+            FLAGS.train_dir, FLAGS.data_dir, common_flags.CIFAR10_EVAL_DIR
+        ),
+    )
 
 
 def run():

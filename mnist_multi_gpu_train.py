@@ -43,7 +43,7 @@ from data_sets import mnist_data
 from multigpu import common_flags, errors, folders, tower_flags
 from multigpu.distributed import cluster
 from multigpu.graph import dry_run, placement, variable_update
-from multigpu.run import trace, training
+from multigpu.run import report, trace, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -222,6 +222,7 @@ def main(argv):
             task,
             _variable_update(devices, task),
         )
+        closing = report.RunReportHook(loss)
         # A corrupt record stops the run with an error naming the file.
         with mnist_input.reading(train_file):
             steps = training.run_training(
@@ -239,8 +240,11 @@ def main(argv):
                 clear_train_dir=FLAGS.clear_train_dir,
                 data_dirs=[FLAGS.data_dir],
                 task=task,
-                hooks=hooks
-                + trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
+                hooks=[
+                    closing,
+                    *hooks,
+                    *trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
+                ],
                 pretrained=(
                     FLAGS.pretrained_model_checkpoint_path,
                     FLAGS.fine_tune,
@@ -251,6 +255,24 @@ def main(argv):
     print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
     if task.is_chief:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
+    report.print_closing_report(
+        closing,
+        FLAGS.batch_size * FLAGS.num_gpus,
+        FLAGS.train_dir,
+        next_commands(FLAGS.train_dir, FLAGS.data_dir, FLAGS.tb_logging),
+    )
+
+
+def next_commands(train_dir, data_dir, tb_logging):
+    """The commands of the closing report: the score, and TensorBoard."""
+    return [
+        "python mnist_multi_gpu_train.py --eval_only --train_dir=%s "
+        "--data_dir=%s" % (train_dir, data_dir),
+        "tensorboard --logdir=%s" % train_dir
+        if tb_logging
+        else "(with --tb_logging the trainer writes the loss summaries "
+        "for tensorboard)",
+    ]
 
 
 def run():

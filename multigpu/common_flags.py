@@ -16,6 +16,11 @@ from multigpu.graph import (
     placement,
 )
 
+# The CIFAR-10 scripts' default folders: the trainers' --train_dir (the
+# eval's --checkpoint_dir) and the eval's --eval_dir.
+CIFAR10_TRAIN_DIR = "/tmp/cifar10_train"
+CIFAR10_EVAL_DIR = "/tmp/cifar10_eval"
+
 
 def define_once(define, name, *args, **kwargs):
     """Calls define(name, ...) unless the flag exists (DuplicateFlagError)."""
@@ -50,7 +55,7 @@ def define_cifar10_trainer_flags(data_url):
     Args:
       data_url: str, the default --data_url: the official archive.
     """
-    define_trainer_flags("/tmp/cifar10_train", log_frequency=10)
+    define_trainer_flags(CIFAR10_TRAIN_DIR, log_frequency=10)
     define_step_flags()
     define_data_url_flag(data_url)
     define_fp16_flags()

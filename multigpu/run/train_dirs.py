@@ -44,6 +44,9 @@ _TEMP_PART = re.compile(
     r"^part-[0-9]+-of-[0-9]+(\.index|\.data-[0-9]+-of-[0-9]+)"
     r"(\.tempstate[0-9]+)?$"
 )
+# A file of one checkpoint (model.ckpt-STEP.index, ...), the step's group.
+_CHECKPOINT_STEP = re.compile(r"^model\.ckpt-([0-9]+)\.(index|meta|data-)")
+_EVENT_FILE = "events.out.tfevents."
 
 
 def clear(train_dir, data_dirs=()):
@@ -87,6 +90,7 @@ def clear(train_dir, data_dirs=()):
             shutil.rmtree(path)
         else:
             os.remove(path)
+    print(_removed(train_dir, names), flush=True)
 
 
 def remove_interrupted_writes(train_dir):
@@ -135,6 +139,31 @@ def _written_by_suite(path):
             for part in os.listdir(path)
         )
     return os.path.isfile(path) and bool(_SUITE_FILE.match(name))
+
+
+def _removed(train_dir, names):
+    """'--clear_train_dir: removed N checkpoint(s), ... from DIR'.
+
+    Args:
+      train_dir: str, the cleared folder.
+      names: strs, the suite's files it held (the lock is kept).
+    """
+    names = [name for name in names if name != LOCK_NAME]
+    if not names:
+        return "--clear_train_dir: %s held nothing to remove" % train_dir
+    checkpoint_files = [_CHECKPOINT_STEP.match(name) for name in names]
+    steps = {found.group(1) for found in checkpoint_files if found}
+    events = [name for name in names if name.startswith(_EVENT_FILE)]
+    return (
+        "--clear_train_dir: removed %d checkpoint(s), %d event file(s) and "
+        "%d other file(s) from %s"
+        % (
+            len(steps),
+            len(events),
+            len(names) - len(events) - sum(map(bool, checkpoint_files)),
+            train_dir,
+        )
+    )
 
 
 @contextlib.contextmanager

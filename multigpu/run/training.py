@@ -77,9 +77,10 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
 
 
 class _SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
-    """Knows the step of the checkpoint being written, if any.
+    """Knows the step of the checkpoint being written, if any; says each save.
 
     An error raised while `step` is set comes from writing that checkpoint.
+    A save prints `DATE: saved the checkpoint of step N: PATH`.
     """
 
     def __init__(self, train_dir):
@@ -92,6 +93,19 @@ class _SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
 
     def after_save(self, session, global_step_value):
         self.step = None
+        print(
+            "%s: saved the checkpoint of step %d: %s"
+            % (
+                datetime.datetime.now(),
+                global_step_value,
+                os.path.join(
+                    self._train_dir,
+                    "%s-%d"
+                    % (checkpoints.CHECKPOINT_BASENAME, global_step_value),
+                ),
+            ),
+            flush=True,
+        )
 
 
 def run_training(

@@ -1,0 +1,160 @@
+"""The closing report of a training run: what was trained, how fast, where
+it is, and what to run next.
+
+A `RunReportHook` keeps the run's figures while it trains; `closing_report`
+turns them into the lines a trainer prints when its run ends normally (an
+interrupted or diverged run, or one with nothing to train, ends with its
+own one line instead).
+"""
+
+import os
+import time
+
+import tensorflow as tf
+
+from multigpu.graph import summaries
+from multigpu.run import checkpoints
+
+# The folder names under one parent that let TensorBoard show the train and
+# the eval runs side by side: PARENT/train and PARENT/eval.
+TRAIN_FOLDER = "train"
+EVAL_FOLDER = "eval"
+
+
+class RunReportHook(tf.compat.v1.train.SessionRunHook):
+    """Keeps the steps, the wall time and the last losses of a run.
+
+    The cross-entropy is the mean of the towers' 'cross_entropy' terms in
+    the `losses` collection (the last batch's, not an average).
+    """
+
+    def __init__(self, total_loss):
+        """Args:
+        total_loss: float32 scalar, the loss the step lines print.
+        """
+        self._total_loss = total_loss
+        self.first_step = None
+        self.last_step = None
+        self.runs = 0
+        self.wall_secs = 0.0
+        self.losses = {}
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+        terms = [
+            each
+            for each in tf.compat.v1.get_collection("losses")
+            if summaries.strip_tower_prefix(each.op.name) == "cross_entropy"
+        ]
+        self._fetches = {"total_loss": self._total_loss}
+        if terms:
+            self._fetches["cross_entropy"] = tf.add_n(terms) / len(terms)
+
+    def after_create_session(self, session, coord):
+        self.first_step = session.run(self._global_step)
+        self._start = time.time()
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._fetches)
+
+    def after_run(self, run_context, run_values):
+        self.runs += 1
+        self.losses = run_values.results
+
+    def end(self, session):
+        self.wall_secs = time.time() - self._start
+        self.last_step = session.run(self._global_step)
+
+
+def eval_folders(train_dir, default_eval_dir):
+    """The eval folder to suggest, and TensorBoard's --logdir flag for both.
+
+    A train_dir named PARENT/train gets PARENT/eval, and TensorBoard is
+    pointed at PARENT, which shows both runs; any other train_dir gets
+    default_eval_dir, and the two folders are named in --logdir_spec.
+
+    Returns:
+      (eval_dir, logdir_flag), two strs.
+    """
+    train_dir = os.path.normpath(train_dir)
+    parent, name = os.path.split(train_dir)
+    if name == TRAIN_FOLDER:
+        return os.path.join(parent, EVAL_FOLDER), "--logdir=%s" % parent
+    return default_eval_dir, "--logdir_spec=train:%s,eval:%s" % (
+        train_dir,
+        default_eval_dir,
+    )
+
+
+def cifar10_next_commands(train_dir, data_dir, default_eval_dir):
+    """The eval of a CIFAR-10 train_dir's newest checkpoint, and TensorBoard.
+
+    Args:
+      train_dir: str, the trainer's checkpoints and event logs.
+      data_dir: str, its --data_dir, which the eval reads too.
+      default_eval_dir: str, the eval's default --eval_dir.
+
+    Returns:
+      [eval command, tensorboard command], two strs.
+    """
+    eval_dir, logdir = eval_folders(train_dir, default_eval_dir)
+    return [
+        "python cifar10_eval.py --run_once --checkpoint_dir=%s --eval_dir=%s "
+        "--data_dir=%s" % (train_dir, eval_dir, data_dir),
+        "tensorboard %s" % logdir,
+    ]
+
+
+def print_closing_report(hook, examples_per_step, train_dir, next_commands):
+    """Prints `closing_report` if the run trained a step; see there."""
+    if hook.runs:
+        print(
+            closing_report(hook, examples_per_step, train_dir, next_commands),
+            flush=True,
+        )
+
+
+def closing_report(hook, examples_per_step, train_dir, next_commands):
+    """The report's lines, from a finished run's `RunReportHook`.
+
+    Args:
+      hook: the `RunReportHook` of the run.
+      examples_per_step: int, examples of all towers per step.
+      train_dir: str, the run's checkpoints and event logs.
+      next_commands: strs, the commands to run next (eval, tensorboard).
+
+    Returns:
+      str, the report, one line per fact.
+    """
+    secs = max(hook.wall_secs, 1e-9)
+    losses = ", ".join(
+        "%s %.3f" % (name.replace("_", " "), hook.losses[name])
+        for name in ("cross_entropy", "total_loss")
+        if name in hook.losses
+    )
+    lines = [
+        "Trained %d step(s) in this run, from step %d to step %d, in %s "
+        "(%.1f examples/sec on average)."
+        % (
+            hook.runs,
+            hook.first_step,
+            hook.last_step,
+            _duration(secs),
+            hook.runs * examples_per_step / secs,
+        ),
+        "Final loss (the last batch's): %s." % losses,
+        "Checkpoints and event logs: %s (newest: %s)."
+        % (train_dir, checkpoints.latest_checkpoint(train_dir)),
+        "Next:",
+    ]
+    return "\n".join(lines + ["  " + each for each in next_commands])
+
+
+def _duration(secs):
+    """'1 h 02 min', '3 min 05 s' or '12.3 s'."""
+    if secs < 60:
+        return "%.1f s" % secs
+    minutes, secs = divmod(int(round(secs)), 60)
+    if minutes < 60:
+        return "%d min %02d s" % (minutes, secs)
+    return "%d h %02d min" % divmod(minutes, 60)
