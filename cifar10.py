@@ -318,18 +318,24 @@ def loss(logits, labels):
 def add_loss_summaries(total_loss, scope=None):
     """Summarises the losses, raw and as moving averages.
 
-    Call it outside any tower's name scope: the tags are 'cross_entropy',
-    'local3/weight_loss', ..., and 'total_loss'. The averages' variables
-    are named the same way ('cross_entropy/avg', 'total_loss/avg'), whichever
-    tower the losses come from, so that every trainer's checkpoint holds the
-    same names.
+    Call it outside any tower's name scope: the tags are
+    'Training/cross_entropy', 'local3/weight_loss', ..., and
+    'Training/total_loss' (`summaries.FIRST_GROUP`), each also with ' (raw)'.
+    The averages' variables are named after the losses ('cross_entropy/avg',
+    'total_loss/avg'), whichever tower the losses come from, so that every
+    trainer's checkpoint holds the same names. The averages start at 0, as
+    the tutorial's do; their summaries are zero-debiased (divided by
+    1 - decay^updates, as Adam's moments are), so that a chart starts at the
+    first loss. A weight-decay term of wd 0 is averaged but not summarised
+    (a flat 0). Needs the graph's global step.
 
     Args:
       total_loss: float32 scalar from `loss` (or a tower's total loss).
       scope: str or None, only the `losses` of this name scope (a tower).
 
     Returns:
-      The op that updates the moving averages of the losses.
+      The op that updates the moving averages of the losses; the global
+      step must be incremented after it (apply the gradients after it).
     """
     averages = tf.compat.v1.train.ExponentialMovingAverage(
         LOSS_AVERAGE_DECAY, name="avg"
@@ -343,11 +349,25 @@ def add_loss_summaries(total_loss, scope=None):
         _named_without_tower(each, towers.strip_tower_prefix(name))
         for name, each in named_losses
     ]
-    averages_op = averages.apply(averaged)
+    # This update's count since step 0, read before the averages move.
+    updates = tf.cast(tf.compat.v1.train.get_global_step(), tf.float32) + 1.0
+    with tf.control_dependencies([updates]):
+        averages_op = averages.apply(averaged)
+    debias = 1.0 - tf.pow(LOSS_AVERAGE_DECAY, updates)
     for (name, each), average in zip(named_losses, averaged):
-        summaries.scalar_summary(name + " (raw)", each)
-        summaries.scalar_summary(name, averages.average(average))
+        if _is_zero_weight_decay(each):
+            continue
+        tag = summaries.loss_tag(name)
+        summaries.scalar_summary(tag + " (raw)", each)
+        with tf.control_dependencies([averages_op]):
+            updated = averages.average(average).read_value()
+        summaries.scalar_summary(tag, updated / debias)
     return averages_op
+
+
+def _is_zero_weight_decay(loss):
+    """Whether loss is `variables.variable_with_weight_decay`'s wd-0 term."""
+    return loss.op.type == "Mul" and tf.get_static_value(loss.op.inputs[1]) == 0
 
 
 def _named_without_tower(tensor, name):
@@ -365,7 +385,7 @@ def learning_rate(global_step, examples_per_step):
       examples_per_step: int, examples of all towers per step.
 
     Returns:
-      float32 scalar, also summarised as 'learning_rate'.
+      float32 scalar, also summarised as 'Training/learning_rate'.
     """
     steps_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
     lr = tf.compat.v1.train.exponential_decay(
@@ -375,7 +395,7 @@ def learning_rate(global_step, examples_per_step):
         LEARNING_RATE_DECAY_FACTOR,
         staircase=True,
     )
-    summaries.scalar_summary("learning_rate", lr)
+    summaries.scalar_summary(summaries.FIRST_GROUP + "learning_rate", lr)
     return lr
 
 

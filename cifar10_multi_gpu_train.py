@@ -271,6 +271,7 @@ def main(argv):
             log_frequency=FLAGS.log_frequency,
             max_steps=FLAGS.max_steps,
             save_checkpoint_steps=FLAGS.save_checkpoint_steps,
+            save_summaries_steps=FLAGS.save_summaries_steps,
             summary_op=summary_op,
             config=config,
             clear_train_dir=FLAGS.clear_train_dir,

@@ -172,8 +172,8 @@ def train(
         loss(inference(images), labels)
         total_loss = towers.tower_total_loss(scope)
         for each in tf.compat.v1.get_collection("losses", scope):
-            summaries.scalar_summary(each.op.name[len(scope) :], each)
-        summaries.scalar_summary("total_loss", total_loss)
+            summaries.scalar_summary(summaries.loss_tag(each.op.name), each)
+        summaries.scalar_summary(summaries.loss_tag("total_loss"), total_loss)
         return total_loss
 
     update = update or variable_update.parameter_server(devices)

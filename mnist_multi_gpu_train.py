@@ -85,9 +85,6 @@ common_flags.define_trainer_flags("/tmp/mnist_train", log_frequency=100)
 tower_flags.define_multi_tower_flags()
 flags.adopt_module_key_flags(common_flags)
 
-# Steps between the loss summaries that --tb_logging writes.
-SUMMARY_STEPS = 100
-
 
 def build_graph(
     data_dir, batch_size, num_epochs, devices, learning_rate, task, update
@@ -233,7 +230,7 @@ def main(argv):
                 log_frequency=FLAGS.log_frequency,
                 save_checkpoint_steps=FLAGS.save_checkpoint_steps,
                 save_summaries_steps=(
-                    SUMMARY_STEPS if FLAGS.tb_logging else None
+                    FLAGS.save_summaries_steps if FLAGS.tb_logging else None
                 ),
                 summary_op=summary_op,
                 config=config,

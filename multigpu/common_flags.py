@@ -176,14 +176,26 @@ def define_step_flags():
         )
 
 
+# Steps between summaries, as the tutorial's trainers write them.
+SAVE_SUMMARIES_STEPS = 100
+
+
 def define_checkpoint_flags():
-    """--save_checkpoint_steps."""
+    """--save_checkpoint_steps and --save_summaries_steps."""
     define_once(
         flags.DEFINE_integer,
         "save_checkpoint_steps",
         1000,
         "Steps between checkpoints; one is also saved at the last step, when "
         "the input ends and when the run is interrupted (Ctrl-C, SIGTERM).",
+        lower_bound=1,
+    )
+    define_once(
+        flags.DEFINE_integer,
+        "save_summaries_steps",
+        SAVE_SUMMARIES_STEPS,
+        "Steps between the summaries TensorBoard shows; they are also "
+        "written at the first and the last step.",
         lower_bound=1,
     )
 

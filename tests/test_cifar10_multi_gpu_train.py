@@ -51,8 +51,8 @@ def test_two_towers_lower_the_loss(two_tower_run):
         str(train_dir), size_guidance={event_accumulator.SCALARS: 0}
     )
     events.Reload()
-    raw = events.Scalars("total_loss (raw)")
-    assert [e.step for e in raw] == [1, 101]
+    raw = events.Scalars("Training/total_loss (raw)")
+    assert [e.step for e in raw] == [1, 101, MAX_STEPS]
     # From about 4.6 (2.3 of cross-entropy plus the initial weight decay).
     assert raw[0].value > 4.0
     # The towers' mean loss at the last step (the summary at step 101 can

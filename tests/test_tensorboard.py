@@ -21,10 +21,12 @@ from conftest import SCRIPT_ENV, WATCHED_MAX_STEPS, read_events
 # The runs of --logdir_spec=train:TRAIN_DIR,eval:EVAL_DIR, as TensorBoard
 # names them (each folder is the run '.' below its name).
 TRAIN, EVAL = "train/.", "eval/."
+# The loss chart, which TensorBoard shows first.
+LOSS = "Training/total_loss"
 # Seconds the server has to start and load both runs.
 LOAD_TIMEOUT_SECS = 90
-# Summaries every 100 steps from the first, up to WATCHED_MAX_STEPS.
-SUMMARY_STEPS = list(range(1, WATCHED_MAX_STEPS, 100))
+# Summaries every 100 steps from the first, and at WATCHED_MAX_STEPS.
+SUMMARY_STEPS = [*range(1, WATCHED_MAX_STEPS, 100), WATCHED_MAX_STEPS]
 
 
 def _free_port():
@@ -108,7 +110,7 @@ def tensorboard(watched_training, tmp_path_factory):
             tensorboard,
             server,
             {
-                (TRAIN, "total_loss"): len(SUMMARY_STEPS),
+                (TRAIN, LOSS): len(SUMMARY_STEPS),
                 (EVAL, "Precision @ 1"): len(
                     read_events(watched_training.eval_dir).Scalars(
                         "Precision @ 1"
@@ -130,13 +132,13 @@ def tensorboard(watched_training, tmp_path_factory):
 def test_tensorboard_shows_the_loss_and_learning_rate_of_training(
     tensorboard,
 ):
-    assert [step for step, _ in tensorboard.scalars(TRAIN, "total_loss")] == (
+    assert [step for step, _ in tensorboard.scalars(TRAIN, LOSS)] == (
         SUMMARY_STEPS
     )
-    raw_loss = tensorboard.scalars(TRAIN, "total_loss (raw)")
+    raw_loss = tensorboard.scalars(TRAIN, LOSS + " (raw)")
     # About 4.7 at first: cross-entropy 2.3 plus weight decay 2.4.
     assert raw_loss[0] == (1, pytest.approx(4.7, abs=0.5))
-    assert tensorboard.scalars(TRAIN, "learning_rate") == [
+    assert tensorboard.scalars(TRAIN, "Training/learning_rate") == [
         (step, pytest.approx(0.1)) for step in SUMMARY_STEPS
     ]
 

@@ -6,6 +6,19 @@ import tensorflow as tf
 
 from multigpu.graph import towers
 
+# The group of the charts a person looks for first (the loss, the learning
+# rate): TensorBoard groups the charts by the tag's first '/' component, puts
+# the groups in code-point order (capitals before the layers' lowercase
+# names) and opens the first two.
+FIRST_GROUP = "Training/"
+
+
+def loss_tag(name):
+    """The tag of a loss: 'local3/weight_loss' as it is, 'total_loss' (a
+    model-wide loss) in `FIRST_GROUP`; without 'tower_N/'."""
+    name = strip_tower_prefix(name)
+    return name if "/" in name else FIRST_GROUP + name
+
 
 def _summary_tag(name):
     scope = tf.compat.v1.get_default_graph().get_name_scope()

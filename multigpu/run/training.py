@@ -76,6 +76,34 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
             )
 
 
+class _SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
+    """TensorFlow's summary writer, which also writes the last step's.
+
+    TensorFlow's writes at the first step and every save_steps after it, so
+    a run of 300 steps had no summary past step 201.
+    """
+
+    def __init__(self, last_step, **kwargs):
+        """Args:
+        last_step: int or None, the step the run stops at (--max_steps).
+        **kwargs: those of `tf.compat.v1.train.SummarySaverHook`.
+        """
+        super().__init__(**kwargs)
+        self._last_step = last_step
+
+    def before_run(self, run_context):
+        args = super().before_run(run_context)
+        summary_op = self._get_summary_op()
+        if (
+            not self._request_summary
+            and summary_op is not None
+            and self._next_step == self._last_step
+        ):
+            self._request_summary = True
+            args.fetches["summary"] = summary_op
+        return args
+
+
 class _SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
     """Knows the step of the checkpoint being written, if any; says each save.
 
@@ -142,8 +170,9 @@ def run_training(
       log_frequency: int, steps between log lines.
       max_steps: int or None; None trains until the input ends.
       save_checkpoint_steps: int, steps between checkpoints.
-      save_summaries_steps: int, steps between summaries; None writes no
-        summaries at all (not even the step counter's global_step/sec).
+      save_summaries_steps: int, steps between summaries (also written at
+        the first and the last step); None writes no summaries at all (not
+        even the step counter's global_step/sec).
       summary_op: the summary op to write, default all summaries.
       config: the session's `ConfigProto`.
       clear_train_dir: bool, delete what the trainers wrote in train_dir
@@ -191,6 +220,7 @@ def run_training(
             save_checkpoint_steps,
             save_summaries_steps,
             saves,
+            max_steps,
         )
         hooks.append(events)
     server = cluster.start_server(task, config)
@@ -304,9 +334,17 @@ def _train_loop(train_op, hooks, session_creator):
 
 
 def _chief_hooks(
-    train_dir, scaffold, save_checkpoint_steps, save_summaries_steps, saves
+    train_dir,
+    scaffold,
+    save_checkpoint_steps,
+    save_summaries_steps,
+    saves,
+    max_steps,
 ):
     """The chief's step counter, summary writer and checkpoint saver.
+
+    Summaries are written at the first step, every save_summaries_steps
+    and at max_steps.
 
     The saver tells `saves` (a `_SaveWatcher`) when it writes.
     """
@@ -316,7 +354,8 @@ def _chief_hooks(
             tf.compat.v1.train.StepCounterHook(
                 every_n_steps=save_summaries_steps, output_dir=train_dir
             ),
-            tf.compat.v1.train.SummarySaverHook(
+            _SummarySaverHook(
+                last_step=max_steps,
                 save_steps=save_summaries_steps,
                 output_dir=train_dir,
                 scaffold=scaffold,
