@@ -28,6 +28,7 @@
   - `sessions`: the session creators of the chief and the other workers.
   - `train_dirs`: one trainer per train_dir; what `--clear_train_dir`
     deletes.
+  - `report`: the closing report of a run and the commands to run next.
 - `distributed/`: beyond one machine.
   - `cluster`: the cluster mode: tasks, servers, sync replicas, the ps.
   - `tf_config`: the cluster from `TF_CONFIG`.
