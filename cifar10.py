@@ -43,8 +43,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer(
     "batch_size",
     128,
-    "Examples per batch. In cifar10_multi_gpu_train.py it is per tower: a "
-    "step trains on batch_size * num_gpus examples.",
+    "Examples per batch; per tower in a multi-GPU trainer, where a step "
+    "trains on batch_size * num_gpus examples.",
     lower_bound=1,
 )
 flags.DEFINE_string(

@@ -10,9 +10,8 @@ Each new checkpoint is scored once: its moving-average (shadow) variables are
 restored into the model, exactly --num_examples examples are classified, and
 `Precision @ 1` and `Recall @ 5` (the label among the 5 highest logits, as
 the Inception eval reports it) are written at the checkpoint's global step.
-Only checkpoints that read in full are scored
-(`checkpoints.newest_valid_checkpoint`); one that the trainer deletes before
-it is restored is skipped with a warning.
+Only checkpoints that read in full are scored; one that the trainer deletes
+before it is restored is skipped with a warning.
 --last_step ends the watch once the trainer's last checkpoint is scored.
 """
 
@@ -70,6 +69,8 @@ common_flags.define_model_flag()
 flags.adopt_module_key_flags(common_flags)
 # --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
 flags.adopt_module_key_flags(cifar10)
+# The eval has no towers: its --help says what the batch is here.
+FLAGS["batch_size"].help = "Examples classified per step."
 
 
 def build_graph(

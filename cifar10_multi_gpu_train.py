@@ -21,10 +21,9 @@ takes the same update; checkpoints are the same (tests/
 test_variable_update.py; README, "Two variable updates").
 Restarting on the same --train_dir resumes from its newest checkpoint.
 
-Options for GPUs, each checked on the CPU path (tests/test_towers.py):
+Options for GPUs, each checked by the tests on the CPU path:
 --variable_device=tower keeps the variables and the averaging on the first
-tower's device; --xla compiles each tower in a `jit_scope` (see
-`towers.build_towers` for why not the session's global_jit_level);
+tower's device; --xla compiles each tower with XLA;
 --prefetch_to_device (on by default) stages each tower's next batch on its
 device during the current step.
 """

@@ -9,6 +9,8 @@ import sys
 import tensorflow as tf
 from absl import app, flags
 
+from multigpu import flag_help
+
 
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. the loss diverged)."""
@@ -44,6 +46,12 @@ def run_script(main):
     """
     _list_flags_in_help(main.__module__)
 
+    def parse_flags(argv):
+        if any(arg in _GROUPED_HELP_FLAGS for arg in argv[1:]):
+            print(_script_help(main.__module__))
+            sys.exit(0)
+        return _parse_flags(argv)
+
     def main_with_errors(argv):
         # Python's own Ctrl-C from here on (see quiet_cpp_logs).
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -72,9 +80,11 @@ def run_script(main):
             )
             sys.exit(CTRL_C_EXIT_CODE)
 
-    app.run(main_with_errors, flags_parser=_parse_flags)
+    app.run(main_with_errors, flags_parser=parse_flags)
 
 
+# The help flags that print the script's grouped help (`flag_help`).
+_GROUPED_HELP_FLAGS = ("-?", "-h", "--help", "--helpshort")
 # absl's help flags: each prints the help, then exits with code 1.
 _HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
 
@@ -94,6 +104,20 @@ def _parse_flags(argv):
         if e.code == 1 and any(arg in _HELP_FLAGS for arg in argv[1:]):
             sys.exit(0)
         raise
+
+
+def _script_help(module_name):
+    """The grouped --help of the script whose main is in module_name.
+
+    The same text whether the script runs as a file (its module is
+    '__main__', its flags registered under sys.argv[0]) or as an installed
+    command, which imports it as a module.
+    """
+    registered = sys.argv[0] if module_name == "__main__" else module_name
+    return flag_help.help_text(
+        sys.modules[module_name].__doc__ or "",
+        flags.FLAGS.get_key_flags_for_module(registered),
+    )
 
 
 def _list_flags_in_help(module_name):

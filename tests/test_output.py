@@ -1,6 +1,7 @@
 """What a user sees: each line once, no C++ start-up notices, installed
 commands that explain their flags, defaults that run without a GPU."""
 
+import ast
 import importlib
 import os
 import re
@@ -11,16 +12,35 @@ import pytest
 from conftest import REPO, read_events
 from test_cifar10_train import _write_infinite_checkpoint
 
-# The installed commands (pyproject.toml): the script each one runs, and a
-# flag of that script its help must list.
+# The installed commands (pyproject.toml): the script each one runs, and the
+# groups of its --help, in order.
 COMMANDS = {
-    "cifar10-train": ("cifar10_train.py", "max_steps"),
-    "cifar10-multi-gpu-train": ("cifar10_multi_gpu_train.py", "num_gpus"),
-    "cifar10-eval": ("cifar10_eval.py", "num_examples"),
-    "mnist-multi-gpu-train": ("mnist_multi_gpu_train.py", "num_epochs"),
+    "cifar10-train": (
+        "cifar10_train.py",
+        ["Data and batches", "Training", "GPUs and devices"]
+        + ["Reduced precision", "Output"],
+    ),
+    "cifar10-multi-gpu-train": (
+        "cifar10_multi_gpu_train.py",
+        ["Data and batches", "Training", "GPUs and devices"]
+        + ["Reduced precision", "Cluster", "Output"],
+    ),
+    "cifar10-eval": (
+        "cifar10_eval.py",
+        ["Data and batches", "Evaluation", "GPUs and devices"]
+        + ["Reduced precision"],
+    ),
+    "mnist-multi-gpu-train": (
+        "mnist_multi_gpu_train.py",
+        ["Data and batches", "Training", "Evaluation", "GPUs and devices"]
+        + ["Cluster", "Output"],
+    ),
 }
-# TensorFlow's C++ INFO lines, e.g. 'I0000 00:00:1795457070.800225 ...'.
-CPP_INFO_LINE = re.compile(r"^I\d{4} \d\d:\d\d:\d\d", re.MULTILINE)
+# What a --help must not name: the suite's modules and functions
+# ('towers.build_towers'), its packages, its tests.
+INTERNAL_NAME = re.compile(
+    r"`\w+\.\w+`|\b(tests|multigpu|data_sets)/|\b(towers|checkpoints)\.\w"
+)
 
 
 def _user_env():
@@ -42,8 +62,10 @@ def _run_as_user(script, *args):
     )
 
 
-def _flag_names(help_text):
-    return sorted(re.findall(r"^  --(?:\[no\])?(\w+):", help_text, re.M))
+def _flag_groups(help_text):
+    """The group titles of a --help, after the description."""
+    flags_part = help_text.split("\n\nData and batches:\n", 1)[1]
+    return ["Data and batches"] + re.findall(r"^(\w[\w ]+):$", flags_part, re.M)
 
 
 # Lines of TensorFlow's rather than ours: C++ log lines ('E0000 00:00:...',
@@ -358,7 +380,7 @@ def test_a_user_set_log_level_is_kept_as_it_is():
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_an_installed_command_lists_the_flags_of_its_script(command):
+def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
     path = os.path.join(os.path.dirname(sys.executable), command)
     assert os.path.exists(path), "not installed: pip install -e ."
     installed = subprocess.run(
@@ -369,12 +391,14 @@ def test_an_installed_command_lists_the_flags_of_its_script(command):
         env=_user_env(),
         cwd=REPO,
     )
-    script, flag = COMMANDS[command]
+    script, groups = COMMANDS[command]
     assert installed.returncode == 0, installed.stderr
-    names = _flag_names(installed.stdout)
     from_script = _run_as_user(script, "--help")
-    assert names == _flag_names(from_script.stdout)
-    assert flag in names
+    assert (installed.stdout, installed.stderr) == (from_script.stdout, "")
+    description = ast.get_docstring(ast.parse((REPO / script).read_text()))
+    assert installed.stdout.startswith(description + "\n\nData and batches:")
+    assert _flag_groups(installed.stdout) == groups
+    assert INTERNAL_NAME.findall(installed.stdout) == []
     assert _tensorflow_lines(installed) == _tensorflow_lines(from_script) == []
 
 

@@ -1,0 +1,152 @@
+"""A script's `--help`: its description, then its flags grouped by purpose.
+
+absl's own `--help` lists a script's flags in one alphabetical list under
+the path of the file that ran (an installed command's wrapper in a virtual
+environment); ours prints the script's docstring and its flags in the
+groups below, whether the script runs as a file or as an installed command.
+absl's `--helpfull` still lists every flag, absl's own included.
+"""
+
+import textwrap
+
+# The groups of --help, in this order, and the flags each holds (of any of
+# the scripts; a script lists the ones it takes).
+GROUPS = (
+    (
+        "Data and batches",
+        ("data_dir", "fake_data", "data_url", "eval_data", "batch_size"),
+    ),
+    (
+        "Training",
+        (
+            "max_steps",
+            "num_epochs",
+            "learning_rate",
+            "clip_gradients",
+            "pretrained_model_checkpoint_path",
+            "fine_tune",
+        ),
+    ),
+    (
+        "Evaluation",
+        (
+            "checkpoint_dir",
+            "eval_dir",
+            "num_examples",
+            "run_once",
+            "eval_interval_secs",
+            "last_step",
+            "eval_only",
+        ),
+    ),
+    (
+        "GPUs and devices",
+        (
+            "num_gpus",
+            "cpu_towers",
+            "variable_device",
+            "xla",
+            "prefetch_to_device",
+            "dry_run",
+            "allow_growth",
+            "gpu_memory_fraction",
+            "num_intra_threads",
+            "num_inter_threads",
+            "log_device_placement",
+        ),
+    ),
+    (
+        "Reduced precision",
+        (
+            "use_fp16",
+            "force_cpu_bfloat16",
+            "fp16_loss_scale",
+            "fp16_enable_auto_loss_scale",
+            "fp16_inc_loss_scale_every_n",
+        ),
+    ),
+    (
+        "Cluster",
+        (
+            "ps_hosts",
+            "worker_hosts",
+            "job_name",
+            "task_index",
+            "sync_replicas",
+            "replicas_to_aggregate",
+            "operation_timeout_secs",
+        ),
+    ),
+    (
+        "Output",
+        (
+            "train_dir",
+            "clear_train_dir",
+            "log_frequency",
+            "save_checkpoint_steps",
+            "save_summaries_steps",
+            "tb_logging",
+            "trace_step",
+        ),
+    ),
+)
+# The group of a flag no group names (a test keeps it empty).
+OTHER = "Other"
+# The closing line: where absl's own flags are.
+ABSL_FLAGS = (
+    "absl's own flags (--verbosity=0 shows TensorFlow's log lines): --helpfull."
+)
+
+
+def help_text(description, script_flags):
+    """The text of a script's --help.
+
+    Args:
+      description: str, the script's docstring.
+      script_flags: absl `Flag`s, the flags the script takes.
+
+    Returns:
+      str, the description, the groups that hold any of script_flags (each
+      flag with its default and its help), and the line on absl's flags.
+    """
+    by_name = {flag.name: flag for flag in script_flags}
+    grouped = [
+        (title, [name for name in names if name in by_name])
+        for title, names in GROUPS
+    ]
+    named = {name for _, names in GROUPS for name in names}
+    grouped.append((OTHER, sorted(set(by_name) - named)))
+    lines = [description.strip(), ""]
+    for title, names in grouped:
+        if names:
+            lines.append("%s:" % title)
+            for name in names:
+                lines += _describe(by_name[name])
+            lines.append("")
+    return "\n".join(lines + [ABSL_FLAGS])
+
+
+def _describe(flag):
+    """'  --name (default: D; a positive integer)' and the wrapped help."""
+    facts = ["default: %s" % _default(flag)]
+    if flag.parser.syntactic_help and not flag.boolean:
+        facts.append(flag.parser.syntactic_help)
+    head = "  --%s%s (%s)" % (
+        "[no]" if flag.boolean else "",
+        flag.name,
+        "; ".join(facts),
+    )
+    return [head] + textwrap.wrap(
+        flag.help, width=80, initial_indent=" " * 6, subsequent_indent=" " * 6
+    )
+
+
+def _default(flag):
+    """A flag's default as a user types it: 'on', '128', 'none'."""
+    if flag.boolean:
+        return "on" if flag.default else "off"
+    if isinstance(flag.default, (list, tuple)):
+        return ",".join(map(str, flag.default)) or "none"
+    if flag.default is None or flag.default == "":
+        return "none"
+    return str(flag.default)
