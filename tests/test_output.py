@@ -12,6 +12,9 @@ import pytest
 from conftest import REPO, read_events
 from test_cifar10_train import _write_infinite_checkpoint
 
+from multigpu import common_flags
+from multigpu.run import report
+
 # The installed commands (pyproject.toml): the script each one runs, and the
 # groups of its --help, in order.
 COMMANDS = {
@@ -159,6 +162,39 @@ def test_every_line_of_a_training_run_is_ours(user_run):
     ), result.stdout
     assert lines[-4:] == _closing_report(train_dir, data_dir)
     assert _tensorflow_lines(result) == []
+
+
+def _form(line):
+    """A line with its date, paths, numbers and durations replaced."""
+    line = re.sub(DATE, "DATE", line)
+    line = re.sub(r"/[^\s,()]*[^\s,().]", "PATH", line)
+    line = re.sub(r"\d+(\.\d+)?", "N", line)
+    return re.sub(r"N min N s|N s", "TIME", line)
+
+
+def _readme_sample_run():
+    """The lines of the README's sample run, without its '...' lines."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("```\n", readme.index("## What you will see")) + 4
+    lines = readme[start : readme.index("```", start)].splitlines()
+    return [line for line in lines if line != "..."]
+
+
+@pytest.mark.slow
+def test_the_readme_sample_run_has_the_lines_a_run_prints_today(user_run):
+    forms = {_form(line) for line in user_run[2].stdout.splitlines()}
+    sample = _readme_sample_run()
+    assert [line for line in sample[:-2] if _form(line) not in forms] == []
+    # The default --train_dir is not named '.../train': the eval writes to
+    # its own default folder, and TensorBoard is given both.
+    assert sample[-2:] == [
+        "  " + command
+        for command in report.cifar10_next_commands(
+            common_flags.CIFAR10_TRAIN_DIR,
+            "/tmp/cifar10_data",
+            common_flags.CIFAR10_EVAL_DIR,
+        )
+    ]
 
 
 @pytest.mark.slow
