@@ -290,8 +290,11 @@ def main(argv):
         closing,
         FLAGS.batch_size * FLAGS.num_gpus,
         FLAGS.train_dir,
-        report.cifar10_next_commands(
-            FLAGS.train_dir, FLAGS.data_dir, common_flags.CIFAR10_EVAL_DIR
+        report.next_commands(
+            common_flags.CIFAR10_EVAL_COMMAND,
+            FLAGS.train_dir,
+            common_flags.CIFAR10_EVAL_DIR,
+            data_dir=FLAGS.data_dir,
         ),
     )
 

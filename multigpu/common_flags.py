@@ -20,6 +20,12 @@ from multigpu.graph import (
 # eval's --checkpoint_dir) and the eval's --eval_dir.
 CIFAR10_TRAIN_DIR = "/tmp/cifar10_train"
 CIFAR10_EVAL_DIR = "/tmp/cifar10_eval"
+# The eval of a CIFAR-10 trainer's newest checkpoint, as the trainers'
+# closing report prints it (`report.next_commands`).
+CIFAR10_EVAL_COMMAND = (
+    "python cifar10_eval.py --run_once --checkpoint_dir={train_dir} "
+    "--eval_dir={eval_dir} --data_dir={data_dir}"
+)
 
 
 def define_once(define, name, *args, **kwargs):

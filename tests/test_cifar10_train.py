@@ -144,6 +144,12 @@ def test_a_second_run_resumes_and_clear_train_dir_starts_over(
     cleared = _train(
         cifar10_data_dir, tmp_path, "--max_steps=10", "--clear_train_dir"
     )
+    # Steps 0, 20 and 40; an event file per run; the state file and the
+    # graph (the lock stays, held by the run).
+    assert (
+        "--clear_train_dir: removed 3 checkpoint(s), 2 event file(s) and 2 "
+        "other file(s) from %s\n" % tmp_path
+    ) in cleared.stdout
     assert "training from step 0\n" in cleared.stdout
     assert checkpoint_steps(tmp_path) == [0, 10]
 

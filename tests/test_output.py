@@ -189,10 +189,11 @@ def test_the_readme_sample_run_has_the_lines_a_run_prints_today(user_run):
     # its own default folder, and TensorBoard is given both.
     assert sample[-2:] == [
         "  " + command
-        for command in report.cifar10_next_commands(
+        for command in report.next_commands(
+            common_flags.CIFAR10_EVAL_COMMAND,
             common_flags.CIFAR10_TRAIN_DIR,
-            "/tmp/cifar10_data",
             common_flags.CIFAR10_EVAL_DIR,
+            data_dir="/tmp/cifar10_data",
         )
     ]
 

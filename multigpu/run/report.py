@@ -86,21 +86,22 @@ def eval_folders(train_dir, default_eval_dir):
     )
 
 
-def cifar10_next_commands(train_dir, data_dir, default_eval_dir):
-    """The eval of a CIFAR-10 train_dir's newest checkpoint, and TensorBoard.
+def next_commands(eval_command, train_dir, default_eval_dir, **flags):
+    """The eval of train_dir's newest checkpoint, and TensorBoard on both.
 
     Args:
+      eval_command: str, the eval's command line, a format string with the
+        fields {train_dir}, {eval_dir} and those of flags.
       train_dir: str, the trainer's checkpoints and event logs.
-      data_dir: str, its --data_dir, which the eval reads too.
       default_eval_dir: str, the eval's default --eval_dir.
+      **flags: strs, the other fields of eval_command (e.g. data_dir).
 
     Returns:
       [eval command, tensorboard command], two strs.
     """
     eval_dir, logdir = eval_folders(train_dir, default_eval_dir)
     return [
-        "python cifar10_eval.py --run_once --checkpoint_dir=%s --eval_dir=%s "
-        "--data_dir=%s" % (train_dir, eval_dir, data_dir),
+        eval_command.format(train_dir=train_dir, eval_dir=eval_dir, **flags),
         "tensorboard %s" % logdir,
     ]
 
