@@ -315,7 +315,7 @@ def loss(logits, labels):
     )
 
 
-def add_loss_summaries(total_loss, scope=None):
+def add_loss_summaries(total_loss, global_step, scope=None):
     """Summarises the losses, raw and as moving averages.
 
     Call it outside any tower's name scope: the tags are
@@ -327,10 +327,12 @@ def add_loss_summaries(total_loss, scope=None):
     the tutorial's do; their summaries are zero-debiased (divided by
     1 - decay^updates, as Adam's moments are), so that a chart starts at the
     first loss. A weight-decay term of wd 0 is averaged but not summarised
-    (a flat 0). Needs the graph's global step.
+    (a flat 0).
 
     Args:
       total_loss: float32 scalar from `loss` (or a tower's total loss).
+      global_step: the global step variable (int64 scalar), which counts
+        the updates of the averages.
       scope: str or None, only the `losses` of this name scope (a tower).
 
     Returns:
@@ -350,7 +352,7 @@ def add_loss_summaries(total_loss, scope=None):
         for name, each in named_losses
     ]
     # This update's count since step 0, read before the averages move.
-    updates = tf.cast(tf.compat.v1.train.get_global_step(), tf.float32) + 1.0
+    updates = tf.cast(global_step, tf.float32) + 1.0
     with tf.control_dependencies([updates]):
         averages_op = averages.apply(averaged)
     debias = 1.0 - tf.pow(LOSS_AVERAGE_DECAY, updates)
@@ -473,7 +475,7 @@ def train(
     lr = learning_rate_fn(global_step, batch_size)
     opt = loss_scale.wrap(optimizer_fn(lr), loss_scaling)
     # Update the loss averages before the gradients, as the tutorial does.
-    with tf.control_dependencies([add_loss_summaries(total_loss)]):
+    with tf.control_dependencies([add_loss_summaries(total_loss, global_step)]):
         grads = opt.compute_gradients(total_loss)
     if clip_norm > 0:
         grads = towers.clip_gradients(grads, clip_norm)

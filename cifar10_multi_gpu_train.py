@@ -132,7 +132,9 @@ def build_graph(
     tower_losses, tower_grads, last_scope = towers.build_towers(
         devices, opt, tower_loss, xla, variable_update.tower_copies(update)
     )
-    loss_averages_op = cifar10.add_loss_summaries(tower_losses[-1], last_scope)
+    loss_averages_op = cifar10.add_loss_summaries(
+        tower_losses[-1], global_step, last_scope
+    )
     # Synchronisation point: every tower's gradients, averaged where the
     # variables live, or all-reduced onto every tower's copy.
     copies_grads = variable_update.reduce_gradients(update, tower_grads)

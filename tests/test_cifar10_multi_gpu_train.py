@@ -55,6 +55,9 @@ def test_two_towers_lower_the_loss(two_tower_run):
     assert [e.step for e in raw] == [1, 101, MAX_STEPS]
     # From about 4.6 (2.3 of cross-entropy plus the initial weight decay).
     assert raw[0].value > 4.0
+    # The loss average's chart starts at the first loss (zero-debiased).
+    averaged = events.Scalars("Training/total_loss")[0]
+    assert averaged.value == pytest.approx(raw[0].value, rel=1e-5)
     # The towers' mean loss at the last step (the summary at step 101 can
     # still sit on the plateau before the sample classes are learned).
     last_logged = float(re.findall(r"loss = ([\d.]+)", stdout)[-1])
