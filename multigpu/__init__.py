@@ -38,6 +38,7 @@
   - `common_flags`: the flags several trainers share.
   - `tower_flags`: the flags of the multi-tower trainers.
   - `errors`: `TrainingError`, and one line per user error (`run_script`).
+  - `flag_help`: a script's `--help`, its flags grouped by purpose.
   - `folders`: folder flags checked and made.
 
 The data sets' support code is the package `data_sets` beside this one.
