@@ -142,6 +142,14 @@ def build_graph(
         copies_grads = [
             towers.clip_gradients(grads, clip_norm) for grads in copies_grads
         ]
+    # The update, which increments the global step, waits for the loss
+    # averages, which read it. Only the gradients wait: the optimizer's own
+    # ops (a sync optimizer's queues and init ops) must not.
+    with tf.control_dependencies([loss_averages_op]):
+        copies_grads = [
+            [(_identity_beside(grad), var) for grad, var in grads]
+            for grads in copies_grads
+        ]
     train_op = tf.group(
         variable_update.apply_gradients(
             update,
@@ -162,6 +170,14 @@ def build_graph(
     if put_ops:
         hooks.append(towers.WarmUpHook(put_ops))
     return loss, train_op, summary_op, hooks
+
+
+def _identity_beside(grad):
+    """An identity of grad on grad's device (None for None)."""
+    if grad is None:
+        return None
+    with tf.compat.v1.colocate_with(grad):
+        return tf.identity(grad)
 
 
 def main(argv):
