@@ -50,7 +50,7 @@ def piecewise_learning_rate(
         examples_per_step).
 
     Returns:
-      float32 scalar, also summarised as 'learning_rate'.
+      float32 scalar, also summarised as 'Training/learning_rate'.
     """
     scale = examples_per_step / REFERENCE_EXAMPLES_PER_STEP
     steps = [max(1, round(b / scale)) for b in boundaries]
@@ -62,7 +62,7 @@ def piecewise_learning_rate(
     lr = tf.compat.v1.train.piecewise_constant(
         global_step, [tf.cast(s - 1, tf.int64) for s in steps], values
     )
-    summaries.scalar_summary("learning_rate", lr)
+    summaries.scalar_summary(summaries.FIRST_GROUP + "learning_rate", lr)
     return lr
 
 

@@ -16,12 +16,15 @@ GROUPS = (
         "Data and batches",
         ("data_dir", "fake_data", "data_url", "eval_data", "batch_size"),
     ),
+    ("Model", ("model",)),
     (
         "Training",
         (
             "max_steps",
             "num_epochs",
             "learning_rate",
+            "learning_rate_boundaries",
+            "momentum",
             "clip_gradients",
             "pretrained_model_checkpoint_path",
             "fine_tune",

@@ -20,17 +20,17 @@ from multigpu.run import report
 COMMANDS = {
     "cifar10-train": (
         "cifar10_train.py",
-        ["Data and batches", "Training", "GPUs and devices"]
+        ["Data and batches", "Model", "Training", "GPUs and devices"]
         + ["Reduced precision", "Output"],
     ),
     "cifar10-multi-gpu-train": (
         "cifar10_multi_gpu_train.py",
-        ["Data and batches", "Training", "GPUs and devices"]
+        ["Data and batches", "Model", "Training", "GPUs and devices"]
         + ["Reduced precision", "Cluster", "Output"],
     ),
     "cifar10-eval": (
         "cifar10_eval.py",
-        ["Data and batches", "Evaluation", "GPUs and devices"]
+        ["Data and batches", "Model", "Evaluation", "GPUs and devices"]
         + ["Reduced precision"],
     ),
     "mnist-multi-gpu-train": (

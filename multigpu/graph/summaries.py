@@ -16,7 +16,7 @@ FIRST_GROUP = "Training/"
 def loss_tag(name):
     """The tag of a loss: 'local3/weight_loss' as it is, 'total_loss' (a
     model-wide loss) in `FIRST_GROUP`; without 'tower_N/'."""
-    name = strip_tower_prefix(name)
+    name = towers.strip_tower_prefix(name)
     return name if "/" in name else FIRST_GROUP + name
 
 

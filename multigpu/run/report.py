@@ -12,7 +12,7 @@ import time
 
 import tensorflow as tf
 
-from multigpu.graph import summaries
+from multigpu.graph import towers
 from multigpu.run import checkpoints
 
 # The folder names under one parent that let TensorBoard show the train and
@@ -44,7 +44,7 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
         terms = [
             each
             for each in tf.compat.v1.get_collection("losses")
-            if summaries.strip_tower_prefix(each.op.name) == "cross_entropy"
+            if towers.strip_tower_prefix(each.op.name) == "cross_entropy"
         ]
         self._fetches = {"total_loss": self._total_loss}
         if terms:
