@@ -267,14 +267,14 @@ def test_the_eval_command_of_the_report_runs_as_printed(user_run):
     evaluated = _run_as_user(*command[1:])
     assert evaluated.returncode == 0, evaluated.stderr
     assert _tensorflow_lines(evaluated) == []
-    assert re.fullmatch(
-        r"%s: precision @ 1 = \d\.\d{3}" % DATE,
-        evaluated.stdout.splitlines()[-1],
-    ), evaluated.stdout
-    [precision] = read_events(train_dir.parent / "eval").Scalars(
-        "Precision @ 1"
-    )
-    assert precision.step == USER_RUN_STEPS
+    scores = evaluated.stdout.splitlines()[-2:]
+    assert [
+        re.fullmatch(r"%s: %s = \d\.\d{3}" % (DATE, score), line) is not None
+        for score, line in zip(["precision @ 1", "recall @ 5"], scores)
+    ] == [True, True], evaluated.stdout
+    events = read_events(train_dir.parent / "eval")
+    for tag in ("Precision @ 1", "Recall @ 5"):
+        assert [e.step for e in events.Scalars(tag)] == [USER_RUN_STEPS]
 
 
 @pytest.mark.slow
