@@ -30,6 +30,7 @@ import tensorflow as tf
 from absl import flags
 
 import cifar10
+import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, folders
@@ -38,12 +39,12 @@ from multigpu.run import checkpoints, restore
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
-    "eval_dir", common_flags.CIFAR10_EVAL_DIR, "Where to write event logs."
+    "eval_dir", cifar10_input.EVAL_DIR, "Where to write event logs."
 )
 flags.DEFINE_enum("eval_data", "test", ["test", "train"], "Split to evaluate.")
 flags.DEFINE_string(
     "checkpoint_dir",
-    common_flags.CIFAR10_TRAIN_DIR,
+    cifar10_input.TRAIN_DIR,
     "Where the trainer writes checkpoints.",
 )
 flags.DEFINE_integer(

@@ -38,6 +38,17 @@ BATCHES_DIR = "cifar-10-batches-bin"
 # The official archive (data_sets/cifar10_data.py downloads it).
 DATA_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 
+# The tutorial scripts' default folders: the trainers' --train_dir (the
+# eval's --checkpoint_dir) and the eval's --eval_dir.
+TRAIN_DIR = "/tmp/cifar10_train"
+EVAL_DIR = "/tmp/cifar10_eval"
+# The eval of a trainer's newest checkpoint, as the trainers' closing
+# report prints it (`report.next_commands`).
+EVAL_COMMAND = (
+    "python cifar10_eval.py --run_once --checkpoint_dir={train_dir} "
+    "--eval_dir={eval_dir} --data_dir={data_dir}"
+)
+
 # The tutorial's model input: a 24x24 crop of the 32x32 image, for training
 # at a random offset of 0..8 in each axis.
 IMAGE_SIZE = 24

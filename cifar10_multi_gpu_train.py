@@ -54,7 +54,9 @@ from multigpu.graph import (
 from multigpu.run import report, trace, training
 
 FLAGS = flags.FLAGS
-common_flags.define_cifar10_trainer_flags(cifar10_input.DATA_URL)
+common_flags.define_cifar10_trainer_flags(
+    cifar10_input.DATA_URL, cifar10_input.TRAIN_DIR
+)
 tower_flags.define_multi_tower_flags()
 tower_flags.define_device_flags()
 flags.adopt_module_key_flags(common_flags)
@@ -309,9 +311,9 @@ def main(argv):
         FLAGS.batch_size * FLAGS.num_gpus,
         FLAGS.train_dir,
         report.next_commands(
-            common_flags.CIFAR10_EVAL_COMMAND,
+            cifar10_input.EVAL_COMMAND,
             FLAGS.train_dir,
-            common_flags.CIFAR10_EVAL_DIR,
+            cifar10_input.EVAL_DIR,
             data_dir=FLAGS.data_dir,
         ),
     )

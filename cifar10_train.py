@@ -29,7 +29,9 @@ from multigpu.graph import any_model, placement, summaries
 from multigpu.run import report, trace, training
 
 FLAGS = flags.FLAGS
-common_flags.define_cifar10_trainer_flags(cifar10_input.DATA_URL)
+common_flags.define_cifar10_trainer_flags(
+    cifar10_input.DATA_URL, cifar10_input.TRAIN_DIR
+)
 flags.adopt_module_key_flags(common_flags)
 # --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
 flags.adopt_module_key_flags(cifar10)
@@ -141,9 +143,9 @@ def main(argv):
         FLAGS.batch_size,
         FLAGS.train_dir,
         report.next_commands(
-            common_flags.CIFAR10_EVAL_COMMAND,
+            cifar10_input.EVAL_COMMAND,
             FLAGS.train_dir,
-            common_flags.CIFAR10_EVAL_DIR,
+            cifar10_input.EVAL_DIR,
             data_dir=FLAGS.data_dir,
         ),
     )

@@ -16,17 +16,6 @@ from multigpu.graph import (
     placement,
 )
 
-# The CIFAR-10 scripts' default folders: the trainers' --train_dir (the
-# eval's --checkpoint_dir) and the eval's --eval_dir.
-CIFAR10_TRAIN_DIR = "/tmp/cifar10_train"
-CIFAR10_EVAL_DIR = "/tmp/cifar10_eval"
-# The eval of a CIFAR-10 trainer's newest checkpoint, as the trainers'
-# closing report prints it (`report.next_commands`).
-CIFAR10_EVAL_COMMAND = (
-    "python cifar10_eval.py --run_once --checkpoint_dir={train_dir} "
-    "--eval_dir={eval_dir} --data_dir={data_dir}"
-)
-
 
 def define_once(define, name, *args, **kwargs):
     """Calls define(name, ...) unless the flag exists (DuplicateFlagError)."""
@@ -52,7 +41,7 @@ def define_trainer_flags(train_dir, log_frequency):
     define_trace_flag()
 
 
-def define_cifar10_trainer_flags(data_url):
+def define_cifar10_trainer_flags(data_url, train_dir):
     """The groups both CIFAR-10 trainers take.
 
     Every trainer's (`define_trainer_flags`), the steps (--max_steps,
@@ -60,8 +49,9 @@ def define_cifar10_trainer_flags(data_url):
 
     Args:
       data_url: str, the default --data_url: the official archive.
+      train_dir: str, the default --train_dir.
     """
-    define_trainer_flags(CIFAR10_TRAIN_DIR, log_frequency=10)
+    define_trainer_flags(train_dir, log_frequency=10)
     define_step_flags()
     define_data_url_flag(data_url)
     define_fp16_flags()
@@ -182,10 +172,6 @@ def define_step_flags():
         )
 
 
-# Steps between summaries, as the tutorial's trainers write them.
-SAVE_SUMMARIES_STEPS = 100
-
-
 def define_checkpoint_flags():
     """--save_checkpoint_steps and --save_summaries_steps."""
     define_once(
@@ -199,7 +185,7 @@ def define_checkpoint_flags():
     define_once(
         flags.DEFINE_integer,
         "save_summaries_steps",
-        SAVE_SUMMARIES_STEPS,
+        100,  # As the tutorial's trainers write them.
         "Steps between the summaries TensorBoard shows; they are also "
         "written at the first and the last step.",
         lower_bound=1,

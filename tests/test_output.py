@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, read_events
 from test_cifar10_train import _write_infinite_checkpoint
 
-from multigpu import common_flags
+import cifar10_input
 from multigpu.run import report
 
 # The installed commands (pyproject.toml): the script each one runs, and the
@@ -190,9 +190,9 @@ def test_the_readme_sample_run_has_the_lines_a_run_prints_today(user_run):
     assert sample[-2:] == [
         "  " + command
         for command in report.next_commands(
-            common_flags.CIFAR10_EVAL_COMMAND,
-            common_flags.CIFAR10_TRAIN_DIR,
-            common_flags.CIFAR10_EVAL_DIR,
+            cifar10_input.EVAL_COMMAND,
+            cifar10_input.TRAIN_DIR,
+            cifar10_input.EVAL_DIR,
             data_dir="/tmp/cifar10_data",
         )
     ]
