@@ -209,9 +209,10 @@ def test_the_closing_report_gives_the_steps_speed_and_last_losses(user_run):
     )
     assert found, trained
     secs, rate = map(float, found.groups())
-    assert rate == pytest.approx(
-        USER_RUN_STEPS * USER_RUN_BATCH / secs, rel=0.01
-    )
+    # The time is printed to 0.1 s, the rate to 0.1 example/sec.
+    examples = USER_RUN_STEPS * USER_RUN_BATCH
+    assert examples / (secs + 0.05) - 0.05 <= rate
+    assert rate <= examples / (secs - 0.05) + 0.05
     # The last batch's losses, as the summaries of the last step hold them.
     events = read_events(train_dir)
     last = tuple(
