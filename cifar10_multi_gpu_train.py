@@ -178,7 +178,7 @@ def _identity_beside(grad):
     """An identity of grad on grad's device (None for None)."""
     if grad is None:
         return None
-    with tf.compat.v1.colocate_with(grad):
+    with tf.device(grad.device):
         return tf.identity(grad)
 
 

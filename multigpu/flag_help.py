@@ -47,6 +47,8 @@ GROUPS = (
         (
             "num_gpus",
             "cpu_towers",
+            "variable_update",
+            "all_reduce_spec",
             "variable_device",
             "xla",
             "prefetch_to_device",
