@@ -34,7 +34,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, folders
-from multigpu.graph import any_model, placement
+from multigpu.graph import placement
 from multigpu.run import checkpoints, restore
 
 FLAGS = flags.FLAGS
@@ -97,14 +97,7 @@ def build_graph(
         images, labels, init_op = cifar10_batches.eval_inputs(
             eval_data, data_dir, batch_size, num_examples
         )
-    logits = any_model.call_model(
-        model.build,
-        images,
-        False,
-        cifar10.NUM_CLASSES,
-        compute_dtype,
-        "--model=%s" % model.name,
-    )
+    logits = registry.logits(model, images, False, compute_dtype)
     hits = [
         tf.nn.in_top_k(predictions=logits, targets=labels, k=k) for k in (1, 5)
     ]

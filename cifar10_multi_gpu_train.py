@@ -43,7 +43,6 @@ from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, tower_flags
 from multigpu.distributed import cluster
 from multigpu.graph import (
-    any_model,
     dry_run,
     loss_scale,
     placement,
@@ -120,14 +119,7 @@ def build_graph(
             (images, labels), put_op = towers.stage_on_device([images, labels])
             put_ops.append(put_op)
         summaries.image_summary("images", images)
-        logits = any_model.call_model(
-            model.build,
-            images,
-            True,
-            cifar10.NUM_CLASSES,
-            compute_dtype,
-            "--model=%s" % model.name,
-        )
+        logits = registry.logits(model, images, True, compute_dtype)
         cifar10.loss(logits, labels)
         return towers.tower_total_loss(scope)
 
@@ -311,7 +303,7 @@ def main(argv):
         FLAGS.batch_size * FLAGS.num_gpus,
         FLAGS.train_dir,
         report.next_commands(
-            cifar10_input.EVAL_COMMAND,
+            cifar10_input.EVAL_COMMAND + registry.eval_flags(model),
             FLAGS.train_dir,
             cifar10_input.EVAL_DIR,
             data_dir=FLAGS.data_dir,

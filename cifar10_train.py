@@ -25,7 +25,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors
-from multigpu.graph import any_model, placement, summaries
+from multigpu.graph import placement, summaries
 from multigpu.run import report, trace, training
 
 FLAGS = flags.FLAGS
@@ -66,14 +66,7 @@ def build_graph(
     with tf.compat.v1.device(
         placement.device_function(device, placement.VARIABLE_DEVICE)
     ):
-        logits = any_model.call_model(
-            model.build,
-            images,
-            True,
-            cifar10.NUM_CLASSES,
-            compute_dtype,
-            "--model=%s" % model.name,
-        )
+        logits = registry.logits(model, images, True, compute_dtype)
     loss = cifar10.loss(logits, labels)
     return loss, cifar10.train(
         loss,
@@ -143,7 +136,7 @@ def main(argv):
         FLAGS.batch_size,
         FLAGS.train_dir,
         report.next_commands(
-            cifar10_input.EVAL_COMMAND,
+            cifar10_input.EVAL_COMMAND + registry.eval_flags(model),
             FLAGS.train_dir,
             cifar10_input.EVAL_DIR,
             data_dir=FLAGS.data_dir,

@@ -128,6 +128,41 @@ def model(name, learning_rate=0.0, boundaries=(), momentum=0.0):
     )
 
 
+def logits(model, images, is_training, compute_dtype):
+    """Builds the model's logits on one tower's images, in the compute dtype.
+
+    Args:
+      model: a `Model`, as `model` returns it.
+      images: float32 [batch, 24, 24, 3].
+      is_training: bool, True for the trainers, False for the eval.
+      compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
+
+    Returns:
+      logits: float32 [batch, NUM_CLASSES].
+
+    Raises:
+      ValueError: what `any_model.call_model` refuses, naming --model.
+    """
+    return any_model.call_model(
+        model.build,
+        images,
+        is_training,
+        cifar10.NUM_CLASSES,
+        compute_dtype,
+        "--model=%s" % model.name,
+    )
+
+
+def eval_flags(model):
+    """The eval's flags that build model again, for a printed command.
+
+    Returns:
+      str, '' for the tutorial's net (the eval's default), else
+      ' --model=NAME'.
+    """
+    return "" if model.name == TUTORIAL.name else " --model=%s" % model.name
+
+
 def user_model(name):
     """Imports a user's 'MODULE:FUNCTION', with the tutorial's recipe.
 

@@ -175,15 +175,19 @@ def test_a_resnet_checkpoint_moves_between_trainers_and_the_eval_scores_it(
     assert shapes["stage3/block3/conv2/kernel"] == [3, 3, 64, 64]
     assert "stage1/block1/bn1/moving_mean/ExponentialMovingAverage" in shapes
     assert not [name for name in shapes if "tower" in name]
-    result = run_script(
+    # The eval as the trainer's closing report prints it, --model included.
+    printed = result.stdout.splitlines()[-2].split()
+    assert printed == [
+        "python",
         "cifar10_eval.py",
-        "--model=resnet20",
         "--run_once",
-        "--num_examples=20",
-        "--batch_size=10",
-        "--data_dir=%s" % cifar10_data_dir,
         "--checkpoint_dir=%s" % train_dir,
         "--eval_dir=%s" % (tmp_path / "eval"),
+        "--data_dir=%s" % cifar10_data_dir,
+        "--model=resnet20",
+    ]
+    result = run_script(
+        "cifar10_eval.py", *printed[2:], "--num_examples=20", "--batch_size=10"
     )
     precision = float(result.stdout.split("precision @ 1 = ")[1].split()[0])
     recall = float(result.stdout.split("recall @ 5 = ")[1].split()[0])

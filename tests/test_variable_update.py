@@ -182,7 +182,7 @@ def batch_norm_net(images, is_training):
 BATCH_NORM_NET = TUTORIAL._replace(name="batch_norm_net", build=batch_norm_net)
 
 
-def _compare_with_batch_norm(model, num_towers, spec):
+def _check_follows_parameter_server(model, num_towers, spec):
     """STEPS steps of both modes; the variables, the statistics, the copies."""
     images, labels = _batches(num_towers, num_towers, STEPS)
     initial = _initial_values(model)
@@ -211,7 +211,7 @@ def _compare_with_batch_norm(model, num_towers, spec):
 def test_batch_norm_statistics_and_regularizers_follow_parameter_server(
     num_towers, spec
 ):
-    _compare_with_batch_norm(BATCH_NORM_NET, num_towers, spec)
+    _check_follows_parameter_server(BATCH_NORM_NET, num_towers, spec)
 
 
 @pytest.mark.slow
@@ -221,7 +221,9 @@ def test_batch_norm_statistics_and_regularizers_follow_parameter_server(
 def test_resnet20_replicated_takes_the_20_steps_of_parameter_server(
     num_towers, spec
 ):
-    _compare_with_batch_norm(registry.MODELS["resnet20"], num_towers, spec)
+    _check_follows_parameter_server(
+        registry.MODELS["resnet20"], num_towers, spec
+    )
 
 
 def test_a_ring_of_4_towers_takes_the_step_of_parameter_server_within_1e_7():
