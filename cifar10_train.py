@@ -135,12 +135,7 @@ def main(argv):
         closing,
         FLAGS.batch_size,
         FLAGS.train_dir,
-        report.next_commands(
-            cifar10_input.EVAL_COMMAND + registry.eval_flags(model),
-            FLAGS.train_dir,
-            cifar10_input.EVAL_DIR,
-            data_dir=FLAGS.data_dir,
-        ),
+        registry.next_commands(model, FLAGS.train_dir, FLAGS.data_dir),
     )
 
 

@@ -19,8 +19,10 @@ import sys
 import tensorflow as tf
 
 import cifar10
+import cifar10_input
 from cifar10_models import resnet
 from multigpu.graph import any_model, summaries
+from multigpu.run import report
 
 # A model and its recipe.
 #   name: str, as --model names it.
@@ -153,14 +155,27 @@ def logits(model, images, is_training, compute_dtype):
     )
 
 
-def eval_flags(model):
-    """The eval's flags that build model again, for a printed command.
+def next_commands(model, train_dir, data_dir):
+    """The commands a CIFAR-10 trainer's closing report prints.
+
+    The eval names --model when it is not the tutorial's (the eval's
+    default), so that it builds the model the checkpoints hold.
+
+    Args:
+      model: the `Model` trained.
+      train_dir: str, the trainer's checkpoints and event logs.
+      data_dir: str, the trainer's --data_dir.
 
     Returns:
-      str, '' for the tutorial's net (the eval's default), else
-      ' --model=NAME'.
+      [eval command, tensorboard command], two strs.
     """
-    return "" if model.name == TUTORIAL.name else " --model=%s" % model.name
+    model_flag = "" if model.name == TUTORIAL.name else " --model=" + model.name
+    return report.next_commands(
+        cifar10_input.EVAL_COMMAND + model_flag,
+        train_dir,
+        cifar10_input.EVAL_DIR,
+        data_dir=data_dir,
+    )
 
 
 def user_model(name):

@@ -13,7 +13,7 @@ from conftest import REPO, read_events
 from test_cifar10_train import _write_infinite_checkpoint
 
 import cifar10_input
-from multigpu.run import report
+from cifar10_models import registry
 
 # The installed commands (pyproject.toml): the script each one runs, and the
 # groups of its --help, in order.
@@ -189,11 +189,8 @@ def test_the_readme_sample_run_has_the_lines_a_run_prints_today(user_run):
     # its own default folder, and TensorBoard is given both.
     assert sample[-2:] == [
         "  " + command
-        for command in report.next_commands(
-            cifar10_input.EVAL_COMMAND,
-            cifar10_input.TRAIN_DIR,
-            cifar10_input.EVAL_DIR,
-            data_dir="/tmp/cifar10_data",
+        for command in registry.next_commands(
+            registry.TUTORIAL, cifar10_input.TRAIN_DIR, "/tmp/cifar10_data"
         )
     ]
 
