@@ -10,7 +10,7 @@ so that scripts written against it run here; the no-argument calls read
 the flags, our scripts pass plain arguments.
 
 The multi-tower trainer builds `inference` and `loss` once per tower and
-shares `learning_rate`, `optimizer`, `add_loss_summaries` and
+shares `learning_rate`, `optimizer`, the loss summaries and
 `apply_gradients` with `train`, so the schedule, the update and the moving
 averages are written once.
 
@@ -30,6 +30,7 @@ from data_sets import cifar10_data
 from multigpu.graph import (
     any_model,
     loss_scale,
+    loss_summaries,
     summaries,
     towers,
     variables,
@@ -73,7 +74,6 @@ DATA_URL = cifar10_input.DATA_URL
 
 # Published training constants of the tutorial.
 MOVING_AVERAGE_DECAY = 0.9999  # Decay of the variables' shadow copies.
-LOSS_AVERAGE_DECAY = 0.9  # Decay of the loss averages in the summaries.
 NUM_EPOCHS_PER_DECAY = 350.0  # Epochs between learning-rate decays.
 LEARNING_RATE_DECAY_FACTOR = 0.1  # Learning-rate factor at each decay.
 INITIAL_LEARNING_RATE = 0.1  # Plain gradient descent.
@@ -315,70 +315,6 @@ def loss(logits, labels):
     )
 
 
-def add_loss_summaries(total_loss, global_step, scope=None):
-    """Summarises the losses, raw and as moving averages.
-
-    Call it outside any tower's name scope: the tags are
-    'Training/cross_entropy', 'local3/weight_loss', ..., and
-    'Training/total_loss' (`summaries.FIRST_GROUP`), each also with ' (raw)'.
-    The averages' variables are named after the losses ('cross_entropy/avg',
-    'total_loss/avg'), whichever tower the losses come from, so that every
-    trainer's checkpoint holds the same names. The averages start at 0, as
-    the tutorial's do; their summaries are zero-debiased (divided by
-    1 - decay^updates, as Adam's moments are), so that a chart starts at the
-    first loss. A weight-decay term of wd 0 is averaged but not summarised
-    (a flat 0).
-
-    Args:
-      total_loss: float32 scalar from `loss` (or a tower's total loss).
-      global_step: the global step variable (int64 scalar), which counts
-        the updates of the averages.
-      scope: str or None, only the `losses` of this name scope (a tower).
-
-    Returns:
-      The op that updates the moving averages of the losses; the global
-      step must be incremented after it (apply the gradients after it).
-    """
-    averages = tf.compat.v1.train.ExponentialMovingAverage(
-        LOSS_AVERAGE_DECAY, name="avg"
-    )
-    named_losses = [
-        (each.op.name, each)
-        for each in tf.compat.v1.get_collection("losses", scope)
-    ] + [("total_loss", total_loss)]
-    # The average's variable takes the name of the tensor it averages.
-    averaged = [
-        _named_without_tower(each, towers.strip_tower_prefix(name))
-        for name, each in named_losses
-    ]
-    # This update's count since step 0, read before the averages move.
-    updates = tf.cast(global_step, tf.float32) + 1.0
-    with tf.control_dependencies([updates]):
-        averages_op = averages.apply(averaged)
-    debias = 1.0 - tf.pow(LOSS_AVERAGE_DECAY, updates)
-    for (name, each), average in zip(named_losses, averaged):
-        if _is_zero_weight_decay(each):
-            continue
-        tag = summaries.loss_tag(name)
-        summaries.scalar_summary(tag + " (raw)", each)
-        with tf.control_dependencies([averages_op]):
-            updated = averages.average(average).read_value()
-        summaries.scalar_summary(tag, updated / debias)
-    return averages_op
-
-
-def _is_zero_weight_decay(loss):
-    """Whether loss is `variables.variable_with_weight_decay`'s wd-0 term."""
-    return loss.op.type == "Mul" and tf.get_static_value(loss.op.inputs[1]) == 0
-
-
-def _named_without_tower(tensor, name):
-    """The tensor itself if its op is called name, else an identity that is."""
-    if tensor.op.name == name:
-        return tensor
-    return tf.identity(tensor, name=name)
-
-
 def learning_rate(global_step, examples_per_step):
     """The tutorial's schedule: 0.1, times 0.1 every 350 epochs (staircase).
 
@@ -475,7 +411,9 @@ def train(
     lr = learning_rate_fn(global_step, batch_size)
     opt = loss_scale.wrap(optimizer_fn(lr), loss_scaling)
     # Update the loss averages before the gradients, as the tutorial does.
-    with tf.control_dependencies([add_loss_summaries(total_loss, global_step)]):
+    with tf.control_dependencies(
+        [loss_summaries.add_loss_summaries(total_loss, global_step)]
+    ):
         grads = opt.compute_gradients(total_loss)
     if clip_norm > 0:
         grads = towers.clip_gradients(grads, clip_norm)

@@ -45,6 +45,7 @@ from multigpu.distributed import cluster
 from multigpu.graph import (
     dry_run,
     loss_scale,
+    loss_summaries,
     placement,
     summaries,
     towers,
@@ -126,7 +127,7 @@ def build_graph(
     tower_losses, tower_grads, last_scope = towers.build_towers(
         devices, opt, tower_loss, xla, variable_update.tower_copies(update)
     )
-    loss_averages_op = cifar10.add_loss_summaries(
+    loss_averages_op = loss_summaries.add_loss_summaries(
         tower_losses[-1], global_step, last_scope
     )
     # Synchronisation point: every tower's gradients, averaged where the

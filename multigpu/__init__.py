@@ -16,6 +16,8 @@
     one device) and its bytes.
   - `loss_scale`: float16 loss scaling, fixed or dynamic.
   - `summaries`: summaries tagged without `tower_N/`, the last tower's.
+  - `loss_summaries`: the losses, raw and as averages that start at the
+    first loss.
   - `dry_run`: the placement plan for N GPUs, without them.
 - `run/`: running it safely.
   - `training`: the training loop (`run_training`) and its hooks.
