@@ -28,9 +28,9 @@ from absl import flags
 import cifar10_input
 from data_sets import cifar10_data
 from multigpu.graph import (
-    any_model,
     loss_scale,
     loss_summaries,
+    moving_averages,
     summaries,
     towers,
     variables,
@@ -303,11 +303,7 @@ def loss(logits, labels):
       decay term in the `losses` collection and the layers' regularization
       terms (none in the tutorial's net).
     """
-    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(labels, tf.int64), logits=logits
-    )
-    cross_entropy_mean = tf.reduce_mean(cross_entropy, name="cross_entropy")
-    tf.compat.v1.add_to_collection("losses", cross_entropy_mean)
+    towers.add_cross_entropy(logits, labels)
     return tf.add_n(
         tf.compat.v1.get_collection("losses")
         + towers.regularization_losses(""),
@@ -345,37 +341,36 @@ def optimizer(lr):
 def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
     """Applies gradients once and updates the variables' moving averages.
 
-    The moving averages cover the trainable variables and the batch-norm
-    statistics (`any_model.moving_average_variables`). Adds histograms of
-    every trainable variable and of every gradient.
-
     Args:
-      opt: the optimizer from `optimizer`.
-      grads_and_vars: list of (gradient, variable), the variables the
-        model's or the towers' copies of them (`variable_update`).
+      opt: the optimizer from `optimizer` (maybe `loss_scale.wrap`ped).
+      grads_and_vars: list of (gradient, variable).
       global_step: int64 scalar variable, incremented once.
       update_ops: ops to run with every step: the batch-norm updates
         (`towers.batch_norm_updates`).
 
     Returns:
       The training op.
+
+    Raises:
+      ValueError: the dynamic loss scale with batch-norm updates, which this
+        one-device op would run on a skipped step.
     """
+    if update_ops and loss_scale.skipped_steps(opt) is not None:
+        raise ValueError(
+            "--fp16_enable_auto_loss_scale skips the steps whose gradients "
+            "overflow, but the one-device trainer would still update the "
+            "model's batch-norm statistics on them; train it with "
+            "cifar10_multi_gpu_train.py --num_gpus=1"
+        )
     apply_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
-    trainable = tf.compat.v1.trainable_variables()
-    for var in trainable:
-        summaries.histogram_summary(var.op.name, var)
-    # The model's variables, not the towers' copies of them (replicated).
-    for grad, var in grads_and_vars:
-        if grad is not None and any(var is each for each in trainable):
-            summaries.histogram_summary(var.op.name + "/gradients", grad)
+    summaries.add_histograms(grads_and_vars)
     # The eval restores these shadow values instead of the raw variables.
-    averages = tf.compat.v1.train.ExponentialMovingAverage(
-        MOVING_AVERAGE_DECAY, global_step
+    return moving_averages.average_variables(
+        [apply_op, *update_ops],
+        global_step,
+        loss_scale.step_applied(opt),
+        MOVING_AVERAGE_DECAY,
     )
-    # After the update and the batch-norm statistics' update, so that the
-    # averages take this step's values.
-    with tf.control_dependencies([apply_op, *update_ops]):
-        return averages.apply(any_model.moving_average_variables())
 
 
 def train(

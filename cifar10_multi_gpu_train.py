@@ -46,6 +46,7 @@ from multigpu.graph import (
     dry_run,
     loss_scale,
     loss_summaries,
+    moving_averages,
     placement,
     summaries,
     towers,
@@ -78,7 +79,7 @@ def build_graph(
     loss_scaling=None,
     model=registry.TUTORIAL,
 ):
-    """Builds the towers, the averaged update and the summaries.
+    """Builds the towers, the gradients' reduction and the update.
 
     Args:
       get_next: callable() -> (float32 [batch_size, 24, 24, 3] images,
@@ -107,64 +108,78 @@ def build_graph(
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples_per_step = batch_size * len(devices) * task.replicas_per_step
     lr = model.learning_rate(global_step, examples_per_step)
-    opt = cluster.sync_optimizer(
-        loss_scale.wrap(model.optimizer(lr), loss_scaling), task
-    )
-    put_ops = []
-
-    def tower_loss(scope):
-        with tf.device("/cpu:0"):
-            images, labels = get_next()
-        if prefetch:
-            # The step computes on the batch staged by the step before.
-            (images, labels), put_op = towers.stage_on_device([images, labels])
-            put_ops.append(put_op)
-        summaries.image_summary("images", images)
-        logits = registry.logits(model, images, True, compute_dtype)
-        cifar10.loss(logits, labels)
-        return towers.tower_total_loss(scope)
-
-    tower_losses, tower_grads, last_scope = towers.build_towers(
-        devices, opt, tower_loss, xla, variable_update.tower_copies(update)
-    )
+    scaled = loss_scale.wrap(model.optimizer(lr), loss_scaling)
+    opt = cluster.sync_optimizer(scaled, task)
+    plan = variable_update.tower_plan(update)
+    tower_losses, tower_grads, put_ops = [], [], []
+    for tower in plan:
+        with towers.tower(tower, xla) as scope:
+            images, labels = _tower_batch(get_next, prefetch, put_ops)
+            logits = registry.logits(model, images, True, compute_dtype)
+            towers.add_cross_entropy(logits, labels)
+            tower_losses.append(towers.tower_total_loss(scope))
+            tower_grads.append(
+                opt.compute_gradients(
+                    tower_losses[-1], variable_update.trainable_variables(tower)
+                )
+            )
     loss_averages_op = loss_summaries.add_loss_summaries(
-        tower_losses[-1], global_step, last_scope
+        tower_losses[-1], global_step, scope
     )
     # Synchronisation point: every tower's gradients, averaged where the
     # variables live, or all-reduced onto every tower's copy.
-    copies_grads = variable_update.reduce_gradients(update, tower_grads)
-    if clip_norm > 0:
-        copies_grads = [
-            towers.clip_gradients(grads, clip_norm) for grads in copies_grads
-        ]
-    # The update, which increments the global step, waits for the loss
-    # averages, which read it. Only the gradients wait: the optimizer's own
-    # ops (a sync optimizer's queues and init ops) must not.
-    with tf.control_dependencies([loss_averages_op]):
-        copies_grads = [
-            [(_identity_beside(grad), var) for grad, var in grads]
-            for grads in copies_grads
-        ]
-    train_op = tf.group(
-        variable_update.apply_gradients(
-            update,
-            copies_grads,
-            lambda grads: cifar10.apply_gradients(
-                opt,
-                grads,
-                global_step,
-                variable_update.batch_norm_updates(update, last_scope),
-            ),
-        ),
-        loss_averages_op,
-        *put_ops,
-    )
+    with tf.name_scope("reduce"):
+        reduced = _reduce(update, tower_grads, clip_norm, loss_averages_op)
+    applied = loss_scale.step_applied(scaled)
+    with tf.name_scope("update"):
+        apply_op = variable_update.apply_gradients(
+            plan,
+            opt,
+            reduced,
+            global_step,
+            towers.batch_norm_updates(scope),
+            applied,
+        )
+        averages_op = moving_averages.average_variables(
+            [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
+        )
+    summaries.add_histograms(reduced[0])
+    train_op = tf.group(averages_op, loss_averages_op, *put_ops)
     loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    summary_op = summaries.last_tower_summaries(last_scope)
+    summary_op = summaries.last_tower_summaries(scope)
     hooks = cluster.sync_hooks(opt, task)
     if put_ops:
         hooks.append(towers.WarmUpHook(put_ops))
     return loss, train_op, summary_op, hooks
+
+
+def _tower_batch(get_next, prefetch, put_ops):
+    """One tower's batch, read on the CPU (staged on its device: put_ops)."""
+    with tf.device("/cpu:0"):
+        images, labels = get_next()
+    if prefetch:
+        # The step computes on the batch staged by the step before.
+        (images, labels), put_op = towers.stage_on_device([images, labels])
+        put_ops.append(put_op)
+    summaries.image_summary("images", images)
+    return images, labels
+
+
+def _reduce(update, tower_grads, clip_norm, loss_averages_op):
+    """The towers' gradients reduced (and clipped), one list per copy.
+
+    The update, which increments the global step, waits for the loss
+    averages, which read it. Only the gradients wait: the optimizer's own
+    ops (a sync optimizer's queues and init ops) must not.
+    """
+    reduced = variable_update.reduce_gradients(update, tower_grads)
+    if clip_norm > 0:
+        reduced = [towers.clip_gradients(grads, clip_norm) for grads in reduced]
+    with tf.control_dependencies([loss_averages_op]):
+        return [
+            [(_identity_beside(grad), var) for grad, var in grads]
+            for grads in reduced
+        ]
 
 
 def _identity_beside(grad):

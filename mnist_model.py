@@ -120,12 +120,7 @@ def loss(logits, labels):
     Returns:
       total_loss: float32 scalar, the sum of the `losses` collection.
     """
-    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=labels, logits=logits
-    )
-    tf.compat.v1.add_to_collection(
-        "losses", tf.reduce_mean(cross_entropy, name="cross_entropy")
-    )
+    towers.add_cross_entropy(logits, labels)
     return tf.add_n(tf.compat.v1.get_collection("losses"), name="total_loss")
 
 
@@ -164,32 +159,41 @@ def train(
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
     opt = cluster.sync_optimizer(optimizer(learning_rate), task)
-
-    def tower_loss(scope):
-        # The input stays on the CPU; the tower's device only computes.
-        with tf.device("/cpu:0"):
-            images, labels = next_batch()
-        loss(inference(images), labels)
-        total_loss = towers.tower_total_loss(scope)
-        for each in tf.compat.v1.get_collection("losses", scope):
-            summaries.scalar_summary(summaries.loss_tag(each.op.name), each)
-        summaries.scalar_summary(summaries.loss_tag("total_loss"), total_loss)
-        return total_loss
-
     update = update or variable_update.parameter_server(devices)
-    tower_losses, tower_grads, last_scope = towers.build_towers(
-        devices, opt, tower_loss, copies=variable_update.tower_copies(update)
-    )
+    plan = variable_update.tower_plan(update)
+    tower_losses, tower_grads = [], []
+    for tower in plan:
+        with towers.tower(tower) as scope:
+            # The input stays on the CPU; the tower's device only computes.
+            with tf.device("/cpu:0"):
+                images, labels = next_batch()
+            towers.add_cross_entropy(inference(images), labels)
+            tower_losses.append(_tower_loss_with_summaries(scope))
+            tower_grads.append(
+                opt.compute_gradients(
+                    tower_losses[-1], variable_update.trainable_variables(tower)
+                )
+            )
     # Synchronisation point: every tower's gradients, averaged on the CPU
     # or all-reduced onto every tower's copy.
-    train_op = variable_update.apply_gradients(
-        update,
-        variable_update.reduce_gradients(update, tower_grads),
-        lambda grads: opt.apply_gradients(grads, global_step=global_step),
-    )
+    with tf.name_scope("reduce"):
+        reduced = variable_update.reduce_gradients(update, tower_grads)
+    with tf.name_scope("update"):
+        train_op = variable_update.apply_gradients(
+            plan, opt, reduced, global_step, [], tf.constant(True)
+        )
     mean_loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    summary_op = summaries.last_tower_summaries(last_scope)
+    summary_op = summaries.last_tower_summaries(scope)
     return mean_loss, train_op, summary_op, cluster.sync_hooks(opt, task)
+
+
+def _tower_loss_with_summaries(scope):
+    """The tower's total loss, its terms summarised."""
+    total_loss = towers.tower_total_loss(scope)
+    for each in tf.compat.v1.get_collection("losses", scope):
+        summaries.scalar_summary(summaries.loss_tag(each.op.name), each)
+    summaries.scalar_summary(summaries.loss_tag("total_loss"), total_loss)
+    return total_loss
 
 
 def evaluation(logits, labels):

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from test_towers import cifar10_step, cifar10_step_graph
+from test_towers import cifar10_step_graph
 
 from cifar10_models import registry
-from multigpu.graph import any_model, placement, towers
+from multigpu.graph import any_model, placement, towers, variable_update
 
 # The L2 factor of the test models' kernels, large enough to show in a loss.
 WEIGHT_DECAY = 1e-2
@@ -129,10 +129,10 @@ def test_the_moving_mean_follows_the_last_towers_batch_with_every_step():
         layers_model, ["/cpu:1", "/cpu:2"], "/cpu:0"
     )
     with graph.as_default(), three_cpu_session() as sess:
-        sess.run(tf.compat.v1.global_variables_initializer())
+        variable_update.initialise(sess)
         moving_mean = variable(graph, "bn/moving_mean")
-        last_conv = graph.get_tensor_by_name("tower_1/conv/BiasAdd:0")
-        first_conv = graph.get_tensor_by_name("tower_0/conv/BiasAdd:0")
+        last_conv = graph.get_tensor_by_name("towers/tower_1/conv/BiasAdd:0")
+        first_conv = graph.get_tensor_by_name("towers/tower_0/conv/BiasAdd:0")
         _, last, first = sess.run([train_op, last_conv, first_conv])
         # Keras' batch norm momentum 0.99: one step moves 1% of the way.
         expected = 0.01 * last.astype(np.float64).mean(axis=(0, 1, 2))
@@ -157,13 +157,16 @@ def test_the_last_towers_loss_is_its_cross_entropy_plus_the_l2_terms():
         layers_model, ["/cpu:1", "/cpu:2"], "/cpu:0"
     )
     with graph.as_default(), three_cpu_session() as sess:
-        sess.run(tf.compat.v1.global_variables_initializer())
+        variable_update.initialise(sess)
         # 'total_loss' is the last tower's, as its summary shows it.
         last, mean, cross_entropies, conv, dense = sess.run(
             [
                 "total_loss:0",
                 loss,
-                ["tower_0/cross_entropy:0", "tower_1/cross_entropy:0"],
+                [
+                    "towers/tower_0/cross_entropy:0",
+                    "towers/tower_1/cross_entropy:0",
+                ],
                 variable(graph, "conv/kernel"),
                 variable(graph, "dense/kernel"),
             ]
@@ -172,39 +175,6 @@ def test_the_last_towers_loss_is_its_cross_entropy_plus_the_l2_terms():
     assert l2_terms > 1e-3
     assert last == pytest.approx(cross_entropies[1] + l2_terms, rel=1e-6)
     assert mean == pytest.approx(np.mean(cross_entropies) + l2_terms, rel=1e-6)
-
-
-def initial_values(model_fn):
-    with tf.Graph().as_default():
-        any_model.call_model(model_fn, tf.zeros([1, 24, 24, 3]), True, 10)
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            return {
-                v.op.name: sess.run(v)
-                for v in tf.compat.v1.trainable_variables()
-            }
-
-
-def test_two_towers_of_a_model_without_batch_norm_equal_one_on_both_halves():
-    images, labels = batch(8, seed=1)
-    model_fn = layers_model_without_batch_norm
-    initial = initial_values(model_fn)
-    one_loss, one_values, _ = cifar10_step(
-        1, images, labels, initial, model=with_tutorial_recipe(model_fn)
-    )
-    two_loss, two_values, _ = cifar10_step(
-        2, images, labels, initial, model=with_tutorial_recipe(model_fn)
-    )
-    assert two_loss == pytest.approx(one_loss, rel=1e-6)
-    assert sorted(one_values) == ["conv/bias", "conv/kernel"] + [
-        "dense/bias",
-        "dense/kernel",
-    ]
-    for name, value in one_values.items():
-        np.testing.assert_allclose(
-            two_values[name], value, rtol=1e-6, atol=1e-6, err_msg=name
-        )
-        assert not np.allclose(value, initial[name], rtol=0, atol=1e-6), name
 
 
 def test_in_bfloat16_a_layers_model_trains_and_saves_float32_only(tmp_path):
@@ -217,7 +187,7 @@ def test_in_bfloat16_a_layers_model_trains_and_saves_float32_only(tmp_path):
     convolutions = [op for op in graph.get_operations() if op.type == "Conv2D"]
     assert [op.get_attr("T") for op in convolutions] == [tf.bfloat16] * 2
     with graph.as_default(), three_cpu_session() as sess:
-        sess.run(tf.compat.v1.global_variables_initializer())
+        variable_update.initialise(sess)
         kernel = variable(graph, "conv/kernel")
         before = sess.run(kernel)
         losses = [sess.run([loss, train_op])[0] for _ in range(3)]
@@ -237,7 +207,7 @@ def test_in_bfloat16_a_layers_model_trains_and_saves_float32_only(tmp_path):
     "compute_dtype, scope",
     # float32: the layers regularize the shared variable once, in tower_0;
     # bfloat16: each tower's cast anew, in its own scope.
-    [(tf.float32, "tower_0/"), (tf.bfloat16, "tower_1/")],
+    [(tf.float32, "towers/tower_0/"), (tf.bfloat16, "towers/tower_1/")],
 )
 def test_each_tower_adds_every_regularization_term_once(compute_dtype, scope):
     graph, _, _ = two_tower_graph(
@@ -247,7 +217,7 @@ def test_each_tower_adds_every_regularization_term_once(compute_dtype, scope):
         compute_dtype=compute_dtype,
     )
     with graph.as_default():
-        terms = towers.regularization_losses("tower_1/")
+        terms = towers.regularization_losses("towers/tower_1/")
     # Each term, float32 (cast from bfloat16 where the layer made it so).
     sources = [t.op.inputs[0] if t.op.type == "Cast" else t for t in terms]
     assert [source.op.name for source in sources] == [

@@ -5,7 +5,7 @@ variable's gradient between the towers on TensorFlow's own engines:
 
   nccl        NVIDIA's NCCL (`NcclAllReduce`), GPUs only: a ring over the
               GPU-to-GPU links, the usual choice on GPUs.
-  collective  TensorFlow's collective ops (`CollectiveReduce`) with the
+  collective  TensorFlow's collective ops (`CollectiveReduceV2`) with the
               ring algorithm, on CPU or GPU devices.
   one_device  each tower sends its gradient to the first tower's device,
               which sums them and sends the mean back (for comparison: the
@@ -18,13 +18,33 @@ then an all-gather, of N pieces); one_device moves (N - 1) * G in and out of
 the first device and G in and out of each other one.
 """
 
+import itertools
+
 import tensorflow as tf
-from tensorflow.python.ops import collective_ops, nccl_ops
 
 ALL_REDUCE_CHOICES = ("auto", "nccl", "collective", "one_device")
 
-# The group of the towers' collective ops: one group per process.
-COLLECTIVE_GROUP_KEY = 1
+
+class CollectiveKeys:
+    """The keys of a graph's collective ops, all from this one allocator.
+
+    A collective op meets its peers by group key (the devices taking part)
+    and instance key (one all-reduce or broadcast): every process of a
+    cluster builds the same collectives in the same order, so counting
+    gives every process the same keys.
+    """
+
+    def __init__(self):
+        self._groups = {}
+        self._instances = itertools.count(1)
+
+    def group_key(self, devices):
+        """The key of the group of devices (a sequence of device strings)."""
+        return self._groups.setdefault(tuple(devices), len(self._groups) + 1)
+
+    def instance_key(self):
+        """A new instance key."""
+        return next(self._instances)
 
 
 def algorithm(choice, devices):
@@ -56,7 +76,7 @@ def algorithm(choice, devices):
     return choice
 
 
-def all_reduce_mean(tower_grads, devices, method):
+def all_reduce_mean(tower_grads, devices, method, keys):
     """The mean of each variable's gradient over the towers, on every tower.
 
     This is the synchronisation point of replicated towers: no copy is
@@ -68,6 +88,7 @@ def all_reduce_mean(tower_grads, devices, method):
         shape and dtype on every tower.
       devices: the tower device strings.
       method: 'nccl', 'collective' or 'one_device' (from `algorithm`).
+      keys: the graph's `CollectiveKeys`.
 
     Returns:
       A list (one per tower) of lists of (mean gradient on that tower's
@@ -75,39 +96,48 @@ def all_reduce_mean(tower_grads, devices, method):
     """
     num_towers = len(tower_grads)
     reduced = [[] for _ in tower_grads]
-    for index, grads_and_vars in enumerate(zip(*tower_grads)):
+    for grads_and_vars in zip(*tower_grads):
         grads = [g for g, _ in grads_and_vars]
         if num_towers == 1 or any(g is None for g in grads):
             means = grads
         else:
             grads = [tf.convert_to_tensor(g) for g in grads]
-            means = _REDUCERS[method](grads, devices, index)
+            means = _REDUCERS[method](grads, devices, keys)
         for tower, (mean, (_, var)) in enumerate(zip(means, grads_and_vars)):
             reduced[tower].append((mean, var))
     return reduced
 
 
-def _nccl_mean(grads, devices, index):
-    num_towers = len(grads)
-    sums = nccl_ops.all_sum(grads)
-    means = []
-    for device, total in zip(devices, sums):
-        with tf.device(device):
-            means.append(total / num_towers)
-    return means
-
-
-def _collective_mean(grads, devices, index):
+def _nccl_mean(grads, devices, keys):
+    # The towers' ops of one all-reduce meet by their shared name.
+    shared_name = "nccl_all_reduce_%d" % keys.instance_key()
     means = []
     for device, grad in zip(devices, grads):
         with tf.device(device):
-            # One instance per variable: the towers' ops of a variable meet.
+            total = tf.raw_ops.NcclAllReduce(
+                input=grad,
+                reduction="sum",
+                num_devices=len(grads),
+                shared_name=shared_name,
+            )
+            means.append(total / len(grads))
+    return means
+
+
+def _collective_mean(grads, devices, keys):
+    # The towers' ops of one all-reduce meet by their group and instance.
+    group_key = keys.group_key(devices)
+    instance_key = keys.instance_key()
+    means = []
+    for device, grad in zip(devices, grads):
+        with tf.device(device):
             means.append(
-                collective_ops.all_reduce(
-                    grad,
+                tf.raw_ops.CollectiveReduceV2(
+                    input=grad,
                     group_size=len(grads),
-                    group_key=COLLECTIVE_GROUP_KEY,
-                    instance_key=index + 1,
+                    group_key=group_key,
+                    instance_key=instance_key,
+                    ordering_token=[],
                     merge_op="Add",
                     final_op="Div",
                     communication_hint="ring",
@@ -116,7 +146,7 @@ def _collective_mean(grads, devices, index):
     return means
 
 
-def _one_device_mean(grads, devices, index):
+def _one_device_mean(grads, devices, keys):
     with tf.device(devices[0]):
         mean = tf.add_n(grads) / len(grads)
     means = [mean]

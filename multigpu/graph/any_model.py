@@ -15,6 +15,8 @@ import warnings
 
 import tensorflow as tf
 
+from multigpu.graph import variable_update
+
 # The dtypes the layers may compute in while the variables stay float32.
 REDUCED_DTYPES = (tf.float16, tf.bfloat16)
 
@@ -67,7 +69,8 @@ def call_model(
             raise
     _refuse_other_variables(created, got, name)
     for var in created:
-        if not var.trainable:
+        # The towers' copies (local variables) are not the model's own.
+        if not var.trainable and not variable_update.primary_name(var.op.name):
             tf.compat.v1.add_to_collection(
                 tf.compat.v1.GraphKeys.MOVING_AVERAGE_VARIABLES, var
             )
@@ -85,7 +88,7 @@ def _float32_variables():
 
     Yields:
       created: list, the variables created in the scope.
-      got: set, the names of the variables get_variable returned.
+      got: set, the op names of the variables get_variable returned.
     """
     created, got = [], set()
 
@@ -97,7 +100,7 @@ def _float32_variables():
     def float32_storage(getter, *args, dtype=tf.float32, **kwargs):
         reduced = dtype in REDUCED_DTYPES
         var = getter(*args, dtype=tf.float32 if reduced else dtype, **kwargs)
-        got.add(var.name)
+        got.add(var.op.name)
         return tf.cast(var, dtype) if reduced else var
 
     with (
@@ -150,7 +153,9 @@ def needs_keras_2(error):
 
 
 def _refuse_other_variables(created, got, name):
-    others = [var.op.name for var in created if var.name not in got]
+    # A tower's copy is returned instead of the variable it copies.
+    made = got | {variable_update.primary_name(each) for each in got}
+    others = [var.op.name for var in created if var.op.name not in made]
     if others:
         raise ValueError(
             "%s creates variables without tf.compat.v1.get_variable (%s): "

@@ -185,7 +185,7 @@ def transfer_plan(graph, batch_shapes):
     (--variable_device=tower, tower 0) crosses nothing.
 
     Args:
-      graph: a graph of `towers.build_towers`, tower i named 'tower_i/'.
+      graph: a graph of `towers.tower`s, tower i named 'towers/tower_i/'.
       batch_shapes: the (shape, dtype) list of one tower's input batch.
 
     Returns:
@@ -195,7 +195,11 @@ def transfer_plan(graph, batch_shapes):
     batch_bytes = _batch_bytes(batch_shapes)
     plan, index = [], 0
     while True:
-        name = "%s_%d/total_loss" % (towers.TOWER_NAME, index)
+        name = "%s/%s_%d/total_loss" % (
+            towers.TOWERS_SCOPE,
+            towers.TOWER_NAME,
+            index,
+        )
         try:
             device = graph.get_operation_by_name(name).device
         except KeyError:

@@ -82,6 +82,7 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
         super().__init__(use_locking=False, name="LossScale")
         self._optimizer = optimizer
         self._scaling = scaling
+        self.dynamic = scaling.dynamic
         self._finite = []
         self.loss_scale = tf.compat.v1.get_variable(
             "loss_scale",
@@ -91,6 +92,11 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
         self.good_steps = tf.compat.v1.get_variable(
             "loss_scale_good_steps",
             initializer=tf.constant(0, tf.int32),
+            trainable=False,
+        )
+        self.skipped_steps = tf.compat.v1.get_variable(
+            "loss_scale_skipped_steps",
+            initializer=tf.constant(0, tf.int64),
             trainable=False,
         )
 
@@ -120,17 +126,24 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
         ]
         return list(zip(grads, [v for _, v in grads_and_vars]))
 
+    def all_finite(self):
+        """bool scalar: whether every tower's gradients are finite.
+
+        Call it after every tower's `compute_gradients`.
+        """
+        return tf.reduce_all(self._finite)
+
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Applies the gradients; the dynamic scale skips non-finite steps.
 
         The global step counts skipped steps too, so --max_steps bounds the
-        run whatever the scale does.
+        run whatever the scale does; `skipped_steps` counts the skipped.
         """
         if not self._scaling.dynamic:
             return self._optimizer.apply_gradients(
                 grads_and_vars, global_step, name
             )
-        finite = tf.reduce_all(self._finite)
+        finite = self.all_finite()
         # On a skipped step no variable (nor optimizer slot) changes.
         apply_op = tf.cond(
             finite,
@@ -164,7 +177,32 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
         return tf.group(
             self.loss_scale.assign(new_scale),
             self.good_steps.assign(tf.where(grow, 0, good_steps)),
+            self.skipped_steps.assign_add(
+                tf.cast(tf.logical_not(finite), tf.int64)
+            ),
         )
+
+
+def step_applied(optimizer):
+    """bool scalar: whether the step's update is applied.
+
+    False where the dynamic loss scale skips the step (non-finite
+    gradients); then no weight, statistic or moving average may change.
+    Call it after every tower's `compute_gradients`.
+
+    Args:
+      optimizer: the optimizer of `wrap`.
+    """
+    if isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic:
+        return optimizer.all_finite()
+    return tf.constant(True)
+
+
+def skipped_steps(optimizer):
+    """The int64 variable that counts the skipped steps, or None."""
+    if isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic:
+        return optimizer.skipped_steps
+    return None
 
 
 def describe(scaling):

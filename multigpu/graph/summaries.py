@@ -65,12 +65,15 @@ def last_tower_summaries(scope):
     summary made outside the towers (learning rate, histograms, ...).
 
     Args:
-      scope: str, the name scope of the tower to keep, e.g. 'tower_1/'.
+      scope: str, the name scope of the tower to keep, e.g.
+        'towers/tower_1/'.
 
     Returns:
       A string scalar, the merged `Summary` protocol buffer.
     """
-    tower = re.compile("%s_[0-9]+/" % towers.TOWER_NAME)
+    tower = re.compile(
+        "(%s/)?%s_[0-9]+/" % (towers.TOWERS_SCOPE, towers.TOWER_NAME)
+    )
     return tf.compat.v1.summary.merge(
         [
             s
@@ -80,6 +83,21 @@ def last_tower_summaries(scope):
             if s.op.name.startswith(scope) or not tower.match(s.op.name)
         ]
     )
+
+
+def add_histograms(grads_and_vars):
+    """Histograms of every trainable variable and of its gradient.
+
+    Args:
+      grads_and_vars: list of (gradient, variable); only the model's
+        variables are summarised, not the towers' copies of them.
+    """
+    trainable = tf.compat.v1.trainable_variables()
+    for var in trainable:
+        histogram_summary(var.op.name, var)
+    for grad, var in grads_and_vars:
+        if grad is not None and any(var is each for each in trainable):
+            histogram_summary(var.op.name + "/gradients", grad)
 
 
 def image_summary(name, images, max_images=3):

@@ -1,6 +1,5 @@
 """Building the towers, their losses and gradients, and averaging them."""
 
-import collections
 import contextlib
 import re
 
@@ -10,11 +9,16 @@ from multigpu.graph import placement
 
 # Prefix of the name scope of each tower, as in the TF1 tutorial: tower_0, ...
 TOWER_NAME = "tower"
+# The name scope that holds the towers' ('towers/tower_0/', ...): one block
+# of TensorBoard's graph.
+TOWERS_SCOPE = "towers"
+# Tower i's copies of the variables are named REPLICA_SCOPE_i/<name>.
+REPLICA_SCOPE = "replica"
 
 
 def strip_tower_prefix(name):
-    """Returns `name` without its 'tower_N/' scopes, e.g. for summary tags."""
-    return re.sub("%s_[0-9]+/" % TOWER_NAME, "", name)
+    """Returns `name` without its 'towers/tower_N/' scopes (summary tags)."""
+    return re.sub("(%s/)?%s_[0-9]+/" % (TOWERS_SCOPE, TOWER_NAME), "", name)
 
 
 # Whether the trainers stage each tower's next batch on its device
@@ -24,19 +28,40 @@ def strip_tower_prefix(name):
 PREFETCH_TO_DEVICE_DEFAULT = True
 
 
+def add_cross_entropy(logits, labels):
+    """Adds the mean cross-entropy of a batch to the `losses` collection.
+
+    A tower's loss is then `tower_total_loss` of its scope.
+
+    Args:
+      logits: float32 [batch, num_classes].
+      labels: int32 [batch] in 0..num_classes - 1.
+
+    Returns:
+      float32 scalar named 'cross_entropy'.
+    """
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int64), logits=logits
+    )
+    cross_entropy_mean = tf.reduce_mean(cross_entropy, name="cross_entropy")
+    tf.compat.v1.add_to_collection("losses", cross_entropy_mean)
+    return cross_entropy_mean
+
+
 def tower_total_loss(scope):
     """Sums one tower's `losses` and the model's regularization terms.
 
-    The model's `loss` function adds the cross-entropy of the tower's batch
+    The model's loss function adds the cross-entropy of the tower's batch
     and, per weight, a weight-decay term; filtering by the tower's scope
     keeps the other towers' terms out. The layers' regularizers are in
     another collection (see `regularization_losses`).
 
     Args:
-      scope: str, the tower's name scope, e.g. 'tower_1/'.
+      scope: str, the tower's name scope, e.g. 'towers/tower_1/'.
 
     Returns:
-      A float32 scalar tensor named '<scope>total_loss'.
+      A float32 scalar tensor named '<scope>total_loss': the loss the
+      tower's gradients are taken of.
     """
     return tf.add_n(
         tf.compat.v1.get_collection("losses", scope)
@@ -45,30 +70,39 @@ def tower_total_loss(scope):
     )
 
 
+# The scopes of one tower's terms: its name scope and its copies' names.
+_TOWER_TAG = re.compile(
+    r"(%s/)?(%s|%s)_([0-9]+)/" % (TOWERS_SCOPE, TOWER_NAME, REPLICA_SCOPE)
+)
+
+
 def regularization_losses(scope):
     """The model's regularization terms for one tower, each counted once.
 
-    A layer adds its regularizer's term to REGULARIZATION_LOSSES when it
-    creates the variable: with the towers sharing the variables, once, under
-    the first tower's scope, so a tower that filtered them by its own scope
-    would drop them (the Inception trainer adds them to every tower's loss).
-    In reduced precision a layer receives a new cast of its variable in each
-    tower and adds its term again there: each term then counts once, the
-    tower's own copy where the tower made one.
+    A variable's regularizer adds its term to REGULARIZATION_LOSSES when
+    the variable (or a tower's copy of it) is made: with the towers sharing
+    the variables, once, in the first tower, which the other towers then
+    count too (the Inception trainer adds them to every tower's loss). A
+    tower that made its own term of a variable (its copy's, in replicated
+    mode; a layer's term of the cast it received, in reduced precision)
+    counts that one instead.
 
     Args:
-      scope: str, the tower's name scope; '' for a model built outside the
-        towers.
+      scope: str, the tower's name scope, e.g. 'towers/tower_1/'; '' for a
+        model built outside the towers.
 
     Returns:
       A list of float32 scalars (empty for a model without regularizers).
     """
+    match = _TOWER_TAG.search(scope)
+    index = match.group(3) if match else None
     terms = {}
     for each in tf.compat.v1.get_collection(
         tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES
     ):
-        name = strip_tower_prefix(each.op.name)
-        if name not in terms or each.op.name.startswith(scope):
+        tags = _TOWER_TAG.findall(each.op.name)
+        name = _TOWER_TAG.sub("", each.op.name)
+        if name not in terms or any(tag[2] == index for tag in tags):
             terms[name] = each
     return [tf.cast(each, tf.float32) for each in terms.values()]
 
@@ -90,40 +124,18 @@ def batch_norm_updates(scope):
     return tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, scope)
 
 
-TowerCopies = collections.namedtuple(
-    "TowerCopies", "scope variables variable_device"
-)
-TowerCopies.__doc__ = """Which copy of the variables each tower reads.
+@contextlib.contextmanager
+def tower(variables, xla=False):
+    """Builds one tower: its devices, name scope and variables.
 
-scope: callable(index) -> context manager, around tower index's model (e.g.
-  a variable scope whose custom getter returns the tower's own copies).
-variables: callable(index) -> list of variables or None (the trainable
-  ones), those tower index's gradients are taken for, called after its
-  model is built.
-variable_device: callable(index) -> str, where tower index's variable ops
-  go (`placement.device_function`).
-"""
+    Inside, a model creates or reads its variables, and their ops go to the
+    tower's variable device, whatever library the model's layers come from
+    (`placement.device_function`); every other op runs on the tower's
+    device unless it sets its own (e.g. the input, on the CPU). Tower 0
+    creates the variables, every other tower reuses them, or its own
+    copies (`variables.getter`).
 
-
-def shared_variables(variable_device=placement.VARIABLE_DEVICE):
-    """The `TowerCopies` of towers that read one copy on variable_device."""
-    return TowerCopies(
-        lambda index: contextlib.nullcontext(),
-        lambda index: None,
-        lambda index: variable_device,
-    )
-
-
-def build_towers(
-    devices,
-    optimizer,
-    tower_loss_fn,
-    xla=False,
-    copies=None,
-):
-    """Builds one tower per device and the gradients of each.
-
-    With xla, each tower (its forward and backward pass) is built inside its
+    With xla, the tower (its forward and backward pass) is built inside its
     own `tf.xla.experimental.jit_scope`, so XLA compiles the ops of that
     scope that it can and leaves the rest (input, staging, summaries) to
     TensorFlow. An explicit scope is used rather than the session's
@@ -136,44 +148,30 @@ def build_towers(
     slower (0.84x, benchmarks/bench_options.py): XLA is for GPUs.
 
     Args:
-      devices: list of device strings, one per tower.
-      optimizer: a `tf.compat.v1.train.Optimizer`; only its
-        `compute_gradients` is used here.
-      tower_loss_fn: callable(scope) -> float32 scalar, builds the inputs,
-        model and loss of one tower inside the current device and name scope
-        and returns the tower's total loss.
-      xla: bool, compile each tower with XLA.
-      copies: the `TowerCopies` of the variable update
-        (`variable_update.tower_copies`); None: every tower reads one copy
-        on the CPU. Every variable op of tower i goes to
-        `copies.variable_device(i)` (`placement.device_function`), whatever
-        library the model's layers come from.
+      variables: the tower's `variable_update.TowerVariables`.
+      xla: bool, compile the tower with XLA.
 
-    Returns:
-      tower_losses: list of float32 scalars, one per tower.
-      tower_grads: list (one per tower) of lists of (gradient, variable).
-      scope: str, the name scope of the last tower (for its summaries).
+    Yields:
+      str, the tower's name scope, 'towers/tower_<index>/'.
     """
-    copies = copies or shared_variables()
-    tower_losses, tower_grads = [], []
-    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope()):
-        for i, device in enumerate(devices):
-            with (
-                tf.compat.v1.device(
-                    placement.device_function(device, copies.variable_device(i))
-                ),
-                tf.name_scope("%s_%d" % (TOWER_NAME, i)) as scope,
-                _jit_scope(xla),
-                copies.scope(i),
-            ):
-                loss = tower_loss_fn(scope)
-                tower_losses.append(loss)
-                tower_grads.append(
-                    optimizer.compute_gradients(loss, copies.variables(i))
-                )
-            # The first tower created the variables; the others get them.
-            tf.compat.v1.get_variable_scope().reuse_variables()
-    return tower_losses, tower_grads, scope
+    with (
+        tf.compat.v1.device(
+            placement.device_function(
+                variables.device, variables.variable_device
+            )
+        ),
+        tf.name_scope(
+            "%s/%s_%d/" % (TOWERS_SCOPE, TOWER_NAME, variables.index)
+        ) as scope,
+        _jit_scope(xla),
+        tf.compat.v1.variable_scope(
+            tf.compat.v1.get_variable_scope(),
+            reuse=True if variables.index > 0 else None,
+            custom_getter=variables.getter,
+            auxiliary_name_scope=False,
+        ),
+    ):
+        yield scope
 
 
 def _jit_scope(xla):

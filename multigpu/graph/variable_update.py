@@ -1,38 +1,46 @@
-"""Where the variables live and how the towers' gradients update them.
+"""Where the variables live, which copy each tower reads, and how the
+towers' gradients update them: the variable update (tf_cnn_benchmarks'
+variable manager), one small table of functions per --variable_update mode.
 
-The one place that chooses between the two modes of --variable_update
-(tf_cnn_benchmarks calls this the variable manager); the trainers pass the
-flag's value to `variable_update` and call the same functions in both
-modes:
+A step calls it in the order the step runs, and it calls nothing back:
 
-  tower_copies(update)               for `towers.build_towers`: the copy
-                                     of the variables each tower reads
-  reduce_gradients(update, grads)    the synchronisation point
-  batch_norm_updates(update, scope)  the batch-norm statistics' update
-  apply_gradients(update, ...)       the step's update
+  update = variable_update(mode, devices, ...)   the mode's plain values
+  plan = tower_plan(update)                      one `TowerVariables` a tower
+  for each tower (`towers.towers(plan)`):        its device, scope and getter
+    grads = opt.compute_gradients(loss, trainable_variables(tower))
+  reduced = reduce_gradients(update, tower_grads)     the synchronisation point
+  train_op = apply_gradients(update, plan, opt, reduced, global_step, ...)
 
 parameter_server (the TF1 design): one copy of every variable on
-`variable_device`; each tower reads it and sends its gradients there,
-where they are averaged and applied once.
+`variable_device`; each tower reads it and sends its gradients there, where
+they are averaged and applied once.
 
 replicated: tower 0 holds the variables under the tutorial's names on its
 own device (the copy the Saver, the moving averages and the summaries
-see); tower i > 0 holds a copy of each, 'replica_i/<name>', on its device.
-The gradients are all-reduced (`all_reduce`), and each tower applies the
-mean to its own copy, in one `apply_gradients` call, so one global step
-and one loss-scale update count the step. The copies, and the optimizer's
-slots of them, are local variables, left out of every checkpoint: the
-local init op, which runs after a checkpoint is restored or the variables
-are initialised, sets each copy to tower 0's value, so all copies start
-equal and, updated alike, stay equal. Batch-norm moving statistics are
-kept per copy too: the last tower updates its copy from its batch's
-statistics (as parameter_server runs the last tower's updates), and every
-other copy then takes that value, so all copies, and the checkpoint, hold
-the statistics parameter_server would.
+see); tower i > 0 holds its own copy of each, 'replica_i/<name>', on its
+device. The gradients are all-reduced (`all_reduce`) and each tower applies
+the mean to its own copy, in one `apply_gradients` call, so one global step
+and one loss-scale update count the step.
+
+A copy is made by the model's own `get_variable` call, run again under the
+copy's name (a custom getter that passes on every argument the model gave:
+initializer, regularizer, constraint, ...): each copy carries its own
+regularization term into its tower's loss, and the optimizer applies the
+constraint to every copy. Copies, and the optimizer's slots of them, are
+local variables, left out of checkpoints; the local init op, which runs
+after the variables are restored or initialised, gives every copy the
+value of the variable it copies, so all copies start equal and, updated
+alike, stay equal.
+
+Statistics (the non-trainable variables, such as batch-norm moving means):
+in both modes the last tower updates its own copy from its batch (the
+Inception trainer runs the last tower's updates only), and the step then
+commits that value to the variable and every copy, unless the step is not
+applied (`loss_scale.step_applied`): a step skipped by loss scaling leaves
+every statistic as it was.
 """
 
 import collections
-import contextlib
 
 import tensorflow as tf
 
@@ -41,10 +49,10 @@ from multigpu.graph import all_reduce, placement, towers
 VARIABLE_UPDATES = ("parameter_server", "replicated")
 
 # Tower i's copies are named REPLICA_SCOPE_i/<the variable's name>.
-REPLICA_SCOPE = "replica"
+REPLICA_SCOPE = towers.REPLICA_SCOPE
 
 VariableUpdate = collections.namedtuple(
-    "VariableUpdate", "mode devices variable_device all_reduce"
+    "VariableUpdate", "mode devices variable_device all_reduce keys"
 )
 VariableUpdate.__doc__ = """The variable update of a run.
 
@@ -53,6 +61,22 @@ devices: the tower device strings.
 variable_device: str, where the variables (tower 0's copy, if replicated)
   live.
 all_reduce: 'nccl', 'collective' or 'one_device' if replicated, else None.
+keys: the `all_reduce.CollectiveKeys` of the graph's collective ops.
+"""
+
+TowerVariables = collections.namedtuple(
+    "TowerVariables", "index device variable_device getter copies"
+)
+TowerVariables.__doc__ = """What one tower reads (`tower_plan`).
+
+index: int, the tower's index.
+device: str, where the tower computes.
+variable_device: str, where the tower's variable ops go
+  (`placement.device_function`).
+getter: a `tf.compat.v1.variable_scope` custom getter that gives the tower
+  its own copies, or None for a tower that reads the variables themselves.
+copies: dict, variable name -> the tower's own copy, filled as the tower's
+  model is built.
 """
 
 
@@ -86,6 +110,7 @@ def variable_update(
             devices,
             placement.variable_device(variable_device_choice, devices, task),
             None,
+            all_reduce.CollectiveKeys(),
         )
     if task is not None and task.cluster is not None:
         raise ValueError(
@@ -93,12 +118,20 @@ def variable_update(
             "use --variable_update=parameter_server"
         )
     method = all_reduce.algorithm(all_reduce_spec, devices)
-    return VariableUpdate(mode, devices, devices[0], method)
+    return VariableUpdate(
+        mode, devices, devices[0], method, all_reduce.CollectiveKeys()
+    )
 
 
 def parameter_server(devices, variable_device=placement.VARIABLE_DEVICE):
     """The TF1 design: one copy on variable_device."""
-    return VariableUpdate("parameter_server", devices, variable_device, None)
+    return VariableUpdate(
+        "parameter_server",
+        devices,
+        variable_device,
+        None,
+        all_reduce.CollectiveKeys(),
+    )
 
 
 def replica_name(index, name):
@@ -115,59 +148,101 @@ def primary_name(name):
     return None
 
 
-def tower_copies(update):
-    """The `towers.TowerCopies` of the update's mode.
+def _copies_every_variable(index):
+    """Replicated: every tower after the first copies every variable."""
+    return index > 0
 
-    In replicated mode each tower's variable ops go to its own device, and
-    every variable that tower i > 0 gets is its own copy, made at the first
-    get, whose gradients it takes; otherwise every tower gets the one copy
-    on `variable_device`.
+
+def _copies_no_weights(index):
+    """parameter_server: the towers read the variables themselves."""
+    return False
+
+
+def _own_device(update, index):
+    return update.devices[index]
+
+
+def _shared_device(update, index):
+    return update.variable_device
+
+
+_Mode = collections.namedtuple("_Mode", "copies_weights variable_device")
+# The table of the modes: whether tower index copies the trainable
+# variables too, and where its variable ops go.
+_MODES = {
+    "parameter_server": _Mode(_copies_no_weights, _shared_device),
+    "replicated": _Mode(_copies_every_variable, _own_device),
+}
+
+
+def tower_plan(update):
+    """What each tower reads: a list of `TowerVariables`, one per tower.
+
+    Tower 0 creates the variables. The last tower copies the statistics
+    (the non-trainable variables) it updates; in replicated mode every
+    tower after the first copies every variable.
     """
-    if update.mode == "parameter_server":
-        return towers.shared_variables(update.variable_device)
-    return towers.TowerCopies(
-        _replica_scope, _replica_variables, lambda index: update.devices[index]
-    )
+    mode = _MODES[update.mode]
+    last = len(update.devices) - 1
+    plan = []
+    for index, device in enumerate(update.devices):
+        copies = {}
+        weights = mode.copies_weights(index)
+        getter = None
+        if weights or index == last:
+            getter = _copying_getter(index, weights, copies)
+        plan.append(
+            TowerVariables(
+                index,
+                device,
+                mode.variable_device(update, index),
+                getter,
+                copies,
+            )
+        )
+    return plan
 
 
-def _replica_scope(index):
-    if index == 0:
-        return contextlib.nullcontext()
-    return tf.compat.v1.variable_scope(
-        tf.compat.v1.get_variable_scope(), custom_getter=_replica_getter(index)
-    )
+def _copying_getter(index, weights, copies):
+    """A custom getter: the tower's own copy, made by the model's call.
 
+    Args:
+      index: int, the tower's index.
+      weights: bool, copy the trainable variables too, not only the
+        statistics.
+      copies: dict to record each copy in, by the variable's name.
+    """
 
-def _replica_getter(index):
-    def replica_getter(getter, name, *args, **kwargs):
-        # Tower 0's variable, got again: the copy has its shape and dtype.
-        primary = getter(name, *args, **kwargs)
-        # The local init op gives the copy tower 0's value (`_copy_op`).
-        return getter(
-            replica_name(index, name),
-            shape=primary.shape,
-            dtype=primary.dtype.base_dtype,
-            initializer=tf.compat.v1.zeros_initializer(),
+    def copying_getter(getter, name, *args, **kwargs):
+        if kwargs.get("partitioner") is not None:
+            raise ValueError(
+                "%s is a partitioned variable (get_variable with a "
+                "partitioner), which the towers do not support; create it "
+                "without a partitioner" % name
+            )
+        variable = getter(name, *args, **kwargs)
+        if not (weights or not variable.trainable):
+            return variable
+        # The model's own arguments, for a local variable of another name.
+        kwargs.update(
             trainable=False,
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
             reuse=tf.compat.v1.AUTO_REUSE,
         )
+        copy = getter(replica_name(index, name), *args, **kwargs)
+        copies[variable.op.name] = copy
+        return copy
 
-    return replica_getter
+    return copying_getter
 
 
-def _replica_variables(index):
-    """Tower index's copies of the trainable variables, in their order."""
-    if index == 0:
-        return None
-    copies = {
-        var.op.name: var
-        for var in tf.compat.v1.get_collection(
-            tf.compat.v1.GraphKeys.LOCAL_VARIABLES
-        )
-    }
+def trainable_variables(tower):
+    """The trainable variables as tower reads them: its copy or the variable.
+
+    Call it after the tower's model is built, for its gradients.
+    """
     return [
-        copies[replica_name(index, var.op.name)]
+        tower.copies.get(var.op.name, var)
         for var in tf.compat.v1.trainable_variables()
     ]
 
@@ -189,115 +264,92 @@ def reduce_gradients(update, tower_grads):
     if update.mode == "parameter_server":
         return [towers.average_gradients(tower_grads, update.variable_device)]
     return all_reduce.all_reduce_mean(
-        tower_grads, update.devices, update.all_reduce
+        tower_grads, update.devices, update.all_reduce, update.keys
     )
 
 
-def batch_norm_updates(update, scope):
-    """The ops that update the batch-norm statistics with every step.
+def apply_gradients(
+    plan, opt, reduced, global_step, statistics_updates, applied
+):
+    """The step's update: the gradients, then the statistics.
 
     Args:
-      update: the `VariableUpdate`.
-      scope: str, the last tower's name scope.
+      plan: the `tower_plan` the towers were built with.
+      opt: the optimizer; its `apply_gradients` increments global_step once.
+      reduced: the lists of `reduce_gradients` (each maybe clipped).
+      global_step: int64 scalar variable.
+      statistics_updates: the ops that update the last tower's statistics
+        (`towers.batch_norm_updates` of its scope).
+      applied: bool scalar, whether the step is applied
+        (`loss_scale.step_applied`).
 
     Returns:
-      A list of ops (empty for a model without batch norm): the last
-      tower's update ops (`towers.batch_norm_updates`), and in replicated
-      mode, after them, the copy of its statistics to the other towers'.
+      The op of the update. Its local init op (`local_init_op`) is in the
+      LOCAL_INIT_OP collection, where a `Scaffold` finds it.
     """
-    updates = towers.batch_norm_updates(scope)
-    num_towers = len(update.devices)
-    if update.mode == "parameter_server" or num_towers == 1 or not updates:
-        return updates
-    local = {
-        var.op.name: var
-        for var in tf.compat.v1.get_collection(
-            tf.compat.v1.GraphKeys.LOCAL_VARIABLES
+    # The optimizer's slots of a copy are the copy's: local variables.
+    with tf.variable_creator_scope(_local_if_a_copy):
+        apply_op = opt.apply_gradients(
+            [pair for grads in reduced for pair in grads],
+            global_step=global_step,
         )
-    }
-    copies = []
-    for var in tf.compat.v1.moving_average_variables():
-        if var.trainable or primary_name(var.op.name) is not None:
+    with tf.control_dependencies([apply_op, *statistics_updates]):
+        commit = _commit_statistics(plan, applied)
+    tf.compat.v1.add_to_collection(
+        tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op()
+    )
+    return tf.group(apply_op, commit, name="apply")
+
+
+def _local_if_a_copy(next_creator, **kwargs):
+    if primary_name(kwargs.get("name") or "") is not None:
+        kwargs["collections"] = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
+        kwargs["trainable"] = False
+    return next_creator(**kwargs)
+
+
+def _commit_statistics(plan, applied):
+    """The last tower's statistics, to the variables and every other copy.
+
+    Call it after the last tower's statistics updates. Where the step is not
+    applied the variables keep their values and every copy takes them back.
+    """
+    variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
+    assigns = []
+    for name, last_copy in plan[-1].copies.items():
+        variable = variables[name]
+        if variable.trainable:
             continue
-        name = var.op.name
-        others = [local[replica_name(i, name)] for i in range(1, num_towers)]
-        with tf.control_dependencies(updates):
-            value = others[-1].read_value()
-        for copy in [var] + others[:-1]:
-            with tf.device(copy.device):
-                copies.append(copy.assign(value).op)
-    return copies
-
-
-def apply_gradients(update, copies_grads, apply_fn):
-    """Applies each copy's gradients in one step.
-
-    Args:
-      update: the `VariableUpdate`.
-      copies_grads: the lists of `reduce_gradients` (each maybe clipped).
-      apply_fn: callable(grads_and_vars) -> op, applies the gradients and
-        increments the global step once, e.g. a closure over
-        `opt.apply_gradients`.
-
-    Returns:
-      The op of the update.
-    """
-    if update.mode == "replicated":
-        # The moving averages are of tower 0's variables only.
-        _leave_copies_out(tf.compat.v1.GraphKeys.MOVING_AVERAGE_VARIABLES)
-    apply_op = apply_fn([pair for grads in copies_grads for pair in grads])
-    if update.mode == "replicated":
-        _keep_copies_local()
-        tf.compat.v1.add_to_collection(
-            tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op()
-        )
-    return apply_op
-
-
-def _keep_copies_local():
-    """Moves the copies' optimizer slots out of the global variables.
-
-    The optimizer makes a slot (e.g. Momentum's) of each copy a global
-    variable; as a local one it stays out of checkpoints and takes tower 0's
-    value at the local init.
-    """
-    for var in _leave_copies_out(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
-        tf.compat.v1.add_to_collection(
-            tf.compat.v1.GraphKeys.LOCAL_VARIABLES, var
-        )
-
-
-def _leave_copies_out(key):
-    """Removes the copies from the collection key; returns them."""
-    members = tf.compat.v1.get_collection_ref(key)
-    copies = [v for v in members if primary_name(v.op.name)]
-    for var in copies:
-        members.remove(var)
-    return copies
+        with tf.device(variable.device):
+            value = tf.where(
+                applied, last_copy.read_value(), variable.read_value()
+            )
+            assigns.append(variable.assign(value))
+        for tower in plan:
+            copy = tower.copies.get(name)
+            if copy is not None:
+                with tf.device(copy.device):
+                    assigns.append(copy.assign(value))
+    return tf.group(*assigns, name="commit_statistics")
 
 
 def _local_init_op():
-    """Initialises the local variables, then copies tower 0's values.
+    """Initialises the local variables, then copies the variables' values.
 
     The Scaffold takes the LOCAL_INIT_OP collection as its local init op,
     which a session runs after restoring or initialising the global
     variables: every copy then equals what was restored.
     """
     initialise = tf.compat.v1.train.Scaffold.default_local_init_op()
-    with tf.control_dependencies([initialise]):
-        return tf.group(_copy_op(), name="copy_tower_0_variables")
-
-
-def _copy_op():
-    """Assigns each copy the value of the variable it copies."""
-    primaries = {var.op.name: var for var in tf.compat.v1.global_variables()}
+    variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
     assigns = []
-    for var in tf.compat.v1.local_variables():
-        name = primary_name(var.op.name)
-        if name is not None:
-            with tf.device(var.device):
-                assigns.append(var.assign(primaries[name].read_value()))
-    return assigns
+    with tf.control_dependencies([initialise]):
+        for copy in tf.compat.v1.local_variables():
+            name = primary_name(copy.op.name)
+            if name is not None:
+                with tf.device(copy.device):
+                    assigns.append(copy.assign(variables[name].read_value()))
+    return tf.group(initialise, *assigns, name="copy_variables")
 
 
 def describe(update):
@@ -329,7 +381,7 @@ def model_variables_with_copies(graph):
 def initialise(session):
     """Initialises the variables as a `MonitoredSession` does, in a plain
     `Session` (tests, benchmarks): the global variables, then the local init
-    op (which gives the copies tower 0's values).
+    op (which gives the copies the variables' values).
     """
     session.run(tf.compat.v1.global_variables_initializer())
     session.run(local_init_op())

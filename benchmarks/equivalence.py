@@ -1,0 +1,420 @@
+"""Every combination of the towers' options trains the same numbers.
+
+  python -m benchmarks.equivalence            # the whole product
+  python -m benchmarks.equivalence --fast     # the slice the tests run
+
+Over variable update x all-reduce x model x precision x towers, each cell
+trains STEPS steps from one start on the same examples through the
+multi-GPU trainer's own `build_graph`, and compares every variable of the
+model, its optimizer slots and its moving averages with one device that
+trains on the whole batch. On a machine with GPUs the towers are the GPUs
+(NCCL joins the all-reduces); without, virtual CPU devices.
+
+The one device computes each tower's slice of the batch in turn in one
+graph (the same ops on the same shapes as a tower), takes the mean of the
+slices' losses plus every regularization term once, runs the last slice's
+batch-norm updates (the statistics rule of the towers: each tower
+normalises with its own batch, the last tower's batch moves the moving
+statistics), and applies the gradient with TensorFlow's own optimizer and
+moving averages, with the towers' loss scale on its whole loss (as float16
+needs: unscaled, its small gradients round to zero). For a model without
+batch norm the mean of equal slices' losses is the whole batch's loss.
+
+Tolerances (`TOLERANCES`), per precision, on |towers - one device|
+<= atol + rtol * |one device| for every element. float32: the towers sum
+the same gradients in another order, which rounds differently by about
+1e-7 of each sum, grown over the steps. float16: one tower equals the one
+device exactly, but where two sums of float32 gradients differ by one unit
+in the last place, a weight's float16 cast may round to its neighbour,
+2^-11 (4.9e-4) of it away, and the later steps compute on it (at most 3e-5
+absolute and 1.1e-3 relative seen over the product). A regularization term
+or constraint lost on one tower moves a weight by WEIGHT_DECAY * learning
+rate = 5% of it per step, far outside both. Prints one row per cell and
+exits 1 if any cell is out of tolerance or a copy differs from the
+variable it copies.
+"""
+
+import argparse
+import collections
+import itertools
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+# cifar10_multi_gpu_train is the one script imported here (for its
+# build_graph): two scripts' absl flags clash in one process.
+import cifar10
+import cifar10_multi_gpu_train
+from benchmarks import common, equivalence_models
+from cifar10_models import registry
+from multigpu.graph import (
+    any_model,
+    loss_scale,
+    placement,
+    towers,
+    variable_update,
+)
+
+STEPS = 3  # Steps of every cell: enough for momentum and the averages.
+PER_TOWER_BATCH = 2  # Examples per tower per step.
+IMAGE_SHAPE = [24, 24, 3]  # The CIFAR-10 trainer's crops.
+
+MODELS = {
+    "tutorial": registry.TUTORIAL,
+    "resnet20": registry.MODELS["resnet20"],
+    "layers": equivalence_models.LAYERS_MODEL,
+    "get_variable": equivalence_models.GET_VARIABLE_MODEL,
+}
+# The reduced precision: float16 with a loss scale, as on GPUs; CPU towers
+# compute float16 too (slowly), so that the scaling runs here.
+REDUCED = tf.float16
+PRECISIONS = {
+    "float32": (tf.float32, None),
+    "float16 fixed": (REDUCED, loss_scale.LossScaling(128.0, False, 1000)),
+    "float16 dynamic": (REDUCED, loss_scale.LossScaling(128.0, True, 1000)),
+}
+# (atol, rtol) per precision; see the module docstring.
+TOLERANCES = {
+    "float32": (1e-6, 1e-5),
+    "float16 fixed": (1e-4, 1e-3),
+    "float16 dynamic": (1e-4, 1e-3),
+}
+TOWER_COUNTS = (1, 2, 4)
+# The name ExponentialMovingAverage gives a variable's moving average.
+SHADOW = "/ExponentialMovingAverage"
+
+Case = collections.namedtuple(
+    "Case", "update all_reduce model precision towers"
+)
+Case.__doc__ = """One cell: --variable_update, --all_reduce_spec (None for
+parameter_server), a key of MODELS, a key of PRECISIONS, the tower count."""
+
+Result = collections.namedtuple("Result", "case worst name copy_gap seconds")
+Result.__doc__ = """A cell's outcome.
+
+worst: float, the largest |towers - one device| / (atol + rtol * |one|)
+  over every element (<= 1 is within tolerance).
+name: str, the variable where it is.
+copy_gap: float, the largest difference between a tower's copy and the
+  variable it copies after any step (0 where the copies stay equal).
+seconds: float, the cell's wall time.
+"""
+
+
+def updates(on_gpus):
+    """The (update, all-reduce) pairs of the product."""
+    pairs = [("parameter_server", None)]
+    pairs += [("replicated", "collective"), ("replicated", "one_device")]
+    if on_gpus:
+        pairs.append(("replicated", "nccl"))
+    return pairs
+
+
+def product(on_gpus):
+    """Every cell; with one tower the all-reduce is moot, so one of each."""
+    cells = []
+    for (update, spec), model, precision, count in itertools.product(
+        updates(on_gpus), MODELS, PRECISIONS, TOWER_COUNTS
+    ):
+        if count == 1 and spec not in (None, "collective"):
+            continue
+        cells.append(Case(update, spec, model, precision, count))
+    return cells
+
+
+def fast_slice():
+    """Every model and mode at least once, every precision at least once."""
+    return [
+        Case("parameter_server", None, "tutorial", "float32", 2),
+        Case("replicated", "collective", "tutorial", "float16 dynamic", 4),
+        Case("replicated", "one_device", "layers", "float32", 2),
+        Case("parameter_server", None, "layers", "float16 fixed", 2),
+        Case("replicated", "collective", "get_variable", "float32", 4),
+        Case("parameter_server", None, "get_variable", "float32", 4),
+        Case("replicated", "collective", "resnet20", "float32", 2),
+    ]
+
+
+def batches(case, seed=0):
+    """float32 [STEPS, towers, B, 24, 24, 3] images, int32 [...] labels."""
+    rng = np.random.default_rng(seed)
+    shape = [STEPS, case.towers, PER_TOWER_BATCH]
+    images = rng.normal(size=shape + IMAGE_SHAPE).astype(np.float32)
+    labels = rng.integers(0, 10, size=shape).astype(np.int32)
+    return images, labels
+
+
+def _steps_of(*arrays):
+    """get_next() of one tf.data iterator over arrays' first dimension."""
+    dataset = tf.data.Dataset.from_tensor_slices(arrays)
+    return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
+
+
+def one_device_graph(case, images, labels):
+    """The reference step on one device; returns its train op."""
+    compute_dtype, scaling = PRECISIONS[case.precision]
+    model = MODELS[case.model]
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    whole = [STEPS, case.towers * PER_TOWER_BATCH]
+    batch_images, batch_labels = _steps_of(
+        images.reshape(whole + IMAGE_SHAPE), labels.reshape(whole)
+    )()
+    pieces = zip(
+        tf.split(batch_images, case.towers), tf.split(batch_labels, case.towers)
+    )
+    slice_losses, terms = [], None
+    for k, (slice_images, slice_labels) in enumerate(pieces):
+        with (
+            tf.compat.v1.variable_scope(
+                tf.compat.v1.get_variable_scope(), reuse=True if k else None
+            ),
+            tf.name_scope("slice_%d" % k) as scope,
+        ):
+            made = len(_regularization_terms())
+            logits = registry.logits(model, slice_images, True, compute_dtype)
+            # The regularizers' terms, once: those made with the variables.
+            terms = terms or _regularization_terms()[made:]
+            slice_losses.append(
+                tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(
+                        labels=slice_labels, logits=logits
+                    )
+                )
+                + tf.add_n([tf.constant(0.0)] + _losses(scope))
+            )
+    regularization = tf.add_n(
+        [tf.constant(0.0)] + [tf.cast(t, tf.float32) for t in terms or []]
+    )
+    opt = model.optimizer(model.learning_rate(global_step, whole[1]))
+    # Each slice's loss takes the towers' loss scale (a power of two, 1 in
+    # float32), so that its float16 backward pass rounds as a tower's does;
+    # the sum over the slices, divided by their number, is their mean.
+    scale = scaling.initial_scale if scaling else 1.0
+    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
+    grads = [
+        (grad / (scale * case.towers), var)
+        for grad, var in opt.compute_gradients(scaled_sum)
+    ]
+    apply_op = opt.apply_gradients(grads, global_step=global_step)
+    with tf.control_dependencies([apply_op, *towers.batch_norm_updates(scope)]):
+        return tf.compat.v1.train.ExponentialMovingAverage(
+            cifar10.MOVING_AVERAGE_DECAY, num_updates=global_step
+        ).apply(any_model.moving_average_variables())
+
+
+def _regularization_terms():
+    return tf.compat.v1.get_collection(
+        tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES
+    )
+
+
+def _losses(scope):
+    return tf.compat.v1.get_collection("losses", scope)
+
+
+def tower_graph(case, images, labels, devices):
+    """The trainer's step on the towers; returns its train op."""
+    compute_dtype, scaling = PRECISIONS[case.precision]
+    update = variable_update.variable_update(
+        case.update, devices, "cpu", case.all_reduce or "auto"
+    )
+    per_tower = iter(
+        [_steps_of(images[:, i], labels[:, i]) for i in range(case.towers)]
+    )
+    _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
+        lambda: next(per_tower)(),
+        PER_TOWER_BATCH,
+        devices,
+        compute_dtype,
+        update=update,
+        loss_scaling=scaling,
+        model=MODELS[case.model],
+    )
+    return train_op
+
+
+def initial_values(case, seed=0):
+    """The model's variables as one device draws them: name -> array."""
+    images, labels = batches(case._replace(towers=1))
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(seed)
+        one_device_graph(case._replace(towers=1), images, labels)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return {
+                var.op.name: sess.run(var)
+                for var in any_model.moving_average_variables()
+            }
+
+
+def train(graph_fn, initial, devices):
+    """Builds graph_fn() in a new graph and runs STEPS steps of it.
+
+    Returns:
+      values: dict name -> array of every global variable after the steps.
+      copy_gaps: list (one per step) of the largest |copy - variable|.
+    """
+    with tf.Graph().as_default():
+        train_op = graph_fn()
+        graph_variables = {
+            var.op.name: var for var in tf.compat.v1.global_variables()
+        }
+        config = placement.session_config(devices)
+        with tf.compat.v1.Session(config=config) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for name, var in graph_variables.items():
+                # A moving average starts at its variable's value.
+                value = initial.get(name.replace(SHADOW, ""))
+                if value is not None:
+                    var.load(value, sess)
+            sess.run(variable_update.local_init_op())
+            copy_gaps = []
+            for _ in range(STEPS):
+                sess.run(train_op)
+                copy_gaps.append(largest_copy_gap(sess, graph_variables))
+            return sess.run(graph_variables), copy_gaps
+
+
+def largest_copy_gap(sess, graph_variables):
+    """The largest |copy - variable| over the towers' copies (0 for none)."""
+    pairs = sess.run(
+        [
+            (copy, graph_variables[variable_update.primary_name(copy.op.name)])
+            for copy in tf.compat.v1.local_variables()
+            if variable_update.primary_name(copy.op.name)
+        ]
+    )
+    return max(
+        (float(np.max(np.abs(copy - var))) for copy, var in pairs),
+        default=0.0,
+    )
+
+
+def run_cell(case, initial=None, reference=None):
+    """Trains one cell and the one device.
+
+    Args:
+      case: the `Case`.
+      initial: the model's starting values (`initial_values`), or None to
+        draw them (TF1 layers draw other values in each new graph).
+      reference: the one device's values from these initial values, if
+        already trained for the cell's model, precision and towers (they do
+        not depend on the update).
+
+    Returns:
+      result: the cell's `Result`.
+      reference: the one device's values, name -> array.
+    """
+    start = time.time()
+    images, labels = batches(case)
+    if initial is None:
+        initial = initial_values(case)
+    devices = placement.tower_devices(case.towers, cpu_towers=True)
+    if reference is None:
+        reference, _ = train(
+            lambda: one_device_graph(case, images, labels), initial, devices
+        )
+    values, copy_gaps = train(
+        lambda: tower_graph(case, images, labels, devices), initial, devices
+    )
+    worst, name = _worst(values, reference, TOLERANCES[case.precision])
+    return (
+        Result(case, worst, name, max(copy_gaps), time.time() - start),
+        reference,
+    )
+
+
+def _worst(values, reference, tolerance):
+    """The largest error over tolerance, and the variable where it is."""
+    atol, rtol = tolerance
+    worst, where = 0.0, ""
+    for name, expected in reference.items():
+        if name not in values:
+            return float("inf"), name + " (missing)"
+        bound = atol + rtol * np.abs(expected.astype(np.float64))
+        error = np.abs(values[name].astype(np.float64) - expected) / bound
+        if np.max(error) > worst:
+            worst, where = float(np.max(error)), name
+    return worst, where
+
+
+def within(result):
+    """Whether a cell's variables are within tolerance and its copies equal."""
+    return result.worst <= 1.0 and result.copy_gap == 0.0
+
+
+ROW = "%-16s %-10s %-12s %-15s %6s %8s %9s %7s  %s"
+
+
+def print_row(result):
+    case = result.case
+    print(
+        ROW
+        % (
+            case.update,
+            case.all_reduce or "-",
+            case.model,
+            case.precision,
+            case.towers,
+            "%.3f" % result.worst,
+            "%.1e" % result.copy_gap,
+            "%.1f" % result.seconds,
+            "ok" if within(result) else "OUT: " + result.name,
+        ),
+        flush=True,
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--fast", action="store_true", help="only the slice the tests run"
+    )
+    args = parser.parse_args()
+    on_gpus = bool(tf.config.list_physical_devices("GPU"))
+    cells = fast_slice() if args.fast else product(on_gpus)
+    cpu = common.cpu_info()
+    print("CPU: %s; flags: %s" % (cpu["model"], " ".join(cpu["flags"])))
+    print(
+        "Steps %d, %d examples per tower; tolerance |a - b| <= atol + "
+        "rtol |b|: %s" % (STEPS, PER_TOWER_BATCH, TOLERANCES)
+    )
+    print(
+        ROW
+        % (
+            "update",
+            "all_reduce",
+            "model",
+            "precision",
+            "towers",
+            "error",
+            "copy gap",
+            "seconds",
+            "result",
+        )
+    )
+    starts, references, results = {}, {}, []
+    for case in cells:
+        start = starts.setdefault(case.model, initial_values(case))
+        key = (case.model, case.precision, case.towers)
+        result, references[key] = run_cell(case, start, references.get(key))
+        print_row(result)
+        results.append(result)
+    failed = [r for r in results if not within(r)]
+    slowest = max(results, key=lambda r: r.seconds)
+    print(
+        "%d cell(s), %d out of tolerance; slowest %.1f s (%s)"
+        % (
+            len(results),
+            len(failed),
+            slowest.seconds,
+            " ".join(str(each) for each in slowest.case),
+        )
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
