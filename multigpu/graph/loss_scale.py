@@ -25,6 +25,9 @@ DEFAULT_INC_EVERY_N = 1000
 LOSS_SCALE_FACTOR = 2.0
 MIN_LOSS_SCALE = 1.0
 
+# The variable that counts the steps the dynamic scale skipped.
+SKIPPED_STEPS = "loss_scale_skipped_steps"
+
 LossScaling = collections.namedtuple(
     "LossScaling", "initial_scale dynamic inc_every_n"
 )
@@ -94,11 +97,12 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
             initializer=tf.constant(0, tf.int32),
             trainable=False,
         )
-        self.skipped_steps = tf.compat.v1.get_variable(
-            "loss_scale_skipped_steps",
-            initializer=tf.constant(0, tf.int64),
-            trainable=False,
-        )
+        if scaling.dynamic:
+            self.skipped_steps = tf.compat.v1.get_variable(
+                SKIPPED_STEPS,
+                initializer=tf.constant(0, tf.int64),
+                trainable=False,
+            )
 
     def compute_gradients(self, loss, var_list=None, **kwargs):
         """Gradients of loss * scale, divided by the scale (float32)."""
@@ -203,6 +207,22 @@ def skipped_steps(optimizer):
     if isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic:
         return optimizer.skipped_steps
     return None
+
+
+def find_skipped_steps(graph):
+    """The graph's count of skipped steps and its loss scale, or None.
+
+    Returns:
+      (int64 variable, float32 variable) where the graph scales its loss
+      dynamically, else None.
+    """
+    found = {
+        var.op.name: var
+        for var in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+    }
+    if SKIPPED_STEPS not in found:
+        return None
+    return found[SKIPPED_STEPS], found["loss_scale"]
 
 
 def describe(scaling):

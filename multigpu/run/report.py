@@ -7,12 +7,13 @@ interrupted or diverged run, or one with nothing to train, ends with its
 own one line instead).
 """
 
+import datetime
 import os
 import time
 
 import tensorflow as tf
 
-from multigpu.graph import towers
+from multigpu.graph import loss_scale, towers
 from multigpu.run import checkpoints
 
 # The folder names under one parent that let TensorBoard show the train and
@@ -25,7 +26,9 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
     """Keeps the steps, the wall time and the last losses of a run.
 
     The cross-entropy is the mean of the towers' 'cross_entropy' terms in
-    the `losses` collection (the last batch's, not an average).
+    the `losses` collection (the last batch's, not an average). With the
+    dynamic loss scale it prints a line for each step the scale skips, and
+    keeps their count.
     """
 
     def __init__(self, total_loss):
@@ -38,6 +41,8 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
         self.runs = 0
         self.wall_secs = 0.0
         self.losses = {}
+        self.skipped = None
+        self.scale = None
 
     def begin(self):
         self._global_step = tf.compat.v1.train.get_global_step()
@@ -49,9 +54,14 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
         self._fetches = {"total_loss": self._total_loss}
         if terms:
             self._fetches["cross_entropy"] = tf.add_n(terms) / len(terms)
+        self._scaling = loss_scale.find_skipped_steps(
+            tf.compat.v1.get_default_graph()
+        )
 
     def after_create_session(self, session, coord):
         self.first_step = session.run(self._global_step)
+        if self._scaling is not None:
+            self.skipped, self.scale = session.run(self._scaling)
         self._start = time.time()
 
     def before_run(self, run_context):
@@ -60,6 +70,25 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         self.runs += 1
         self.losses = run_values.results
+        if self._scaling is not None:
+            self._say_if_skipped(run_context.session)
+
+    def _say_if_skipped(self, session):
+        # Read after the step: a fetch of the step may see it before.
+        skipped, self.scale = session.run(self._scaling)
+        if skipped > self.skipped:
+            print(
+                "%s: step %d skipped: its float16 gradients were not finite; "
+                "the loss scale is now %g (%d step(s) skipped in all)"
+                % (
+                    datetime.datetime.now(),
+                    session.run(self._global_step),
+                    self.scale,
+                    skipped,
+                ),
+                flush=True,
+            )
+        self.skipped = skipped
 
     def end(self, session):
         self.wall_secs = time.time() - self._start
@@ -144,11 +173,22 @@ def closing_report(hook, examples_per_step, train_dir, next_commands):
             hook.runs * examples_per_step / secs,
         ),
         "Final loss (the last batch's): %s." % losses,
+        *_skipped_line(hook),
         "Checkpoints and event logs: %s (newest: %s)."
         % (train_dir, checkpoints.latest_checkpoint(train_dir)),
         "Next:",
     ]
     return "\n".join(lines + ["  " + each for each in next_commands])
+
+
+def _skipped_line(hook):
+    """The dynamic loss scale's line of the report, if the run has one."""
+    if hook.skipped is None:
+        return []
+    return [
+        "Dynamic loss scaling skipped %d step(s) in all (non-finite float16 "
+        "gradients); the loss scale is now %g." % (hook.skipped, hook.scale)
+    ]
 
 
 def _duration(secs):
