@@ -16,12 +16,15 @@ from multigpu.graph import any_model
 from multigpu.run import restore
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-# A user's model file: the README's (its "Your own model" section), and one
-# that fails inside.
-README_MODEL = (
-    (REPO / "README.md").read_text().split("```python\n")[1].split("```")[0]
+# A user's model file: docs/models.md's (its "Your own model" section), and
+# one that fails inside.
+DOCS_MODEL = (
+    (REPO / "docs" / "models.md")
+    .read_text()
+    .split("```python\n")[1]
+    .split("```")[0]
 )
-USER_MODEL = README_MODEL + textwrap.dedent(
+USER_MODEL = DOCS_MODEL + textwrap.dedent(
     """
 
     def broken_net(images, is_training):
