@@ -15,13 +15,14 @@ from multigpu.graph import loss_scale, placement, variable_update
 Case = equivalence.Case
 
 
-def _slow_if_resnet(case):
-    marks = [pytest.mark.slow] if case.model == "resnet20" else []
+def _cell(case, *marks):
     return pytest.param(case, marks=marks, id="-".join(map(str, case)))
 
 
 @pytest.mark.parametrize(
-    "case", [_slow_if_resnet(case) for case in equivalence.fast_slice()]
+    "case",
+    [_cell(case) for case in equivalence.fast_slice()]
+    + [_cell(equivalence.RESNET_CELL, pytest.mark.slow)],
 )
 def test_each_cell_of_the_fast_slice_trains_what_one_device_trains(case):
     initial = equivalence.initial_values(case)
