@@ -21,47 +21,14 @@ once the script's main starts.
 
 import atexit
 import os
-import re
 import signal
 import sys
 import threading
 
-# The C++ lines the filter drops: INFO lines ('I1123 18:03:47.603 ...' or
-# 'I0000 00:00:...'), the notice of logs written before absl::InitializeLog
-# and the second line of the CPU-instructions notice; oneDNN's notice that
-# its uint8 kernels fall back to Eigen (an E line, printed even on CPUs with
-# AVX-512, and the results are the same); and the warnings that echo a
-# failed step, which the script reports itself in one line (a NaN histogram
-# aborts the step's rendezvous, then cancels the input).
-_DROPPED_LINE = re.compile(
-    rb"^(I\d{4} \d\d:\d\d:\d\d"
-    rb"|WARNING: All log messages before absl::InitializeLog"
-    rb"|To enable the following instructions:"
-    rb"|E\d{4} [^]]*\] oneDNN supports DT_UINT8 only on platforms with "
-    rb"|W\d{4} [^]]*\] Local rendezvous is aborting"
-    rb"|W\d{4} [^]]*\] OP_REQUIRES failed at \S+ : CANCELLED"
-    rb"|\t \[\[\{\{node )"
-)
-# cuInit's failure, an E line on every machine without NVIDIA's driver
-# (TensorFlow then uses the CPU, as the script says); with the driver it is
-# a real CUDA error and is shown.
-_NO_DRIVER_LINE = re.compile(rb"^E\d{4} [^]]*\] failed call to cuInit: ")
-# Present on a Linux machine whose NVIDIA kernel driver is loaded.
-NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"
+from multigpu import cpp_log_filter
+
 # Seconds the filter may take at exit to pass on the last C++ lines.
 _DRAIN_SECS = 2
-
-
-def is_dropped(line, gpu_driver):
-    """Whether the filter drops a C++ stderr line.
-
-    Args:
-      line: bytes, one line as TensorFlow's C++ side writes it.
-      gpu_driver: bool, whether the machine has NVIDIA's driver.
-    """
-    if _DROPPED_LINE.match(line):
-        return True
-    return not gpu_driver and bool(_NO_DRIVER_LINE.match(line))
 
 
 def wants_tensorflow_logs(argv):
@@ -79,14 +46,6 @@ def wants_tensorflow_logs(argv):
 _VERBOSITY = ("verbosity", "v")
 
 
-def _pass_on(read_fd, write_fd, gpu_driver):
-    with os.fdopen(read_fd, "rb") as pipe, os.fdopen(write_fd, "wb") as out:
-        for line in pipe:
-            if not is_dropped(line, gpu_driver):
-                out.write(line)
-                out.flush()
-
-
 def _install():
     """Filters the C++ side of stderr, unless the user asked otherwise."""
     if "TF_CPP_MIN_LOG_LEVEL" in os.environ or wants_tensorflow_logs(sys.argv):
@@ -101,8 +60,12 @@ def _install():
     os.dup2(write_fd, 2)
     os.close(write_fd)
     thread = threading.Thread(
-        target=_pass_on,
-        args=(read_fd, terminal, os.path.exists(NVIDIA_DRIVER_FILE)),
+        target=cpp_log_filter.pass_on,
+        args=(
+            read_fd,
+            terminal,
+            os.path.exists(cpp_log_filter.NVIDIA_DRIVER_FILE),
+        ),
         daemon=True,
     )
     thread.start()

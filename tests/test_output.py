@@ -2,7 +2,6 @@
 commands that explain their flags, defaults that run without a GPU."""
 
 import ast
-import importlib
 import os
 import re
 import subprocess
@@ -14,6 +13,7 @@ from test_cifar10_train import _write_infinite_checkpoint
 
 import cifar10_input
 from cifar10_models import registry
+from multigpu import cpp_log_filter
 
 # The installed commands (pyproject.toml): the script each one runs, and the
 # groups of its --help, in order.
@@ -338,32 +338,20 @@ OTHER_ERROR_LINE = (
 )
 
 
-@pytest.fixture
-def line_filter(monkeypatch):
-    """multigpu.quiet_cpp_logs, imported without filtering pytest's stderr.
-
-    A TF_CPP_MIN_LOG_LEVEL set before the import leaves stderr as it is.
-    """
-    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
-    return importlib.import_module("multigpu.quiet_cpp_logs")
-
-
-def test_the_harmless_lines_of_a_machine_without_a_gpu_are_dropped(
-    line_filter,
-):
+def test_the_harmless_lines_of_a_machine_without_a_gpu_are_dropped():
     dropped = [
         line
         for line in (CUINIT_LINE, UINT8_LINE, OTHER_ERROR_LINE)
-        if line_filter.is_dropped(line, gpu_driver=False)
+        if cpp_log_filter.is_dropped(line, gpu_driver=False)
     ]
     assert dropped == [CUINIT_LINE, UINT8_LINE]
 
 
-def test_the_cuda_errors_of_a_machine_with_a_driver_are_shown(line_filter):
+def test_the_cuda_errors_of_a_machine_with_a_driver_are_shown():
     dropped = [
         line
         for line in (CUINIT_LINE, UINT8_LINE, OTHER_ERROR_LINE)
-        if line_filter.is_dropped(line, gpu_driver=True)
+        if cpp_log_filter.is_dropped(line, gpu_driver=True)
     ]
     assert dropped == [UINT8_LINE]
 

@@ -1,0 +1,48 @@
+"""The filter of TensorFlow's C++ stderr lines (see `quiet_cpp_logs`)."""
+
+import os
+import re
+
+# The C++ lines the filter drops: INFO lines ('I1123 18:03:47.603 ...' or
+# 'I0000 00:00:...'), the notice of logs written before absl::InitializeLog
+# and the second line of the CPU-instructions notice; oneDNN's notice that
+# its uint8 kernels fall back to Eigen (an E line, printed even on CPUs with
+# AVX-512, and the results are the same); and the warnings that echo a
+# failed step, which the script reports itself in one line (a NaN histogram
+# aborts the step's rendezvous, then cancels the input).
+_DROPPED_LINE = re.compile(
+    rb"^(I\d{4} \d\d:\d\d:\d\d"
+    rb"|WARNING: All log messages before absl::InitializeLog"
+    rb"|To enable the following instructions:"
+    rb"|E\d{4} [^]]*\] oneDNN supports DT_UINT8 only on platforms with "
+    rb"|W\d{4} [^]]*\] Local rendezvous is aborting"
+    rb"|W\d{4} [^]]*\] OP_REQUIRES failed at \S+ : CANCELLED"
+    rb"|\t \[\[\{\{node )"
+)
+# cuInit's failure, an E line on every machine without NVIDIA's driver
+# (TensorFlow then uses the CPU, as the script says); with the driver it is
+# a real CUDA error and is shown.
+_NO_DRIVER_LINE = re.compile(rb"^E\d{4} [^]]*\] failed call to cuInit: ")
+# Present on a Linux machine whose NVIDIA kernel driver is loaded.
+NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"
+
+
+def is_dropped(line, gpu_driver):
+    """Whether the filter drops a C++ stderr line.
+
+    Args:
+      line: bytes, one line as TensorFlow's C++ side writes it.
+      gpu_driver: bool, whether the machine has NVIDIA's driver.
+    """
+    if _DROPPED_LINE.match(line):
+        return True
+    return not gpu_driver and bool(_NO_DRIVER_LINE.match(line))
+
+
+def pass_on(read_fd, write_fd, gpu_driver):
+    """Copies the lines of read_fd to write_fd, but the dropped ones."""
+    with os.fdopen(read_fd, "rb") as pipe, os.fdopen(write_fd, "wb") as out:
+        for line in pipe:
+            if not is_dropped(line, gpu_driver):
+                out.write(line)
+                out.flush()
