@@ -37,7 +37,7 @@
   - `watchdog`: a worker that loses its ps task says so and exits.
 - What every script uses:
   - `quiet_cpp_logs`: hides TensorFlow's C++ start-up notices.
-  - `cpp_log_filter`: which of those lines it drops.
+  - `cpp_log_filter`: the filter's own process, and which lines it drops.
   - `common_flags`: the flags several trainers share.
   - `tower_flags`: the flags of the multi-tower trainers.
   - `errors`: `TrainingError`, and one line per user error (`run_script`).

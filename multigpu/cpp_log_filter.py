@@ -1,4 +1,12 @@
-"""The filter of TensorFlow's C++ stderr lines (see `quiet_cpp_logs`)."""
+"""The filter of TensorFlow's C++ stderr lines, a process of its own.
+
+`quiet_cpp_logs` starts it as `python -I -S cpp_log_filter.py`, reading a
+pipe that takes the script's file descriptor 2; it passes each line on to
+the terminal but the dropped ones, and ends when the pipe closes: at the
+script's exit, or at its death by an abort or a fatal signal, after
+passing on the lines written just before (which a thread of the dying
+script would lose). It imports only the standard library.
+"""
 
 import os
 import re
@@ -46,3 +54,12 @@ def pass_on(read_fd, write_fd, gpu_driver):
             if not is_dropped(line, gpu_driver):
                 out.write(line)
                 out.flush()
+
+
+def main():
+    """Passes stdin's lines on to stderr, but the dropped ones, until EOF."""
+    pass_on(0, 2, os.path.exists(NVIDIA_DRIVER_FILE))
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,14 @@ every other warning and error, and cuInit's on a machine with NVIDIA's
 driver. Python's own stderr (tracebacks, our one-line errors) is written
 directly, never through the filter.
 
+The filter is a small process of its own (`cpp_log_filter`), not a thread
+of the script: a line the C++ side writes just before an abort (a failed
+CHECK) or a fatal signal still reaches the terminal, and the script's exit
+code, or its death by the signal, is its own. The filter ends when the pipe
+closes. At a normal exit the script waits for it after Python's exit
+handlers, so no process is left behind; what the C++ side writes later,
+as the interpreter ends, goes to the terminal as it is, so no line is lost.
+
 A Ctrl-C while TensorFlow loads (the first seconds) ends the script with
 one line and exit code 130, not a traceback from inside `import
 tensorflow`; `errors.run_script` hands Ctrl-C back to Python's own handler
@@ -20,10 +28,11 @@ once the script's main starts.
 """
 
 import atexit
+import functools
 import os
 import signal
+import subprocess
 import sys
-import threading
 
 from multigpu import cpp_log_filter
 
@@ -47,9 +56,14 @@ _VERBOSITY = ("verbosity", "v")
 
 
 def _install():
-    """Filters the C++ side of stderr, unless the user asked otherwise."""
+    """Filters the C++ side of stderr, unless the user asked otherwise.
+
+    Returns:
+      A function that puts stderr back and waits for the filter to pass on
+      the last lines and end; None if stderr is left as it is.
+    """
     if "TF_CPP_MIN_LOG_LEVEL" in os.environ or wants_tensorflow_logs(sys.argv):
-        return
+        return None
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
     sys.stderr.flush()
     terminal = os.dup(2)
@@ -57,27 +71,36 @@ def _install():
         os.dup(terminal), "w", buffering=1, errors="backslashreplace"
     )
     read_fd, write_fd = os.pipe()
+    # A session of its own: a Ctrl-C at the terminal does not reach the
+    # filter, which outlives the script to pass on its last lines. -I -S:
+    # the standard library only, started in milliseconds.
+    line_filter = subprocess.Popen(
+        [sys.executable, "-I", "-S", cpp_log_filter.__file__],
+        stdin=read_fd,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    os.close(read_fd)
     os.dup2(write_fd, 2)
     os.close(write_fd)
-    thread = threading.Thread(
-        target=cpp_log_filter.pass_on,
-        args=(
-            read_fd,
-            terminal,
-            os.path.exists(cpp_log_filter.NVIDIA_DRIVER_FILE),
-        ),
-        daemon=True,
-    )
-    thread.start()
 
     def drain():
-        os.close(2)
-        thread.join(_DRAIN_SECS)
+        # Closes the pipe's one end in this process: the filter reads to its
+        # end, then exits. Past the bound, a child of the script holds the
+        # pipe, and the filter ends with that child.
+        os.dup2(terminal, 2)
+        try:
+            line_filter.wait(_DRAIN_SECS)
+        except subprocess.TimeoutExpired:
+            pass
 
     atexit.register(drain)
+    return drain
 
 
-def _exit_on_ctrl_c(signum, frame):
+def _exit_on_ctrl_c(drain, signum, frame):
+    if drain is not None:
+        drain()
     os.write(
         sys.stderr.fileno(),
         b"%s: interrupted (SIGINT) while starting; nothing was written\n"
@@ -103,6 +126,6 @@ def _started_as_script():
     return name.replace("-", "_") in SCRIPTS
 
 
-_install()
+_drain = _install()
 if _started_as_script():
-    signal.signal(signal.SIGINT, _exit_on_ctrl_c)
+    signal.signal(signal.SIGINT, functools.partial(_exit_on_ctrl_c, _drain))
