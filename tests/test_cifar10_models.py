@@ -8,7 +8,12 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import error_line, run_script
+from conftest import (
+    error_line,
+    eval_scores_in_numpy,
+    read_events,
+    run_script,
+)
 
 import cifar10
 from cifar10_models import registry, resnet
@@ -192,9 +197,20 @@ def test_a_resnet_checkpoint_moves_between_trainers_and_the_eval_scores_it(
     result = run_script(
         "cifar10_eval.py", *printed[2:], "--num_examples=20", "--batch_size=10"
     )
-    precision = float(result.stdout.split("precision @ 1 = ")[1].split()[0])
-    recall = float(result.stdout.split("recall @ 5 = ")[1].split()[0])
-    assert 0 <= precision <= recall <= 1
+    expected = eval_scores_in_numpy(
+        str(train_dir / "model.ckpt-3"), cifar10_data_dir, "resnet20", 20, 10
+    )
+    printed_scores = [
+        result.stdout.split(name + " = ")[1].split()[0]
+        for name in ("precision @ 1", "recall @ 5")
+    ]
+    assert printed_scores == ["%.3f" % score for score in expected]
+    events = read_events(tmp_path / "eval")
+    written = [
+        [(e.step, e.value) for e in events.Scalars(tag)]
+        for tag in ("Precision @ 1", "Recall @ 5")
+    ]
+    assert written == [[(3, np.float32(score))] for score in expected]
 
 
 def test_a_resnet_checkpoint_is_named_by_its_depth_in_a_misfit_error():

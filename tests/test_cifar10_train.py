@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 from conftest import (
     checkpoint_steps,
+    eval_scores_in_numpy,
     read_events,
     run_script,
     write_cifar10_files,
@@ -239,6 +240,40 @@ def _write_infinite_checkpoint(train_dir, step):
             return tf.compat.v1.train.Saver().save(
                 sess, os.path.join(str(train_dir), "model.ckpt"), step
             )
+
+
+@pytest.mark.slow
+def test_the_eval_scores_are_numpys_counts_on_the_moving_averages_logits(
+    cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "train"
+    # After 20 steps the moving averages score apart from the weights
+    # themselves, both far from chance (0.1, 0.5) and from 1 (measured in two
+    # runs: 0.59 and 0.80 against 0.44 and 0.86; 0.51 and 0.80 against 0.50
+    # and 0.85).
+    _train(cifar10_data_dir, train_dir, "--max_steps=20")
+    result = _eval(
+        cifar10_data_dir,
+        train_dir,
+        tmp_path / "eval",
+        "--num_examples=100",
+        "--batch_size=25",
+    )
+    precision, recall = eval_scores_in_numpy(
+        str(train_dir / "model.ckpt-20"), cifar10_data_dir, "tutorial", 100, 25
+    )
+    assert [
+        line.split(": ", 1)[1] for line in result.stdout.splitlines()[-2:]
+    ] == ["precision @ 1 = %.3f" % precision, "recall @ 5 = %.3f" % recall]
+    events = read_events(tmp_path / "eval")
+    written = [
+        [(e.step, e.value) for e in events.Scalars(tag)]
+        for tag in ("Precision @ 1", "Recall @ 5")
+    ]
+    assert written == [
+        [(20, np.float32(precision))],
+        [(20, np.float32(recall))],
+    ]
 
 
 @pytest.mark.slow
