@@ -21,6 +21,19 @@ takes the same update; checkpoints are the same (README, "Two variable
 updates").
 Restarting on the same --train_dir resumes from its newest checkpoint.
 
+The learning rate follows the examples trained, not the steps. The
+tutorial's rate, 0.1 times 0.1 every 350 epochs, counts an epoch as 50,000
+examples of all towers: it decays every 350 * 50,000 / (batch_size *
+num_gpus) steps, rounded down (68,359 steps on 2 GPUs of 128, 136,718 on
+one). The tutorial's original multi-GPU script counted steps of one
+tower's batch instead: it decayed every 136,718 steps of 128 whatever
+--num_gpus, so on N GPUs every N * 350 epochs. The ResNets and
+--learning_rate give a rate for 128 examples per step, multiplied by
+batch_size * num_gpus / 128, and boundaries in steps of 128 examples, moved
+to the step (rounded) where as many examples are trained. With
+--sync_replicas a step's examples are those of all the
+--replicas_to_aggregate workers it aggregates.
+
 Options for GPUs, each checked by the tests on the CPU path:
 --variable_device=tower keeps the variables and the averaging on the first
 tower's device; --xla compiles each tower with XLA;

@@ -62,7 +62,11 @@ flags.DEFINE_integer(
     lower_bound=1,
 )
 flags.DEFINE_float(
-    "learning_rate", 0.01, "Learning rate of the momentum optimizer."
+    "learning_rate",
+    0.01,
+    "Learning rate of the momentum optimizer, constant: it applies to the "
+    "mean gradient of a step's batch_size * num_gpus examples, the same "
+    "whatever --num_gpus.",
 )
 flags.DEFINE_string(
     "data_dir",

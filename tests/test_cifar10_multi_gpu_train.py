@@ -4,8 +4,10 @@ import re
 
 import pytest
 import tensorflow as tf
-from conftest import UNSTARTED_WORKER_FLAGS, run_script
+from conftest import UNSTARTED_WORKER_FLAGS, help_words, run_script
 from tensorboard.backend.event_processing import event_accumulator
+
+import cifar10
 
 MAX_STEPS = 200
 PER_TOWER_BATCH = 32
@@ -162,3 +164,28 @@ def test_variables_on_a_tower_are_refused_in_cluster_mode(tmp_path):
         "cifar10_multi_gpu_train.py: error: --variable_device=gpu does not "
         "apply in cluster mode: the variables live on the ps tasks"
     )
+
+
+def test_the_help_states_the_learning_rate_per_global_batch():
+    assert (
+        "The learning rate follows the examples trained, not the steps. The "
+        "tutorial's rate, 0.1 times 0.1 every 350 epochs, counts an epoch as "
+        "50,000 examples of all towers: it decays every 350 * 50,000 / "
+        "(batch_size * num_gpus) steps, rounded down (68,359 steps on 2 GPUs "
+        "of 128, 136,718 on one). The tutorial's original multi-GPU script "
+        "counted steps of one tower's batch instead: it decayed every 136,718 "
+        "steps of 128 whatever --num_gpus, so on N GPUs every N * 350 epochs."
+    ) in help_words("cifar10_multi_gpu_train.py")
+    # The steps it names, as the schedule computes them.
+    with tf.Graph().as_default():
+        rates = [
+            cifar10.learning_rate(tf.constant(step, tf.int64), examples)
+            for step, examples in [
+                (68358, 256),
+                (68359, 256),
+                (136717, 128),
+                (136718, 128),
+            ]
+        ]
+        with tf.compat.v1.Session() as sess:
+            assert sess.run(rates) == pytest.approx([0.1, 0.01, 0.1, 0.01])

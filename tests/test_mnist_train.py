@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 import tensorflow as tf
-from conftest import REPO, run_script
+from conftest import REPO, help_words, run_script
 from tensorboard.backend.event_processing import event_accumulator
 from test_mnist_input import record_offset
 
@@ -243,3 +243,11 @@ def test_the_trainers_help_claims_the_accuracy_these_tests_require():
     assert claim, description
     lowest, highest, required = map(float, claim.groups())
     assert required == MIN_ACCURACY < lowest <= highest <= 1.0
+
+
+def test_the_mnist_help_states_its_constant_learning_rate():
+    assert (
+        "--learning_rate (default: 0.01; a number) Learning rate of the "
+        "momentum optimizer, constant: it applies to the mean gradient of a "
+        "step's batch_size * num_gpus examples, the same whatever --num_gpus."
+    ) in help_words("mnist_multi_gpu_train.py")
