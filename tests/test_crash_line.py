@@ -3,6 +3,7 @@ user, and the exit code is the process's own, with the console filter on."""
 
 import ctypes
 import os
+import pathlib
 import re
 import resource
 import signal
@@ -117,8 +118,13 @@ def test_ctrl_c_while_tensorflow_loads_is_one_line_with_the_filter_on(
         env=_user_env(),
         cwd=REPO,
     )
-    # Python starts in well under this; TensorFlow takes seconds to load.
-    time.sleep(0.5)
+    # The filter started, so the Ctrl-C handler is set within microseconds;
+    # TensorFlow takes seconds more to load.
+    children = pathlib.Path("/proc/%d/task/%d/children" % ((trainer.pid,) * 2))
+    deadline = time.monotonic() + 30
+    while not children.read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
     trainer.send_signal(signal.SIGINT)
     # Reads to the end of stderr, which the filter holds too.
     _, stderr = trainer.communicate(timeout=60)
