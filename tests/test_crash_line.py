@@ -65,7 +65,7 @@ def _run_with_the_filter(code):
 
 
 @pytest.mark.parametrize(
-    "ending, returncode, filter_left_to_init",
+    "ending, returncode, filter_outlives_the_script",
     [
         ("os.abort()", -signal.SIGABRT, True),
         ("os.kill(os.getpid(), signal.SIGSEGV)", -signal.SIGSEGV, True),
@@ -74,7 +74,7 @@ def _run_with_the_filter(code):
     ids=["abort", "segfault", "exit"],
 )
 def test_the_last_cpp_line_is_shown_however_the_process_ends(
-    ending, returncode, filter_left_to_init, orphans_come_here
+    ending, returncode, filter_outlives_the_script, orphans_come_here
 ):
     result = _run_with_the_filter(
         "import os, signal, sys\n"
@@ -84,7 +84,7 @@ def test_the_last_cpp_line_is_shown_however_the_process_ends(
     )
     assert (result.returncode, result.stderr) == (returncode, CHECK_FAILED_LINE)
     [filter_pid] = map(int, result.stdout.split())
-    if filter_left_to_init:
+    if filter_outlives_the_script:
         # The filter outlived the script, passed the line on and ended.
         assert os.waitpid(filter_pid, 0) == (filter_pid, 0)
     else:
