@@ -53,7 +53,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu import common_flags, errors, tower_flags
+from multigpu import common_flags, errors, flag_checks, tower_flags
 from multigpu.distributed import cluster
 from multigpu.graph import (
     dry_run,
@@ -206,6 +206,14 @@ def _identity_beside(grad):
 def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
+    flag_checks.check_flags(FLAGS, task)
+    # Imported on a ps too, which would else wait for workers that refuse it.
+    model = registry.model(
+        FLAGS.model,
+        FLAGS.learning_rate,
+        FLAGS.learning_rate_boundaries,
+        FLAGS.momentum,
+    )
     options = common_flags.session_options_from_flags(FLAGS)
     if FLAGS.dry_run:
         dry_run.refuse_ps(task)

@@ -24,7 +24,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu import common_flags, errors
+from multigpu import common_flags, errors, flag_checks
 from multigpu.graph import placement, summaries
 from multigpu.run import report, trace, training
 
@@ -81,20 +81,21 @@ def build_graph(
 
 def main(argv):
     del argv
+    flag_checks.check_flags(FLAGS)
     config = placement.session_config(
         log_device_placement=FLAGS.log_device_placement,
         options=common_flags.session_options_from_flags(FLAGS),
     )
-    cifar10_data.prepare_data_dir(
-        FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
-    )
-    devices = placement.tower_devices(1, cpu_towers=True)
     model = registry.model(
         FLAGS.model,
         FLAGS.learning_rate,
         FLAGS.learning_rate_boundaries,
         FLAGS.momentum,
     )
+    cifar10_data.prepare_data_dir(
+        FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
+    )
+    devices = placement.tower_devices(1, cpu_towers=True)
     print(placement.describe_devices(devices))
     compute_dtype = placement.compute_dtype(
         FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16

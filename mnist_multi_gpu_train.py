@@ -41,7 +41,7 @@ from absl import flags
 import mnist_input
 import mnist_model
 from data_sets import mnist_data
-from multigpu import common_flags, errors, folders, tower_flags
+from multigpu import common_flags, errors, flag_checks, folders, tower_flags
 from multigpu.distributed import cluster
 from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import report, trace, training
@@ -183,6 +183,7 @@ def _no_step(train_file, batch_size, num_gpus):
 def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
+    flag_checks.check_flags(FLAGS, task)
     options = common_flags.session_options_from_flags(FLAGS)
     if FLAGS.dry_run:
         return plan_dry_run(task)

@@ -49,7 +49,7 @@ def piecewise_learning_rate(
       initial: float, the learning rate for 128 examples per step, scaled
         linearly with the examples per step.
       boundaries: sequence of int, steps of 128 examples (scaled to steps of
-        examples_per_step).
+        examples_per_step), increasing; none: a constant rate.
 
     Returns:
       float32 scalar, also summarised as 'Training/learning_rate'.
@@ -60,10 +60,13 @@ def piecewise_learning_rate(
         initial * scale * PIECEWISE_DECAY_FACTOR**i
         for i in range(len(steps) + 1)
     ]
-    # piecewise_constant changes after a boundary; the rate changes at it.
-    lr = tf.compat.v1.train.piecewise_constant(
-        global_step, [tf.cast(s - 1, tf.int64) for s in steps], values
-    )
+    if not steps:
+        lr = tf.constant(values[0], tf.float32, name="learning_rate")
+    else:
+        # piecewise_constant changes after a boundary; the rate changes at it.
+        lr = tf.compat.v1.train.piecewise_constant(
+            global_step, [tf.cast(s - 1, tf.int64) for s in steps], values
+        )
     summaries.scalar_summary(summaries.FIRST_GROUP + "learning_rate", lr)
     return lr
 

@@ -118,6 +118,16 @@ def test_a_user_model_loads_from_the_current_folder_with_the_tutorials_recipe(
         assert own.optimizer(0.1)._momentum == 0.8
 
 
+def test_a_learning_rate_without_boundaries_is_constant_and_scaled():
+    own = registry.model("resnet20", 0.1)
+    rates = learning_rates(own, 256, [0, 1, 32000, 10**6])
+    np.testing.assert_allclose(rates, [0.2] * 4, rtol=1e-6)
+    with tf.Graph().as_default():
+        assert isinstance(
+            own.optimizer(0.1), tf.compat.v1.train.GradientDescentOptimizer
+        )
+
+
 @pytest.mark.parametrize(
     "name, message",
     [

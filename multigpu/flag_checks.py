@@ -1,0 +1,183 @@
+"""Flags that cannot work together, or that the run would ignore: one line.
+
+Every script's `main` calls `check_flags` first, before it builds a graph
+or writes a file, so that a mistake costs seconds, not the hours of a run
+that reaches a learning-rate boundary. A script's flags are checked when it
+defines them; a cluster's flags once its task is known (its cluster may
+come from TF_CONFIG). Every task of a cluster takes the same command line,
+so a ps refuses what its workers would refuse, instead of waiting for
+workers that never come.
+"""
+
+import sys
+
+# The flags of reduced precision, which do nothing without --use_fp16.
+FP16_FLAGS = (
+    "force_cpu_bfloat16",
+    "fp16_loss_scale",
+    "fp16_enable_auto_loss_scale",
+    "fp16_inc_loss_scale_every_n",
+)
+
+
+def check_flags(flag_values, task=None):
+    """Refuses flags that cannot work together or would be ignored.
+
+    Args:
+      flag_values: the script's parsed flags, its `FLAGS`.
+      task: the `cluster.ClusterTask` of a multi-tower trainer (from its
+        flags or TF_CONFIG), None for a script without cluster mode.
+
+    Raises:
+      ValueError: one line naming the flags, what they need and what to do.
+    """
+    _check_recipe(flag_values)
+    _check_reduced_precision(flag_values)
+    _check_variable_update(flag_values, task)
+    if task is not None:
+        _check_cluster(flag_values, task)
+    _check_needs(flag_values, "fine_tune", "pretrained_model_checkpoint_path")
+    _check_needs(flag_values, "save_summaries_steps", "tb_logging")
+    if _given(flag_values, "last_step") and flag_values.run_once:
+        raise ValueError(
+            "--last_step=%d ends a watch for new checkpoints, and --run_once "
+            "scores one checkpoint and exits; drop one of them"
+            % flag_values.last_step
+        )
+    if _given(flag_values, "eval_interval_secs") and flag_values.run_once:
+        print(
+            "WARNING: --eval_interval_secs=%d is ignored: --run_once scores "
+            "the newest checkpoint once" % flag_values.eval_interval_secs,
+            file=sys.stderr,
+        )
+
+
+def _given(flag_values, name):
+    """Whether the script defines flag name and the command line sets it."""
+    return name in flag_values and flag_values[name].present
+
+
+def _shown(flag_values, name):
+    """'--name=VALUE' as the command line gave it."""
+    value = flag_values[name].value
+    if isinstance(value, list):
+        value = ",".join(value)
+    elif isinstance(value, bool):
+        return "--%s" % name if value else "--no%s" % name
+    return "--%s=%s" % (name, value)
+
+
+def _check_needs(flag_values, name, needed):
+    """Refuses flag name, when given, unless flag needed is set too."""
+    if needed not in flag_values:
+        return
+    if _given(flag_values, name) and not flag_values[needed].value:
+        raise ValueError(
+            "%s applies only with --%s, which is not set, so it would be "
+            "ignored; add --%s or drop --%s"
+            % (_shown(flag_values, name), needed, needed, name)
+        )
+
+
+def _check_recipe(flag_values):
+    """--momentum and --learning_rate_boundaries need --learning_rate."""
+    if "learning_rate_boundaries" not in flag_values:
+        return  # The MNIST trainer: --learning_rate alone.
+    for name in ("momentum", "learning_rate_boundaries"):
+        if _given(flag_values, name) and flag_values.learning_rate <= 0:
+            raise ValueError(
+                "%s applies only with --learning_rate, which replaces the "
+                "--model's own recipe; without it the model trains with its "
+                "own recipe and --%s would be ignored: add --learning_rate="
+                "RATE (per 128 examples per step) or drop --%s"
+                % (_shown(flag_values, name), name, name)
+            )
+    check_boundaries(
+        [int(step) for step in flag_values.learning_rate_boundaries]
+    )
+
+
+def check_boundaries(boundaries):
+    """Raises ValueError unless the steps are positive and increasing.
+
+    Args:
+      boundaries: list of int, --learning_rate_boundaries.
+    """
+    shown = "--learning_rate_boundaries=%s" % ",".join(map(str, boundaries))
+    if 0 in boundaries:
+        raise ValueError(
+            "%s: step 0 is no boundary, the rate starts at --learning_rate; "
+            "expected steps from 1 on" % shown
+        )
+    for before, after in zip(boundaries, boundaries[1:]):
+        if after == before:
+            raise ValueError(
+                "%s lists step %d twice; list each step once (each divides "
+                "the learning rate by 10)" % (shown, after)
+            )
+        if after < before:
+            raise ValueError(
+                "%s: expected steps in increasing order, found %d after %d; "
+                "e.g. --learning_rate_boundaries=%s"
+                % (
+                    shown,
+                    after,
+                    before,
+                    ",".join(map(str, sorted(set(boundaries)))),
+                )
+            )
+
+
+def _check_reduced_precision(flag_values):
+    """The --fp16_* flags and --force_cpu_bfloat16 need --use_fp16."""
+    for name in FP16_FLAGS:
+        _check_needs(flag_values, name, "use_fp16")
+    _check_needs(
+        flag_values,
+        "fp16_inc_loss_scale_every_n",
+        "fp16_enable_auto_loss_scale",
+    )
+
+
+def _check_variable_update(flag_values, task):
+    """Each --variable_update takes its own flags; replicated no cluster."""
+    if "variable_update" not in flag_values:
+        return
+    mode = flag_values.variable_update
+    own_flag = {
+        "parameter_server": "variable_device",
+        "replicated": "all_reduce_spec",
+    }
+    other = "replicated" if mode == "parameter_server" else "parameter_server"
+    if _given(flag_values, own_flag[other]):
+        raise ValueError(
+            "%s applies only to --variable_update=%s, and this run is %s, so "
+            "it would be ignored; drop it or pass --variable_update=%s"
+            % (_shown(flag_values, own_flag[other]), other, mode, other)
+        )
+    if task is not None and task.cluster is not None and mode == "replicated":
+        raise ValueError(
+            "%s task %d: --variable_update=replicated does not run in "
+            "cluster mode yet (the variables live on the ps tasks); use "
+            "--variable_update=parameter_server on every task"
+            % (task.job_name, task.task_index)
+        )
+
+
+def _check_cluster(flag_values, task):
+    """The cluster flags that need a cluster, or its sync mode."""
+    if task.cluster is None:
+        for name in ("sync_replicas", "task_index"):
+            if _given(flag_values, name):
+                raise ValueError(
+                    "%s needs a cluster (--ps_hosts and --worker_hosts, or "
+                    "TF_CONFIG), and none is given: in one process the "
+                    "towers average their gradients every step; drop --%s"
+                    % (_shown(flag_values, name), name)
+                )
+    _check_needs(flag_values, "replicas_to_aggregate", "sync_replicas")
+    if task.cluster is not None and _given(flag_values, "variable_device"):
+        raise ValueError(
+            "%s does not apply in cluster mode: the variables live on the "
+            "ps tasks; drop it" % _shown(flag_values, "variable_device")
+        )
