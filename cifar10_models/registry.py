@@ -21,7 +21,7 @@ import tensorflow as tf
 import cifar10
 import cifar10_input
 from cifar10_models import resnet
-from multigpu.graph import any_model, summaries
+from multigpu.graph import any_model, model_variables, summaries
 from multigpu.run import report
 
 # A model and its recipe.
@@ -198,15 +198,7 @@ def user_model(name):
             "%s: expected one of %s or MODULE:FUNCTION"
             % (flag, ", ".join(MODELS))
         )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(
-            "%s: cannot import module %r from the current folder or "
-            "PYTHONPATH (%s)" % (flag, module_name, e)
-        ) from None
+    module = _import(module_name, function_name, flag)
     build = getattr(module, function_name, None)
     if not callable(build):
         raise ValueError(
@@ -216,14 +208,87 @@ def user_model(name):
     return TUTORIAL._replace(name=name, build=_reported(build, flag))
 
 
+def _import(module_name, function_name, flag):
+    """Imports a user's module; what fails is one line naming it.
+
+    Raises:
+      ValueError: a file path instead of a module name, a module not found,
+        or one that has a syntax error or raises while it is imported.
+    """
+    if (
+        "/" in module_name
+        or module_name.startswith(".")
+        or (module_name.endswith(".py"))
+    ):
+        raise _path_given(module_name, function_name, flag)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as e:
+        if e.name is None or not module_name.startswith(e.name):
+            raise _import_failed(flag, module_name, e) from None
+        raise ValueError(
+            "%s: cannot import module %r from the current folder or "
+            "PYTHONPATH (%s)" % (flag, module_name, e)
+        ) from None
+    except SyntaxError as e:
+        raise ValueError(
+            "%s: %s, line %s, has a syntax error (%s); fix the module"
+            % (flag, e.filename, e.lineno, e.msg)
+        ) from None
+    except Exception as e:
+        raise _import_failed(flag, module_name, e) from None
+
+
+def _path_given(path, function_name, flag):
+    """The error of a file path given as --model's module."""
+    path = os.path.normpath(path)
+    if path.endswith(".py"):
+        path = path[: -len(".py")]
+    folder, name = os.path.split(path)
+    if os.path.isabs(path):
+        example = "--model=%s:%s with PYTHONPATH=%s" % (
+            name,
+            function_name,
+            folder,
+        )
+    else:
+        dotted = path.replace("/", ".").lstrip(".")
+        example = "--model=%s:%s" % (dotted, function_name)
+    return ValueError(
+        "%s: expected a module name, found a file path; name the module as "
+        "Python imports it from the current folder or PYTHONPATH, e.g. %s"
+        % (flag, example)
+    )
+
+
+def _import_failed(flag, module_name, error):
+    """The error of a module that raised while it was imported."""
+    return ValueError(
+        "%s: importing module %s raised %s: %s; fix the module (python -c "
+        "'import %s' shows where)"
+        % (
+            flag,
+            module_name,
+            type(error).__name__,
+            str(error).strip().split("\n")[0],
+            module_name,
+        )
+    )
+
+
 def _reported(build, flag):
     """build, its exceptions turned into one line naming it."""
 
     @functools.wraps(build)
     def build_reported(images, is_training):
         try:
-            return build(images, is_training)
+            with model_variables.checked_variables(flag):
+                return build(images, is_training)
         except Exception as e:
+            if isinstance(e, model_variables.ModelVariableError):
+                raise
             if any_model.needs_keras_2(e):
                 raise  # `any_model.call_model` says what to install.
             raise ValueError(

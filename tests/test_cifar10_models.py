@@ -271,3 +271,209 @@ def test_without_keras_2_a_tf1_layers_model_says_what_to_install(tmp_path):
         "tf.compat.v1.layers, which needs Keras 2 on TensorFlow 2.16+: pip "
         'install ".[layers]" (tf-keras~=2.21.0)'
     )
+
+
+# Models whose variables the towers cannot train, each named in one line.
+BAD_VARIABLE_MODELS = textwrap.dedent(
+    """
+    import tensorflow as tf
+
+
+    def _logits(images, name="w"):
+        flat = tf.reshape(images, [images.shape[0], -1])
+        w = tf.compat.v1.get_variable(name, [flat.shape[1], 10], flat.dtype)
+        return tf.matmul(flat, w)
+
+
+    def int_counter(images, is_training):
+        tf.compat.v1.get_variable("counter", [], tf.int32)
+        return _logits(images)
+
+
+    def no_variables(images, is_training):
+        return tf.tile(tf.reduce_mean(images, [1, 2]), [1, 4])[:, :10]
+
+
+    def partitioned(images, is_training):
+        with tf.compat.v1.variable_scope(
+            "fc", partitioner=tf.compat.v1.fixed_size_partitioner(2)
+        ):
+            return _logits(images)
+
+
+    def own_global_step(images, is_training):
+        tf.compat.v1.get_variable("global_step", [], tf.float32)
+        return _logits(images)
+
+
+    def own_slot(images, is_training):
+        tf.compat.v1.get_variable("w/Momentum", [24 * 24 * 3, 10])
+        return _logits(images)
+
+
+    def copy_named(images, is_training):
+        return _logits(images, "replica_1/w")
+
+
+    def local_variable(images, is_training):
+        tf.compat.v1.get_local_variable("seen", [], tf.float32)
+        return _logits(images)
+    """
+)
+
+
+@pytest.fixture
+def bad_models(user_models):
+    path = user_models.parent / "bad_models.py"
+    path.write_text(BAD_VARIABLE_MODELS)
+    yield path
+    sys.modules.pop("bad_models", None)
+
+
+@pytest.mark.parametrize(
+    "function, message",
+    [
+        (
+            "int_counter",
+            "variable counter is int32 and trainable, and the optimizer "
+            "trains float variables only; pass trainable=False (e.g. for a "
+            "counter) or make it float32",
+        ),
+        (
+            "partitioned",
+            "variable fc/w is partitioned: partitioned variables are not "
+            "supported; create it whole (no partitioner in get_variable or "
+            "its variable_scope)",
+        ),
+        (
+            "own_global_step",
+            "variable global_step has a name the suite gives its own "
+            "variables (global_step, loss_scale, loss_scale_good_steps, or "
+            "a name ending in /Momentum or /ExponentialMovingAverage); "
+            "rename it",
+        ),
+        (
+            "own_slot",
+            "variable w/Momentum has a name the suite gives its own "
+            "variables (global_step, loss_scale, loss_scale_good_steps, or "
+            "a name ending in /Momentum or /ExponentialMovingAverage); "
+            "rename it",
+        ),
+        (
+            "copy_named",
+            "variable replica_1/w is named like the copy replica_N/... that "
+            "--variable_update=replicated makes of each variable; rename its "
+            "scope",
+        ),
+        (
+            "local_variable",
+            "variable seen is a local variable, which is left out of "
+            "checkpoints and which the towers do not copy; make it a global "
+            "variable (trainable=False if it is not trained)",
+        ),
+    ],
+)
+def test_a_variable_the_towers_cannot_train_is_named_in_one_line(
+    bad_models, function, message
+):
+    model = registry.model("bad_models:" + function)
+    with tf.Graph().as_default(), pytest.raises(ValueError) as error:
+        any_model.call_model(model.build, tf.zeros([4, 24, 24, 3]), True, 10)
+    assert str(error.value) == "--model=bad_models:%s: %s" % (function, message)
+
+
+def test_a_model_without_variables_is_named_in_one_line(bad_models):
+    model = registry.model("bad_models:no_variables")
+    with tf.Graph().as_default(), pytest.raises(ValueError) as error:
+        any_model.call_model(model.build, tf.zeros([4, 24, 24, 3]), True, 10)
+    assert str(error.value) == (
+        "--model=bad_models:no_variables creates no variable, so there is "
+        "nothing to train; give it a layer with weights "
+        "(tf.compat.v1.layers, or tf.compat.v1.get_variable)"
+    )
+
+
+@pytest.mark.parametrize(
+    "source, name, message",
+    [
+        (
+            'raise RuntimeError("no GPU config found")\n',
+            "raising:net",
+            "--model=raising:net: importing module raising raised "
+            "RuntimeError: no GPU config found; fix the module (python -c "
+            "'import raising' shows where)",
+        ),
+        (
+            "import no_such_package\n",
+            "needs_more:net",
+            "--model=needs_more:net: importing module needs_more raised "
+            "ModuleNotFoundError: No module named 'no_such_package'; fix the "
+            "module (python -c 'import needs_more' shows where)",
+        ),
+        (
+            "def net(images, is_training)\n    return images\n",
+            "broken:net",
+            "--model=broken:net: %(path)s, line 1, has a syntax error "
+            "(expected ':'); fix the module",
+        ),
+        (
+            "",
+            "cifar10_models/registry.py:net",
+            "--model=cifar10_models/registry.py:net: expected a module name, "
+            "found a file path; name the module as Python imports it from "
+            "the current folder or PYTHONPATH, e.g. "
+            "--model=cifar10_models.registry:net",
+        ),
+        (
+            "",
+            "./my_models.py:small_net",
+            "--model=./my_models.py:small_net: expected a module name, found "
+            "a file path; name the module as Python imports it from the "
+            "current folder or PYTHONPATH, e.g. --model=my_models:small_net",
+        ),
+        (
+            "",
+            "/srv/nets/my_models.py:small_net",
+            "--model=/srv/nets/my_models.py:small_net: expected a module "
+            "name, found a file path; name the module as Python imports it "
+            "from the current folder or PYTHONPATH, e.g. "
+            "--model=my_models:small_net with PYTHONPATH=/srv/nets",
+        ),
+    ],
+    ids=["raises", "imports_missing", "syntax_error", "path", "dot", "abs"],
+)
+def test_a_module_that_fails_to_import_is_one_line_naming_it(
+    user_models, source, name, message
+):
+    module = name.partition(":")[0]
+    path = user_models.parent / (module + ".py")
+    if source:
+        path.write_text(source)
+    try:
+        with pytest.raises(ValueError) as error:
+            registry.model(name)
+    finally:
+        sys.modules.pop(module, None)
+    assert str(error.value) == message % {"path": path}
+
+
+@pytest.mark.slow
+def test_a_trainer_given_a_model_with_an_int32_variable_exits_1_naming_it(
+    bad_models, cifar10_data_dir, tmp_path
+):
+    refused = error_line(
+        "cifar10_multi_gpu_train.py",
+        "--model=bad_models:int_counter",
+        "--num_gpus=2",
+        "--cpu_towers",
+        "--variable_update=replicated",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % (tmp_path / "train"),
+        env={"PYTHONPATH": str(bad_models.parent)},
+    )
+    assert refused == (
+        "cifar10_multi_gpu_train.py: error: --model=bad_models:int_counter: "
+        "variable counter is int32 and trainable, and the optimizer trains "
+        "float variables only; pass trainable=False (e.g. for a counter) or "
+        "make it float32"
+    )
