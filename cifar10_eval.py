@@ -33,7 +33,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu import common_flags, errors, folders
+from multigpu import common_flags, errors, flag_checks, folders
 from multigpu.graph import placement
 from multigpu.run import checkpoints, restore
 
@@ -243,22 +243,45 @@ def _newest_checkpoint(checkpoint_dir, run_once):
     return checkpoint
 
 
+def _refuse_checkpoint_file(checkpoint_dir):
+    """Refuses a --checkpoint_dir that names a file or a checkpoint.
+
+    A checkpoint's path prefix ('.../model.ckpt-1000') is no folder: the
+    eval would wait forever for a checkpoint to appear in it.
+    """
+    if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
+        raise ValueError(
+            "--checkpoint_dir=%s is a file, not a folder; pass the folder of "
+            "the checkpoints, the trainer's --train_dir" % checkpoint_dir
+        )
+    if os.path.exists(checkpoint_dir) or not (
+        os.path.exists(checkpoint_dir + ".index")
+        or os.path.basename(checkpoint_dir).startswith(
+            checkpoints.CHECKPOINT_BASENAME
+        )
+    ):
+        return
+    raise ValueError(
+        "--checkpoint_dir=%s is a checkpoint, not a folder; pass its folder, "
+        "--checkpoint_dir=%s: the eval scores the newest checkpoint there "
+        "(and, without --run_once, each new one)"
+        % (checkpoint_dir, os.path.dirname(checkpoint_dir) or ".")
+    )
+
+
 def main(argv):
     del argv
+    flag_checks.check_flags(FLAGS)
     config = placement.session_config(
         options=common_flags.session_options_from_flags(FLAGS)
     )
+    model = registry.model(FLAGS.model)
     if FLAGS.fake_data:
-        cifar10_data.write_fake_data(FLAGS.data_dir)
-    cifar10_data.say_if_sample_set(FLAGS.data_dir)
+        cifar10_data.prepare_data_dir(FLAGS.data_dir, fake_data=True)
+    else:
+        cifar10_data.say_if_sample_set(FLAGS.data_dir)
     folders.make_folder(FLAGS.eval_dir, "eval_dir")
-    if os.path.exists(FLAGS.checkpoint_dir) and not os.path.isdir(
-        FLAGS.checkpoint_dir
-    ):
-        raise ValueError(
-            "--checkpoint_dir=%s is a file, not a folder; pass the folder of "
-            "the checkpoints, the trainer's --train_dir" % FLAGS.checkpoint_dir
-        )
+    _refuse_checkpoint_file(FLAGS.checkpoint_dir)
     devices = placement.tower_devices(1, cpu_towers=True)
     evaluate(
         FLAGS.checkpoint_dir,
@@ -272,7 +295,7 @@ def main(argv):
         batch_size=FLAGS.batch_size,
         num_examples=FLAGS.num_examples,
         compute_dtype=placement.compute_dtype(FLAGS.use_fp16, devices),
-        model=registry.model(FLAGS.model),
+        model=model,
     )
 
 

@@ -2,6 +2,7 @@
 
 import json
 import re
+import socket
 import subprocess
 import sys
 
@@ -171,6 +172,30 @@ def test_the_cluster_task_of_a_trainer_comes_from_tf_config_alone():
     assert task.cluster.job_tasks("ps") == ["10.0.0.1:2222"]
     assert task.replicas_to_aggregate == 3
     assert not task.is_chief
+
+
+def test_a_port_in_use_from_tf_config_is_blamed_on_tf_config():
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = {
+            "cluster": {
+                "ps": ["127.0.0.1:%d" % _free_ports(1)[0]],
+                "chief": ["127.0.0.1:%d" % port],
+            },
+            "task": {"type": "chief", "index": 0},
+        }
+        task = cluster.cluster_task_from_flags(
+            _Flags(), {"TF_CONFIG": json.dumps(config)}
+        )
+        with pytest.raises(ValueError) as error:
+            cluster.start_server(task, None)
+    assert str(error.value) == (
+        "TF_CONFIG's cluster: worker task 0 cannot listen on port %d of "
+        "127.0.0.1:%d (Could not start gRPC server); stop what uses that "
+        "port or choose another" % (port, port)
+    )
 
 
 @pytest.mark.slow

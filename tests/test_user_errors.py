@@ -6,16 +6,18 @@ a user runs them, where it can only be seen there) and the exact line read.
 """
 
 import os
+import shutil
 import signal
+import subprocess
 import time
 
 import pytest
 import tensorflow as tf
-from conftest import error_line, run_script, start_script
+from conftest import error_line, run_script, start_script, trainer_flags
 
 from multigpu import folders
 from multigpu.distributed import cluster
-from multigpu.run import training
+from multigpu.run import restore, training
 
 
 def _write_examples(filename, examples):
@@ -243,3 +245,107 @@ def test_ctrl_c_while_tensorflow_loads_exits_130_with_one_line(tmp_path):
         "written"
     )
     assert os.listdir(str(tmp_path)) == ["train.log"]
+
+
+@pytest.mark.slow
+def test_an_eval_given_a_checkpoint_prefix_says_so_instead_of_waiting(
+    three_checkpoints,
+):
+    prefix = three_checkpoints / "model.ckpt-30"
+    # Without --run_once the eval would wait for new checkpoints forever.
+    line = error_line(
+        "cifar10_eval.py",
+        "--checkpoint_dir=%s" % prefix,
+        "--eval_dir=%s" % (three_checkpoints / "eval"),
+    )
+    assert line == (
+        "cifar10_eval.py: error: --checkpoint_dir=%s is a checkpoint, not a "
+        "folder; pass its folder, --checkpoint_dir=%s: the eval scores the "
+        "newest checkpoint there (and, without --run_once, each new one)"
+        % (prefix, three_checkpoints)
+    )
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """An empty folder on a read-only file system (a tmpfs mounted ro).
+
+    Root writes through any file mode, so only a read-only mount stops it.
+    Mounting needs root (or CAP_SYS_ADMIN); the test is skipped without.
+    """
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode:
+        pytest.skip("cannot mount a tmpfs: %s" % mounted.stderr.strip())
+    yield folder
+    subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
+@pytest.mark.slow
+def test_the_evals_fake_data_on_a_read_only_folder_is_one_line(
+    read_only_folder, three_checkpoints
+):
+    line = error_line(
+        "cifar10_eval.py",
+        "--fake_data",
+        "--run_once",
+        "--data_dir=%s" % (read_only_folder / "data"),
+        "--checkpoint_dir=%s" % three_checkpoints,
+        "--eval_dir=%s" % (three_checkpoints / "eval"),
+    )
+    assert line == (
+        "cifar10_eval.py: error: --data_dir=%s cannot be created: Read-only "
+        "file system" % (read_only_folder / "data")
+    )
+
+
+@pytest.mark.slow
+def test_a_train_dir_deleted_during_the_run_stops_it_with_one_line(
+    cifar10_data_dir, tmp_path
+):
+    train_dir, log_path = tmp_path / "train", tmp_path / "train.log"
+    trainer = start_script(
+        "cifar10_train.py",
+        *trainer_flags(cifar10_data_dir, train_dir, "--max_steps=100000"),
+        "--log_frequency=1",
+        log_path=log_path,
+    )
+    try:
+        deadline = time.time() + 300
+        while "step 2," not in log_path.read_text():
+            assert trainer.poll() is None, log_path.read_text()[-3000:]
+            assert time.time() < deadline
+            time.sleep(0.2)
+        shutil.rmtree(str(train_dir))
+        assert trainer.wait(timeout=120) == 1
+    finally:
+        trainer.kill()
+        trainer.wait()
+    log = log_path.read_text()
+    assert "Traceback" not in log
+    assert log.strip().split("\n")[-1] == (
+        "cifar10_train.py: error: --train_dir=%s went away during the run "
+        "(deleted or moved, with its checkpoints and event files); the run "
+        "stopped. Start it again, on a folder nothing else deletes: it "
+        "starts from step 0" % train_dir
+    )
+    assert not train_dir.exists()
+
+
+def test_a_pretrained_folder_of_unreadable_checkpoints_gets_its_own_advice(
+    three_checkpoints,
+):
+    for data in three_checkpoints.glob("model.ckpt-*.data-*"):
+        os.truncate(str(data), 2)
+    with pytest.raises(ValueError) as error:
+        restore.pretrained_checkpoint(str(three_checkpoints))
+    assert str(error.value) == (
+        "--pretrained_model_checkpoint_path=%s: none of the folder's "
+        "checkpoints reads (see the warnings above); pass a folder or a "
+        "checkpoint that reads in full" % three_checkpoints
+    )

@@ -20,10 +20,16 @@ from multigpu.distributed import tf_config, watchdog
 class ClusterTask(
     collections.namedtuple(
         "ClusterTask",
-        "cluster job_name task_index sync_replicas replicas_to_aggregate",
+        "cluster job_name task_index sync_replicas replicas_to_aggregate "
+        "hosts_from",
+        defaults=("flags",),
     )
 ):
-    """This process's place in the cluster (cluster None: no cluster)."""
+    """This process's place in the cluster (cluster None: no cluster).
+
+    hosts_from: str, where the cluster's addresses came from, for errors:
+    'flags', or 'TF_CONFIG'.
+    """
 
     @property
     def is_chief(self):
@@ -158,9 +164,14 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
         ),
         environ.get(tf_config.TF_CONFIG, ""),
     )
-    return cluster_task(
+    task = cluster_task(
         *hosts, flag_values.sync_replicas, flag_values.replicas_to_aggregate
     )
+    if task.cluster is not None and not (
+        flag_values.ps_hosts or flag_values.worker_hosts
+    ):
+        task = task._replace(hosts_from=tf_config.TF_CONFIG)
+    return task
 
 
 def _is_private(host):
@@ -270,11 +281,14 @@ def start_server(task, config):
             task.cluster, task.job_name, task.task_index, config=config
         )
     except tf.errors.OpError as e:
+        where = "--%s_hosts" % task.job_name
+        if task.hosts_from == tf_config.TF_CONFIG:
+            where = "TF_CONFIG's cluster"
         raise ValueError(
-            "--%s_hosts: %s task %d cannot listen on port %s of %s (%s); "
+            "%s: %s task %d cannot listen on port %s of %s (%s); "
             "stop what uses that port or choose another"
             % (
-                task.job_name,
+                where,
                 task.job_name,
                 task.task_index,
                 port,

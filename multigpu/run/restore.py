@@ -22,6 +22,7 @@ to the graph (the session is made after the graph is finalised).
 import numpy as np
 import tensorflow as tf
 
+from multigpu import errors
 from multigpu.run import checkpoints
 
 # The name ExponentialMovingAverage gives a variable's shadow: NAME/SUFFIX.
@@ -204,7 +205,14 @@ def pretrained_checkpoint(path):
       ValueError: there is no checkpoint at path.
     """
     if tf.io.gfile.isdir(path):
-        found = checkpoints.newest_valid_checkpoint(path)
+        try:
+            found = checkpoints.newest_valid_checkpoint(path)
+        except errors.TrainingError:
+            raise ValueError(
+                "--pretrained_model_checkpoint_path=%s: none of the "
+                "folder's checkpoints reads (see the warnings above); pass "
+                "a folder or a checkpoint that reads in full" % path
+            ) from None
         if found is None:
             raise ValueError(
                 "--pretrained_model_checkpoint_path=%s: the folder holds no "

@@ -13,7 +13,7 @@ import shutil
 import socket
 import sys
 
-from multigpu import folders
+from multigpu import errors, folders
 
 # The lock file of a train_dir: 'PID HOST' while a trainer holds it, empty
 # once it is released.
@@ -211,10 +211,25 @@ def owned(train_dir, is_chief=True):
         _write(lock_file, "%d %s\n" % (os.getpid(), socket.gethostname()))
         try:
             yield
+        except Exception:
+            # Whatever failed first (an event file, a checkpoint), the cause
+            # is the folder's going.
+            if not os.path.isdir(train_dir):
+                raise gone(train_dir) from None
+            raise
         finally:
             _write(lock_file, "")
     finally:
         lock_file.close()
+
+
+def gone(train_dir):
+    """The error of a run whose train_dir was deleted (or moved) under it."""
+    return errors.TrainingError(
+        "--train_dir=%s went away during the run (deleted or moved, with "
+        "its checkpoints and event files); the run stopped. Start it again, "
+        "on a folder nothing else deletes: it starts from step 0" % train_dir
+    )
 
 
 def _open_lock_file(train_dir, path):
