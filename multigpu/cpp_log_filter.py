@@ -15,9 +15,13 @@ import re
 # 'I0000 00:00:...'), the notice of logs written before absl::InitializeLog
 # and the second line of the CPU-instructions notice; oneDNN's notice that
 # its uint8 kernels fall back to Eigen (an E line, printed even on CPUs with
-# AVX-512, and the results are the same); and the warnings that echo a
-# failed step, which the script reports itself in one line (a NaN histogram
-# aborts the step's rendezvous, then cancels the input).
+# AVX-512, and the results are the same); and the lines that echo a failure
+# the script reports itself in one line: a failed step (a NaN histogram
+# aborts the step's rendezvous, then cancels the input), an allocation that
+# does not fit (the allocator's map of its memory), a port in use. A ps
+# looks for its chief between the waits for its workers' done tokens, and
+# each wait it ends is a queue warning. An error's continuation lines (the
+# '\t [[NODE]]' it struck in, a hint, a blank line) go with it.
 _DROPPED_LINE = re.compile(
     rb"^(I\d{4} \d\d:\d\d:\d\d"
     rb"|WARNING: All log messages before absl::InitializeLog"
@@ -25,7 +29,17 @@ _DROPPED_LINE = re.compile(
     rb"|E\d{4} [^]]*\] oneDNN supports DT_UINT8 only on platforms with "
     rb"|W\d{4} [^]]*\] Local rendezvous is aborting"
     rb"|W\d{4} [^]]*\] OP_REQUIRES failed at \S+ : CANCELLED"
-    rb"|\t \[\[\{\{node )"
+    rb"|W\d{4} [^]]*\] OP_REQUIRES failed at \S+ : RESOURCE_EXHAUSTED: OOM "
+    rb"|W\d{4} [^]]*\] Allocator \(\w+\) ran out of memory trying "
+    rb"|W\d{4} [^]]*bfc_allocator\.cc:\d+\] [*_x]+\s*$"
+    rb"|If the cause is memory fragmentation maybe the environment variable"
+    rb"|Current allocation summary follows\."
+    rb"|W\d{4} [^]]*\] done_queue\d+: Skipping cancelled dequeue attempt "
+    rb"|E\d{4} [^]]*\] Failed to add port to server: "
+    rb"|E\d{4} [^]]*\] UNKNOWN: Could not start gRPC server"
+    rb"|Hint: If you want to see a list of allocated tensors when OOM happens"
+    rb"|\t \[\["
+    rb"|\s*$)"
 )
 # cuInit's failure, an E line on every machine without NVIDIA's driver
 # (TensorFlow then uses the CPU, as the script says); with the driver it is

@@ -364,6 +364,52 @@ def test_the_cuda_errors_of_a_machine_with_a_driver_are_shown():
     assert dropped == [UINT8_LINE]
 
 
+# The C++ lines around errors the scripts report in one line, as TensorFlow
+# 2.21 prints them: an allocation too large for the CPU (the allocator's
+# notice and map, the failed op, the node and a hint), a port in use, and
+# a ps's watch for its chief, which cancels its wait for a done token.
+ECHOED_FAILURE_LINES = [
+    b"W0000 00:00:1795615785.090347    1650 bfc_allocator.cc:502] Allocator "
+    b"(mklcpu) ran out of memory trying to allocate 286.10GiB (rounded to "
+    b"307200000000)requested by op GatherV2\n",
+    b"If the cause is memory fragmentation maybe the environment variable "
+    b"'TF_GPU_ALLOCATOR=cuda_malloc_async' will improve the situation. \n",
+    b"Current allocation summary follows.\n",
+    b"W0000 00:00:1795615785.090512    1650 bfc_allocator.cc:513] *****_____"
+    b"*****x***__*\n",
+    b"W0000 00:00:1795615785.090547    1650 op_kernel.cc:1858] OP_REQUIRES "
+    b"failed at gather_op.cc:171 : RESOURCE_EXHAUSTED: OOM when allocating "
+    b"tensor with shape[100000000,32,32,3] and type uint8 on /job:localhost/"
+    b"replica:0/task:0/device:CPU:0 by allocator mklcpu\n",
+    b"\t [[IteratorGetNext]]\n",
+    b"Hint: If you want to see a list of allocated tensors when OOM happens, "
+    b"add report_tensor_allocations_upon_oom to RunOptions for current "
+    b"allocation info.\n",
+    b"\n",
+    b"E0000 00:00:1795615881.158197    4668 add_port.cc:83] Failed to add "
+    b"port to server: No address added out of total 1 resolved for "
+    b"'0.0.0.0:23711'\n",
+    b"E0000 00:00:1795615881.163482    4668 grpc_server_lib.cc:618] UNKNOWN: "
+    b"Could not start gRPC server\n",
+    b"W0000 00:00:1795615720.609478     407 queue_base.cc:286] done_queue0: "
+    b"Skipping cancelled dequeue attempt with queue not closed\n",
+]
+# A warning of the allocator the filter keeps: it is about a run that goes on.
+LARGE_ALLOCATION_LINE = (
+    b"W0000 00:00:1795615785.090347    1650 cpu_allocator_impl.cc:108] "
+    b"Allocation of 1228800000 exceeds 10% of free system memory.\n"
+)
+
+
+def test_the_lines_that_echo_a_one_line_error_are_dropped():
+    kept = [
+        line
+        for line in ECHOED_FAILURE_LINES + [LARGE_ALLOCATION_LINE]
+        if not cpp_log_filter.is_dropped(line, gpu_driver=False)
+    ]
+    assert kept == [LARGE_ALLOCATION_LINE]
+
+
 @pytest.mark.slow
 def test_a_diverged_run_is_reported_in_one_line(cifar10_data_dir, tmp_path):
     _write_infinite_checkpoint(tmp_path, 50)
