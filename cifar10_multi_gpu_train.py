@@ -233,23 +233,18 @@ def main(argv):
         FLAGS.all_reduce_spec,
         task,
     )
+    compute_dtype = placement.compute_dtype(
+        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+    )
     config = placement.session_config(
         devices,
         FLAGS.log_device_placement,
         FLAGS.operation_timeout_secs,
         options,
-    )
-    compute_dtype = placement.compute_dtype(
-        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+        fuse_ops=cluster.may_fuse_ops(task, compute_dtype),
     )
     loss_scaling = common_flags.loss_scaling_from_flags(
         FLAGS, compute_dtype, task.sync_replicas
-    )
-    model = registry.model(
-        FLAGS.model,
-        FLAGS.learning_rate,
-        FLAGS.learning_rate_boundaries,
-        FLAGS.momentum,
     )
     print(placement.describe_devices(devices))
     # One tower's batch: images and labels.

@@ -182,6 +182,51 @@ def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
     assert precision > 0.4
 
 
+def _bfloat16_conv_in_a_worker_session(config):
+    """A bfloat16 Conv2D + BiasAdd + Relu run through a gRPC server.
+
+    Returns:
+      float32, the sum of its output.
+    """
+    with tf.Graph().as_default() as graph:
+        images = tf.cast(tf.ones([2, 8, 8, 3]), tf.bfloat16)
+        weights = tf.compat.v1.get_variable("weights", [3, 3, 3, 4])
+        biases = tf.compat.v1.get_variable("biases", [4])
+        conv = tf.nn.conv2d(images, tf.cast(weights, tf.bfloat16), 1, "SAME")
+        relu = tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, tf.bfloat16)))
+        total = tf.reduce_sum(tf.cast(relu, tf.float32))
+        init = tf.compat.v1.global_variables_initializer()
+    server = tf.distribute.Server(
+        {"worker": ["127.0.0.1:%d" % _free_ports(1)[0]]}, "worker", 0
+    )
+    with tf.compat.v1.Session(server.target, graph, config) as sess:
+        sess.run(init)
+        return sess.run(total)
+
+
+def test_a_bfloat16_worker_runs_the_conv_that_grapplers_fusion_breaks():
+    task = cluster.cluster_task("127.0.0.1:1", "127.0.0.1:2", "worker", 0)
+    assert not cluster.may_fuse_ops(task, tf.bfloat16)
+    assert cluster.may_fuse_ops(task, tf.float32)
+    assert cluster.may_fuse_ops(cluster.LOCAL_TASK, tf.bfloat16)
+    unfused = placement.session_config(fuse_ops=False)
+    assert np.isfinite(_bfloat16_conv_in_a_worker_session(unfused))
+    # Why: fused, the conv is an op that allows no bfloat16 (TF 2.21).
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        _bfloat16_conv_in_a_worker_session(placement.session_config())
+    assert "Op<name=_FusedConv2D" in error.value.message
+
+
+@pytest.mark.slow
+def test_a_cluster_trains_in_bfloat16_where_one_process_does(make_cluster):
+    cluster_run = make_cluster(
+        1, "--max_steps=3", "--use_fp16", "--force_cpu_bfloat16"
+    )
+    [(local_steps, global_step)] = _run_to_the_end(cluster_run, 1)
+    assert (local_steps, global_step) == (3, 3)
+    assert checkpoint_steps(cluster_run.train_dir(0))[-1] == 3
+
+
 @pytest.mark.slow
 def test_sync_workers_aggregate_both_gradients_every_step(make_cluster):
     cluster = make_cluster(2, "--max_steps=40", "--sync_replicas")

@@ -245,6 +245,24 @@ class _ReleaseWorkersHook(tf.compat.v1.train.SessionRunHook):
             pass
 
 
+def may_fuse_ops(task, compute_dtype):
+    """Whether Grappler's remapper may fuse the ops of a task's graph.
+
+    Not on a cluster worker computing in bfloat16: the remapper fuses a
+    bfloat16 Conv2D + BiasAdd + Relu into _FusedConv2D, whose op allows no
+    bfloat16, counting on oneDNN's graph pass to make it
+    _MklNativeFusedConv2D. A local session runs that pass on the graph it
+    optimised; a worker first reads its partition of the graph back from
+    the master and checks every node against its op, and fails each step.
+    Unfused, oneDNN's pass still merges Conv2D and BiasAdd.
+
+    Args:
+      task: the `ClusterTask`.
+      compute_dtype: the towers' compute dtype.
+    """
+    return task.cluster is None or compute_dtype != tf.bfloat16
+
+
 def task_config(config, task):
     """The session config of a task: it talks to the ps tasks and itself.
 

@@ -4,6 +4,7 @@ import collections
 import sys
 
 import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
 
 # Where the variables live and the gradients are averaged (the TF1 design),
 # unless --variable_device=tower (see `variable_device`).
@@ -154,6 +155,7 @@ def session_config(
     log_device_placement=False,
     operation_timeout_secs=0,
     options=DEFAULT_SESSION_OPTIONS,
+    fuse_ops=True,
 ):
     """Returns the `ConfigProto` of every session of the suite.
 
@@ -167,9 +169,12 @@ def session_config(
       operation_timeout_secs: int, an op waiting longer fails with
         DeadlineExceededError (a dead cluster peer); 0 waits forever.
       options: the `SessionOptions` of the GPU memory and thread pools.
+      fuse_ops: bool, whether Grappler's remapper may fuse ops (e.g.
+        Conv2D + BiasAdd + Relu into _FusedConv2D); see
+        `cluster.may_fuse_ops`.
     """
     num_cpu_devices = max(1, sum(d.startswith("/cpu") for d in devices))
-    return tf.compat.v1.ConfigProto(
+    config = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
         log_device_placement=log_device_placement,
         device_count={"CPU": num_cpu_devices},
@@ -181,6 +186,11 @@ def session_config(
         intra_op_parallelism_threads=options.num_intra_threads,
         inter_op_parallelism_threads=options.num_inter_threads,
     )
+    if not fuse_ops:
+        config.graph_options.rewrite_options.remapping = (
+            rewriter_config_pb2.RewriterConfig.OFF
+        )
+    return config
 
 
 # The x86 CPU flags (as /proc/cpuinfo names them) of bfloat16 instructions:
