@@ -304,6 +304,7 @@ def main(argv):
                     loss_scaling=loss_scale.describe(loss_scaling),
                 ),
                 update,
+                config,
             )
         closing = report.RunReportHook(loss)
         training.run_training(

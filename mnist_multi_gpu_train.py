@@ -145,6 +145,7 @@ def plan_dry_run(task):
                 **variable_update.describe(update),
             ),
             update,
+            placement.session_config(devices),
         )
 
 

@@ -12,7 +12,7 @@ from test_session_options import run_code
 import cifar10_multi_gpu_train
 import mnist_model
 from multigpu.distributed import cluster
-from multigpu.graph import dry_run, variable_update
+from multigpu.graph import dry_run, placement, rewrite_audit, variable_update
 
 # The CIFAR-10 model's parameters, layer by layer (weights + biases).
 CIFAR10_PARAMETERS = (
@@ -256,4 +256,36 @@ def test_a_float16_op_without_a_gpu_kernel_fails_the_dry_run_with_its_name():
     assert (
         "tower_1/gradients/tower_1/norm1_grad/LRNGrad (LRNGrad, T=float16) "
         "on /device:GPU:1" in error
+    )
+
+
+def _bfloat16_conv_graph(device):
+    """A training step of a bfloat16 Conv2D + BiasAdd + Relu on device."""
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(device):
+        images = tf.cast(tf.ones([2, 8, 8, 3]), tf.bfloat16)
+        weights = tf.compat.v1.get_variable("weights", [3, 3, 3, 4])
+        biases = tf.compat.v1.get_variable("biases", [4])
+        conv = tf.nn.conv2d(images, tf.cast(weights, tf.bfloat16), 1, "SAME")
+        relu = tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, tf.bfloat16)))
+        loss = tf.reduce_sum(tf.cast(relu, tf.float32))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return graph
+
+
+def test_the_audit_names_a_fused_op_that_a_cluster_worker_could_not_run():
+    graph = _bfloat16_conv_graph("/job:worker/task:0/cpu:0")
+    fused = rewrite_audit.unrunnable_rewrites(
+        graph, placement.session_config(), dry_run.has_gpu_kernel
+    )
+    assert fused == [
+        "Relu (_FusedConv2D, T=bfloat16) on /job:worker/task:0/device:CPU:0: "
+        "the op _FusedConv2D allows no bfloat16 for T"
+    ]
+    unfused = placement.session_config(fuse_ops=False)
+    assert (
+        rewrite_audit.unrunnable_rewrites(
+            graph, unfused, dry_run.has_gpu_kernel
+        )
+        == []
     )

@@ -22,7 +22,7 @@ import tensorflow as tf
 from tensorflow.python.framework import kernels
 
 from multigpu import errors
-from multigpu.graph import all_reduce, towers, variable_update
+from multigpu.graph import all_reduce, rewrite_audit, towers, variable_update
 
 # The kernel registry's device types that run on an NVIDIA GPU: 'DEFAULT'
 # kernels are registered for every non-CPU device (e.g. ReadVariableOp).
@@ -107,7 +107,7 @@ def synthetic_batches(batch_shapes):
         return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
 
 
-def check(graph, batch_shapes, title, update=None):
+def check(graph, batch_shapes, title, update=None, config=None):
     """Prints the placement plan of graph; fails on an unexpected fallback.
 
     Args:
@@ -116,10 +116,14 @@ def check(graph, batch_shapes, title, update=None):
       title: str, the first line of the plan.
       update: the graph's `variable_update.VariableUpdate`; None is
         parameter_server.
+      config: the `ConfigProto` of the run's sessions: the ops Grappler's
+        rewrite adds under it are checked too (`rewrite_audit`); None
+        checks the graph as built only.
 
     Raises:
       errors.TrainingError: an op placed on a GPU has no GPU kernel for its
-        dtypes (it is named, with its dtypes).
+        dtypes, or an op of Grappler's rewrite could not run (each named,
+        with its dtypes).
     """
     print(title)
     print(_device_table(graph))
@@ -129,6 +133,8 @@ def check(graph, batch_shapes, title, update=None):
         print(_transfer_table(transfer_plan(graph, batch_shapes), graph))
     print(_host_table(graph))
     missing = ops_without_gpu_kernel(graph)
+    if config is not None:
+        _check_rewrites(graph, config)
     if not missing:
         print("GPU ops without a GPU kernel in this TensorFlow build: none")
         return
@@ -137,6 +143,21 @@ def check(graph, batch_shapes, title, update=None):
         "dtypes in this TensorFlow build and would fall back to the CPU, "
         "copying their tensors every step: %s"
         % (len(missing), "; ".join(missing))
+    )
+
+
+def _check_rewrites(graph, config):
+    """Prints or raises what `rewrite_audit` finds of the run's config."""
+    unrunnable = rewrite_audit.unrunnable_rewrites(
+        graph, config, has_gpu_kernel
+    )
+    if not unrunnable:
+        print("Ops of Grappler's rewrite that could not run: none")
+        return
+    raise errors.TrainingError(
+        "dry run: Grappler's rewrite of the graph adds %d op(s) that a "
+        "session of this run could not run: %s"
+        % (len(unrunnable), "; ".join(unrunnable))
     )
 
 
