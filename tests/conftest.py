@@ -338,3 +338,26 @@ def watched_training(cifar10_data_dir, tmp_path_factory):
         (root / "eval.log").read_text(),
         evaluator.returncode,
     )
+
+
+def bfloat16_conv_graph(device=""):
+    """A training step of a bfloat16 Conv2D + BiasAdd + Relu on device.
+
+    Grappler's remapper fuses the three into _FusedConv2D, which allows no
+    bfloat16 (see `cluster.may_fuse_ops`).
+
+    Returns:
+      The `tf.Graph`; its float32 scalar 'total' sums the Relu's output.
+    """
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(device):
+        images = tf.cast(tf.ones([2, 8, 8, 3]), tf.bfloat16)
+        weights = tf.compat.v1.get_variable("weights", [3, 3, 3, 4])
+        biases = tf.compat.v1.get_variable("biases", [4])
+        conv = tf.nn.conv2d(images, tf.cast(weights, tf.bfloat16), 1, "SAME")
+        relu = tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, tf.bfloat16)))
+        total = tf.reduce_sum(tf.cast(relu, tf.float32), name="total")
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(total)
+    return graph

@@ -15,6 +15,7 @@ import tensorflow as tf
 from conftest import (
     REPO,
     SCRIPT_ENV,
+    bfloat16_conv_graph,
     checkpoint_steps,
     run_script,
     start_script,
@@ -183,25 +184,16 @@ def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
 
 
 def _bfloat16_conv_in_a_worker_session(config):
-    """A bfloat16 Conv2D + BiasAdd + Relu run through a gRPC server.
-
-    Returns:
-      float32, the sum of its output.
-    """
-    with tf.Graph().as_default() as graph:
-        images = tf.cast(tf.ones([2, 8, 8, 3]), tf.bfloat16)
-        weights = tf.compat.v1.get_variable("weights", [3, 3, 3, 4])
-        biases = tf.compat.v1.get_variable("biases", [4])
-        conv = tf.nn.conv2d(images, tf.cast(weights, tf.bfloat16), 1, "SAME")
-        relu = tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, tf.bfloat16)))
-        total = tf.reduce_sum(tf.cast(relu, tf.float32))
+    """`bfloat16_conv_graph`'s total, run through a gRPC server."""
+    graph = bfloat16_conv_graph()
+    with graph.as_default():
         init = tf.compat.v1.global_variables_initializer()
     server = tf.distribute.Server(
         {"worker": ["127.0.0.1:%d" % _free_ports(1)[0]]}, "worker", 0
     )
     with tf.compat.v1.Session(server.target, graph, config) as sess:
         sess.run(init)
-        return sess.run(total)
+        return sess.run(graph.get_tensor_by_name("total:0"))
 
 
 def test_a_bfloat16_worker_runs_the_conv_that_grapplers_fusion_breaks():

@@ -4,7 +4,7 @@ import re
 
 import pytest
 import tensorflow as tf
-from conftest import run_script
+from conftest import bfloat16_conv_graph, run_script
 from test_session_options import run_code
 
 # The trainers' graph builders (their flags are defined once per process;
@@ -259,22 +259,8 @@ def test_a_float16_op_without_a_gpu_kernel_fails_the_dry_run_with_its_name():
     )
 
 
-def _bfloat16_conv_graph(device):
-    """A training step of a bfloat16 Conv2D + BiasAdd + Relu on device."""
-    graph = tf.Graph()
-    with graph.as_default(), tf.device(device):
-        images = tf.cast(tf.ones([2, 8, 8, 3]), tf.bfloat16)
-        weights = tf.compat.v1.get_variable("weights", [3, 3, 3, 4])
-        biases = tf.compat.v1.get_variable("biases", [4])
-        conv = tf.nn.conv2d(images, tf.cast(weights, tf.bfloat16), 1, "SAME")
-        relu = tf.nn.relu(tf.nn.bias_add(conv, tf.cast(biases, tf.bfloat16)))
-        loss = tf.reduce_sum(tf.cast(relu, tf.float32))
-        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
-    return graph
-
-
 def test_the_audit_names_a_fused_op_that_a_cluster_worker_could_not_run():
-    graph = _bfloat16_conv_graph("/job:worker/task:0/cpu:0")
+    graph = bfloat16_conv_graph("/job:worker/task:0/cpu:0")
     fused = rewrite_audit.unrunnable_rewrites(
         graph, placement.session_config(), dry_run.has_gpu_kernel
     )
