@@ -335,9 +335,9 @@ def bad_models(user_models):
     [
         (
             "int_counter",
-            "variable counter is int32 and trainable, and the optimizer "
-            "trains float variables only; pass trainable=False (e.g. for a "
-            "counter) or make it float32",
+            "variable counter is int32, and the towers keep float variables "
+            "only (the optimizer trains them, the moving averages average "
+            "the others too); make it float32",
         ),
         (
             "partitioned",
@@ -473,7 +473,7 @@ def test_a_trainer_given_a_model_with_an_int32_variable_exits_1_naming_it(
     )
     assert refused == (
         "cifar10_multi_gpu_train.py: error: --model=bad_models:int_counter: "
-        "variable counter is int32 and trainable, and the optimizer trains "
-        "float variables only; pass trainable=False (e.g. for a counter) or "
-        "make it float32"
+        "variable counter is int32, and the towers keep float variables "
+        "only (the optimizer trains them, the moving averages average the "
+        "others too); make it float32"
     )

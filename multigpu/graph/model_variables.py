@@ -3,8 +3,8 @@
 The towers train float variables made whole by `tf.compat.v1.get_variable`,
 global, under names of the model's own. Anything else fails later, deep in
 TensorFlow, in a line that names neither the model nor the variable: an
-int32 trainable variable in the optimizer ('The variables must be half,
-float, or double'), a partitioned one as 'made without get_variable', a
+int32 variable in the optimizer or the moving averages ('The variables must
+be half, float, or double'), a partitioned one as 'made without get_variable', a
 name the suite gives its own variables as a reuse or duplicate-node error,
 a copy's name or a local variable as a KeyError of the replicated mode, a
 model without variables as 'No variables to optimize'.
@@ -83,11 +83,11 @@ def _problem(name, kwargs):
             "(trainable=False if it is not trained)"
         )
     dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)
-    if kwargs.get("trainable") is not False and not dtype.is_floating:
+    if not dtype.is_floating:
         return (
-            "is %s and trainable, and the optimizer trains float variables "
-            "only; pass trainable=False (e.g. for a counter) or make it "
-            "float32" % dtype.name
+            "is %s, and the towers keep float variables only (the optimizer "
+            "trains them, the moving averages average the others too); make "
+            "it float32" % dtype.name
         )
     if name in SUITE_VARIABLES or name.rpartition("/")[2] in SUITE_SUFFIXES:
         return (
