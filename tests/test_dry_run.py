@@ -251,10 +251,11 @@ def test_a_float16_op_without_a_gpu_kernel_fails_the_dry_run_with_its_name():
         "cifar10_multi_gpu_train.py: error: dry run: 8 op(s) placed on a GPU "
         "have no GPU kernel for their dtypes in this TensorFlow build and "
         "would fall back to the CPU, copying their tensors every step: "
-        "tower_0/norm1 (LRN, T=float16) on /device:GPU:0; "
+        "towers/tower_0/norm1 (LRN, T=float16) on /device:GPU:0; "
     ), error
     assert (
-        "tower_1/gradients/tower_1/norm1_grad/LRNGrad (LRNGrad, T=float16) "
+        "towers/tower_1/gradients/towers/tower_1/norm1_grad/LRNGrad "
+        "(LRNGrad, T=float16) "
         "on /device:GPU:1" in error
     )
 
