@@ -112,11 +112,11 @@ def updates(on_gpus):
     return pairs
 
 
-def product(on_gpus):
+def product(on_gpus, models=tuple(MODELS)):
     """Every cell; with one tower the all-reduce is moot, so one of each."""
     cells = []
     for (update, spec), model, precision, count in itertools.product(
-        updates(on_gpus), MODELS, PRECISIONS, TOWER_COUNTS
+        updates(on_gpus), models, PRECISIONS, TOWER_COUNTS
     ):
         if count == 1 and spec not in (None, "collective"):
             continue
@@ -375,9 +375,21 @@ def main():
     parser.add_argument(
         "--fast", action="store_true", help="only the slice the tests run"
     )
+    parser.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help="the models of the product, comma-separated (default: all)",
+    )
     args = parser.parse_args()
     on_gpus = bool(tf.config.list_physical_devices("GPU"))
-    cells = fast_slice() if args.fast else product(on_gpus)
+    models = args.models.split(",")
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown:
+        parser.error(
+            "--models: unknown %s; choose from %s"
+            % (", ".join(unknown), ", ".join(MODELS))
+        )
+    cells = fast_slice() if args.fast else product(on_gpus, models)
     cpu = common.cpu_info()
     print("CPU: %s; flags: %s" % (cpu["model"], " ".join(cpu["flags"])))
     print(
