@@ -232,6 +232,7 @@ def main(argv):
         FLAGS.variable_device,
         FLAGS.all_reduce_spec,
         task,
+        FLAGS.gradient_pack_bytes,
     )
     compute_dtype = placement.compute_dtype(
         FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16

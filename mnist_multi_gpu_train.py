@@ -152,7 +152,12 @@ def plan_dry_run(task):
 def _variable_update(devices, task):
     """The towers' `variable_update.VariableUpdate` of the flags."""
     return variable_update.variable_update(
-        FLAGS.variable_update, devices, "cpu", FLAGS.all_reduce_spec, task
+        FLAGS.variable_update,
+        devices,
+        "cpu",
+        FLAGS.all_reduce_spec,
+        task,
+        FLAGS.gradient_pack_bytes,
     )
 
 

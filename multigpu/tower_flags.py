@@ -11,6 +11,7 @@ trainers adopt for their `--help`.
 from absl import flags
 
 from multigpu import common_flags
+from multigpu.distributed import collectives
 from multigpu.graph import (
     all_reduce,
     placement,
@@ -111,7 +112,7 @@ def define_cluster_flags():
 
 
 def define_variable_update_flags():
-    """--variable_update and --all_reduce_spec, for `variable_update`."""
+    """--variable_update, --all_reduce_spec, --gradient_pack_bytes."""
     common_flags.define_once(
         flags.DEFINE_enum,
         "variable_update",
@@ -122,7 +123,11 @@ def define_variable_update_flags():
         "there. replicated: a copy on every tower's device, the gradients "
         "all-reduced between the towers (--all_reduce_spec) and each copy "
         "updated alike; checkpoints hold one copy under the usual names. "
-        "Not in cluster mode.",
+        "Cluster mode: parameter_server needs ps tasks (--ps_hosts); "
+        "replicated runs in a cluster of workers only (--worker_hosts, no "
+        "--ps_hosts), every tower of every worker a copy, the gradients "
+        "all-reduced between all of them by TensorFlow's collective ops: "
+        "the choice once the ps links limit the step.",
     )
     common_flags.define_once(
         flags.DEFINE_enum,
@@ -133,6 +138,16 @@ def define_variable_update_flags():
         "only), collective (TensorFlow's collective ops, ring, on CPUs or "
         "GPUs) or one_device (summed on the first tower's device, for "
         "comparison); auto is nccl on GPUs, collective on CPU towers.",
+    )
+    common_flags.define_once(
+        flags.DEFINE_integer,
+        "gradient_pack_bytes",
+        collectives.PACK_BYTES_DEFAULT,
+        "Cluster of workers only: the gradients are concatenated and "
+        "all-reduced between the workers in pieces of about this many "
+        "bytes (fewer, larger messages); 0 all-reduces each gradient by "
+        "itself.",
+        lower_bound=0,
     )
 
 

@@ -55,6 +55,20 @@ def test_the_chief_is_worker_0_and_tf_config_workers_follow_it(
     )
 
 
+def test_a_tf_config_of_a_chief_and_workers_is_a_cluster_of_workers_only():
+    spec = {"chief": ["h:1"], "worker": ["h:2", "h:3"]}
+
+    hosts = tf_config.resolve(NO_FLAGS, tf_config_text("worker", 1, spec))
+
+    assert hosts == tf_config.ClusterFlags("", "h:1,h:2,h:3", "worker", 2)
+    task = cluster.cluster_task(*hosts)
+    assert (task.workers_only, task.num_workers, task.is_chief) == (
+        True,
+        3,
+        False,
+    )
+
+
 def test_without_a_chief_tf_config_workers_keep_their_index():
     spec = {"ps": ["h:1", "h:2"], "worker": ["h:3", "h:4"]}
 
@@ -124,9 +138,9 @@ def test_flags_that_disagree_with_tf_config_are_an_error(flags, message):
             '"task": {"type": ..., "index": ...}}',
         ),
         (
-            tf_config_text("worker", 0, {"worker": ["h:1", "h:2"]}),
-            "TF_CONFIG's cluster has jobs worker; the cluster mode needs a "
-            "ps job and a worker or chief job",
+            tf_config_text("ps", 0, {"ps": ["h:1", "h:2"]}),
+            "TF_CONFIG's cluster has jobs ps; the cluster mode needs a "
+            "worker or chief job",
         ),
         (
             tf_config_text("evaluator", 0, dict(CLUSTER, evaluator=["h:9"])),
@@ -157,6 +171,7 @@ class _Flags:
     task_index = 0
     sync_replicas = True
     replicas_to_aggregate = 0
+    variable_update = "parameter_server"
 
 
 def test_the_cluster_task_of_a_trainer_comes_from_tf_config_alone():

@@ -98,7 +98,9 @@ def test_a_replicated_run_resumes_every_copy_and_its_slots_from_the_checkpoint(
 @pytest.mark.parametrize(
     "script", ["cifar10_multi_gpu_train.py", "mnist_multi_gpu_train.py"]
 )
-def test_replicated_is_refused_in_cluster_mode_with_one_line(script, tmp_path):
+def test_replicated_is_refused_in_a_cluster_with_ps_with_one_line(
+    script, tmp_path
+):
     line = error_line(
         script,
         "--variable_update=replicated",
@@ -106,8 +108,10 @@ def test_replicated_is_refused_in_cluster_mode_with_one_line(script, tmp_path):
         "--data_dir=%s" % tmp_path,
     )
     assert line == (
-        "%s: error: --variable_update=replicated does not run in cluster "
-        "mode yet; use --variable_update=parameter_server" % script
+        "%s: error: --variable_update=replicated runs in a cluster of "
+        "workers only, but --ps_hosts lists 1 ps task(s); drop --ps_hosts "
+        "(and the ps tasks) or pass --variable_update=parameter_server"
+        % script
     )
 
 

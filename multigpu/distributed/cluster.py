@@ -1,7 +1,10 @@
 """Beyond one machine: between-graph replication on TensorFlow's gRPC runtime.
 
-Every task runs the same script; `ps` tasks hold the variables, `worker`
-tasks build the towers and train, worker 0 is the chief.
+Every task runs the same script; worker 0 is the chief. In the ps cluster
+(--variable_update=parameter_server) `ps` tasks hold the variables and
+`worker` tasks build the towers and train; in a cluster of workers only
+(--variable_update=replicated, `collective_cluster`) every worker holds
+its own copies and the gradients are all-reduced between the workers.
 """
 
 import collections
@@ -14,7 +17,7 @@ import time
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import tf_config, watchdog
+from multigpu.distributed import collective_cluster, tf_config, watchdog
 
 
 class ClusterTask(
@@ -43,6 +46,11 @@ class ClusterTask(
     @property
     def num_workers(self):
         return self.cluster.num_tasks("worker") if self.cluster else 1
+
+    @property
+    def workers_only(self):
+        """Whether the task is in a cluster of worker tasks with no ps."""
+        return self.cluster is not None and "ps" not in self.cluster.jobs
 
 
 LOCAL_TASK = ClusterTask(None, "worker", 0, False, 1)
@@ -75,7 +83,8 @@ def cluster_task(
 
     Args:
       ps_hosts, worker_hosts: str, comma-separated HOST:PORT lists; both
-        empty means no cluster.
+        empty means no cluster, ps_hosts alone empty a cluster of workers
+        only.
       job_name: 'ps' or 'worker'.
       task_index: int, this task's index in its job.
       sync_replicas: bool, aggregate the workers' gradients every step.
@@ -96,17 +105,20 @@ def cluster_task(
                 "mode); leave it out to train in this one process" % job_name
             )
         return LOCAL_TASK
-    cluster = tf.train.ClusterSpec(
-        {
-            "ps": _parse_hosts("ps_hosts", ps_hosts),
-            "worker": _parse_hosts("worker_hosts", worker_hosts),
-        }
-    )
+    jobs = {"worker": _parse_hosts("worker_hosts", worker_hosts)}
+    if ps_hosts:
+        jobs["ps"] = _parse_hosts("ps_hosts", ps_hosts)
+    cluster = tf.train.ClusterSpec(jobs)
     if job_name not in ("ps", "worker"):
         raise ValueError(
             "--job_name must be 'ps' or 'worker', got %r" % job_name
         )
-    addresses = cluster.job_tasks("ps") + cluster.job_tasks("worker")
+    if job_name == "ps" and not ps_hosts:
+        raise ValueError(
+            "--job_name=ps but --ps_hosts is empty: a cluster of workers "
+            "only has no ps task; start each task with --job_name=worker"
+        )
+    addresses = [a for job in sorted(jobs) for a in jobs[job]]
     shared = sorted({a for a in addresses if addresses.count(a) > 1})
     if shared:
         raise ValueError(
@@ -152,8 +164,9 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
       A `ClusterTask`, as `cluster_task` returns it.
 
     Raises:
-      ValueError: bad flags, a bad TF_CONFIG, or both naming a cluster and
-        disagreeing.
+      ValueError: bad flags, a bad TF_CONFIG, both naming a cluster and
+        disagreeing, or a --variable_update the cluster does not run
+        (`collective_cluster.check_mode`).
     """
     hosts = tf_config.resolve(
         tf_config.ClusterFlags(
@@ -171,6 +184,7 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
         flag_values.ps_hosts or flag_values.worker_hosts
     ):
         task = task._replace(hosts_from=tf_config.TF_CONFIG)
+    collective_cluster.check_mode(flag_values.variable_update, task)
     return task
 
 
@@ -187,11 +201,15 @@ def _is_private(host):
 def device_setter(task):
     """The device function of a task's graph (None when not in a cluster).
 
-    Variables go to the ps tasks in turn; every other op to this worker,
-    keeping the tower device ('/gpu:1', '/cpu:1') given inside it.
+    Variables go to the ps tasks in turn (in a cluster of workers only, to
+    this worker); every other op to this worker, keeping the tower device
+    ('/gpu:1', '/cpu:1') given inside it.
     """
     if task.cluster is None:
         return None
+    if task.workers_only:
+        # Every variable and op on this worker; the towers' devices inside.
+        return "/job:worker/task:%d" % task.task_index
     return tf.compat.v1.train.replica_device_setter(
         worker_device="/job:worker/task:%d" % task.task_index,
         cluster=task.cluster,
@@ -266,11 +284,15 @@ def may_fuse_ops(task, compute_dtype):
 def task_config(config, task):
     """The session config of a task: it talks to the ps tasks and itself.
 
+    In a cluster of workers only, `collective_cluster.session_config`.
+
     Without these device filters a worker's session would wait for every
     other worker to be up, and fail when any of them goes away.
     """
     if task.cluster is None:
         return config
+    if task.workers_only:
+        return collective_cluster.session_config(config, task)
     config = copy.deepcopy(config)
     config.device_filters.extend(
         ["/job:ps", "/job:%s/task:%d" % (task.job_name, task.task_index)]
@@ -331,7 +353,7 @@ def done_signals(task, one_at_a_time=False):
     for a ps, the ops that take every worker's token, or with one_at_a_time
     one token (int32, the worker's task index).
     """
-    if task.cluster is None:
+    if task.cluster is None or task.workers_only:
         return []
     ops = []
     for i in range(task.cluster.num_tasks("ps")):

@@ -7,7 +7,8 @@ Kubeflow's TFJob and tf.distribute hand each task its role in TF_CONFIG:
    "task": {"type": "worker", "index": 0}}
 
 The suite's cluster mode knows ps and worker tasks, worker 0 being the
-chief. A `chief` job is therefore worker 0 and the workers of TF_CONFIG
+chief; a cluster without ps tasks is one of workers only (chief and
+workers), for --variable_update=replicated. A `chief` job is therefore worker 0 and the workers of TF_CONFIG
 follow it: TF_CONFIG's worker i is the suite's worker i + 1.
 """
 
@@ -39,7 +40,7 @@ def parse(text):
       HOST:PORT lists), or None when TF_CONFIG names no cluster.
 
     Raises:
-      ValueError: TF_CONFIG is not JSON, lacks a ps job or a worker, names a
+      ValueError: TF_CONFIG is not JSON, lacks a worker, names a
         job or task type the suite does not run, or a task index out of its
         job's range.
     """
@@ -72,10 +73,10 @@ def parse(text):
                 'strings, e.g. ["localhost:2222"]' % (job, json.dumps(hosts))
             )
     workers = list(cluster.get("chief", [])) + list(cluster.get("worker", []))
-    if not cluster.get("ps") or not workers:
+    if not workers:
         raise ValueError(
-            "TF_CONFIG's cluster has jobs %s; the cluster mode needs a ps "
-            "job and a worker or chief job" % ", ".join(sorted(cluster))
+            "TF_CONFIG's cluster has jobs %s; the cluster mode needs a "
+            "worker or chief job" % ", ".join(sorted(cluster))
         )
     task = config.get("task") or {}
     job_type, index = task.get("type"), task.get("index", 0)
@@ -98,7 +99,7 @@ def parse(text):
         if job_type == "worker" and cluster.get("chief"):
             index += len(cluster["chief"])
     return ClusterFlags(
-        ",".join(cluster["ps"]), ",".join(workers), job_name, index
+        ",".join(cluster.get("ps", [])), ",".join(workers), job_name, index
     )
 
 

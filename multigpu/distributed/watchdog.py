@@ -24,6 +24,9 @@ CONNECT_TIMEOUT_SECS = 2
 class PsWatchdog:
     """Ends the process when a ps task stops answering for timeout_secs.
 
+    Not in a cluster of workers only, which has no ps: there a lost worker
+    fails the step of every other (`collective_cluster`).
+
     After a ps dies, TensorFlow's own recovery closes the session, and that
     close can wait forever for the dead ps. A ps answers until every worker
     is done, so a silent ps is a lost cluster: say so, and exit 1.
@@ -35,7 +38,7 @@ class PsWatchdog:
         self._stop = threading.Event()
 
     def __enter__(self):
-        if self._task.cluster is not None:
+        if self._task.cluster is not None and not self._task.workers_only:
             threading.Thread(target=self._watch, daemon=True).start()
         return self
 
@@ -62,23 +65,30 @@ class PsWatchdog:
 
 
 def unreachable_tasks(cluster):
-    """Names the tasks of the cluster whose port does not answer.
+    """Names the tasks of the cluster whose port or server does not answer.
+
+    A killed task's port refuses connections; a stopped (frozen) task's
+    port still accepts them (the kernel does), but its server says nothing.
 
     Returns:
-      str, e.g. 'unreachable: worker task 1 (localhost:2224)', or a note
-      that every task answered.
+      str, e.g. 'unreachable: worker task 1 (localhost:2224)', 'not
+      responding (stopped or stuck): worker task 1 (localhost:2224)', or a
+      note that every task answered.
     """
     if cluster is None:
         return "not in a cluster"
-    lost = [
-        "%s task %d (%s)" % (job, index, address)
+    tasks = [
+        ("%s task %d (%s)" % (job, index, address), address)
         for job in cluster.jobs
         for index, address in enumerate(cluster.job_tasks(job))
-        if not answers(address)
     ]
-    if not lost:
-        return "every task answers; a peer may be stuck or too slow"
-    return "unreachable: " + ", ".join(lost)
+    lost = [name for name, address in tasks if not answers(address)]
+    if lost:
+        return "unreachable: " + ", ".join(lost)
+    silent = [name for name, address in tasks if not responds(address)]
+    if silent:
+        return "not responding (stopped or stuck): " + ", ".join(silent)
+    return "every task answers; a peer may be stuck or too slow"
 
 
 def wait_for_workers(cluster, timeout_secs):
@@ -121,6 +131,35 @@ def answers(address):
         socket.create_connection(
             (host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECS
         ).close()
+    except OSError:
+        return False
+    return True
+
+
+# An HTTP/2 client's first bytes: the preface, then an empty SETTINGS frame
+# (length 0, type 4, no flags, stream 0), which a gRPC server answers with a
+# frame of its own.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(
+    [0, 0, 0, 4, 0, 0, 0, 0, 0]
+)
+# The bytes of an HTTP/2 frame header: what a live server sends at least.
+_HTTP2_FRAME_HEADER_BYTES = 9
+
+
+def responds(address):
+    """Whether the gRPC server at HOST:PORT answers an HTTP/2 greeting."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection(
+            (host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECS
+        ) as conn:
+            conn.sendall(_HTTP2_HELLO)
+            received = b""
+            while len(received) < _HTTP2_FRAME_HEADER_BYTES:
+                chunk = conn.recv(64)
+                if not chunk:
+                    return False
+                received += chunk
     except OSError:
         return False
     return True

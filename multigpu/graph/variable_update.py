@@ -44,6 +44,7 @@ import collections
 
 import tensorflow as tf
 
+from multigpu.distributed import collectives
 from multigpu.graph import all_reduce, placement, towers
 
 VARIABLE_UPDATES = ("parameter_server", "replicated")
@@ -52,7 +53,9 @@ VARIABLE_UPDATES = ("parameter_server", "replicated")
 REPLICA_SCOPE = towers.REPLICA_SCOPE
 
 VariableUpdate = collections.namedtuple(
-    "VariableUpdate", "mode devices variable_device all_reduce keys"
+    "VariableUpdate",
+    "mode devices variable_device all_reduce keys task pack_bytes",
+    defaults=(None, 0),
 )
 VariableUpdate.__doc__ = """The variable update of a run.
 
@@ -62,6 +65,9 @@ variable_device: str, where the variables (tower 0's copy, if replicated)
   live.
 all_reduce: 'nccl', 'collective' or 'one_device' if replicated, else None.
 keys: the `all_reduce.CollectiveKeys` of the graph's collective ops.
+task: the `cluster.ClusterTask` of a cluster of workers only, whose
+  all-reduces join every tower of every worker (`collectives`); else None.
+pack_bytes: int, --gradient_pack_bytes (a cluster of workers only).
 """
 
 TowerVariables = collections.namedtuple(
@@ -86,6 +92,7 @@ def variable_update(
     variable_device_choice="cpu",
     all_reduce_spec="auto",
     task=None,
+    pack_bytes=0,
 ):
     """The variable update of the --variable_update flag's mode.
 
@@ -94,10 +101,12 @@ def variable_update(
       devices: the tower device strings.
       variable_device_choice: --variable_device (parameter_server only).
       all_reduce_spec: --all_reduce_spec (replicated only).
-      task: the `cluster.ClusterTask`, or None outside a cluster.
+      task: the `cluster.ClusterTask`, or None outside a cluster (whose
+        mode `collective_cluster.check_mode` checked).
+      pack_bytes: int, --gradient_pack_bytes (a cluster of workers only).
 
     Raises:
-      ValueError: an unknown mode or choice, or replicated in a cluster.
+      ValueError: an unknown mode or choice.
     """
     if mode not in VARIABLE_UPDATES:
         raise ValueError(
@@ -112,10 +121,15 @@ def variable_update(
             None,
             all_reduce.CollectiveKeys(),
         )
-    if task is not None and task.cluster is not None:
-        raise ValueError(
-            "--variable_update=replicated does not run in cluster mode yet; "
-            "use --variable_update=parameter_server"
+    if task is not None and task.workers_only:
+        return VariableUpdate(
+            mode,
+            devices,
+            devices[0],
+            "collective",
+            all_reduce.CollectiveKeys(),
+            task,
+            pack_bytes,
         )
     method = all_reduce.algorithm(all_reduce_spec, devices)
     return VariableUpdate(
@@ -263,13 +277,21 @@ def reduce_gradients(update, tower_grads):
     """
     if update.mode == "parameter_server":
         return [towers.average_gradients(tower_grads, update.variable_device)]
+    if update.task is not None:
+        return collectives.all_reduce_mean(
+            tower_grads,
+            update.devices,
+            update.task.num_workers,
+            update.keys,
+            update.pack_bytes,
+        )
     return all_reduce.all_reduce_mean(
         tower_grads, update.devices, update.all_reduce, update.keys
     )
 
 
 def apply_gradients(
-    plan, opt, reduced, global_step, statistics_updates, applied
+    plan, opt, reduced, global_step, statistics_updates, applied, update=None
 ):
     """The step's update: the gradients, then the statistics.
 
@@ -282,6 +304,7 @@ def apply_gradients(
         (`towers.batch_norm_updates` of its scope).
       applied: bool scalar, whether the step is applied
         (`loss_scale.step_applied`).
+      update: the `VariableUpdate`; needed in a cluster of workers only.
 
     Returns:
       The op of the update. Its local init op (`local_init_op`) is in the
@@ -293,10 +316,11 @@ def apply_gradients(
             [pair for grads in reduced for pair in grads],
             global_step=global_step,
         )
+    cluster = update if update is not None and update.task else None
     with tf.control_dependencies([apply_op, *statistics_updates]):
-        commit = _commit_statistics(plan, applied)
+        commit = _commit_statistics(plan, applied, cluster)
     tf.compat.v1.add_to_collection(
-        tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op()
+        tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op(cluster)
     )
     return tf.group(apply_op, commit, name="apply")
 
@@ -308,22 +332,39 @@ def _local_if_a_copy(next_creator, **kwargs):
     return next_creator(**kwargs)
 
 
-def _commit_statistics(plan, applied):
+def _commit_statistics(plan, applied, cluster=None):
     """The last tower's statistics, to the variables and every other copy.
 
     Call it after the last tower's statistics updates. Where the step is not
     applied the variables keep their values and every copy takes them back.
+    In a cluster of workers only (cluster, the `VariableUpdate`) the last
+    tower is the last worker's: every worker takes its values.
     """
     variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
-    assigns = []
-    for name, last_copy in plan[-1].copies.items():
+    names = [name for name in plan[-1].copies if not variables[name].trainable]
+    values = []
+    for name in names:
         variable = variables[name]
-        if variable.trainable:
-            continue
         with tf.device(variable.device):
-            value = tf.where(
-                applied, last_copy.read_value(), variable.read_value()
+            values.append(
+                tf.where(
+                    applied,
+                    plan[-1].copies[name].read_value(),
+                    variable.read_value(),
+                )
             )
+    if cluster is not None and names:
+        values = collectives.broadcast(
+            values,
+            cluster.task.num_workers - 1,
+            cluster.task,
+            cluster.keys,
+            cluster.devices[0],
+        )
+    assigns = []
+    for name, value in zip(names, values):
+        variable = variables[name]
+        with tf.device(variable.device):
             assigns.append(variable.assign(value))
         for tower in plan:
             copy = tower.copies.get(name)
@@ -333,14 +374,24 @@ def _commit_statistics(plan, applied):
     return tf.group(*assigns, name="commit_statistics")
 
 
-def _local_init_op():
+def _local_init_op(cluster=None):
     """Initialises the local variables, then copies the variables' values.
 
     The Scaffold takes the LOCAL_INIT_OP collection as its local init op,
     which a session runs after restoring or initialising the global
-    variables: every copy then equals what was restored.
+    variables: every copy then equals what was restored. In a cluster of
+    workers only (cluster, the `VariableUpdate`) every worker first takes
+    the chief's values of the global variables.
     """
     initialise = tf.compat.v1.train.Scaffold.default_local_init_op()
+    if cluster is not None:
+        with tf.control_dependencies([initialise]):
+            initialise = collectives.chief_values(
+                tf.compat.v1.global_variables(),
+                cluster.task,
+                cluster.keys,
+                cluster.devices[0],
+            )
     variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
     assigns = []
     with tf.control_dependencies([initialise]):
@@ -358,6 +409,17 @@ def describe(update):
         return {
             "variable_update": update.mode,
             "variable_device": update.variable_device,
+        }
+    if update.task is not None:
+        return {
+            "variable_update": "%s across %d workers (a copy on every tower "
+            "of every worker)" % (update.mode, update.task.num_workers),
+            "all_reduce": "collective ring of %d devices, gradients packed "
+            "in pieces of about %d bytes"
+            % (
+                update.task.num_workers * len(update.devices),
+                update.pack_bytes,
+            ),
         }
     return {
         "variable_update": "%s (tower 0's copy on %s, one on every tower)"

@@ -16,7 +16,8 @@ def session_creator(
     pretrained=("", False),
     newest=None,
 ):
-    """The chief restores or initialises; other workers wait for it.
+    """The chief restores or initialises; other workers wait for it (or,
+    in a cluster of workers only, initialise and take the chief's values).
 
     pretrained: (str, bool), --pretrained_model_checkpoint_path and
     --fine_tune, for the chief's warm start (`restore.restore_fn`).
@@ -31,6 +32,12 @@ def session_creator(
             train_dir,
             pretrained,
             newest,
+        )
+    elif task.workers_only:
+        # Every worker of a cluster of workers only initialises its own
+        # variables; its local init op then takes the chief's values.
+        creator = tf.compat.v1.train.ChiefSessionCreator(
+            scaffold, server.target, config
         )
     else:
         creator = PromptWorkerSessionCreator(scaffold, server.target, config)

@@ -1,0 +1,275 @@
+"""Collective ops between the workers of a cluster: all-reduce, broadcast.
+
+In a cluster of workers only (`collective_cluster`) every tower of every
+worker holds a copy of the variables. Two kinds of collective op join them,
+on TensorFlow's collective runtime over the workers' gRPC servers:
+
+  all_reduce_mean   each step: the gradients of all towers of all workers
+                    summed, the mean back on every tower (a ring);
+  broadcast         at the start: the chief's values of the variables to
+                    every other worker.
+
+Every worker builds its graph on its own and runs it in its own session, so
+the collectives meet only by their keys: a group key per group of devices
+and an instance key per collective, from the graph's one allocator
+(`all_reduce.CollectiveKeys`). Every worker must build the same
+collectives, with the same keys, shapes and dtypes, in the same order, or
+they wait for each other until the operation timeout; the keys are counted
+in the order the graph is built, which is the same on every worker.
+
+Packing (tf_cnn_benchmarks' gradient repacking): one all-reduce per
+gradient pays a fixed cost per collective (a round of messages per ring
+step), which the many small biases pay more than once per byte. With
+pack_bytes > 0 the gradients of one dtype are flattened, concatenated and
+split again into pieces of about pack_bytes each (`pack_plan`), each
+piece all-reduced, and the result split back into the gradients.
+"""
+
+import collections
+import math
+
+import tensorflow as tf
+
+# The default of --gradient_pack_bytes: about the bytes of one all-reduce
+# (benchmarks/bench_collective.py measured it).
+PACK_BYTES_DEFAULT = 4 * 2**20
+
+# TensorFlow's ring all-reduce: every device sends 2 (N - 1) / N of the bytes,
+# whatever N; its ring visits the devices task by task.
+RING = "ring"
+
+
+def cluster_devices(num_workers, devices):
+    """The full names of devices on every worker, worker by worker.
+
+    Args:
+      num_workers: int.
+      devices: device strings of one worker, e.g. ['/cpu:0', '/cpu:1'].
+
+    Returns:
+      A tuple of strings such as '/job:worker/replica:0/task:1/device:CPU:0':
+      a group's devices, the same on every worker.
+    """
+    return tuple(
+        tf.DeviceSpec.from_string(device)
+        .replace(job="worker", replica=0, task=task)
+        .to_string()
+        for task in range(num_workers)
+        for device in devices
+    )
+
+
+Pack = collections.namedtuple("Pack", "dtype indices sizes shapes pieces")
+Pack.__doc__ = """Gradients of one dtype all-reduced together.
+
+dtype: their `tf.DType`.
+indices: ints, their places in the list of gradients.
+sizes: ints, their numbers of elements; shapes: their `tf.TensorShape`s.
+pieces: ints, the numbers of elements of the pieces the concatenation is
+  split into, one all-reduce each (they add up to sum(sizes)).
+"""
+
+
+def pack_plan(grads, pack_bytes):
+    """How the gradients travel: which are concatenated, in how many pieces.
+
+    Args:
+      grads: list of gradient tensors (None for a variable without one),
+        fully defined shapes; the same list on every tower of every worker.
+      pack_bytes: int, about the bytes of one all-reduce; 0 all-reduces
+        every gradient by itself.
+
+    Returns:
+      A list of `Pack`, in the order of the collectives to build.
+    """
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if pack_bytes <= 0:
+        return [_pack(grads, [i], 1) for i in present]
+    by_dtype = collections.OrderedDict()
+    for i in present:
+        by_dtype.setdefault(grads[i].dtype.base_dtype, []).append(i)
+    packs = []
+    for dtype, indices in by_dtype.items():
+        total_bytes = sum(
+            grads[i].shape.num_elements() * dtype.size for i in indices
+        )
+        packs.append(
+            _pack(grads, indices, max(1, math.ceil(total_bytes / pack_bytes)))
+        )
+    return packs
+
+
+def _pack(grads, indices, num_pieces):
+    sizes = [grads[i].shape.num_elements() for i in indices]
+    total = sum(sizes)
+    num_pieces = min(num_pieces, total)
+    # As even as can be: the first total % num_pieces pieces one larger.
+    base, extra = divmod(total, num_pieces)
+    pieces = [base + (1 if p < extra else 0) for p in range(num_pieces)]
+    return Pack(
+        grads[indices[0]].dtype.base_dtype,
+        indices,
+        sizes,
+        [grads[i].shape for i in indices],
+        pieces,
+    )
+
+
+def all_reduce_mean(tower_grads, devices, num_workers, keys, pack_bytes=0):
+    """The mean of each gradient over every tower of every worker.
+
+    The synchronisation point of the cluster: no copy anywhere is updated
+    before every tower of every worker has sent its gradients.
+
+    Args:
+      tower_grads: list (one per tower of this worker, on devices[i]) of
+        lists of (gradient, variable), the same variables in the same order
+        on every tower and every worker; fully defined shapes.
+      devices: this worker's tower device strings.
+      num_workers: int, the workers in the cluster, each with as many
+        towers as this one.
+      keys: the graph's `all_reduce.CollectiveKeys`.
+      pack_bytes: int, about the bytes of one all-reduce (`pack_plan`).
+
+    Returns:
+      A list (one per tower) of lists of (mean gradient on that tower's
+      device, that tower's variable); a None gradient stays None.
+    """
+    group = cluster_devices(num_workers, devices)
+    group_key = keys.group_key(group)
+    plan = pack_plan([g for g, _ in tower_grads[0]], pack_bytes)
+    piece_keys = [[keys.instance_key() for _ in p.pieces] for p in plan]
+    reduced = []
+    for device, grads_and_vars in zip(devices, tower_grads):
+        means = [g for g, _ in grads_and_vars]
+        with tf.device(device):
+            for pack, instance_keys in zip(plan, piece_keys):
+                tensors = [means[i] for i in pack.indices]
+                collective = (len(group), group_key, instance_keys)
+                for i, mean in zip(
+                    pack.indices, _reduce_pack(tensors, pack, collective)
+                ):
+                    means[i] = mean
+        reduced.append([(m, v) for m, (_, v) in zip(means, grads_and_vars)])
+    return reduced
+
+
+def _reduce_pack(grads, pack, collective):
+    """All-reduces one pack of gradients on the current device.
+
+    Args:
+      grads: the pack's gradient tensors, in its order.
+      pack: the `Pack`.
+      collective: (group size, group key, an instance key per piece).
+
+    Returns:
+      The mean gradients, of grads' shapes.
+    """
+    group_size, group_key, instance_keys = collective
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    if len(grads) == 1 and len(pack.pieces) == 1:
+        return [_all_reduce(grads[0], group_size, group_key, instance_keys[0])]
+    # [sum(sizes)]: every gradient flattened, one after the other.
+    flat = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+    pieces = tf.split(flat, pack.pieces) if len(pack.pieces) > 1 else [flat]
+    flat = tf.concat(
+        [
+            _all_reduce(piece, group_size, group_key, key)
+            for piece, key in zip(pieces, instance_keys)
+        ],
+        axis=0,
+    )
+    return [
+        tf.reshape(g, shape)
+        for g, shape in zip(tf.split(flat, pack.sizes), pack.shapes)
+    ]
+
+
+def _all_reduce(tensor, group_size, group_key, instance_key):
+    return tf.raw_ops.CollectiveReduceV2(
+        input=tensor,
+        group_size=group_size,
+        group_key=group_key,
+        instance_key=instance_key,
+        ordering_token=[],
+        merge_op="Add",
+        final_op="Div",
+        communication_hint=RING,
+    )
+
+
+def broadcast(values, sender, task, keys, device):
+    """The sender worker's values, on every worker.
+
+    Args:
+      values: tensors, the same shapes and dtypes on every worker.
+      sender: int, the task index of the worker whose values every worker
+        takes.
+      task: this worker's `cluster.ClusterTask`.
+      keys: the graph's `all_reduce.CollectiveKeys`.
+      device: str, this worker's device of the collectives (the group has
+        one such device per worker).
+
+    Returns:
+      A list of tensors like values: on the sender, values themselves once
+      sent; on another worker, what it received.
+    """
+    num_workers = task.num_workers
+    group_key = keys.group_key(cluster_devices(num_workers, [device]))
+    by_dtype = collections.OrderedDict()
+    for i, value in enumerate(values):
+        by_dtype.setdefault(value.dtype.base_dtype, []).append(i)
+    received = list(values)
+    for dtype, indices in by_dtype.items():
+        sizes = [values[i].shape.num_elements() for i in indices]
+        collective = dict(
+            group_size=num_workers,
+            group_key=group_key,
+            instance_key=keys.instance_key(),
+            communication_hint=RING,
+        )
+        with tf.device(device):
+            if task.task_index == sender:
+                # [sum(sizes)]: every value of the dtype, flattened.
+                flat = tf.concat(
+                    [tf.reshape(values[i], [-1]) for i in indices], axis=0
+                )
+                send = tf.raw_ops.CollectiveBcastSendV2(
+                    input=flat, **collective
+                )
+                with tf.control_dependencies([send]):
+                    for i in indices:
+                        received[i] = tf.identity(values[i])
+                continue
+            flat = tf.raw_ops.CollectiveBcastRecvV2(
+                shape=[sum(sizes)], T=dtype, **collective
+            )
+            pieces = tf.split(flat, sizes) if len(indices) > 1 else [flat]
+            for i, piece in zip(indices, pieces):
+                received[i] = tf.reshape(piece, values[i].shape)
+    return received
+
+
+def chief_values(variables, task, keys, device):
+    """An op that gives every worker's variables the chief's values.
+
+    The start of a run: the chief (worker 0) restored or initialised its
+    variables; every other worker initialised its own.
+
+    Args:
+      variables: the variables, the same list on every worker.
+      task, keys, device: as `broadcast` takes them.
+
+    Returns:
+      An op: on the chief, the sends; on another worker, the assignments
+      of what it received.
+    """
+    values = [var.read_value() for var in variables]
+    received = broadcast(values, 0, task, keys, device)
+    if task.is_chief:
+        return tf.group(*received, name="send_chief_values")
+    assigns = []
+    for var, value in zip(variables, received):
+        with tf.device(var.device):
+            assigns.append(var.assign(value).op)
+    return tf.group(*assigns, name="take_chief_values")
