@@ -52,10 +52,11 @@ def _free_ports(count):
 class Cluster:
     """Starts the tasks of one cluster and ends them all at the end."""
 
-    def __init__(self, tmp_path, script, num_workers, *flags):
-        ps_port, *worker_ports = _free_ports(1 + num_workers)
+    def __init__(self, tmp_path, script, num_workers, *flags, num_ps=1):
+        ps_ports = _free_ports(num_ps + num_workers)
+        ps_ports, worker_ports = ps_ports[:num_ps], ps_ports[num_ps:]
         self.script = script
-        self.ps_address = "127.0.0.1:%d" % ps_port
+        self.ps_address = ",".join("127.0.0.1:%d" % p for p in ps_ports)
         self.worker_addresses = ["127.0.0.1:%d" % p for p in worker_ports]
         self.tmp_path = tmp_path
         self.flags = [
@@ -106,7 +107,7 @@ class Cluster:
 def make_cluster(tmp_path, cifar10_data_dir):
     clusters = []
 
-    def make(num_workers, *flags, script=SCRIPT):
+    def make(num_workers, *flags, script=SCRIPT, num_ps=1):
         if script == SCRIPT:
             flags = (
                 "--data_dir=%s" % cifar10_data_dir,
@@ -114,7 +115,9 @@ def make_cluster(tmp_path, cifar10_data_dir):
                 "--log_frequency=5",
                 *flags,
             )
-        clusters.append(Cluster(tmp_path, script, num_workers, *flags))
+        clusters.append(
+            Cluster(tmp_path, script, num_workers, *flags, num_ps=num_ps)
+        )
         return clusters[-1]
 
     yield make

@@ -41,6 +41,8 @@ class ClusterTask(
     @property
     def replicas_per_step(self):
         """Worker batches that make one global step."""
+        if self.workers_only:
+            return self.num_workers
         return self.replicas_to_aggregate if self.sync_replicas else 1
 
     @property
