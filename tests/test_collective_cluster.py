@@ -9,12 +9,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, SCRIPT_ENV, checkpoint_steps, error_line, run_script
+from conftest import REPO, SCRIPT_ENV, checkpoint_steps, run_script
+from test_cifar10_train import _eval
 from test_cluster import (
     FAULT_EXIT_BOUND_SECS,
     FAULT_TIMEOUT_SECS,
@@ -23,9 +23,10 @@ from test_cluster import (
     _wait_for_step,
     make_cluster,  # noqa: F401 (a fixture)
 )
+from test_dry_run import CIFAR10_PARAMETERS
 from test_variable_update import STEPS, _batches, _initial_values, _train
 
-from multigpu.distributed import cluster, collectives
+from multigpu.distributed import collectives
 from multigpu.graph import placement
 
 SCRIPT = "cifar10_multi_gpu_train.py"
@@ -68,8 +69,9 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
     )
     variables = any_model.moving_average_variables()
     # All but the averages of the worker's own losses, for its summaries.
+    copies = tf.compat.v1.local_variables()
     everything = [
-        v for v in tf.compat.v1.global_variables() + tf.compat.v1.local_variables()
+        v for v in tf.compat.v1.global_variables() + copies
         if not v.op.name.endswith("/avg")
     ]
     with tf.compat.v1.Session(server.target, config=config) as sess:
@@ -83,7 +85,7 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
             sess.run(train_op)
             if step == 0:
                 first = {"first/" + v.op.name: sess.run(v) for v in variables}
-            gaps.append(t._largest_copy_gap(sess, tf.compat.v1.local_variables()))
+            gaps.append(t._largest_copy_gap(sess, copies))
             states.append(np.concatenate(
                 [np.ravel(v).astype(np.float64) for v in sess.run(everything)]))
         values = {v.op.name: sess.run(v) for v in variables}
@@ -253,3 +255,155 @@ def test_the_pack_plan_splits_each_dtype_into_pieces_of_pack_bytes():
         ),
         collectives.Pack(tf.float64, [2], [7], [[7]], [7]),
     ]
+
+
+def _workers_cluster(make_cluster, *flags):  # noqa: F811
+    """A cluster of WORKERS workers only, replicated, TOWERS CPU towers."""
+    return make_cluster(
+        WORKERS,
+        "--variable_update=replicated",
+        "--num_gpus=%d" % TOWERS,
+        "--batch_size=4",
+        *flags,
+        num_ps=0,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fault, found",
+    [
+        (signal.SIGKILL, "unreachable: worker task 1 (%s)"),
+        (
+            signal.SIGSTOP,
+            "not responding (stopped or stuck): worker task 1 (%s)",
+        ),
+    ],
+)
+def test_a_killed_or_frozen_worker_ends_the_other_naming_it(
+    make_cluster,  # noqa: F811
+    fault,
+    found,
+):
+    cluster = _workers_cluster(
+        make_cluster,
+        "--max_steps=100000",
+        "--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,
+    )
+    cluster.start("worker", 0)
+    cluster.start("worker", 1)
+    _wait_for_step(cluster, "worker0", 10)
+    os.kill(cluster.processes["worker1"].pid, fault)
+
+    code, seconds = cluster.wait("worker0")
+    lines = cluster.log("worker0").strip().split("\n")
+    assert code == 1, lines[-20:]
+    assert seconds < FAULT_EXIT_BOUND_SECS
+    assert re.fullmatch(
+        re.escape(SCRIPT + ": error: lost the cluster after ")
+        + r"\d+ local steps \(\w+Error\): "
+        + re.escape(found % cluster.worker_addresses[1]),
+        lines[-1],
+    ), lines[-1]
+    if fault == signal.SIGSTOP:
+        # Woken, the frozen worker finds its peer gone and ends by itself.
+        os.kill(cluster.processes["worker1"].pid, signal.SIGCONT)
+        code, _ = cluster.wait("worker1")
+        assert code == 1
+
+
+@pytest.mark.slow
+def test_a_run_resumes_across_topologies_to_the_eval(
+    make_cluster,  # noqa: F811
+    cifar10_data_dir,
+    tmp_path,
+):
+    cluster = _workers_cluster(
+        make_cluster, "--max_steps=4", "--save_checkpoint_steps=2"
+    )
+    cluster.start("worker", 0)
+    cluster.start("worker", 1)
+    for name in ("worker0", "worker1"):
+        code, _ = cluster.wait(name)
+        assert code == 0, cluster.log(name)[-3000:]
+    train_dir = cluster.train_dir(0)
+    assert checkpoint_steps(train_dir)[-1] == 4
+    # Only the chief writes.
+    assert not cluster.train_dir(1).exists()
+    data = ["--data_dir=%s" % cifar10_data_dir, "--batch_size=4"]
+
+    # 1 worker x 4 towers, replicated, in one process.
+    run_script(
+        SCRIPT,
+        *data,
+        "--train_dir=%s" % train_dir,
+        "--num_gpus=4",
+        "--cpu_towers",
+        "--variable_update=replicated",
+        "--max_steps=6",
+    )
+    assert checkpoint_steps(train_dir)[-1] == 6
+    # The ps cluster: 1 ps, 1 worker.
+    ps_cluster = make_cluster(1, "--max_steps=8")
+    ps_cluster.start("ps", 0)
+    ps_cluster.start("worker", 0, "--train_dir=%s" % train_dir)
+    code, _ = ps_cluster.wait("worker0")
+    assert code == 0, ps_cluster.log("worker0")[-3000:]
+    assert "training from step 6" in ps_cluster.log("worker0")
+    assert checkpoint_steps(train_dir)[-1] == 8
+    # One device.
+    result = run_script(
+        "cifar10_train.py",
+        *data,
+        "--train_dir=%s" % train_dir,
+        "--max_steps=10",
+    )
+    assert "training from step 8" in result.stdout
+    assert checkpoint_steps(train_dir)[-1] == 10
+    result = _eval(
+        cifar10_data_dir, train_dir, tmp_path / "eval", "--num_examples=100"
+    )
+    assert re.search(r"precision @ 1 = [\d.]+", result.stdout), result.stdout
+
+
+def test_the_dry_run_prices_the_bytes_of_each_worker_over_the_network():
+    gradient_bytes = CIFAR10_PARAMETERS * 4
+    # A ring of 4 devices: each sends 2 x 3/4 of the gradients, and one of
+    # a worker's 2 ring links leaves its machine.
+    ring = 2 * 3 * gradient_bytes // 4
+    hosts = ",".join("127.0.0.1:%d" % p for p in _free_ports(WORKERS))
+
+    result = run_script(
+        SCRIPT,
+        "--dry_run",
+        "--num_gpus=%d" % TOWERS,
+        "--batch_size=8",
+        "--worker_hosts=%s" % hosts,
+        "--job_name=worker",
+        "--variable_update=replicated",
+    )
+
+    plan = result.stdout
+    assert (
+        "  replicated (ring of 4 devices): network out {0:,} + in {0:,}; "
+        "inside the machine {0:,} each way;\n"
+        "    over the network: {1:.2f} ms at 10 Gb/s, {2:.2f} ms at 25 Gb/s,"
+        " {3:.2f} ms at 100 Gb/s\n".format(
+            ring, ring * 8e-7, ring * 8e-7 / 2.5, ring * 8e-8
+        )
+    ) in plan
+    # Each of 2 towers reads every variable from the ps; one mean goes back.
+    assert (
+        "  parameter_server (ps cluster): network out {:,} + in {:,}; inside "
+        "the machine {:,} each way;".format(
+            gradient_bytes, 2 * gradient_bytes, 4 * gradient_bytes
+        )
+    ) in plan
+    # 64 GPUs: a ring of 64, and 8 machines each with a ps of 1/8 of them.
+    ring_64 = 2 * 63 * gradient_bytes // 64
+    ps_64 = (9 * gradient_bytes) * 7 // 8
+    row = re.search(r"\n +64 +8 \| ([\d./]+) \+ [\d.]+ \| ([\d./]+) \+", plan)
+    assert row.groups() == (
+        "/".join("%.2f" % (ring_64 * 8 / g / 1e6) for g in (10, 25, 100)),
+        "/".join("%.2f" % (ps_64 * 8 / g / 1e6) for g in (10, 25, 100)),
+    )

@@ -7,9 +7,10 @@ Kubeflow's TFJob and tf.distribute hand each task its role in TF_CONFIG:
    "task": {"type": "worker", "index": 0}}
 
 The suite's cluster mode knows ps and worker tasks, worker 0 being the
-chief; a cluster without ps tasks is one of workers only (chief and
-workers), for --variable_update=replicated. A `chief` job is therefore worker 0 and the workers of TF_CONFIG
-follow it: TF_CONFIG's worker i is the suite's worker i + 1.
+chief. A `chief` job is therefore worker 0 and the workers of TF_CONFIG
+follow it: TF_CONFIG's worker i is the suite's worker i + 1. A cluster
+without ps tasks (a chief and workers) is a cluster of workers only, for
+--variable_update=replicated.
 """
 
 import collections

@@ -5,6 +5,8 @@ not they are visible, opens no session and prints:
   - the ops and parameters of each device;
   - the bytes that cross between devices per step (variables to each tower,
     gradients back, the input batch) and their time at HOST_LINK_GB_PER_SEC;
+  - in a cluster of workers only, the bytes per worker over the network
+    beside the ps cluster's, and a scaling table (`network_plan`);
   - the ops that run on the host by design (input, summaries, checkpoints,
     queues), apart, with why;
   - every op placed on a GPU that has no GPU kernel for its dtypes in this
@@ -22,6 +24,7 @@ import tensorflow as tf
 from tensorflow.python.framework import kernels
 
 from multigpu import errors
+from multigpu.distributed import network_plan
 from multigpu.graph import all_reduce, rewrite_audit, towers, variable_update
 
 # The kernel registry's device types that run on an NVIDIA GPU: 'DEFAULT'
@@ -131,6 +134,16 @@ def check(graph, batch_shapes, title, update=None, config=None):
         print(_replicated_table(graph, batch_shapes, update))
     else:
         print(_transfer_table(transfer_plan(graph, batch_shapes), graph))
+    if update is not None and update.task is not None:
+        # A cluster of workers only: the all-reduce crosses the machines.
+        print(
+            network_plan.lines(
+                gradient_bytes(graph),
+                update.task.num_workers,
+                len(update.devices),
+                network_plan.flops_per_tower(graph, len(update.devices)),
+            )
+        )
     print(_host_table(graph))
     missing = ops_without_gpu_kernel(graph)
     if config is not None:
