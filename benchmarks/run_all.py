@@ -6,6 +6,7 @@ the `bench` extra, `pip install -e ".[bench]"`, or its row says so):
   python -m benchmarks.run_all --only=levers     # oneDNN, threads, XLA
   python -m benchmarks.run_all --only=options    # staged input, --xla
   python -m benchmarks.run_all --only=variable_update   # all-reduce cost
+  python -m benchmarks.run_all --only=collective        # 2 workers
 
 Each benchmark runs in its own process, one after the other (a fresh
 TensorFlow each, so no session or thread pool of one benchmark sizes the
@@ -41,6 +42,7 @@ EXTRA_BENCHMARKS = (
     ("levers", "10. Levers without code changes"),
     ("options", "11. --prefetch_to_device and --xla"),
     ("variable_update", "12. --variable_update=replicated vs parameter_server"),
+    ("collective", "13. 2 workers: collective replicated vs the ps cluster"),
 )
 ALL_BENCHMARKS = BENCHMARKS + EXTRA_BENCHMARKS
 

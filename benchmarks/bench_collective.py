@@ -1,0 +1,249 @@
+"""Two workers on loopback: collective replicated against the ps cluster.
+
+Run it from the repository root:
+  python -m benchmarks.bench_collective [--steps=10] [--rounds=3]
+
+Each variant is a cluster of processes on 127.0.0.1, all started at once
+and kept up, so that the rounds interleave (A, B, C, A, B, C, ...):
+- replicated_unpacked: 2 workers only, --variable_update=replicated, each
+  gradient all-reduced by itself (--gradient_pack_bytes=0);
+- replicated_packed_<N>: the same, gradients packed in pieces of about N
+  bytes (the candidates for the flag's default);
+- ps_cluster: 1 ps task and 2 workers, --variable_update=parameter_server
+  (asynchronous, the TF1 default: each worker reads every variable and
+  sends its gradients to the ps every step).
+Every worker runs the graph of cifar10_multi_gpu_train.py (its
+`build_graph`) on one tower of --batch_size examples of one random batch
+held in the graph; a round runs WARMUP_STEPS, then times --steps steps on
+both workers at once. The rate is the cluster's: examples of both workers
+per second of the slower one.
+
+What loopback can show: the cost of the collective runtime and of gRPC per
+byte and per message (serialising, copying, the ring's rounds), which
+packing cuts. What it cannot: a network's bandwidth and latency (loopback
+moves gigabytes per second), nor the ps links' congestion that all-reduce
+avoids; on 2 shared cores the workers also take each other's CPU. The dry
+run prices the network (`network_plan`).
+"""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import tensorflow as tf
+
+import cifar10_multi_gpu_train
+from benchmarks import common
+from multigpu.distributed import cluster
+from multigpu.graph import placement, variable_update
+
+NAME = "collective"
+NUM_WORKERS = 2
+# Candidates for --gradient_pack_bytes (the tutorial's gradients: 4.27 MB).
+PACK_BYTES = (2**18, 2**20, 4 * 2**20)
+
+
+def worker_main(variant, hosts, index, batch_size, steps):
+    """A worker of a variant: builds its graph, then runs a round per line.
+
+    Reads 'go' lines on stdin; for each runs WARMUP_STEPS steps, times
+    steps steps and prints the `common.timed` dict as one JSON line.
+    """
+    ps_hosts, worker_hosts = hosts
+    task = cluster.cluster_task(ps_hosts, worker_hosts, "worker", index)
+    devices = placement.tower_devices(1, cpu_towers=True)
+    config = cluster.task_config(
+        placement.session_config(devices, operation_timeout_secs=300), task
+    )
+    server = tf.distribute.Server(task.cluster, "worker", index, config=config)
+    mode, pack_bytes = variant
+    with (
+        tf.Graph().as_default(),
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        update = variable_update.variable_update(
+            mode, devices, task=task, pack_bytes=pack_bytes
+        )
+        _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
+            common.synthetic_input(batch_size),
+            batch_size,
+            devices,
+            tf.float32,
+            task=task,
+            update=update,
+        )
+        with tf.compat.v1.Session(server.target, config=config) as sess:
+            _initialise(sess, task)
+            for line in sys.stdin:
+                if line.strip() != "go":
+                    break
+                common.run_steps(sess, train_op, common.WARMUP_STEPS)
+                result = common.timed(
+                    lambda: common.run_steps(sess, train_op, steps),
+                    steps * batch_size,
+                )
+                print(json.dumps(result), flush=True)
+
+
+def _initialise(sess, task):
+    """As the trainers' sessions: every worker of a cluster of workers only
+    initialises and takes the chief's values; in the ps cluster the chief
+    initialises and the other waits for it."""
+    if task.workers_only or task.is_chief:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(variable_update.local_init_op())
+        return
+    uninitialised = tf.compat.v1.report_uninitialized_variables()
+    while len(sess.run(uninitialised)):
+        time.sleep(0.5)
+    sess.run(variable_update.local_init_op())
+
+
+def _free_hosts(count):
+    """count HOST:PORT of free ports on 127.0.0.1."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    hosts = ["127.0.0.1:%d" % s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return hosts
+
+
+def start_variant(variant, args):
+    """Starts a variant's ps task (if any) and workers.
+
+    Returns:
+      (workers, others): the workers' `subprocess.Popen`, stdin and stdout
+      piped, and the other processes to end at the end.
+    """
+    mode, _ = variant
+    workers_hosts = _free_hosts(NUM_WORKERS)
+    ps_hosts = _free_hosts(1) if mode == "parameter_server" else []
+    others = []
+    if ps_hosts:
+        spec = "{'ps': %r, 'worker': %r}" % (ps_hosts, workers_hosts)
+        others.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import tensorflow as tf; tf.distribute.Server("
+                    "tf.train.ClusterSpec(%s), 'ps', 0).join()" % spec,
+                ],
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.bench_collective"]
+            + ["--worker=%d" % i, "--variant=%s" % json.dumps(variant)]
+            + ["--ps_hosts=%s" % ",".join(ps_hosts)]
+            + ["--worker_hosts=%s" % ",".join(workers_hosts)]
+            + ["--steps=%d" % args.steps, "--batch_size=%d" % args.batch_size],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for i in range(NUM_WORKERS)
+    ]
+    return workers, others
+
+
+def round_variant(workers):
+    """Returns a variant for `interleave`: one round on every worker."""
+
+    def run():
+        for worker in workers:
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+        results = [json.loads(worker.stdout.readline()) for worker in workers]
+        slowest = max(r["seconds"] for r in results)
+        examples = sum(r["rate"] * r["seconds"] for r in results)
+        cpus = [r["rate"] * r["seconds"] / r["cpu_rate"] for r in results]
+        result = {
+            "rate": examples / slowest,
+            "cpu_rate": examples / sum(cpus),
+            "seconds": slowest,
+        }
+        if all("others_cores" in r for r in results):
+            # What a worker saw busy, but for the other workers of the run.
+            result["others_cores"] = max(
+                0.0,
+                min(
+                    r["others_cores"] - (sum(cpus) - cpu) / r["seconds"]
+                    for r, cpu in zip(results, cpus)
+                ),
+            )
+        return result
+
+    return run
+
+
+def main():
+    """Starts every variant's cluster, interleaves their rounds, reports."""
+    args = common.parse_args(NAME, __doc__, steps=10, batch_size=32)
+    variants = {"replicated_unpacked": ("replicated", 0)}
+    for pack_bytes in PACK_BYTES:
+        variants["replicated_packed_%d" % pack_bytes] = (
+            "replicated",
+            pack_bytes,
+        )
+    variants["ps_cluster"] = ("parameter_server", 0)
+    started = {name: start_variant(v, args) for name, v in variants.items()}
+    try:
+        rates = common.interleave(
+            {name: round_variant(w) for name, (w, _) in started.items()},
+            args.rounds,
+        )
+    finally:
+        for workers, others in started.values():
+            for process in workers + others:
+                process.kill()
+                process.wait(timeout=30)
+    best = max(
+        (n for n in rates if n.startswith("replicated_packed")),
+        key=lambda n: rates[n]["rate"],
+    )
+    headline = {
+        "replicated (unpacked) / ps cluster": common.ratio(
+            rates["replicated_unpacked"], rates["ps_cluster"]
+        ),
+        "%s / unpacked" % best: common.ratio(
+            rates[best], rates["replicated_unpacked"]
+        ),
+    }
+    common.report(
+        args,
+        {
+            "unit": "examples/s of the 2 workers",
+            "examples_per_step": NUM_WORKERS * args.batch_size,
+            "steps": args.steps,
+            "rates": rates,
+            "headline": headline,
+        },
+    )
+
+
+def _worker_from_argv(argv):
+    """Runs `worker_main` from --worker=I --variant=JSON --ps_hosts=...
+    --worker_hosts=... --steps=N --batch_size=B."""
+    options = dict(a[2:].split("=", 1) for a in argv)
+    mode, pack_bytes = json.loads(options["variant"])
+    worker_main(
+        (mode, pack_bytes),
+        (options["ps_hosts"], options["worker_hosts"]),
+        int(options["worker"]),
+        int(options["batch_size"]),
+        int(options["steps"]),
+    )
+
+
+if __name__ == "__main__":
+    if any(a.startswith("--worker=") for a in sys.argv[1:]):
+        _worker_from_argv(sys.argv[1:])
+    else:
+        main()
