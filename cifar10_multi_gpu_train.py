@@ -9,6 +9,9 @@ Run it:
   python cifar10_multi_gpu_train.py --num_gpus=2 --model=resnet20  # ResNet
   python cifar10_multi_gpu_train.py --num_gpus=8 \\
       --variable_update=replicated                              # NCCL
+  python cifar10_multi_gpu_train.py --num_gpus=8 \\
+      --variable_update=replicated --worker_hosts=h0:2222,h1:2222 \\
+      --job_name=worker --task_index=0       # 2 machines (task 1 on h1)
   tensorboard --logdir=/tmp/cifar10_train
   python cifar10_eval.py --run_once                             # score it
 
@@ -152,6 +155,7 @@ def build_graph(
             global_step,
             towers.batch_norm_updates(scope),
             applied,
+            update,
         )
         averages_op = moving_averages.average_variables(
             [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY

@@ -8,6 +8,9 @@ Run it:
       --fake_data --batch_size=11 --num_epochs=3             # no GPU
   python mnist_multi_gpu_train.py --num_gpus=2 \\
       --variable_update=replicated                           # a copy per GPU
+  python mnist_multi_gpu_train.py --num_gpus=2 --variable_update=replicated \\
+      --worker_hosts=h0:2222,h1:2222 --job_name=worker \\
+      --task_index=0                            # 2 machines (task 1 on h1)
   python mnist_multi_gpu_train.py --eval_only                # score it
   tensorboard --logdir=/tmp/mnist_train                      # --tb_logging
 

@@ -24,13 +24,19 @@ from test_cluster import (
     make_cluster,  # noqa: F401 (a fixture)
 )
 from test_dry_run import CIFAR10_PARAMETERS
-from test_variable_update import STEPS, _batches, _initial_values, _train
 
+from benchmarks import equivalence
 from multigpu.distributed import collectives
-from multigpu.graph import placement
+from multigpu.graph import all_reduce, placement
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 WORKERS, TOWERS = 2, 2
+STEPS = 20
+# The equivalence runner's cell of the cluster: the tutorial's model on 2 x 2
+# towers, replicated, all-reduced by collective ops.
+CASE = equivalence.Case(
+    "replicated", "collective", "tutorial", "float32", WORKERS * TOWERS
+)
 # Bytes per all-reduce of the cluster run: the 4.27 MB of the tutorial's
 # gradients travel in 5 pieces, so that the packing is on the tested path.
 TEST_PACK_BYTES = 2**20
@@ -38,57 +44,67 @@ TEST_PACK_BYTES = 2**20
 # One worker of the numeric test: argv is worker_hosts, task_index, the
 # .npz of the batches and the initial values, the .npz to write. Trains a
 # step per batch on its towers' share of every batch, as the trainer
-# builds the step, in a plain session on its own server.
+# builds the step, in a plain session on its own server; the chief starts
+# from the initial values, the other worker from the chief's.
 _WORKER = """
 import sys
 import numpy as np
 import tensorflow as tf
-sys.path.insert(0, "tests")
 import cifar10_multi_gpu_train
-import test_variable_update as t
+from benchmarks import equivalence
 from multigpu.distributed import cluster
-from multigpu.graph import any_model, placement, variable_update
+from multigpu.graph import placement, variable_update
 
 hosts, index, inputs, output = sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]
 data = dict(np.load(inputs))
 task = cluster.cluster_task("", hosts, "worker", index)
-towers = data["images"].shape[1] // task.num_workers
-mine = slice(index * towers, (index + 1) * towers)
+images, labels = data.pop("images"), data.pop("labels")
+towers = images.shape[1] // task.num_workers
 devices = placement.tower_devices(towers, cpu_towers=True)
 config = cluster.task_config(
     placement.session_config(devices, operation_timeout_secs=120), task
 )
 server = tf.distribute.Server(task.cluster, "worker", index, config=config)
+batches = iter(
+    tf.compat.v1.data.make_one_shot_iterator(
+        tf.data.Dataset.from_tensor_slices((images[:, i], labels[:, i]))
+    ).get_next
+    for i in range(index * towers, (index + 1) * towers)
+)
 with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
     update = variable_update.variable_update(
-        "replicated", devices, task=task, pack_bytes=int(data["pack_bytes"])
+        "replicated", devices, task=task, pack_bytes=int(data.pop("pack"))
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        t._tower_inputs(data["images"][:, mine], data["labels"][:, mine]),
-        t.PER_TOWER_BATCH, devices, tf.float32, task=task, update=update,
+        lambda: next(batches)(), equivalence.PER_TOWER_BATCH, devices,
+        tf.float32, task=task, update=update,
     )
-    variables = any_model.moving_average_variables()
     # All but the averages of the worker's own losses, for its summaries.
-    copies = tf.compat.v1.local_variables()
-    everything = [
-        v for v in tf.compat.v1.global_variables() + copies
+    graph_variables = {
+        v.op.name: v for v in tf.compat.v1.global_variables()
         if not v.op.name.endswith("/avg")
+    }
+    everything = list(graph_variables.values()) + [
+        v for v in tf.compat.v1.local_variables()
+        if variable_update.primary_name(v.op.name)
     ]
     with tf.compat.v1.Session(server.target, config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
-        if task.is_chief:
-            for var in variables:
-                var.load(data[var.op.name], sess)
+        for name, var in graph_variables.items():
+            value = data.get(name.replace(equivalence.SHADOW, ""))
+            if task.is_chief and value is not None:
+                var.load(value, sess)
         sess.run(variable_update.local_init_op())
         gaps, states = [], []
-        for step in range(len(data["images"])):
+        for step in range(len(images)):
             sess.run(train_op)
             if step == 0:
-                first = {"first/" + v.op.name: sess.run(v) for v in variables}
-            gaps.append(t._largest_copy_gap(sess, copies))
+                first = sess.run(graph_variables)
+            gaps.append(equivalence.largest_copy_gap(sess, graph_variables))
             states.append(np.concatenate(
                 [np.ravel(v).astype(np.float64) for v in sess.run(everything)]))
-        values = {v.op.name: sess.run(v) for v in variables}
+        values = sess.run(graph_variables)
+first = {"first/" + name: value for name, value in first.items()}
 np.savez(output, gaps=gaps, states=states, **values, **first)
 """
 
@@ -97,16 +113,13 @@ def _cluster_train(tmp_path, images, labels, initial, pack_bytes):
     """Trains WORKERS workers of TOWERS towers on the batches.
 
     Returns:
-      A list (one per worker) of dicts: the variables after the steps,
-      after the first step ('first/NAME'), and 'gaps' (per step, the
-      largest gap between a copy and tower 0's variable) and 'states' (per
-      step, every variable of the worker but the averages of its own
-      losses).
+      A list (one per worker) of dicts: the global variables after the
+      steps, after the first step ('first/NAME'), and 'gaps' (per step, the
+      largest gap between a copy and its variable) and 'states' (per step,
+      every variable and copy of the worker).
     """
     inputs = tmp_path / "inputs.npz"
-    np.savez(
-        inputs, images=images, labels=labels, pack_bytes=pack_bytes, **initial
-    )
+    np.savez(inputs, images=images, labels=labels, pack=pack_bytes, **initial)
     hosts = ",".join("127.0.0.1:%d" % p for p in _free_ports(WORKERS))
     outputs = [tmp_path / ("worker%d.npz" % i) for i in range(WORKERS)]
     workers = [
@@ -127,55 +140,52 @@ def _cluster_train(tmp_path, images, labels, initial, pack_bytes):
     return [dict(np.load(out)) for out in outputs]
 
 
-def _one_device(images, labels, initial):
-    """_train of one device on each step's whole batch of all towers."""
-    steps = len(images)
-    values, _ = _train(
-        "parameter_server",
-        images.reshape([steps, 1, -1, 24, 24, 3]),
-        labels.reshape([steps, 1, -1]),
-        initial,
-    )
-    return values
-
-
 # The ring's order of summation is not the one device's: after one step
 # they agree to 1e-8, but over 20 steps a max-pool whose two largest inputs
 # lie closer than that picks the other one now and then, which moves a
 # weight by up to 2e-3 (measured). So the cluster is held to one device for
 # one step, and to the ring of 4 towers in one process, which sums in its
-# order, for 20 steps (measured: 2.2e-8 apart with packing, which chunks the
-# ring otherwise; packing itself is checked below).
+# order, for 20 steps (measured: 2.2e-8 apart with packing, which chunks
+# the ring otherwise; packing itself is checked below).
 @pytest.mark.slow
 def test_two_workers_of_two_towers_train_as_four_towers_and_one_device(
-    tmp_path,
+    tmp_path, monkeypatch
 ):
-    images, labels = _batches(WORKERS * TOWERS, 4, STEPS)
-    initial = _initial_values()
+    monkeypatch.setattr(equivalence, "STEPS", STEPS)
+    images, labels = equivalence.batches(CASE)
+    initial = equivalence.initial_values(CASE)
+    devices = placement.tower_devices(WORKERS * TOWERS, cpu_towers=True)
 
-    workers = _cluster_train(tmp_path, images, labels, initial, TEST_PACK_BYTES)
-    four_towers, _ = _train("replicated", images, labels, initial, "collective")
-    one_device_step = _one_device(images[:1], labels[:1], initial)
+    chief, other = _cluster_train(
+        tmp_path, images, labels, initial, TEST_PACK_BYTES
+    )
+    four_towers, _ = equivalence.train(
+        lambda: equivalence.tower_graph(CASE, images, labels, devices),
+        initial,
+        devices,
+    )
+    monkeypatch.setattr(equivalence, "STEPS", 1)
+    one_device, _ = equivalence.train(
+        lambda: equivalence.one_device_graph(CASE, images[:1], labels[:1]),
+        initial,
+        ["/cpu:0"],
+    )
 
-    chief, other = workers
     # The copies on every tower of every worker, after every step: equal.
     assert list(chief["gaps"]) == [0.0] * STEPS
     assert list(other["gaps"]) == [0.0] * STEPS
     np.testing.assert_array_equal(chief["states"], other["states"])
-    for name, value in four_towers.items():
+    for name, value in one_device.items():
         np.testing.assert_allclose(
-            chief["first/" + name],
-            one_device_step[name],
-            rtol=0,
-            atol=1e-7,
-            err_msg=name,
+            chief["first/" + name], value, rtol=0, atol=1e-7, err_msg=name
         )
         np.testing.assert_allclose(
-            chief[name], value, rtol=0, atol=1e-6, err_msg=name
+            chief[name], four_towers[name], rtol=0, atol=1e-6, err_msg=name
         )
-        # The steps moved the weights: the checks are not vacuous.
-        assert np.max(np.abs(value - initial[name])) > 1e-4, name
-        assert np.max(np.abs(one_device_step[name] - initial[name])) > 1e-5
+    # The steps moved the weights: the checks are not vacuous.
+    for name, value in initial.items():
+        assert np.max(np.abs(chief[name] - value)) > 1e-4, name
+        assert np.max(np.abs(one_device[name] - value)) > 1e-5, name
 
 
 def _reduced(grads_of_towers, pack_bytes):
@@ -196,7 +206,7 @@ def _reduced(grads_of_towers, pack_bytes):
                     ]
                 )
         reduced = collectives.all_reduce_mean(
-            tower_grads, devices, 1, collectives.InstanceKeys(), pack_bytes
+            tower_grads, devices, 1, all_reduce.CollectiveKeys(), pack_bytes
         )
         fetches = [[g for g, _ in grads if g is not None] for grads in reduced]
         with tf.compat.v1.Session(
