@@ -6,8 +6,12 @@ a copy of the variables, the gradients of all of them are all-reduced every
 step (`collectives.all_reduce_mean`) and every copy takes the same update.
 The chief (worker 0) restores the newest checkpoint or initialises; every
 other worker initialises its own variables, then takes the chief's values
-(`collectives.broadcast`), all in the local init op of its session. Only
-the chief writes checkpoints and summaries.
+(`collectives.chief_values`: the weights, the optimizer's slots, the
+statistics, the global step), all in the local init op of its session. The
+moving averages, made after the update, start from each worker's own
+values and are the chief's only in its checkpoints, which only the chief
+writes, with the summaries. The batch-norm statistics of the step are the
+last worker's last tower's, on every worker.
 
 --variable_update=parameter_server keeps the TF1 ps cluster (`cluster`).
 
