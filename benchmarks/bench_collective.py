@@ -24,6 +24,11 @@ packing cuts. What it cannot: a network's bandwidth and latency (loopback
 moves gigabytes per second), nor the ps links' congestion that all-reduce
 avoids; on 2 shared cores the workers also take each other's CPU. The dry
 run prices the network (`network_plan`).
+
+Measured on 2 shared cores (Intel Xeon, AVX-512, no bfloat16; load 8 to
+16), --steps=10 --rounds=3, batch 32 per worker: replicated unpacked 811
+examples/s, packed 256 KiB 639, 1 MiB 716, 4 MiB 892; the ps cluster 452.
+Replicated / ps cluster 1.80x wall, 1.17x per CPU second.
 """
 
 import json

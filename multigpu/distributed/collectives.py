@@ -30,8 +30,10 @@ import math
 
 import tensorflow as tf
 
-# The default of --gradient_pack_bytes: about the bytes of one all-reduce
-# (benchmarks/bench_collective.py measured it).
+# The default of --gradient_pack_bytes: about the bytes of one all-reduce.
+# benchmarks/bench_collective.py, 2 workers on loopback, the tutorial's 4.27
+# MB of gradients in 10 tensors: 4 MiB packs trained 1.10x the examples per
+# second of no packing (1.14x per CPU second); 1 MiB 0.88x, 256 KiB 0.79x.
 PACK_BYTES_DEFAULT = 4 * 2**20
 
 # TensorFlow's ring all-reduce: every device sends 2 (N - 1) / N of the bytes,
