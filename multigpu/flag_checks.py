@@ -11,6 +11,8 @@ workers that never come.
 
 import sys
 
+from multigpu.distributed import collective_cluster
+
 # The flags of reduced precision, which do nothing without --use_fp16.
 FP16_FLAGS = (
     "force_cpu_bfloat16",
@@ -140,7 +142,7 @@ def _check_reduced_precision(flag_values):
 
 
 def _check_variable_update(flag_values, task):
-    """Each --variable_update takes its own flags; replicated no cluster."""
+    """Each --variable_update takes its own flags, and its own cluster."""
     if "variable_update" not in flag_values:
         return
     mode = flag_values.variable_update
@@ -155,13 +157,8 @@ def _check_variable_update(flag_values, task):
             "it would be ignored; drop it or pass --variable_update=%s"
             % (_shown(flag_values, own_flag[other]), other, mode, other)
         )
-    if task is not None and task.cluster is not None and mode == "replicated":
-        raise ValueError(
-            "%s task %d: --variable_update=replicated does not run in "
-            "cluster mode yet (the variables live on the ps tasks); use "
-            "--variable_update=parameter_server on every task"
-            % (task.job_name, task.task_index)
-        )
+    if task is not None:
+        collective_cluster.check_mode(mode, task)
 
 
 def _check_cluster(flag_values, task):

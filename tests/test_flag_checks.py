@@ -39,6 +39,7 @@ print(json.dumps(verdicts))
 """
 
 CLUSTER = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223"]
+WORKERS_ONLY = "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224"
 
 # (script module, flags, the line check_flags gives, None when accepted).
 CASES = [
@@ -117,9 +118,33 @@ CASES = [
     (
         "mnist_multi_gpu_train",
         [*CLUSTER, "--job_name=ps", "--variable_update=replicated"],
-        "ps task 0: --variable_update=replicated does not run in cluster "
-        "mode yet (the variables live on the ps tasks); use "
-        "--variable_update=parameter_server on every task",
+        "--variable_update=replicated runs in a cluster of workers only, but "
+        "--ps_hosts lists 1 ps task(s); drop --ps_hosts (and the ps tasks) "
+        "or pass --variable_update=parameter_server",
+    ),
+    (
+        "cifar10_multi_gpu_train",
+        [WORKERS_ONLY, "--job_name=worker"],
+        "--variable_update=parameter_server needs ps tasks, but the cluster "
+        "has workers only (no --ps_hosts); pass --variable_update=replicated "
+        "to all-reduce between the workers, or list ps tasks in --ps_hosts",
+    ),
+    (
+        "mnist_multi_gpu_train",
+        [
+            WORKERS_ONLY,
+            "--job_name=worker",
+            "--variable_update=replicated",
+            "--sync_replicas",
+        ],
+        "--sync_replicas is for the ps cluster; in a cluster of workers only "
+        "every step all-reduces the gradients of all workers already: drop "
+        "--sync_replicas",
+    ),
+    (
+        "cifar10_multi_gpu_train",
+        [WORKERS_ONLY, "--job_name=worker", "--variable_update=replicated"],
+        None,
     ),
     (
         "cifar10_multi_gpu_train",
@@ -233,10 +258,10 @@ def test_increasing_boundaries_pass_and_others_name_the_first_fault():
         (
             "cifar10_multi_gpu_train.py",
             [*CLUSTER, "--job_name=ps", "--variable_update=replicated"],
-            "cifar10_multi_gpu_train.py: error: ps task 0: "
-            "--variable_update=replicated does not run in cluster mode yet "
-            "(the variables live on the ps tasks); use "
-            "--variable_update=parameter_server on every task",
+            "cifar10_multi_gpu_train.py: error: --variable_update=replicated"
+            " runs in a cluster of workers only, but --ps_hosts lists 1 ps "
+            "task(s); drop --ps_hosts (and the ps tasks) or pass "
+            "--variable_update=parameter_server",
         ),
     ],
     ids=["boundaries", "ps_replicated"],

@@ -171,7 +171,6 @@ class _Flags:
     task_index = 0
     sync_replicas = True
     replicas_to_aggregate = 0
-    variable_update = "parameter_server"
 
 
 def test_the_cluster_task_of_a_trainer_comes_from_tf_config_alone():

@@ -166,9 +166,8 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
       A `ClusterTask`, as `cluster_task` returns it.
 
     Raises:
-      ValueError: bad flags, a bad TF_CONFIG, both naming a cluster and
-        disagreeing, or a --variable_update the cluster does not run
-        (`collective_cluster.check_mode`).
+      ValueError: bad flags, a bad TF_CONFIG, or both naming a cluster and
+        disagreeing.
     """
     hosts = tf_config.resolve(
         tf_config.ClusterFlags(
@@ -186,7 +185,6 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
         flag_values.ps_hosts or flag_values.worker_hosts
     ):
         task = task._replace(hosts_from=tf_config.TF_CONFIG)
-    collective_cluster.check_mode(flag_values.variable_update, task)
     return task
 
 
