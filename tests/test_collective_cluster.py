@@ -26,7 +26,7 @@ from test_cluster import (
 from test_dry_run import CIFAR10_PARAMETERS
 
 from benchmarks import equivalence
-from multigpu.distributed import collectives
+from multigpu.distributed import cluster, collectives
 from multigpu.graph import all_reduce, placement
 
 SCRIPT = "cifar10_multi_gpu_train.py"
@@ -295,6 +295,7 @@ def _workers_cluster(make_cluster, *flags):  # noqa: F811
             "not responding (stopped or stuck): worker task 1 (%s)",
         ),
     ],
+    ids=["killed", "frozen"],
 )
 def test_a_killed_or_frozen_worker_ends_the_other_naming_it(
     make_cluster,  # noqa: F811
@@ -382,6 +383,7 @@ def test_a_run_resumes_across_topologies_to_the_eval(
     assert re.search(r"precision @ 1 = [\d.]+", result.stdout), result.stdout
 
 
+@pytest.mark.slow
 def test_the_dry_run_prices_the_bytes_of_each_worker_over_the_network():
     gradient_bytes = CIFAR10_PARAMETERS * 4
     # A ring of 4 devices: each sends 2 x 3/4 of the gradients, and one of
@@ -423,3 +425,26 @@ def test_the_dry_run_prices_the_bytes_of_each_worker_over_the_network():
         "/".join("%.2f" % (ring_64 * 8 / g / 1e6) for g in (10, 25, 100)),
         "/".join("%.2f" % (ps_64 * 8 / g / 1e6) for g in (10, 25, 100)),
     )
+
+
+def test_a_ps_task_in_a_cluster_of_workers_only_is_refused():
+    with pytest.raises(ValueError) as error:
+        cluster.cluster_task("", "127.0.0.1:2223,127.0.0.1:2224", "ps", 0)
+    assert str(error.value) == (
+        "--job_name=ps but --ps_hosts is empty: a cluster of workers only "
+        "has no ps task; start each task with --job_name=worker"
+    )
+    task = cluster.cluster_task(
+        "", "127.0.0.1:2223,127.0.0.1:2224", "worker", 1
+    )
+    assert (task.workers_only, task.num_workers, task.replicas_per_step) == (
+        True,
+        2,
+        2,
+    )
+    assert cluster.device_setter(task) == "/job:worker/task:1"
+    config = cluster.task_config(placement.session_config(), task)
+    assert config.experimental.collective_group_leader == (
+        "/job:worker/replica:0/task:0"
+    )
+    assert list(config.device_filters) == ["/job:worker/task:1"]

@@ -111,15 +111,7 @@ def cluster_task(
     if ps_hosts:
         jobs["ps"] = _parse_hosts("ps_hosts", ps_hosts)
     cluster = tf.train.ClusterSpec(jobs)
-    if job_name not in ("ps", "worker"):
-        raise ValueError(
-            "--job_name must be 'ps' or 'worker', got %r" % job_name
-        )
-    if job_name == "ps" and not ps_hosts:
-        raise ValueError(
-            "--job_name=ps but --ps_hosts is empty: a cluster of workers "
-            "only has no ps task; start each task with --job_name=worker"
-        )
+    _check_job_name(job_name, bool(ps_hosts))
     addresses = [a for job in sorted(jobs) for a in jobs[job]]
     shared = sorted({a for a in addresses if addresses.count(a) > 1})
     if shared:
@@ -149,6 +141,18 @@ def cluster_task(
         sync_replicas,
         replicas_to_aggregate or num_workers,
     )
+
+
+def _check_job_name(job_name, has_ps):
+    if job_name not in ("ps", "worker"):
+        raise ValueError(
+            "--job_name must be 'ps' or 'worker', got %r" % job_name
+        )
+    if job_name == "ps" and not has_ps:
+        raise ValueError(
+            "--job_name=ps but --ps_hosts is empty: a cluster of workers "
+            "only has no ps task; start each task with --job_name=worker"
+        )
 
 
 def cluster_task_from_flags(flag_values, environ=os.environ):
