@@ -149,13 +149,13 @@ def build_graph(
     applied = loss_scale.step_applied(scaled)
     with tf.name_scope("update"):
         apply_op = variable_update.apply_gradients(
+            update,
             plan,
             opt,
             reduced,
             global_step,
             towers.batch_norm_updates(scope),
             applied,
-            update,
         )
         averages_op = moving_averages.average_variables(
             [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY

@@ -180,7 +180,7 @@ def train(
         reduced = variable_update.reduce_gradients(update, tower_grads)
     with tf.name_scope("update"):
         train_op = variable_update.apply_gradients(
-            plan, opt, reduced, global_step, [], tf.constant(True), update
+            update, plan, opt, reduced, global_step, [], tf.constant(True)
         )
     mean_loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     summary_op = summaries.last_tower_summaries(scope)

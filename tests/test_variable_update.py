@@ -110,8 +110,7 @@ def test_replicated_is_refused_in_a_cluster_with_ps_with_one_line(
     assert line == (
         "%s: error: --variable_update=replicated runs in a cluster of "
         "workers only, but --ps_hosts lists 1 ps task(s); drop --ps_hosts "
-        "(and the ps tasks) or pass --variable_update=parameter_server"
-        % script
+        "(and the ps tasks) or pass --variable_update=parameter_server" % script
     )
 
 

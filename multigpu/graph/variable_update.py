@@ -291,11 +291,12 @@ def reduce_gradients(update, tower_grads):
 
 
 def apply_gradients(
-    plan, opt, reduced, global_step, statistics_updates, applied, update=None
+    update, plan, opt, reduced, global_step, statistics_updates, applied
 ):
     """The step's update: the gradients, then the statistics.
 
     Args:
+      update: the `VariableUpdate`.
       plan: the `tower_plan` the towers were built with.
       opt: the optimizer; its `apply_gradients` increments global_step once.
       reduced: the lists of `reduce_gradients` (each maybe clipped).
@@ -304,7 +305,6 @@ def apply_gradients(
         (`towers.batch_norm_updates` of its scope).
       applied: bool scalar, whether the step is applied
         (`loss_scale.step_applied`).
-      update: the `VariableUpdate`; needed in a cluster of workers only.
 
     Returns:
       The op of the update. Its local init op (`local_init_op`) is in the
@@ -316,7 +316,7 @@ def apply_gradients(
             [pair for grads in reduced for pair in grads],
             global_step=global_step,
         )
-    cluster = update if update is not None and update.task else None
+    cluster = update if update.task is not None else None
     with tf.control_dependencies([apply_op, *statistics_updates]):
         commit = _commit_statistics(plan, applied, cluster)
     tf.compat.v1.add_to_collection(
