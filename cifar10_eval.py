@@ -4,7 +4,9 @@ Run it beside a trainer, or once on its newest checkpoint:
   python cifar10_eval.py --checkpoint_dir=/tmp/cifar10_train
   python cifar10_eval.py --run_once --fake_data   # after a --fake_data run
   python cifar10_eval.py --run_once --model=resnet20   # the trainer's --model
-  tensorboard --logdir=/tmp/cifar10_eval
+  tensorboard --logdir=/tmp/cifar10_train   # the training and its eval
+
+Its event logs go to CHECKPOINT_DIR/eval unless --eval_dir says otherwise.
 
 Each new checkpoint is scored once: its moving-average (shadow) variables are
 restored into the model, exactly --num_examples examples are classified, and
@@ -35,17 +37,23 @@ from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks, folders
 from multigpu.graph import placement
-from multigpu.run import checkpoints, restore
+from multigpu.run import checkpoints, restore, train_dirs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
-    "eval_dir", cifar10_input.EVAL_DIR, "Where to write event logs."
+    "eval_dir",
+    "",
+    "Where to write event logs. Default: the folder eval in "
+    "--checkpoint_dir, so that TensorBoard on --checkpoint_dir shows the "
+    "training and its eval side by side.",
 )
 flags.DEFINE_enum("eval_data", "test", ["test", "train"], "Split to evaluate.")
 flags.DEFINE_string(
     "checkpoint_dir",
-    cifar10_input.TRAIN_DIR,
-    "Where the trainer writes checkpoints.",
+    "",
+    "Where the trainer writes checkpoints, its --train_dir. Default: the "
+    "trainers' default for --model: %s for --model=tutorial, %s_MODEL for "
+    "another." % (cifar10_input.TRAIN_DIR, cifar10_input.TRAIN_DIR),
 )
 flags.DEFINE_integer(
     "eval_interval_secs",
@@ -272,20 +280,27 @@ def _refuse_checkpoint_file(checkpoint_dir):
 def main(argv):
     del argv
     flag_checks.check_flags(FLAGS)
+    model = registry.model(FLAGS.model)
+    checkpoint_dir = FLAGS.checkpoint_dir or registry.default_train_dir(
+        model.name
+    )
+    _refuse_checkpoint_file(checkpoint_dir)
+    registry.refuse_other_model(model, checkpoint_dir, "checkpoint_dir")
+    eval_dir = FLAGS.eval_dir or os.path.join(
+        checkpoint_dir, train_dirs.EVAL_FOLDER
+    )
     config = placement.session_config(
         options=common_flags.session_options_from_flags(FLAGS)
     )
-    model = registry.model(FLAGS.model)
     if FLAGS.fake_data:
         cifar10_data.prepare_data_dir(FLAGS.data_dir, fake_data=True)
     else:
         cifar10_data.say_if_sample_set(FLAGS.data_dir)
-    folders.make_folder(FLAGS.eval_dir, "eval_dir")
-    _refuse_checkpoint_file(FLAGS.checkpoint_dir)
+    folders.make_folder(eval_dir, "eval_dir")
     devices = placement.tower_devices(1, cpu_towers=True)
     evaluate(
-        FLAGS.checkpoint_dir,
-        FLAGS.eval_dir,
+        checkpoint_dir,
+        eval_dir,
         FLAGS.run_once,
         FLAGS.eval_interval_secs,
         FLAGS.last_step,

@@ -19,6 +19,7 @@ writing the files (the built-in sample set, the download) is
 """
 
 import os
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -38,15 +39,16 @@ BATCHES_DIR = "cifar-10-batches-bin"
 # The official archive (data_sets/cifar10_data.py downloads it).
 DATA_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 
-# The tutorial scripts' default folders: the trainers' --train_dir (the
-# eval's --checkpoint_dir) and the eval's --eval_dir.
-TRAIN_DIR = "/tmp/cifar10_train"
-EVAL_DIR = "/tmp/cifar10_eval"
+# The tutorial's default folder: the trainers' --train_dir (the eval's
+# --checkpoint_dir) for --model=tutorial, in $TMPDIR (/tmp unless set);
+# another model's default is TRAIN_DIR_NAME, e.g. /tmp/cifar10_train_resnet20
+# (`registry.default_train_dir`).
+TRAIN_DIR = os.path.join(tempfile.gettempdir(), "cifar10_train")
 # The eval of a trainer's newest checkpoint, as the trainers' closing
-# report prints it (`report.next_commands`).
+# report prints it (`registry.next_commands`).
 EVAL_COMMAND = (
     "python cifar10_eval.py --run_once --checkpoint_dir={train_dir} "
-    "--eval_dir={eval_dir} --data_dir={data_dir}"
+    "--data_dir={data_dir}"
 )
 
 # The tutorial's model input: a 24x24 crop of the 32x32 image, for training

@@ -12,8 +12,8 @@ Run it:
   python cifar10_multi_gpu_train.py --num_gpus=8 \\
       --variable_update=replicated --worker_hosts=h0:2222,h1:2222 \\
       --job_name=worker --task_index=0       # 2 machines (task 1 on h1)
-  tensorboard --logdir=/tmp/cifar10_train
   python cifar10_eval.py --run_once                             # score it
+  tensorboard --logdir=/tmp/cifar10_train                       # run, eval
 
 Each tower reads its own batch of --batch_size examples, so a step trains on
 batch_size * num_gpus examples. The variables live on the CPU; each tower
@@ -230,6 +230,15 @@ def main(argv):
         )
     else:
         devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
+    model = registry.model(
+        FLAGS.model,
+        FLAGS.learning_rate,
+        FLAGS.learning_rate_boundaries,
+        FLAGS.momentum,
+    )
+    train_dir = FLAGS.train_dir or registry.default_train_dir(model.name)
+    if not (FLAGS.dry_run or FLAGS.clear_train_dir):
+        registry.refuse_other_model(model, train_dir, "train_dir")
     update = variable_update.variable_update(
         FLAGS.variable_update,
         devices,
@@ -315,7 +324,7 @@ def main(argv):
         training.run_training(
             train_op,
             loss,
-            FLAGS.train_dir,
+            train_dir,
             examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
             log_frequency=FLAGS.log_frequency,
             max_steps=FLAGS.max_steps,
@@ -329,18 +338,19 @@ def main(argv):
             hooks=[
                 closing,
                 *hooks,
-                *trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
+                *trace.trace_hooks(FLAGS.trace_step, train_dir),
             ],
             pretrained=(
                 FLAGS.pretrained_model_checkpoint_path,
                 FLAGS.fine_tune,
             ),
+            model_name=model.name,
         )
     report.print_closing_report(
         closing,
         FLAGS.batch_size * FLAGS.num_gpus,
-        FLAGS.train_dir,
-        registry.next_commands(model, FLAGS.train_dir, FLAGS.data_dir),
+        train_dir,
+        registry.next_commands(model, train_dir, FLAGS.data_dir),
     )
 
 

@@ -14,6 +14,7 @@ import collections
 import functools
 import importlib
 import os
+import re
 import sys
 
 import tensorflow as tf
@@ -22,7 +23,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import resnet
 from multigpu.graph import any_model, model_variables, summaries
-from multigpu.run import report
+from multigpu.run import checkpoints, restore, train_dirs
 
 # A model and its recipe.
 #   name: str, as --model names it.
@@ -158,11 +159,78 @@ def logits(model, images, is_training, compute_dtype):
     )
 
 
+def default_train_dir(model_name):
+    """The default --train_dir of a model: no two models share one.
+
+    Returns:
+      str, /tmp/cifar10_train for the tutorial (the tutorial's own
+      folder), /tmp/cifar10_train_NAME for another, e.g.
+      /tmp/cifar10_train_resnet20 or /tmp/cifar10_train_my_models_net for
+      my_models:net.
+    """
+    if model_name == TUTORIAL.name:
+        return cifar10_input.TRAIN_DIR
+    return "%s_%s" % (
+        cifar10_input.TRAIN_DIR,
+        re.sub(r"[^A-Za-z0-9_-]+", "_", model_name),
+    )
+
+
+def refuse_other_model(model, folder, flag):
+    """Refuses a folder of checkpoints of another model, before any work.
+
+    The model is the folder's record (`train_dirs.recorded_model`) or, in a
+    folder written before the record was kept, the one its newest
+    checkpoint's variables name (`restore.model_name`).
+
+    Args:
+      model: the `Model` of --model.
+      folder: str, the --train_dir or --checkpoint_dir.
+      flag: str, the folder's flag: 'train_dir' or 'checkpoint_dir'.
+
+    Raises:
+      ValueError: folder holds checkpoints of another model (one line
+        naming it, and the flags to pass).
+    """
+    held = train_dirs.recorded_model(folder) or _checkpoints_model(folder)
+    if held is None or held == model.name:
+        return
+    raise ValueError(
+        "--%s=%s holds checkpoints of --model=%s, not --model=%s: pass "
+        "--model=%s to use them, or another --%s (--model=%s's own "
+        "default is %s)"
+        % (
+            flag,
+            folder,
+            held,
+            model.name,
+            held,
+            flag,
+            model.name,
+            default_train_dir(model.name),
+        )
+    )
+
+
+def _checkpoints_model(folder):
+    """The model of folder's newest checkpoint, None if none or unknown."""
+    checkpoint = checkpoints.latest_checkpoint(folder)
+    if checkpoint is None:
+        return None
+    try:
+        with checkpoints.reading(checkpoint) as reader:
+            return restore.model_name(reader.get_variable_to_shape_map())
+    except tf.errors.OpError:
+        return None  # Damaged: the run itself says so.
+
+
 def next_commands(model, train_dir, data_dir):
     """The commands a CIFAR-10 trainer's closing report prints.
 
     The eval names --model when it is not the tutorial's (the eval's
-    default), so that it builds the model the checkpoints hold.
+    default), so that it builds the model the checkpoints hold; it writes
+    beside them, in train_dir/eval, where TensorBoard on train_dir shows
+    both runs.
 
     Args:
       model: the `Model` trained.
@@ -173,12 +241,13 @@ def next_commands(model, train_dir, data_dir):
       [eval command, tensorboard command], two strs.
     """
     model_flag = "" if model.name == TUTORIAL.name else " --model=" + model.name
-    return report.next_commands(
-        cifar10_input.EVAL_COMMAND + model_flag,
-        train_dir,
-        cifar10_input.EVAL_DIR,
-        data_dir=data_dir,
+    eval_command = cifar10_input.EVAL_COMMAND.format(
+        train_dir=train_dir, data_dir=data_dir
     )
+    return [
+        eval_command + model_flag,
+        "tensorboard --logdir=%s" % train_dir,
+    ]
 
 
 def user_model(name):

@@ -23,7 +23,7 @@ def define_once(define, name, *args, **kwargs):
         define(name, *args, **kwargs)
 
 
-def define_trainer_flags(train_dir, log_frequency):
+def define_trainer_flags(train_dir, log_frequency, train_dir_note=""):
     """The groups every trainer takes.
 
     Its folder and progress lines, checkpoints, the sample set, warm start,
@@ -32,8 +32,9 @@ def define_trainer_flags(train_dir, log_frequency):
     Args:
       train_dir: str, the trainer's default --train_dir.
       log_frequency: int, its default steps between progress lines.
+      train_dir_note: str, what --help adds on the default of --train_dir.
     """
-    define_train_dir_flags(train_dir, log_frequency)
+    define_train_dir_flags(train_dir, log_frequency, train_dir_note)
     define_checkpoint_flags()
     define_fake_data_flag()
     define_warm_start_flags()
@@ -49,9 +50,16 @@ def define_cifar10_trainer_flags(data_url, train_dir):
 
     Args:
       data_url: str, the default --data_url: the official archive.
-      train_dir: str, the default --train_dir.
+      train_dir: str, the tutorial net's --train_dir; another --model's is
+        TRAIN_DIR_NAME (the flag's default is '': the script chooses).
     """
-    define_trainer_flags(train_dir, log_frequency=10)
+    define_trainer_flags(
+        "",
+        log_frequency=10,
+        train_dir_note="Default: %s for --model=tutorial, %s_MODEL for "
+        "another --model (e.g. %s_resnet20), so that two models never share "
+        "a folder." % (train_dir, train_dir, train_dir),
+    )
     define_step_flags()
     define_data_url_flag(data_url)
     define_fp16_flags()
@@ -111,19 +119,22 @@ def define_recipe_flags():
     )
 
 
-def define_train_dir_flags(train_dir, log_frequency):
+def define_train_dir_flags(train_dir, log_frequency, train_dir_note=""):
     """--train_dir, --clear_train_dir, --log_frequency, --log_device_placement.
 
     Args:
       train_dir: str, the trainer's default --train_dir.
       log_frequency: int, its default steps between progress lines.
+      train_dir_note: str, what --help adds on the default of --train_dir.
     """
     define_once(
         flags.DEFINE_string,
         "train_dir",
         train_dir,
-        "Where to write checkpoints and event logs. A restart on the same "
-        "folder resumes from its newest checkpoint.",
+        (
+            "Where to write checkpoints and event logs. A restart on the "
+            "same folder resumes from its newest checkpoint. " + train_dir_note
+        ).strip(),
     )
     define_once(
         flags.DEFINE_boolean,

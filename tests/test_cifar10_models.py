@@ -477,3 +477,15 @@ def test_a_trainer_given_a_model_with_an_int32_variable_exits_1_naming_it(
         "only (the optimizer trains them, the moving averages average the "
         "others too); make it float32"
     )
+
+
+def test_a_tutorial_checkpoint_read_as_a_resnet_is_named_as_the_tutorial():
+    with tf.Graph().as_default():
+        cifar10.inference(tf.zeros([1, 24, 24, 3]))
+        shapes = {
+            v.op.name: v.shape.as_list()
+            for v in tf.compat.v1.global_variables()
+        }
+    assert restore.describe(shapes) == (
+        "the CIFAR-10 tutorial's net (--model=tutorial)"
+    )

@@ -98,8 +98,6 @@ def _tensorflow_lines(result):
 def user_run(cifar10_data_dir, tmp_path_factory):
     """A fresh 60-step run of cifar10_train.py as a user starts it.
 
-    Its --train_dir is PARENT/train, so that the report suggests PARENT/eval.
-
     Returns:
       (train_dir, data_dir, `subprocess.CompletedProcess`).
     """
@@ -118,14 +116,13 @@ def user_run(cifar10_data_dir, tmp_path_factory):
 
 def _closing_report(train_dir, data_dir):
     """The exact lines of the report but its first two (figures of the run)."""
-    parent = train_dir.parent
     return [
         "Checkpoints and event logs: %s (newest: %s/model.ckpt-%d)."
         % (train_dir, train_dir, USER_RUN_STEPS),
         "Next:",
         "  python cifar10_eval.py --run_once --checkpoint_dir=%s "
-        "--eval_dir=%s --data_dir=%s" % (train_dir, parent / "eval", data_dir),
-        "  tensorboard --logdir=%s" % parent,
+        "--data_dir=%s" % (train_dir, data_dir),
+        "  tensorboard --logdir=%s" % train_dir,
     ]
 
 
@@ -185,8 +182,8 @@ def test_the_readme_sample_run_has_the_lines_a_run_prints_today(user_run):
     forms = {_form(line) for line in user_run[2].stdout.splitlines()}
     sample = _readme_sample_run()
     assert [line for line in sample[:-2] if _form(line) not in forms] == []
-    # The default --train_dir is not named '.../train': the eval writes to
-    # its own default folder, and TensorBoard is given both.
+    # The eval writes into the train_dir's eval folder, and TensorBoard on
+    # the train_dir shows both.
     assert sample[-2:] == [
         "  " + command
         for command in registry.next_commands(
@@ -270,7 +267,7 @@ def test_the_eval_command_of_the_report_runs_as_printed(user_run):
         re.fullmatch(r"%s: %s = \d\.\d{3}" % (DATE, score), line) is not None
         for score, line in zip(["precision @ 1", "recall @ 5"], scores)
     ] == [True, True], evaluated.stdout
-    events = read_events(train_dir.parent / "eval")
+    events = read_events(train_dir / "eval")
     for tag in ("Precision @ 1", "Recall @ 5"):
         assert [e.step for e in events.Scalars(tag)] == [USER_RUN_STEPS]
 

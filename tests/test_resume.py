@@ -340,8 +340,7 @@ def test_a_cifar10_checkpoint_in_the_mnist_trainer_is_one_line(
         "model: it holds conv1/biases [64] where this model has [32], "
         "conv1/weights [5, 5, 3, 64] where this model has [5, 5, 1, 32], "
         "conv2/weights [5, 5, 64, 64] where this model has [5, 5, 32, 64] "
-        "and 5 more; it seems to hold a model of 3-channel images and 10 "
-        "classes (conv1/weights [5, 5, 3, 64], softmax_linear/weights "
-        "[192, 10])" % tf.train.latest_checkpoint(str(two_towers))
+        "and 5 more; it seems to hold the CIFAR-10 tutorial's net "
+        "(--model=tutorial)" % tf.train.latest_checkpoint(str(two_towers))
     )
     assert "Traceback" not in result.stderr

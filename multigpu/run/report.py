@@ -8,18 +8,12 @@ own one line instead).
 """
 
 import datetime
-import os
 import time
 
 import tensorflow as tf
 
 from multigpu.graph import loss_scale, towers
 from multigpu.run import checkpoints
-
-# The folder names under one parent that let TensorBoard show the train and
-# the eval runs side by side: PARENT/train and PARENT/eval.
-TRAIN_FOLDER = "train"
-EVAL_FOLDER = "eval"
 
 
 class RunReportHook(tf.compat.v1.train.SessionRunHook):
@@ -93,46 +87,6 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
     def end(self, session):
         self.wall_secs = time.time() - self._start
         self.last_step = session.run(self._global_step)
-
-
-def eval_folders(train_dir, default_eval_dir):
-    """The eval folder to suggest, and TensorBoard's --logdir flag for both.
-
-    A train_dir named PARENT/train gets PARENT/eval, and TensorBoard is
-    pointed at PARENT, which shows both runs; any other train_dir gets
-    default_eval_dir, and the two folders are named in --logdir_spec.
-
-    Returns:
-      (eval_dir, logdir_flag), two strs.
-    """
-    train_dir = os.path.normpath(train_dir)
-    parent, name = os.path.split(train_dir)
-    if name == TRAIN_FOLDER:
-        return os.path.join(parent, EVAL_FOLDER), "--logdir=%s" % parent
-    return default_eval_dir, "--logdir_spec=train:%s,eval:%s" % (
-        train_dir,
-        default_eval_dir,
-    )
-
-
-def next_commands(eval_command, train_dir, default_eval_dir, **flags):
-    """The eval of train_dir's newest checkpoint, and TensorBoard on both.
-
-    Args:
-      eval_command: str, the eval's command line, a format string with the
-        fields {train_dir}, {eval_dir} and those of flags.
-      train_dir: str, the trainer's checkpoints and event logs.
-      default_eval_dir: str, the eval's default --eval_dir.
-      **flags: strs, the other fields of eval_command (e.g. data_dir).
-
-    Returns:
-      [eval command, tensorboard command], two strs.
-    """
-    eval_dir, logdir = eval_folders(train_dir, default_eval_dir)
-    return [
-        eval_command.format(train_dir=train_dir, eval_dir=eval_dir, **flags),
-        "tensorboard %s" % logdir,
-    ]
 
 
 def print_closing_report(hook, examples_per_step, train_dir, next_commands):

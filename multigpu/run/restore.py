@@ -29,6 +29,12 @@ from multigpu.run import checkpoints
 SHADOW_SUFFIX = "/ExponentialMovingAverage"
 # The layer --fine_tune initialises afresh, as the Inception trainer does.
 FINE_TUNE_SCOPE = "softmax_linear/"
+# The CIFAR-10 tutorial net's first and last weights, by which `model_name`
+# knows its checkpoints.
+TUTORIAL_SHAPES = {
+    "conv1/weights": [5, 5, 3, 64],
+    "softmax_linear/weights": [192, 10],
+}
 # How many names an error or a note lists before 'and N more'.
 NAMES_LISTED = 3
 
@@ -235,6 +241,30 @@ def pretrained_checkpoint(path):
     return path
 
 
+def model_name(shapes):
+    """The --model whose checkpoint holds these variables, if one of ours.
+
+    Args:
+      shapes: dict, variable name -> list of ints.
+
+    Returns:
+      str, 'tutorial', 'resnet20', 'resnet56', ...; None for another model.
+    """
+    # The ResNets' residual blocks: stage1/block1 ... stage1/blockN.
+    blocks = [name for name in shapes if name.endswith("/conv2/kernel")]
+    blocks = [name for name in blocks if name.startswith("stage1/block")]
+    if blocks:
+        return "resnet%d" % (6 * len(blocks) + 2)
+    if (
+        shapes.get("conv1/weights") == TUTORIAL_SHAPES["conv1/weights"]
+        and shapes.get("softmax_linear/weights")
+        == TUTORIAL_SHAPES["softmax_linear/weights"]
+        and "local3/weights" in shapes
+    ):
+        return "tutorial"
+    return None
+
+
 def describe(shapes):
     """What a checkpoint seems to hold, from its variables' shapes.
 
@@ -244,16 +274,17 @@ def describe(shapes):
     Returns:
       str, e.g. 'a model of 1-channel images and 10 classes
       (conv1/weights [5, 5, 1, 32], softmax_linear/weights [10, 10])', or
-      '--model=resnet20 (3 blocks per stage)'.
+      '--model=resnet20 (3 blocks per stage)', or 'the CIFAR-10
+      tutorial's net (--model=tutorial)'.
     """
-    # The ResNets' residual blocks: stage1/block1 ... stage1/blockN.
-    blocks = [name for name in shapes if name.endswith("/conv2/kernel")]
-    blocks = [name for name in blocks if name.startswith("stage1/block")]
-    if blocks:
-        return "--model=resnet%d (%d blocks per stage)" % (
-            6 * len(blocks) + 2,
-            len(blocks),
+    name = model_name(shapes)
+    if name is not None and name.startswith("resnet"):
+        return "--model=%s (%d blocks per stage)" % (
+            name,
+            (int(name[len("resnet") :]) - 2) // 6,
         )
+    if name is not None:
+        return "the CIFAR-10 tutorial's net (--model=%s)" % name
     kernel = shapes.get("conv1/weights")
     logits = shapes.get("softmax_linear/weights")
     if kernel is None or logits is None or len(kernel) != 4:

@@ -18,6 +18,9 @@ from multigpu import errors, folders
 # The lock file of a train_dir: 'PID HOST' while a trainer holds it, empty
 # once it is released.
 LOCK_NAME = "trainer.lock"
+# The file that names the model of a train_dir's checkpoints: 'NAME\n', as
+# the script's --model names it.
+MODEL_RECORD = "model.txt"
 # The longest path the suite writes under a train_dir, a failed save's
 # part file: model.ckpt-STEP_temp/part-N-of-N.data-N-of-N.tempstateDIGITS.
 LONGEST_NAME = 100
@@ -26,15 +29,21 @@ _LOCK_CONTENT = re.compile(r"^[0-9]+ \S+\n$")
 
 # The files the suite writes in a train_dir: the checkpoint state file,
 # checkpoints (model.ckpt-STEP.index, .meta, .data-I-of-N), event files,
-# the graph, the lock, --trace_step's traces; and what an interrupted
-# write leaves: TensorFlow's NAME.tmpHEX (a whole-file write renamed into
-# place) and NAME.tempstateDIGITS (a checkpoint file being written).
+# the graph, the lock, the model's record, --trace_step's traces; and what
+# an interrupted write leaves: TensorFlow's NAME.tmpHEX (a whole-file
+# write renamed into place) and NAME.tempstateDIGITS (a checkpoint file
+# being written).
 _CHECKPOINT_FILE = r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+)"
 _INTERRUPTED = r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+)?"
 _SUITE_FILE = re.compile(
-    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|%s|"
+    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|%s|%s|"
     r"trace_step_[0-9]+\.json)%s$"
-    % (re.escape(LOCK_NAME), _CHECKPOINT_FILE, _INTERRUPTED)
+    % (
+        re.escape(LOCK_NAME),
+        re.escape(MODEL_RECORD),
+        _CHECKPOINT_FILE,
+        _INTERRUPTED,
+    )
 )
 # The names of what an interrupted write leaves.
 _INTERRUPTED_WRITE = re.compile(r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+|_temp)$")
@@ -44,6 +53,9 @@ _TEMP_PART = re.compile(
     r"^part-[0-9]+-of-[0-9]+(\.index|\.data-[0-9]+-of-[0-9]+)"
     r"(\.tempstate[0-9]+)?$"
 )
+# The eval's default folder inside the train_dir it scores: its event files
+# sit beside the training's, so that TensorBoard shows both runs.
+EVAL_FOLDER = "eval"
 # A file of one checkpoint (model.ckpt-STEP.index, ...), the step's group.
 _CHECKPOINT_STEP = re.compile(r"^model\.ckpt-([0-9]+)\.(index|meta|data-)")
 _EVENT_FILE = "events.out.tfevents."
@@ -111,6 +123,67 @@ def remove_interrupted_writes(train_dir):
             os.remove(path)
 
 
+def recorded_model(train_dir):
+    """The model train_dir's checkpoints are of, as its record names it.
+
+    Returns:
+      str, e.g. 'resnet20'; None when train_dir holds no record (a new
+      folder, or one written before the suite kept the record).
+    """
+    try:
+        with open(os.path.join(train_dir, MODEL_RECORD)) as f:
+            return f.read().strip() or None
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return None
+
+
+def record_model(train_dir, model_name):
+    """Writes train_dir's record of its model, unless it says so already.
+
+    Args:
+      train_dir: str, an existing folder.
+      model_name: str, as the script's --model names it.
+    """
+    if recorded_model(train_dir) == model_name:
+        return
+    path = os.path.join(train_dir, MODEL_RECORD)
+    with folders.written_aside(path) as part, open(part, "w") as f:
+        f.write(model_name + "\n")
+
+
+def contents(train_dir):
+    """The names in train_dir, None when it is missing: for `put_back`."""
+    if not os.path.isdir(train_dir):
+        return None
+    return set(os.listdir(train_dir))
+
+
+def put_back(train_dir, before):
+    """Removes what the suite wrote in train_dir since `contents` was taken.
+
+    For a run that fails before its first step: the folder is left as it
+    was found, and a folder the run made is removed once empty. Only the
+    suite's files of new names go (the lock, taken by this run, stays when
+    it was there before).
+
+    Args:
+      train_dir: str.
+      before: the `contents` of train_dir before the run.
+    """
+    if not os.path.isdir(train_dir):
+        return
+    for name in sorted(set(os.listdir(train_dir)) - (before or set())):
+        path = os.path.join(train_dir, name)
+        if not _written_by_suite(path):
+            continue
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    if before is None and not os.listdir(train_dir):
+        os.rmdir(train_dir)
+
+
 def _refuse_data_dirs(train_dir, data_dirs):
     """Raises ValueError if train_dir is or contains one of data_dirs."""
     real_train_dir = os.path.realpath(train_dir)
@@ -131,6 +204,13 @@ def _written_by_suite(path):
     name = os.path.basename(path)
     if os.path.islink(path):
         return False
+    if os.path.isdir(path) and name == EVAL_FOLDER:
+        return all(
+            each.startswith(_EVENT_FILE)
+            and os.path.isfile(os.path.join(path, each))
+            and not os.path.islink(os.path.join(path, each))
+            for each in os.listdir(path)
+        )
     if os.path.isdir(path):
         return bool(_SUITE_FOLDER.match(name)) and all(
             _TEMP_PART.match(part)

@@ -152,6 +152,7 @@ def run_training(
     task=None,
     hooks=(),
     pretrained=("", False),
+    model_name=None,
 ):
     """Runs the train op until max_steps or the end of the input.
 
@@ -183,6 +184,11 @@ def run_training(
       pretrained: (str, bool), --pretrained_model_checkpoint_path and
         --fine_tune: with no checkpoint in train_dir, start from that
         checkpoint's weights (`restore.warm_start`).
+      model_name: str or None, the model, recorded in train_dir
+        (`train_dirs.record_model`) by the chief.
+
+    A run that fails before its first step leaves train_dir as it was
+    found (`train_dirs.put_back`).
 
     Returns:
       int, the steps this process ran (a resumed run counts its own).
@@ -225,74 +231,93 @@ def run_training(
         hooks.append(events)
     server = cluster.start_server(task, config)
     done_ops = cluster.done_signals(task)
+    as_found = train_dirs.contents(train_dir)
     try:
-        with (
-            train_dirs.owned(train_dir, task.is_chief),
-            watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
-        ):
-            if clear_train_dir and task.is_chief:
-                train_dirs.clear(train_dir, data_dirs)
-            # Read once here: a damaged newest checkpoint is named once.
-            newest = None
-            if task.cluster is None:
-                newest = checkpoints.newest_valid_checkpoint(train_dir)
-                if _finished(newest, max_steps):
-                    return 0
-            with interrupt.installed():
-                _train_loop(
-                    train_op,
-                    hooks,
-                    sessions.session_creator(
-                        task,
-                        server,
-                        scaffold,
-                        config,
-                        train_dir,
-                        pretrained,
-                        newest,
-                    ),
+        try:
+            with (
+                train_dirs.owned(train_dir, task.is_chief),
+                watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
+            ):
+                if clear_train_dir and task.is_chief:
+                    train_dirs.clear(train_dir, data_dirs)
+                if model_name and task.is_chief:
+                    train_dirs.record_model(train_dir, model_name)
+                # Read once here: a damaged newest checkpoint is named once.
+                newest = None
+                if task.cluster is None:
+                    newest = checkpoints.newest_valid_checkpoint(train_dir)
+                    if _finished(newest, max_steps):
+                        return 0
+                with interrupt.installed():
+                    _train_loop(
+                        train_op,
+                        hooks,
+                        sessions.session_creator(
+                            task,
+                            server,
+                            scaffold,
+                            config,
+                            train_dir,
+                            pretrained,
+                            newest,
+                        ),
+                    )
+                if server:
+                    cluster.report_done(
+                        server, done_ops, task, logger.runs, config
+                    )
+                if interrupt.signum is not None:
+                    raise interrupts.interrupted(
+                        interrupt, train_dir, task.is_chief
+                    )
+        except tf.compat.v1.train.NanLossDuringTrainingError as e:
+            raise _diverged(logger.step, "loss is NaN", train_dir) from e
+        except tf.errors.InvalidArgumentError as e:
+            # On a summary step a NaN or infinite histogram fails the step
+            # before the NaN hook sees the loss.
+            found = _NON_FINITE_HISTOGRAM.search(e.message)
+            if found is None:
+                raise
+            raise _diverged(logger.step + 1, found.group(0), train_dir) from e
+        except (
+            tf.errors.DeadlineExceededError,
+            tf.errors.UnavailableError,
+        ) as e:
+            raise errors.TrainingError(
+                "lost the cluster after %d local steps (%s): %s"
+                % (
+                    logger.runs,
+                    type(e).__name__,
+                    watchdog.unreachable_tasks(task.cluster),
                 )
-            if server:
-                cluster.report_done(server, done_ops, task, logger.runs, config)
-            if interrupt.signum is not None:
-                raise interrupts.interrupted(
-                    interrupt, train_dir, task.is_chief
+            ) from e
+        except tf.errors.OpError as e:
+            events.cut_back()
+            if saves.step is not None:
+                raise save_failed(saves.step, train_dir, e) from None
+            failed = write_failed(train_dir, e) or out_of_memory(e)
+            if failed is None:
+                raise
+            raise failed from None
+        except RuntimeError as e:
+            events.cut_back()
+            failed = events.failure(e)
+            if failed is None:
+                raise
+            raise errors.TrainingError(
+                "%s; stopped at step %d, the newest complete checkpoint is %s"
+                % (
+                    failed,
+                    logger.step,
+                    checkpoints.latest_checkpoint(train_dir),
                 )
-    except tf.compat.v1.train.NanLossDuringTrainingError as e:
-        raise _diverged(logger.step, "loss is NaN", train_dir) from e
-    except tf.errors.InvalidArgumentError as e:
-        # On a summary step a NaN or infinite histogram fails the step
-        # before the NaN hook sees the loss.
-        found = _NON_FINITE_HISTOGRAM.search(e.message)
-        if found is None:
-            raise
-        raise _diverged(logger.step + 1, found.group(0), train_dir) from e
-    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as e:
-        raise errors.TrainingError(
-            "lost the cluster after %d local steps (%s): %s"
-            % (
-                logger.runs,
-                type(e).__name__,
-                watchdog.unreachable_tasks(task.cluster),
-            )
-        ) from e
-    except tf.errors.OpError as e:
-        events.cut_back()
-        if saves.step is not None:
-            raise save_failed(saves.step, train_dir, e) from None
-        failed = write_failed(train_dir, e) or out_of_memory(e)
-        if failed is None:
-            raise
-        raise failed from None
-    except RuntimeError as e:
-        events.cut_back()
-        failed = events.failure(e)
-        if failed is None:
-            raise
-        raise errors.TrainingError(
-            "%s; stopped at step %d, the newest complete checkpoint is %s"
-            % (failed, logger.step, checkpoints.latest_checkpoint(train_dir))
-        ) from None
+            ) from None
+    except errors.Interrupted:
+        raise
+    except BaseException:
+        if task.is_chief and logger.runs == 0:
+            train_dirs.put_back(train_dir, as_found)
+        raise
     return logger.runs
 
 
