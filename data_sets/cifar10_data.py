@@ -127,13 +127,25 @@ def say_if_sample_set(data_dir):
 def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
     """Makes sure data_dir holds record files: the sample set or CIFAR-10.
 
-    Says so when they are the sample set, with or without fake_data.
+    Says so when they are the sample set. Without fake_data a run never
+    trains the sample set: CIFAR-10 is downloaded, or a folder holding the
+    sample set is refused.
 
     Args:
       data_dir: str, the folder for `cifar-10-batches-bin/`.
       fake_data: bool, write the built-in sample set instead of downloading.
       url: str, where to download the real archive from.
+
+    Raises:
+      ValueError: without fake_data, data_dir holds the sample set; or the
+        download failed.
     """
+    if not fake_data and sample_sets.is_sample_set(_batches_folder(data_dir)):
+        raise ValueError(
+            "--data_dir=%s holds the built-in sample set (written by "
+            "--fake_data), not CIFAR-10: pass --fake_data to train on it, or "
+            "another --data_dir, where CIFAR-10 is downloaded" % data_dir
+        )
     if _complete(data_dir) and (
         not fake_data or sample_sets.is_sample_set(_batches_folder(data_dir))
     ):

@@ -203,6 +203,7 @@ CLIP_FLAG = "--clip_gradients=5"
 def trainer_flags(data_dir, train_dir, *flags):
     """The trainer's flags; a flag in `flags` wins over these (absl)."""
     return [
+        "--fake_data",
         "--data_dir=%s" % data_dir,
         "--train_dir=%s" % train_dir,
         "--batch_size=%d" % BATCH_SIZE,
@@ -319,6 +320,7 @@ def watched_training(cifar10_data_dir, tmp_path_factory):
     try:
         run_script(
             "cifar10_train.py",
+            "--fake_data",
             "--data_dir=%s" % cifar10_data_dir,
             "--train_dir=%s" % train_dir,
             "--batch_size=4",

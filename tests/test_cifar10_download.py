@@ -7,7 +7,12 @@ import threading
 import types
 
 import pytest
-from conftest import write_cifar10_files
+from conftest import (
+    error_line,
+    folder_contents,
+    run_script,
+    write_cifar10_files,
+)
 
 import cifar10_input
 from data_sets import cifar10_data
@@ -114,3 +119,52 @@ def test_an_archive_without_the_test_file_names_it(server, tmp_path):
         "it in %s, or pass --fake_data to use a generated sample set."
         % (data_dir / cifar10_input.BATCHES_DIR, data_dir)
     )
+
+
+@pytest.mark.slow
+def test_a_trainer_without_fake_data_downloads_cifar10_and_trains_on_it(
+    server, tmp_path
+):
+    _archive(server, tmp_path, cifar10_input.TRAIN_FILES + ["test_batch.bin"])
+    data_dir = tmp_path / "data"
+    result = run_script(
+        "cifar10_train.py",
+        "--data_dir=%s" % data_dir,
+        "--data_url=%s" % server.url,
+        "--train_dir=%s" % (tmp_path / "train"),
+        "--batch_size=2",
+        "--max_steps=1",
+    )
+    assert server.requests == ["/" + ARCHIVE]
+    assert (
+        "Downloaded %s, %d bytes.\n"
+        % (data_dir / ARCHIVE, (server.root / ARCHIVE).stat().st_size)
+        in result.stdout
+    )
+    assert "NOTE" not in result.stdout
+    assert "Trained 1 step(s) in this run, from step 0 to step 1" in (
+        result.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    "script", ["cifar10_train.py", "cifar10_multi_gpu_train.py"]
+)
+def test_a_trainer_without_fake_data_refuses_the_sample_set_in_one_line(
+    script, tmp_path
+):
+    data_dir = tmp_path / "data"
+    cifar10_data.write_fake_data(str(data_dir))
+    before = folder_contents(tmp_path)
+    line = error_line(
+        script,
+        *(["--cpu_towers"] if script == "cifar10_multi_gpu_train.py" else []),
+        "--data_dir=%s" % data_dir,
+        "--train_dir=%s" % (tmp_path / "train"),
+    )
+    assert line == (
+        "%s: error: --data_dir=%s holds the built-in sample set (written by "
+        "--fake_data), not CIFAR-10: pass --fake_data to train on it, or "
+        "another --data_dir, where CIFAR-10 is downloaded" % (script, data_dir)
+    )
+    assert folder_contents(tmp_path) == before

@@ -173,6 +173,7 @@ def test_a_resnet_checkpoint_moves_between_trainers_and_the_eval_scores_it(
     train_dir = tmp_path / "train"
     common = [
         "--model=resnet20",
+        "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
         "--train_dir=%s" % train_dir,
         "--batch_size=4",
@@ -200,7 +201,6 @@ def test_a_resnet_checkpoint_moves_between_trainers_and_the_eval_scores_it(
         "cifar10_eval.py",
         "--run_once",
         "--checkpoint_dir=%s" % train_dir,
-        "--eval_dir=%s" % (tmp_path / "eval"),
         "--data_dir=%s" % cifar10_data_dir,
         "--model=resnet20",
     ]

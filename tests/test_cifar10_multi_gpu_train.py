@@ -136,6 +136,7 @@ def test_xla_variables_on_the_tower_and_staged_input_train_and_resume(
         "cifar10_multi_gpu_train.py",
         "--num_gpus=2",
         "--cpu_towers",
+        "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
         "--train_dir=%s" % tmp_path,
         "--batch_size=8",

@@ -137,18 +137,24 @@ def test_eval_scores_the_last_checkpoint_far_above_chance(evaluated):
 def test_a_second_run_resumes_and_clear_train_dir_starts_over(
     cifar10_data_dir, tmp_path
 ):
-    _train(cifar10_data_dir, tmp_path, "--max_steps=20")
-    resumed = _train(cifar10_data_dir, tmp_path, "--max_steps=40")
+    _train(cifar10_data_dir, tmp_path, "--fake_data", "--max_steps=20")
+    resumed = _train(
+        cifar10_data_dir, tmp_path, "--fake_data", "--max_steps=40"
+    )
     assert "training from step 20\n" in resumed.stdout
     assert checkpoint_steps(tmp_path) == [0, 20, 40]
 
     cleared = _train(
-        cifar10_data_dir, tmp_path, "--max_steps=10", "--clear_train_dir"
+        cifar10_data_dir,
+        tmp_path,
+        "--fake_data",
+        "--max_steps=10",
+        "--clear_train_dir",
     )
-    # Steps 0, 20 and 40; an event file per run; the state file and the
-    # graph (the lock stays, held by the run).
+    # Steps 0, 20 and 40; an event file per run; the state file, the graph
+    # and the model's record (the lock stays, held by the run).
     assert (
-        "--clear_train_dir: removed 3 checkpoint(s), 2 event file(s) and 2 "
+        "--clear_train_dir: removed 3 checkpoint(s), 2 event file(s) and 3 "
         "other file(s) from %s\n" % tmp_path
     ) in cleared.stdout
     assert "training from step 0\n" in cleared.stdout
@@ -286,6 +292,7 @@ def test_a_diverged_model_stops_training_and_keeps_the_last_checkpoint(
         _train,
         cifar10_data_dir,
         tmp_path,
+        "--fake_data",
         "--max_steps=60",
         "--save_checkpoint_steps=1",
     )

@@ -110,6 +110,7 @@ def make_cluster(tmp_path, cifar10_data_dir):
     def make(num_workers, *flags, script=SCRIPT, num_ps=1):
         if script == SCRIPT:
             flags = (
+                "--fake_data",
                 "--data_dir=%s" % cifar10_data_dir,
                 "--batch_size=16",
                 "--log_frequency=5",

@@ -104,6 +104,7 @@ def user_run(cifar10_data_dir, tmp_path_factory):
     train_dir = tmp_path_factory.mktemp("user_run") / "train"
     result = _run_as_user(
         "cifar10_train.py",
+        "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
         "--train_dir=%s" % train_dir,
         "--max_steps=%d" % USER_RUN_STEPS,
@@ -412,6 +413,7 @@ def test_a_diverged_run_is_reported_in_one_line(cifar10_data_dir, tmp_path):
     _write_infinite_checkpoint(tmp_path, 50)
     result = _run_as_user(
         "cifar10_train.py",
+        "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
         "--train_dir=%s" % tmp_path,
         "--max_steps=60",

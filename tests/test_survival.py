@@ -183,6 +183,7 @@ def test_an_interrupted_trainer_saves_its_step_and_says_so_in_one_line(
     train_dir, log_path = tmp_path / "train", tmp_path / "train.log"
     process = start_script(
         script,
+        "--fake_data",
         "--data_dir=%s" % data_dir,
         "--train_dir=%s" % train_dir,
         "--save_checkpoint_steps=100000",

@@ -233,6 +233,7 @@ def test_a_ps_a_chief_and_a_worker_train_from_tf_config_alone(
                     [
                         sys.executable,
                         str(REPO / "cifar10_multi_gpu_train.py"),
+                        "--fake_data",
                         "--data_dir=%s" % cifar10_data_dir,
                         "--train_dir=%s" % (tmp_path / name),
                         "--cpu_towers",

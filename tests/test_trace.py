@@ -44,6 +44,7 @@ def test_a_traced_step_of_one_thread_runs_shows_both_towers_on_their_devices(
 ):
     result = run_script(
         "cifar10_multi_gpu_train.py",
+        "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
         "--train_dir=%s" % tmp_path,
         "--num_gpus=2",

@@ -220,6 +220,7 @@ def test_a_user_error_exits_1_naming_the_flag_without_a_traceback(
     names = {"file": a_file}
     result = run_script(
         script,
+        "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
         *[flag % names for flag in flags],
         expect_success=False,
