@@ -319,7 +319,7 @@ def learning_rate(global_step, examples_per_step):
       examples_per_step: int, examples of all towers per step.
 
     Returns:
-      float32 scalar, also summarised as 'Training/learning_rate'.
+      float32 scalar, also summarised as 'Loss/learning_rate'.
     """
     steps_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
     lr = tf.compat.v1.train.exponential_decay(

@@ -199,13 +199,14 @@ def evaluate(
         model for `build_graph`.
     """
     config = config or placement.session_config()
-    with tf.Graph().as_default() as graph:
+    with tf.Graph().as_default():
         hits, init_op = build_graph(**data)
         saver = restore.Restorer(cifar10.variables_to_restore())
         summary_op = tf.compat.v1.summary.merge_all()
         if summary_op is None:  # A model without summaries (the ResNets).
             summary_op = tf.constant(b"")
-        summary_writer = tf.compat.v1.summary.FileWriter(eval_dir, graph)
+        # No graph: TensorBoard shows the trainer's, one per run.
+        summary_writer = tf.compat.v1.summary.FileWriter(eval_dir)
         last_scored = None
         while True:
             checkpoint = _newest_checkpoint(checkpoint_dir, run_once)

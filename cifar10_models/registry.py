@@ -53,7 +53,7 @@ def piecewise_learning_rate(
         examples_per_step), increasing; none: a constant rate.
 
     Returns:
-      float32 scalar, also summarised as 'Training/learning_rate'.
+      float32 scalar, also summarised as 'Loss/learning_rate'.
     """
     scale = examples_per_step / REFERENCE_EXAMPLES_PER_STEP
     steps = [max(1, round(b / scale)) for b in boundaries]

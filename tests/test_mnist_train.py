@@ -97,13 +97,13 @@ def test_tb_logging_writes_the_loss_summaries(two_tower_run):
     )
     events.Reload()
     assert set(events.Tags()["scalars"]) == {
-        "Training/cross_entropy",
+        "Loss/cross_entropy",
         "local3/weight_loss",
         "local4/weight_loss",
-        "Training/total_loss",
+        "Loss/total_loss",
         "global_step/sec",
     }
-    total_loss = events.Scalars("Training/total_loss")
+    total_loss = events.Scalars("Loss/total_loss")
     # Written after the first step, then every 100 steps.
     assert [e.step for e in total_loss] == [1, 101, 201, 301, 401]
     assert total_loss[-1].value < total_loss[0].value - 1.0

@@ -342,9 +342,7 @@ def test_a_disk_that_fills_stops_the_run_with_one_line_and_readable_events(
     # shows the loss of the steps before the disk filled.
     records = list(tf.compat.v1.train.summary_iterator(found.group(1)))
     assert records[0].file_version == "brain.Event:2"
-    assert (
-        read_events(train_dir).Scalars("Training/total_loss (raw)")[0].step == 1
-    )
+    assert read_events(train_dir).Scalars("Loss/total_loss (raw)")[0].step == 1
 
 
 def _run_steps(train_dir, steps, trace_step):

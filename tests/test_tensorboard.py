@@ -22,11 +22,12 @@ from conftest import SCRIPT_ENV, WATCHED_MAX_STEPS, read_events
 # names them (each folder is the run '.' below its name).
 TRAIN, EVAL = "train/.", "eval/."
 # The loss chart, which TensorBoard shows first.
-LOSS = "Training/total_loss"
+LOSS = "Loss/total_loss"
 # Seconds the server has to start and load both runs.
 LOAD_TIMEOUT_SECS = 90
-# Summaries every 100 steps from the first, and at WATCHED_MAX_STEPS.
-SUMMARY_STEPS = [*range(1, WATCHED_MAX_STEPS, 100), WATCHED_MAX_STEPS]
+# Summaries every 10 steps from the first (the default for a run of 200
+# steps: 20 points), and at WATCHED_MAX_STEPS.
+SUMMARY_STEPS = [*range(1, WATCHED_MAX_STEPS, 10), WATCHED_MAX_STEPS]
 
 
 def _free_port():
@@ -138,7 +139,7 @@ def test_tensorboard_shows_the_loss_and_learning_rate_of_training(
     raw_loss = tensorboard.scalars(TRAIN, LOSS + " (raw)")
     # About 4.7 at first: cross-entropy 2.3 plus weight decay 2.4.
     assert raw_loss[0] == (1, pytest.approx(4.7, abs=0.5))
-    assert tensorboard.scalars(TRAIN, "Training/learning_rate") == [
+    assert tensorboard.scalars(TRAIN, "Loss/learning_rate") == [
         (step, pytest.approx(0.1)) for step in SUMMARY_STEPS
     ]
 

@@ -12,8 +12,8 @@ def add_loss_summaries(total_loss, global_step, scope=None):
     """Summarises the losses, raw and as moving averages.
 
     Call it outside any tower's name scope: the tags are
-    'Training/cross_entropy', 'local3/weight_loss', ..., and
-    'Training/total_loss' (`summaries.FIRST_GROUP`), each also with ' (raw)'.
+    'Loss/cross_entropy', 'local3/weight_loss', ..., and
+    'Loss/total_loss' (`summaries.FIRST_GROUP`), each also with ' (raw)'.
     The averages' variables are named after the losses ('cross_entropy/avg',
     'total_loss/avg'), whichever tower the losses come from, so that every
     trainer's checkpoint holds the same names. The averages start at 0, as

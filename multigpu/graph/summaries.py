@@ -9,8 +9,9 @@ from multigpu.graph import towers
 # The group of the charts a person looks for first (the loss, the learning
 # rate): TensorBoard groups the charts by the tag's first '/' component, puts
 # the groups in code-point order (capitals before the layers' lowercase
-# names) and opens the first two.
-FIRST_GROUP = "Training/"
+# names) and opens the first two. 'Loss' comes before the eval's 'Precision
+# @ 1' and 'Recall @ 5', which come second.
+FIRST_GROUP = "Loss/"
 
 
 def loss_tag(name):

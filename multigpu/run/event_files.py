@@ -17,6 +17,8 @@ import threading
 
 import tensorflow as tf
 
+# The start of an event file's name: events.out.tfevents.TIME.HOST.
+EVENT_FILE_PREFIX = "events.out.tfevents."
 # The writer's error: 'PATH; REASON' then '\tFailed to flush N events ...'.
 _WRITE_ERROR = re.compile(r"^(.*events\.out\.tfevents\.[^;]*); ([^\n]+)")
 

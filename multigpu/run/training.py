@@ -104,6 +104,41 @@ class _SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
         return args
 
 
+class _CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
+    """TensorFlow's checkpoint saver, which adds the graph to a run once.
+
+    TensorFlow's adds the graph to the event log at every start: each
+    restart added one more, and TensorBoard warned of more than one graph
+    event per run. Here a train_dir that already holds an event file keeps
+    the graph it has.
+    """
+
+    def __init__(self, checkpoint_dir, **kwargs):
+        """Args:
+        checkpoint_dir: str, the train_dir.
+        **kwargs: those of `tf.compat.v1.train.CheckpointSaverHook`.
+        """
+        super().__init__(checkpoint_dir, **kwargs)
+        self._graph_written = any(
+            name.startswith(event_files.EVENT_FILE_PREFIX)
+            for name in _listing(checkpoint_dir)
+        )
+
+    def after_create_session(self, session, coord):
+        if not self._graph_written:
+            super().after_create_session(session, coord)
+            return
+        # As TensorFlow's, but for the graph: the state at the first step.
+        global_step = session.run(self._global_step_tensor)
+        self._save(session, global_step)
+        self._timer.update_last_triggered_step(global_step)
+
+
+def _listing(folder):
+    """The names in folder; none when it is missing."""
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
 class _SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
     """Knows the step of the checkpoint being written, if any; says each save.
 
@@ -144,7 +179,7 @@ def run_training(
     log_frequency,
     max_steps=None,
     save_checkpoint_steps=1000,
-    save_summaries_steps=100,
+    save_summaries_steps=0,
     summary_op=None,
     config=None,
     clear_train_dir=False,
@@ -172,8 +207,9 @@ def run_training(
       max_steps: int or None; None trains until the input ends.
       save_checkpoint_steps: int, steps between checkpoints.
       save_summaries_steps: int, steps between summaries (also written at
-        the first and the last step); None writes no summaries at all (not
-        even the step counter's global_step/sec).
+        the first and the last step); 0 for `summary_steps(max_steps)`;
+        None writes no summaries at all (not even the step counter's
+        global_step/sec).
       summary_op: the summary op to write, default all summaries.
       config: the session's `ConfigProto`.
       clear_train_dir: bool, delete what the trainers wrote in train_dir
@@ -358,6 +394,28 @@ def _train_loop(train_op, hooks, session_creator):
             sess.run(train_op)
 
 
+# Steps between summaries by default, as the tutorial's trainers write them.
+SUMMARY_STEPS = 100
+# The points a chart of a shorter run has at least, by default.
+SUMMARY_POINTS = 20
+
+
+def summary_steps(max_steps):
+    """The default steps between summaries: a short run's charts have 20
+    points.
+
+    Args:
+      max_steps: int or None, the step the run stops at.
+
+    Returns:
+      int, SUMMARY_STEPS, or max_steps / SUMMARY_POINTS when that is less
+      (at least 1).
+    """
+    if max_steps is None:
+        return SUMMARY_STEPS
+    return max(1, min(SUMMARY_STEPS, max_steps // SUMMARY_POINTS))
+
+
 def _chief_hooks(
     train_dir,
     scaffold,
@@ -374,6 +432,8 @@ def _chief_hooks(
     The saver tells `saves` (a `_SaveWatcher`) when it writes.
     """
     hooks = []
+    if save_summaries_steps == 0:
+        save_summaries_steps = summary_steps(max_steps)
     if save_summaries_steps is not None:
         hooks += [
             tf.compat.v1.train.StepCounterHook(
@@ -387,7 +447,7 @@ def _chief_hooks(
             ),
         ]
     hooks.append(
-        tf.compat.v1.train.CheckpointSaverHook(
+        _CheckpointSaverHook(
             train_dir,
             save_steps=save_checkpoint_steps,
             scaffold=scaffold,

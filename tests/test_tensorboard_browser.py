@@ -1,0 +1,183 @@
+"""TensorBoard as a person sees it: a 300-step run and its eval, opened in
+headless Chromium (Debian's chromium package; .ci/run installs it).
+
+The pages are read from the DOM Chromium renders (the charts drawn as SVG,
+TensorBoard's forceSVG switch, so that their points can be counted); the
+screenshots are left in the test's temp folder for a person to look at.
+"""
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from conftest import SCRIPT_ENV, run_script, trainer_flags
+from google.protobuf import text_format
+from tensorflow.core.framework import graph_pb2
+
+CHROMIUM = shutil.which("chromium")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="no chromium (apt-get install chromium)"
+    ),
+]
+
+STEPS = 300
+# Chromium's flags for a page rendered without a display, GPU or network.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+    # Virtual time runs the page's timers at once: the charts load.
+    "--virtual-time-budget=30000",
+)
+# Seconds TensorBoard has to start and load both runs.
+LOAD_TIMEOUT_SECS = 90
+
+
+@pytest.fixture(scope="module")
+def tensorboard(cifar10_data_dir, tmp_path_factory):
+    """TensorBoard on the train_dir of a 300-step run scored once.
+
+    Yields:
+      (str, the server's URL; the train_dir).
+    """
+    root = tmp_path_factory.mktemp("browser")
+    train_dir = root / "train"
+    run_script(
+        "cifar10_train.py",
+        *trainer_flags(cifar10_data_dir, train_dir, "--max_steps=%d" % STEPS),
+    )
+    run_script(
+        "cifar10_eval.py",
+        "--run_once",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--checkpoint_dir=%s" % train_dir,
+        "--num_examples=100",
+        "--batch_size=50",
+    )
+    port = _free_port()
+    log_path = root / "tensorboard.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tensorboard.main",
+                "--logdir=%s" % train_dir,
+                "--host=127.0.0.1",
+                "--port=%d" % port,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=SCRIPT_ENV,
+        )
+    url = "http://127.0.0.1:%d" % port
+    try:
+        _wait_for_runs(url, server, b'[".", "eval"]')
+        yield url, train_dir, log_path
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_runs(url, server, runs):
+    deadline = time.monotonic() + LOAD_TIMEOUT_SECS
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/data/runs", timeout=10) as r:
+                if r.read() == runs:
+                    return
+        except (urllib.error.URLError, ConnectionError):
+            pass  # Not listening yet.
+        assert server.poll() is None, "tensorboard exited"
+        assert time.monotonic() < deadline, "runs not loaded in time"
+        time.sleep(0.5)
+
+
+def _chromium(tmp_path, url, output):
+    """Renders url in headless Chromium with a fresh profile.
+
+    Args:
+      output: '--dump-dom' (returns the DOM) or '--screenshot=PATH'.
+    """
+    result = subprocess.run(
+        [
+            CHROMIUM,
+            *CHROMIUM_FLAGS,
+            "--user-data-dir=%s" % (tmp_path / "profile"),
+            output,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_the_first_open_card_is_a_loss_chart_of_at_least_20_points(
+    tensorboard, tmp_path
+):
+    url, _, _ = tensorboard
+    page = url + "/?forceSVG=true#timeseries"
+    _chromium(tmp_path, page, "--screenshot=%s" % (tmp_path / "scalars.png"))
+    dom = _chromium(tmp_path, page, "--dump-dom")
+    groups = re.findall(r'class="group-title" title="([^"]+)"', dom)
+    assert groups[:3] == ["Loss", "Precision @ 1", "Recall @ 5"]
+    # The cards drawn before the second group's title: the first group's,
+    # open.
+    loss_group = dom[: dom.index('title="Precision @ 1"')]
+    cards = loss_group.split("<card-view ")[1:]
+    assert len(cards) == 5
+    assert re.findall(r'title="(Loss/[^"]+)"', cards[0])[:1] == [
+        "Loss/cross_entropy"
+    ]
+    # Its lines (the smoothed and the raw values): a point per summary, at
+    # steps 1, 16, ..., 286 and 300.
+    lines = re.findall(r' d="M([0-9.,L-]+)"', cards[0])
+    assert [line.count("L") + 1 for line in lines] == [21, 21]
+
+
+def test_one_graph_per_run_with_at_most_12_nodes_at_its_top_level(
+    tensorboard, tmp_path
+):
+    url, _, log_path = tensorboard
+    _chromium(
+        tmp_path, url + "/#graphs", "--screenshot=%s" % (tmp_path / "g.png")
+    )
+    with urllib.request.urlopen(url + "/data/plugin/graphs/info") as r:
+        info = json.loads(r.read())
+    # The train run has the graph; the eval run, none.
+    assert info == {".": {"run": ".", "tags": {}, "run_graph": True}}
+    with urllib.request.urlopen(
+        url + "/data/plugin/graphs/graph?run=.&conceptual=false"
+    ) as r:
+        graph = text_format.Parse(r.read().decode(), graph_pb2.GraphDef())
+    top_level = sorted({node.name.split("/")[0] for node in graph.node})
+    assert len(top_level) <= 12, top_level
+    assert "more than one graph event" not in log_path.read_text()
