@@ -163,6 +163,10 @@ def test_the_first_open_card_is_a_loss_chart_of_at_least_20_points(
     assert [line.count("L") + 1 for line in lines] == [21, 21]
 
 
+# The step's graph gets its named blocks (input, towers, gradients, update,
+# summaries) in the rewrite of issue 29; until then its top level holds
+# about 100 nodes. Strict: the test fails once it passes, to be unmarked.
+@pytest.mark.xfail(strict=True, reason="the step's named blocks: issue 29")
 def test_one_graph_per_run_with_at_most_12_nodes_at_its_top_level(
     tensorboard, tmp_path
 ):
