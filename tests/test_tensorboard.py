@@ -16,7 +16,13 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from conftest import SCRIPT_ENV, WATCHED_MAX_STEPS, read_events
+from conftest import (
+    SCRIPT_ENV,
+    WATCHED_MAX_STEPS,
+    read_events,
+    run_script,
+    trainer_flags,
+)
 
 # The runs of --logdir_spec=train:TRAIN_DIR,eval:EVAL_DIR, as TensorBoard
 # names them (each folder is the run '.' below its name).
@@ -183,3 +189,39 @@ def test_tensorboard_shows_the_input_images(tensorboard):
     # A PNG of the 24x24 training crop: signature, then the IHDR size.
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", png[16:24]) == (24, 24)
+
+
+def _graph_events(folder):
+    """How many graph events the event files of folder (not below) hold."""
+    import tensorflow as tf
+
+    return sum(
+        event.HasField("graph_def")
+        for path in sorted(folder.glob("events.out.tfevents.*"))
+        for event in tf.compat.v1.train.summary_iterator(str(path))
+    )
+
+
+@pytest.mark.slow
+def test_a_restarted_run_and_its_evals_hold_one_graph(
+    cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "train"
+    for max_steps in (2, 4):
+        run_script(
+            "cifar10_train.py",
+            *trainer_flags(cifar10_data_dir, train_dir),
+            "--max_steps=%d" % max_steps,
+        )
+    for _ in range(2):
+        run_script(
+            "cifar10_eval.py",
+            "--run_once",
+            "--data_dir=%s" % cifar10_data_dir,
+            "--checkpoint_dir=%s" % train_dir,
+            "--num_examples=4",
+            "--batch_size=4",
+        )
+    assert len(list(train_dir.glob("events.out.tfevents.*"))) == 2
+    assert _graph_events(train_dir) == 1
+    assert _graph_events(train_dir / "eval") == 0

@@ -108,6 +108,24 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
         )
 
 
+def writer_without_graph(train_dir):
+    """Makes TensorFlow's shared writer of train_dir one without the graph.
+
+    The hooks' writer (`FileWriterCache`) adds the graph when it is made,
+    and the checkpoint saver adds it again: TensorBoard warned of more
+    than one graph event per run. Made here first, the writer leaves the
+    graph to the checkpoint saver alone, which adds it once per train_dir.
+
+    Args:
+      train_dir: str, the folder as the hooks are given it.
+    """
+    cache = tf.compat.v1.summary.FileWriterCache
+    # TensorFlow offers no public way to put a writer in its cache.
+    with cache._lock:
+        if train_dir not in cache._cache:
+            cache._cache[train_dir] = tf.compat.v1.summary.FileWriter(train_dir)
+
+
 # The line TensorFlow logs when its event writer's thread fails.
 _THREAD_ERROR = "EventFileWriter writer thread error"
 

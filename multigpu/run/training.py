@@ -284,6 +284,8 @@ def run_training(
                     newest = checkpoints.newest_valid_checkpoint(train_dir)
                     if _finished(newest, max_steps):
                         return 0
+                if task.is_chief:
+                    event_files.writer_without_graph(train_dir)
                 with interrupt.installed():
                     _train_loop(
                         train_op,
