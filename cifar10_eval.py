@@ -51,7 +51,8 @@ flags.DEFINE_enum("eval_data", "test", ["test", "train"], "Split to evaluate.")
 flags.DEFINE_string(
     "checkpoint_dir",
     "",
-    "Where the trainer writes checkpoints, its --train_dir. Default: the "
+    "Where the trainer writes checkpoints, the trainer's --train_dir. "
+    "Default: the "
     "trainers' default for --model: %s for --model=tutorial, %s_MODEL for "
     "another." % (cifar10_input.TRAIN_DIR, cifar10_input.TRAIN_DIR),
 )

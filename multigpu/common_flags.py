@@ -77,8 +77,9 @@ def define_model_flag():
         "(He et al. 2016, with their recipe), or MODULE:FUNCTION, a function "
         "(images, is_training) -> logits of your own (float32 [batch, 24, "
         "24, 3] in, [batch, 10] out), imported from the current folder or "
-        "PYTHONPATH; it trains with the tutorial's recipe unless "
-        "--learning_rate is set. The eval takes the trainer's --model.",
+        "PYTHONPATH; the trainers train it with the tutorial's recipe unless "
+        "the trainer's --learning_rate is set. The eval takes the trainer's "
+        "--model.",
     )
 
 

@@ -114,9 +114,11 @@ def _script_help(module_name):
     command, which imports it as a module.
     """
     registered = sys.argv[0] if module_name == "__main__" else module_name
-    return flag_help.help_text(
-        sys.modules[module_name].__doc__ or "",
-        flags.FLAGS.get_key_flags_for_module(registered),
+    return flag_help.as_invoked(
+        flag_help.help_text(
+            sys.modules[module_name].__doc__ or "",
+            flags.FLAGS.get_key_flags_for_module(registered),
+        )
     )
 
 

@@ -7,6 +7,10 @@ groups below, whether the script runs as a file or as an installed command.
 absl's `--helpfull` still lists every flag, absl's own included.
 """
 
+import importlib.metadata
+import os
+import re
+import sys
 import textwrap
 
 # The groups of --help, in this order, and the flags each holds (of any of
@@ -95,6 +99,11 @@ GROUPS = (
         ),
     ),
 )
+# The installed package, whose commands (cifar10-train, ...) run the scripts.
+DISTRIBUTION = "tf1-multi-gpu"
+# A script's command line in a docstring or a report: 'python NAME.py', and
+# its flags up to an aligned comment, if any.
+_SCRIPT_COMMAND = re.compile(r"\bpython (\w+)\.py\b([^\n#]*? {2,}#)?")
 # The group of a flag no group names (a test keeps it empty).
 OTHER = "Other"
 # The closing line: where absl's own flags are.
@@ -155,3 +164,42 @@ def _default(flag):
     if flag.default is None or flag.default == "":
         return "none"
     return str(flag.default)
+
+
+def as_invoked(text):
+    """text, its 'python NAME.py' commands named as the user ran this one.
+
+    Under an installed command (cifar10-train) every script the package
+    installs is named by its command (python cifar10_eval.py becomes
+    cifar10-eval); run as a file, text is returned as it is.
+    """
+    commands = _installed_commands()
+    if os.path.basename(sys.argv[0]) not in commands.values():
+        return text
+
+    def renamed(found):
+        command = commands.get(found.group(1))
+        if command is None:
+            return found.group(0)
+        if found.group(2) is None:
+            return command
+        # The comment stays in its column.
+        flags = found.group(2)[:-1].rstrip()
+        return (command + flags).ljust(len(found.group(0)) - 1) + "#"
+
+    return _SCRIPT_COMMAND.sub(renamed, text)
+
+
+def _installed_commands():
+    """{module: command} of the package's installed commands, if any."""
+    try:
+        entry_points = importlib.metadata.distribution(
+            DISTRIBUTION
+        ).entry_points
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    return {
+        entry.value.split(":")[0]: entry.name
+        for entry in entry_points
+        if entry.group == "console_scripts"
+    }

@@ -119,11 +119,11 @@ def define_variable_update_flags():
         "parameter_server",
         list(variable_update.VARIABLE_UPDATES),
         "parameter_server (the TF1 design): one copy of the variables on "
-        "--variable_device, each tower reads it and sends its gradients "
-        "there. replicated: a copy on every tower's device, the gradients "
-        "all-reduced between the towers (--all_reduce_spec) and each copy "
-        "updated alike; checkpoints hold one copy under the usual names. "
-        "Cluster mode: parameter_server needs ps tasks (--ps_hosts); "
+        "one device (the CPU by default), each tower reads it and sends its "
+        "gradients there. replicated: a copy on every tower's device, the "
+        "gradients all-reduced between the towers (--all_reduce_spec) and "
+        "each copy updated alike; checkpoints hold one copy under the usual "
+        "names. Cluster mode: parameter_server needs ps tasks (--ps_hosts); "
         "replicated runs in a cluster of workers only (--worker_hosts, no "
         "--ps_hosts), every tower of every worker a copy, the gradients "
         "all-reduced between all of them by TensorFlow's collective ops: "

@@ -12,6 +12,7 @@ import time
 
 import tensorflow as tf
 
+from multigpu import flag_help
 from multigpu.graph import loss_scale, towers
 from multigpu.run import checkpoints
 
@@ -93,7 +94,11 @@ def print_closing_report(hook, examples_per_step, train_dir, next_commands):
     """Prints `closing_report` if the run trained a step; see there."""
     if hook.runs:
         print(
-            closing_report(hook, examples_per_step, train_dir, next_commands),
+            flag_help.as_invoked(
+                closing_report(
+                    hook, examples_per_step, train_dir, next_commands
+                )
+            ),
             flush=True,
         )
 
