@@ -261,6 +261,11 @@ def main(argv):
         FLAGS, compute_dtype, task.sync_replicas
     )
     print(placement.describe_devices(devices))
+    if update.all_reduce is not None:
+        print(
+            "--variable_update=replicated: a copy of the variables on each "
+            "tower, their gradients all-reduced by %s" % update.all_reduce
+        )
     # One tower's batch: images and labels.
     batch_shapes = [
         (

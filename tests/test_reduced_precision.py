@@ -116,10 +116,16 @@ def test_the_dynamic_scale_with_sync_replicas_is_an_error():
     )
 
 
-def test_use_fp16_on_a_cpu_with_bfloat16_instructions_computes_in_bfloat16():
+def test_use_fp16_on_a_cpu_with_bfloat16_instructions_computes_in_bfloat16(
+    capsys,
+):
     dtype = placement.compute_dtype(True, ["/cpu:0"], cpu_bfloat16=True)
 
     assert dtype == tf.bfloat16
+    assert capsys.readouterr().out == (
+        "--use_fp16: computing in bfloat16 on the CPU, which has bfloat16 "
+        "instructions (variables stay float32)\n"
+    )
 
 
 def test_use_fp16_on_a_cpu_without_them_computes_in_float32_and_says_so(
@@ -136,17 +142,27 @@ def test_use_fp16_on_a_cpu_without_them_computes_in_float32_and_says_so(
     )
 
 
-def test_force_cpu_bfloat16_computes_in_bfloat16_without_the_instructions():
+def test_force_cpu_bfloat16_computes_in_bfloat16_without_the_instructions(
+    capsys,
+):
     dtype = placement.compute_dtype(
         True, ["/cpu:0"], force_cpu_bfloat16=True, cpu_bfloat16=False
     )
 
     assert dtype == tf.bfloat16
+    assert capsys.readouterr().out == (
+        "--use_fp16: computing in bfloat16 on the CPU, emulated without its "
+        "instructions (--force_cpu_bfloat16) (variables stay float32)\n"
+    )
 
 
-def test_gpus_compute_in_float16_whatever_the_cpu():
+def test_gpus_compute_in_float16_whatever_the_cpu(capsys):
     assert placement.compute_dtype(True, ["/gpu:0"], cpu_bfloat16=False) == (
         tf.float16
+    )
+    assert capsys.readouterr().out == (
+        "--use_fp16: computing in float16 on the GPUs (variables stay "
+        "float32)\n"
     )
 
 

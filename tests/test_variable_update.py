@@ -201,13 +201,18 @@ def test_a_checkpoint_goes_replicated_2_to_parameter_server_4_to_replicated_1(
     cifar10_data_dir, tmp_path
 ):
     train_dir = tmp_path / "train"
-    _multi(cifar10_data_dir, train_dir, 2, "replicated", 3)
+    two = _multi(cifar10_data_dir, train_dir, 2, "replicated", 3)
+    assert (
+        "--variable_update=replicated: a copy of the variables on each "
+        "tower, their gradients all-reduced by collective\n" in two.stdout
+    )
     assert checkpoint_steps(train_dir)[-1] == 3
     # One copy, under the names of the tutorial's one-device trainer.
     assert _checkpoint_names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
 
     four = _multi(cifar10_data_dir, train_dir, 4, "parameter_server", 6)
     assert "training from step 3" in four.stdout
+    assert "all-reduced" not in four.stdout
     assert checkpoint_steps(train_dir)[-1] == 6
 
     one = _multi(cifar10_data_dir, train_dir, 1, "replicated", 9)

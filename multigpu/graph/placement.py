@@ -215,7 +215,8 @@ def compute_dtype(
 
     Without bfloat16 instructions a CPU emulates bfloat16 about ten times
     slower than float32, so there --use_fp16 computes in float32 (and says
-    so on stderr) unless force_cpu_bfloat16.
+    so on stderr) unless force_cpu_bfloat16. With use_fp16 one line says
+    which dtype is chosen, and why.
 
     Args:
       use_fp16: bool, whether to compute in reduced precision.
@@ -232,10 +233,23 @@ def compute_dtype(
     if not use_fp16:
         return tf.float32
     if devices[0].startswith("/gpu"):
+        print(
+            "--use_fp16: computing in float16 on the GPUs (variables stay "
+            "float32)"
+        )
         return tf.float16
     if cpu_bfloat16 is None:
         cpu_bfloat16 = cpu_has_bfloat16()
     if cpu_bfloat16 or force_cpu_bfloat16:
+        print(
+            "--use_fp16: computing in bfloat16 on the CPU, %s (variables "
+            "stay float32)"
+            % (
+                "which has bfloat16 instructions"
+                if cpu_bfloat16
+                else "emulated without its instructions (--force_cpu_bfloat16)"
+            )
+        )
         return tf.bfloat16
     print(
         "WARNING: --use_fp16 on a CPU without bfloat16 instructions "
