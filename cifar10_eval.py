@@ -39,6 +39,9 @@ from multigpu import common_flags, errors, flag_checks, folders
 from multigpu.graph import placement
 from multigpu.run import checkpoints, restore, train_dirs
 
+# Seconds between the watching eval's lines saying what it waits for.
+WAITING_LINE_SECS = 600
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
     "eval_dir",
@@ -208,7 +211,7 @@ def evaluate(
             summary_op = tf.constant(b"")
         # No graph: TensorBoard shows the trainer's, one per run.
         summary_writer = tf.compat.v1.summary.FileWriter(eval_dir)
-        last_scored = None
+        last_scored, scored_step, said_at = None, None, None
         while True:
             checkpoint = _newest_checkpoint(checkpoint_dir, run_once)
             if checkpoint is not None and checkpoint != last_scored:
@@ -221,12 +224,39 @@ def evaluate(
                     summary_op,
                     config,
                 )
-                last_scored = checkpoint
-                if scored is not None and 0 < last_step <= scored[1]:
-                    return
+                last_scored, said_at = checkpoint, None
+                if scored is not None:
+                    scored_step = scored[1]
+                    if 0 < last_step <= scored_step:
+                        return
             if run_once:
                 return
+            said_at = _say_waiting(checkpoint_dir, scored_step, said_at)
             time.sleep(eval_interval_secs)
+
+
+def _say_waiting(checkpoint_dir, scored_step, said_at):
+    """Says what the eval waits for, once per WAITING_LINE_SECS at most.
+
+    Args:
+      checkpoint_dir: str, the folder watched.
+      scored_step: int, the global step of the newest scored checkpoint, or
+        None.
+      said_at: float, `time.monotonic()` of the last line, or None.
+
+    Returns:
+      float, the time of the last line said.
+    """
+    now = time.monotonic()
+    if said_at is not None and now - said_at < WAITING_LINE_SECS:
+        return said_at
+    newer = "" if scored_step is None else " newer than step %d" % scored_step
+    print(
+        "%s: waiting for a checkpoint%s in %s"
+        % (datetime.datetime.now(), newer, checkpoint_dir),
+        flush=True,
+    )
+    return now
 
 
 def _newest_checkpoint(checkpoint_dir, run_once):
@@ -248,8 +278,6 @@ def _newest_checkpoint(checkpoint_dir, run_once):
         raise ValueError(
             "no checkpoint found in --checkpoint_dir=%s" % checkpoint_dir
         )
-    if checkpoint is None:
-        print("No checkpoint in %s yet; waiting." % checkpoint_dir)
     return checkpoint
 
 
@@ -300,13 +328,7 @@ def main(argv):
         cifar10_data.say_if_sample_set(FLAGS.data_dir)
     folders.make_folder(eval_dir, "eval_dir")
     devices = placement.tower_devices(1, cpu_towers=True)
-    evaluate(
-        checkpoint_dir,
-        eval_dir,
-        FLAGS.run_once,
-        FLAGS.eval_interval_secs,
-        FLAGS.last_step,
-        config,
+    data = dict(
         eval_data=FLAGS.eval_data,
         data_dir=FLAGS.data_dir,
         batch_size=FLAGS.batch_size,
@@ -314,6 +336,22 @@ def main(argv):
         compute_dtype=placement.compute_dtype(FLAGS.use_fp16, devices),
         model=model,
     )
+    try:
+        evaluate(
+            checkpoint_dir,
+            eval_dir,
+            FLAGS.run_once,
+            FLAGS.eval_interval_secs,
+            FLAGS.last_step,
+            config,
+            **data,
+        )
+    except KeyboardInterrupt:
+        raise errors.Interrupted(
+            "interrupted (SIGINT); the eval saves nothing, its scores so far "
+            "are in %s" % eval_dir,
+            errors.CTRL_C_EXIT_CODE,
+        ) from None
 
 
 def run():

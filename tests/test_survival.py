@@ -211,20 +211,22 @@ def test_an_interrupted_trainer_saves_its_step_and_says_so_in_one_line(
 
 
 @pytest.mark.slow
-def test_a_ctrl_c_outside_training_exits_130_with_one_line(
+def test_the_watching_eval_says_once_what_it_waits_for_and_ctrl_c_ends_it(
     cifar10_data_dir, tmp_path
 ):
     log_path = tmp_path / "eval.log"
+    train_dir = tmp_path / "train"
     evaluator = start_script(
         "cifar10_eval.py",
         "--data_dir=%s" % cifar10_data_dir,
-        "--checkpoint_dir=%s" % (tmp_path / "train"),
-        "--eval_dir=%s" % (tmp_path / "eval"),
+        "--checkpoint_dir=%s" % train_dir,
         "--eval_interval_secs=1",
         log_path=log_path,
     )
     try:
-        _wait_for_output(evaluator, log_path, r"^No checkpoint in .* waiting")
+        _wait_for_output(evaluator, log_path, r"waiting for a checkpoint in")
+        # Three more looks for a checkpoint, and no more lines.
+        time.sleep(3)
         os.kill(evaluator.pid, signal.SIGINT)
         evaluator.wait(timeout=EXIT_TIMEOUT_SECS)
     finally:
@@ -232,10 +234,13 @@ def test_a_ctrl_c_outside_training_exits_130_with_one_line(
         evaluator.wait()
     output = log_path.read_text()
     assert evaluator.returncode == 130, output[-3000:]
-    assert output.strip().split("\n")[-1] == (
-        "cifar10_eval.py: interrupted (SIGINT) outside the training loop; "
-        "nothing more to save"
-    )
+    lines = output.strip().split("\n")
+    assert [re.sub(r"^\S+ \S+: ", "DATE: ", line) for line in lines[-2:]] == [
+        "DATE: waiting for a checkpoint in %s" % train_dir,
+        "cifar10_eval.py: interrupted (SIGINT); the eval saves nothing, its "
+        "scores so far are in %s" % (train_dir / "eval"),
+    ]
+    assert output.count("waiting for a checkpoint") == 1
 
 
 @pytest.mark.slow
