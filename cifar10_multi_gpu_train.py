@@ -354,7 +354,7 @@ def main(argv):
     report.print_closing_report(
         closing,
         FLAGS.batch_size * FLAGS.num_gpus,
-        train_dir,
+        train_dir if task.is_chief else None,
         registry.next_commands(model, train_dir, FLAGS.data_dir),
     )
 

@@ -270,7 +270,7 @@ def main(argv):
     report.print_closing_report(
         closing,
         FLAGS.batch_size * FLAGS.num_gpus,
-        FLAGS.train_dir,
+        FLAGS.train_dir if task.is_chief else None,
         next_commands(FLAGS.train_dir, FLAGS.data_dir, FLAGS.tb_logging),
     )
 

@@ -173,6 +173,14 @@ def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
     assert ASYNC_MAX_STEPS <= last_saved <= global_step
     assert not cluster.train_dir(1).exists()
     assert "ps task 0: all 2 workers done." in cluster.log("ps0")
+    # Each worker prints its own step lines (--log_frequency=5 of its
+    # local steps), and the other worker's report points to the chief.
+    for index, (local, _) in enumerate(steps):
+        log = cluster.log("worker%d" % index)
+        assert len(re.findall(r": step \d+, loss = ", log)) == local // 5
+    assert cluster.log("worker1").strip().split("\n")[-1] == (
+        "Checkpoints and event logs: the chief's (worker 0's) --train_dir."
+    )
 
     result = run_script(
         "cifar10_eval.py",

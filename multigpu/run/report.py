@@ -109,7 +109,8 @@ def closing_report(hook, examples_per_step, train_dir, next_commands):
     Args:
       hook: the `RunReportHook` of the run.
       examples_per_step: int, examples of all towers per step.
-      train_dir: str, the run's checkpoints and event logs.
+      train_dir: str, the run's checkpoints and event logs; None for a
+        cluster's other workers, which write none (the chief does).
       next_commands: strs, the commands to run next (eval, tensorboard).
 
     Returns:
@@ -133,6 +134,16 @@ def closing_report(hook, examples_per_step, train_dir, next_commands):
         ),
         "Final loss (the last batch's): %s." % losses,
         *_skipped_line(hook),
+    ]
+    if train_dir is None:
+        return "\n".join(
+            lines
+            + [
+                "Checkpoints and event logs: the chief's (worker 0's) "
+                "--train_dir."
+            ]
+        )
+    lines += [
         "Checkpoints and event logs: %s (newest: %s)."
         % (train_dir, checkpoints.latest_checkpoint(train_dir)),
         "Next:",
