@@ -172,7 +172,8 @@ def run_bash(script, folder):
         text=True,
         timeout=600,
         cwd=folder,
-        env=dict(SCRIPT_ENV, PATH=path),
+        # The CIFAR-10 scripts' per-model default folders are in $TMPDIR.
+        env=dict(SCRIPT_ENV, PATH=path, TMPDIR=str(folder)),
     )
     assert result.returncode == 0, "%s\n%s\n--- stderr ---\n%s" % (
         script,
