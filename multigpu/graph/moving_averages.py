@@ -22,7 +22,12 @@ def average_variables(update_ops, global_step, applied, decay):
     Returns:
       The op that updates the averages, after update_ops.
     """
-    with tf.control_dependencies(update_ops):
+    # One block of the graph in TensorBoard (its initial-value conds were
+    # ten nodes at the top level); the shadows' names keep no scope.
+    with (
+        tf.name_scope("moving_averages"),
+        tf.control_dependencies(update_ops),
+    ):
         step = tf.cast(global_step, tf.float32)
         early = tf.minimum(decay, (1.0 + step) / (10.0 + step))
         averages = tf.compat.v1.train.ExponentialMovingAverage(
