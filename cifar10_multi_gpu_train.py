@@ -288,7 +288,7 @@ def main(argv):
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         # One input pipeline on the CPU; each tower takes its own batches.
-        with tf.device("/cpu:0"):
+        with tf.device("/cpu:0"), tf.name_scope("input"):
             if FLAGS.dry_run:
                 get_next = dry_run.synthetic_batches(batch_shapes)
             else:

@@ -62,7 +62,8 @@ def build_graph(
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
     # The input pipeline stays on the CPU, so the device only computes.
-    with tf.device("/cpu:0"):
+    # One block of the graph in TensorBoard, input.
+    with tf.device("/cpu:0"), tf.name_scope("input"):
         images, labels = cifar10_batches.train_inputs(data_dir, batch_size)
     summaries.image_summary("images", images)
     with tf.compat.v1.device(
