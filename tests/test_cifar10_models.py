@@ -215,7 +215,7 @@ def test_a_resnet_checkpoint_moves_between_trainers_and_the_eval_scores_it(
         for name in ("precision @ 1", "recall @ 5")
     ]
     assert printed_scores == ["%.3f" % score for score in expected]
-    events = read_events(tmp_path / "eval")
+    events = read_events(train_dir / "eval")
     written = [
         [(e.step, e.value) for e in events.Scalars(tag)]
         for tag in ("Precision @ 1", "Recall @ 5")
@@ -467,6 +467,7 @@ def test_a_trainer_given_a_model_with_an_int32_variable_exits_1_naming_it(
         "--num_gpus=2",
         "--cpu_towers",
         "--variable_update=replicated",
+        "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
         "--train_dir=%s" % (tmp_path / "train"),
         env={"PYTHONPATH": str(bad_models.parent)},
