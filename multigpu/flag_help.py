@@ -83,6 +83,7 @@ GROUPS = (
             "task_index",
             "sync_replicas",
             "replicas_to_aggregate",
+            "gradient_pack_bytes",
             "operation_timeout_secs",
         ),
     ),
