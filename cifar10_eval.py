@@ -37,7 +37,7 @@ from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks, folders
 from multigpu.graph import placement
-from multigpu.run import checkpoints, restore, train_dirs
+from multigpu.run import checkpoints, event_files, restore, train_dirs
 
 # Seconds between the watching eval's lines saying what it waits for.
 WAITING_LINE_SECS = 600
@@ -116,15 +116,14 @@ def build_graph(
     return tf.stack(hits), init_op
 
 
-def eval_once(
-    checkpoint, saver, summary_writer, hits, init_op, summary_op, config
-):
+def eval_once(checkpoint, saver, event_file, hits, init_op, summary_op, config):
     """Scores one checkpoint on every example of the input, once.
 
     Args:
       checkpoint: str, the checkpoint path prefix ('.../model.ckpt-1000').
       saver: restores the shadow variables into the model's variables.
-      summary_writer: writes the summaries at the checkpoint's global step.
+      event_file: an `event_files.EventFile`, for the summaries at the
+        checkpoint's global step.
       hits: bool [2, <= batch_size], from `build_graph`.
       init_op: rewinds the input.
       summary_op: the model's summaries, written beside the precision.
@@ -133,6 +132,9 @@ def eval_once(
     Returns:
       (float, int), the precision @ 1 and the checkpoint's global step;
       None when the checkpoint went away before it was restored.
+
+    Raises:
+      errors.TrainingError: the summary could not be written whole.
     """
     with tf.compat.v1.Session(config=config) as sess:
         try:
@@ -174,8 +176,7 @@ def eval_once(
     print("%s: recall @ 5 = %.3f" % (datetime.datetime.now(), recall))
     summary.value.add(tag="Precision @ 1", simple_value=precision)
     summary.value.add(tag="Recall @ 5", simple_value=recall)
-    summary_writer.add_summary(summary, global_step)
-    summary_writer.flush()
+    event_file.write_summary(summary, global_step)
     return precision, global_step
 
 
@@ -210,7 +211,7 @@ def evaluate(
         if summary_op is None:  # A model without summaries (the ResNets).
             summary_op = tf.constant(b"")
         # No graph: TensorBoard shows the trainer's, one per run.
-        summary_writer = tf.compat.v1.summary.FileWriter(eval_dir)
+        event_file = event_files.EventFile(event_files.open_writer(eval_dir))
         last_scored, scored_step, said_at = None, None, None
         while True:
             checkpoint = _newest_checkpoint(checkpoint_dir, run_once)
@@ -218,7 +219,7 @@ def evaluate(
                 scored = eval_once(
                     checkpoint,
                     saver,
-                    summary_writer,
+                    event_file,
                     hits,
                     init_op,
                     summary_op,

@@ -34,6 +34,11 @@ def make_folder(path, flag):
         raise ValueError(
             "--%s=%s cannot be created: %s" % (flag, path, e.strerror)
         ) from None
+    if os.statvfs(path).f_flag & os.ST_RDONLY:
+        raise ValueError(
+            "--%s=%s is on a read-only file system; pass a folder this user "
+            "can write" % (flag, path)
+        )
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError("--%s=%s is not writable by this user" % (flag, path))
 

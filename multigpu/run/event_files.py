@@ -1,21 +1,31 @@
-"""The chief's event file: written whole, or the run stops and says why.
+"""Event files: one per process, written whole, or the run stops and says why.
+
+TensorFlow names an event file by the second and the host it starts on:
+two processes that start in the same second in one folder (a trainer and
+an eval, two evals) open one file and write over each other's records.
+`open_writer` adds the process's id and a random token to the name.
 
 TensorFlow's event writer drops an event it cannot write without a word
 and flushes its file every 120 s: a disk that fills and frees again leaves
 an event file corrupt from that record on (TensorBoard reads nothing past
 it), and the run ends with exit 0. Here the file is flushed after every
-step, so the first failed write is seen at once; the file is cut back to
-its last complete record, readable to the end, and the run stops.
+step and its new records are read back, so the first failed write is seen
+at once; the file is cut back to its last complete record, readable to
+the end, and the run stops. Records that are not the writer's (another
+process writing the same file) stop the run too.
 """
 
 import contextlib
 import os
 import re
+import secrets
 import shutil
-import struct
 import threading
 
 import tensorflow as tf
+from tensorflow.python.lib.io import tf_record
+
+from multigpu import errors
 
 # The start of an event file's name: events.out.tfevents.TIME.HOST.
 EVENT_FILE_PREFIX = "events.out.tfevents."
@@ -23,65 +33,229 @@ EVENT_FILE_PREFIX = "events.out.tfevents."
 _WRITE_ERROR = re.compile(r"^(.*events\.out\.tfevents\.[^;]*); ([^\n]+)")
 
 
+def open_writer(logdir, graph=None):
+    """A `FileWriter` of logdir whose file no other process can name.
+
+    Args:
+      logdir: str, the folder of the event file.
+      graph: a `tf.Graph` to write first, or None.
+
+    Returns:
+      `tf.compat.v1.summary.FileWriter` of the file
+      'events.out.tfevents.SECONDS.HOST.PID.TOKEN' (TOKEN: 8 random hex
+      digits, for a process id used again on another host or later).
+
+    Raises:
+      errors.TrainingError: the file's first record could not be written
+        (the empty file is removed).
+    """
+    suffix = ".%d.%s" % (os.getpid(), secrets.token_hex(4))
+    try:
+        return tf.compat.v1.summary.FileWriter(
+            logdir, graph, filename_suffix=suffix
+        )
+    except RuntimeError as e:
+        found = _WRITE_ERROR.match(str(e))
+        if found is None:
+            raise
+        with contextlib.suppress(OSError):
+            os.remove(found.group(1))
+        raise errors.TrainingError(
+            "could not write the event file %s (%s; %.1f MB free on its "
+            "disk); nothing is left of it"
+            % (
+                found.group(1),
+                found.group(2).strip(),
+                shutil.disk_usage(logdir).free / 2**20,
+            )
+        ) from None
+
+
+def own_writer(logdir):
+    """Makes the shared writer of logdir one of `open_writer`'s, graphless.
+
+    The hooks of a `MonitoredSession` (summaries, step counter, the
+    checkpoints' graph) write through the writer `FileWriterCache` keeps
+    per folder, which would name its file by second and host only. That
+    writer would also add the graph when made, and the checkpoint saver adds
+    it again: TensorBoard warned of more than one graph event per run. Made
+    here first, without the graph, the writer leaves it to the checkpoint
+    saver alone, which adds it once per train_dir. Call it before the hooks
+    begin.
+    """
+    writer = open_writer(logdir)
+    cache = tf.compat.v1.summary.FileWriterCache
+    # TensorFlow offers no public way to hand the cache a writer.
+    with cache._lock:
+        replaced = cache._cache.get(logdir)
+        cache._cache[logdir] = writer
+    if replaced is not None:
+        with contextlib.suppress(RuntimeError):
+            replaced.close()
+
+
+class ForeignWriter(RuntimeError):
+    """The event file holds bytes that are not its writer's records."""
+
+
+class EventFile:
+    """A writer's event file, its records read back after each flush.
+
+    Attributes:
+      writer: the `FileWriter`.
+      path: str, its file when last checked.
+      end: int, the end of the file's records read back whole.
+    """
+
+    def __init__(self, writer):
+        """writer: a `FileWriter`, e.g. `open_writer`'s."""
+        self.writer = writer
+        self.path = None
+        self.end = 0
+        self._inode = None
+        self._head = None
+        self._foreign = False
+        _quiet_writer_thread()
+
+    def check(self):
+        """Reads back the records the writer added since the last check.
+
+        Call it once the writer is flushed.
+
+        Returns:
+          int, how many records were added.
+
+        Raises:
+          ForeignWriter: another process wrote into the file, or replaced
+            or cut it.
+          RuntimeError: 'PATH; REASON', a record was cut short (a full
+            disk) or the file is missing.
+        """
+        # The writer opens its file at its first event; TensorFlow offers
+        # no public name for it.
+        path = self.writer.event_writer._ev_writer.FileName()
+        if path != self.path:
+            self.path, self.end, self._inode, self._head = path, 0, None, None
+        if not os.path.exists(path):
+            raise RuntimeError("%s; the file is missing" % path)
+        end, count, error = _read_records(path, self.end)
+        foreign = self._foreign_sign(path, end, error)
+        if foreign is not None:
+            self._foreign = True
+            raise ForeignWriter(
+                "another process writes into the event file %s (%s)"
+                % (path, foreign)
+            )
+        if end != os.path.getsize(path):
+            raise RuntimeError(
+                "%s; a record was cut short while written (was the disk "
+                "full?)" % path
+            )
+        self.end = end
+        self._head = self._head or _first_record(path)
+        return count
+
+    def _foreign_sign(self, path, end, error):
+        """Why the file seems written by another process too, or None.
+
+        Another writer of the same file name opens it afresh (cut to 0
+        bytes) and writes its own first record at its start.
+        """
+        stat = os.stat(path)
+        self._inode = self._inode or stat.st_ino
+        if stat.st_ino != self._inode:
+            return "it was replaced"
+        if stat.st_size < self.end:
+            return "it was cut to %d bytes, from %d" % (stat.st_size, self.end)
+        if self._head is not None and _first_record(path) != self._head:
+            return "its first record is another writer's"
+        if error is not None and "corrupted" in error:
+            return (
+                "the record at byte %d is another writer's: its checksum "
+                "fails" % end
+            )
+        return None
+
+    def write_summary(self, summary, step):
+        """Writes one summary and reads it back from the file.
+
+        Args:
+          summary: a `tf.compat.v1.Summary`.
+          step: int, its global step.
+
+        Raises:
+          errors.TrainingError: the summary is not in the file whole (the
+            writer is then closed).
+        """
+        self.writer.add_summary(summary, step)
+        try:
+            self.writer.flush()
+            if self.check():
+                return
+            reason = "no record reached the file"
+        except ForeignWriter as e:
+            raise errors.TrainingError(str(e)) from None
+        except RuntimeError as e:
+            reason = str(e).split("; ", 1)[-1].split("\n")[0]
+        self.cut_back()
+        raise errors.TrainingError(
+            "could not write the summary of step %d to the event file %s: "
+            "%s; %.1f MB free on its disk; the file keeps the %d bytes of "
+            "events before"
+            % (
+                step,
+                self.path,
+                reason,
+                shutil.disk_usage(self.writer.get_logdir()).free / 2**20,
+                self.end,
+            )
+        )
+
+    def cut_back(self):
+        """Closes the writer; cuts its file back to its whole records.
+
+        For a run that stops on an error: a record half written when the
+        error struck would end TensorBoard's reading there. A file another
+        process writes too is left as it is.
+        """
+        path = self.writer.event_writer._ev_writer.FileName()
+        # Closed first: its thread would go on writing at the old end.
+        with contextlib.suppress(RuntimeError):
+            self.writer.close()
+        if self._foreign or not path or not os.path.exists(path):
+            return
+        if path != self.path:
+            self.path, self.end = path, 0
+        self.end = _read_records(path, self.end)[0]
+        os.truncate(path, self.end)
+
+
 class EventFileHook(tf.compat.v1.train.SessionRunHook):
     """Flushes the event file of train_dir after every step.
 
-    A failed write raises the writer's `RuntimeError`, which `failure`
-    turns into the run's error.
+    A failed write raises the writer's `RuntimeError`, a record of another
+    process a `ForeignWriter`, which `failure` turns into the run's error.
     """
 
     def __init__(self, train_dir):
         """train_dir: str, the folder of the event file (the summaries')."""
         self._train_dir = train_dir
-        self._writer = None
-        self._path = None
-        self._complete_bytes = 0
+        self._file = None
 
     def begin(self):
         # The summary and checkpoint hooks write to this same writer.
-        self._writer = tf.compat.v1.summary.FileWriterCache.get(self._train_dir)
-        # A failed write ends the writer's thread with a traceback and an
-        # error line of its own; the run's error says it once.
-        threading.excepthook = _quiet_writer_thread(threading.excepthook)
-        tf.get_logger().addFilter(
-            lambda record: _THREAD_ERROR not in record.getMessage()
+        self._file = EventFile(
+            tf.compat.v1.summary.FileWriterCache.get(self._train_dir)
         )
 
     def after_run(self, run_context, run_values):
-        self._writer.flush()
-        # The writer opens its file at its first event; TensorFlow offers
-        # no public name for it.
-        path = self._writer.event_writer._ev_writer.FileName()
-        if path != self._path:
-            self._path, self._complete_bytes = path, 0
-        end = _records_end(path, self._complete_bytes)
-        if end is None:
-            raise RuntimeError(
-                "%s; a record was cut short while written (was the disk "
-                "full?)" % path
-            )
-        self._complete_bytes = end
+        self._file.writer.flush()
+        self._file.check()
 
     def cut_back(self):
-        """Cuts the event file back to its complete records, if any is cut.
-
-        For a run that stops on an error: a record half written when the
-        error struck would end TensorBoard's reading there. The writer is
-        closed: nothing more is written to the file.
-        """
-        if self._writer is None:
-            return
-        path = self._writer.event_writer._ev_writer.FileName()
-        # Closed first: its thread would go on writing at the old end.
-        with contextlib.suppress(RuntimeError):
-            self._writer.close()
-        if not path or not os.path.exists(path):
-            return
-        if path != self._path:
-            self._path, self._complete_bytes = path, 0
-        end = _records_end(path, self._complete_bytes, whole_file=False)
-        os.truncate(path, end)
-        self._complete_bytes = end
+        """`EventFile.cut_back` of the run's file, once the hook began."""
+        if self._file is not None:
+            self._file.cut_back()
 
     def failure(self, error):
         """What failed, once the event file is cut back to complete events.
@@ -94,6 +268,8 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
           device; 0.0 MB free on its disk); it keeps every event written
           before'; None when error is not the event writer's.
         """
+        if isinstance(error, ForeignWriter):
+            return str(error)
         found = _WRITE_ERROR.match(str(error))
         if found is None:
             return None
@@ -108,30 +284,19 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
         )
 
 
-def writer_without_graph(train_dir):
-    """Makes TensorFlow's shared writer of train_dir one without the graph.
-
-    The hooks' writer (`FileWriterCache`) adds the graph when it is made,
-    and the checkpoint saver adds it again: TensorBoard warned of more
-    than one graph event per run. Made here first, the writer leaves the
-    graph to the checkpoint saver alone, which adds it once per train_dir.
-
-    Args:
-      train_dir: str, the folder as the hooks are given it.
-    """
-    cache = tf.compat.v1.summary.FileWriterCache
-    # TensorFlow offers no public way to put a writer in its cache.
-    with cache._lock:
-        if train_dir not in cache._cache:
-            cache._cache[train_dir] = tf.compat.v1.summary.FileWriter(train_dir)
-
-
 # The line TensorFlow logs when its event writer's thread fails.
 _THREAD_ERROR = "EventFileWriter writer thread error"
 
 
-def _quiet_writer_thread(excepthook):
-    """threading.excepthook, silent for the event writer's failure."""
+def _quiet_writer_thread():
+    """Silences the event writer thread's failure, once per process.
+
+    A failed write ends the writer's thread with a traceback and an error
+    line of its own; the process's error says it once.
+    """
+    if getattr(threading.excepthook, "quiet_writer_thread", False):
+        return
+    excepthook = threading.excepthook
 
     def quiet(args):
         if not (
@@ -141,39 +306,41 @@ def _quiet_writer_thread(excepthook):
         ):
             excepthook(args)
 
-    return quiet
+    quiet.quiet_writer_thread = True
+    threading.excepthook = quiet
+    tf.get_logger().addFilter(
+        lambda record: _THREAD_ERROR not in record.getMessage()
+    )
 
 
-# A record of an event file: length (uint64), its CRC (4 bytes), the data,
-# the data's CRC (4 bytes).
-_LENGTH = struct.Struct("<Q")
-_RECORD_BYTES = _LENGTH.size + 4 + 4
-
-
-def _records_end(path, start, whole_file=True):
-    """The end of the file's complete records from start on.
+def _read_records(path, start):
+    """Reads the records of an event file from start on, checking each.
 
     Args:
       path: str, an event file.
       start: int, the offset of a record (the end of the checked ones).
-      whole_file: bool, whether a record cut short makes the answer None.
 
     Returns:
-      int, the end of the last record that is whole; with whole_file, None
-      unless that is the file's end.
+      (end, count, error): the end of the last whole record (its checksums
+      right), how many were read, and None or the reader's message for
+      the record at end ('truncated record at N', 'corrupted record at
+      N'); a record whose header is cut short ends the reading too.
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        offset = start
-        while offset < size:
-            f.seek(offset)
-            header = f.read(_LENGTH.size)
-            if len(header) < _LENGTH.size:
-                break
-            (length,) = _LENGTH.unpack(header)
-            if offset + _RECORD_BYTES + length > size:
-                break
-            offset += _RECORD_BYTES + length
-    if whole_file and offset != size:
+    reader = tf_record.tf_record_random_reader(path)
+    end, count = start, 0
+    while True:
+        try:
+            _, end_of_next = reader.read(end)
+        except IndexError:
+            return end, count, None
+        except tf.errors.DataLossError as e:
+            return end, count, e.message
+        end, count = end_of_next, count + 1
+
+
+def _first_record(path):
+    """The bytes of the file's first record, or None if it does not read."""
+    try:
+        return tf_record.tf_record_random_reader(path).read(0)[0]
+    except (IndexError, tf.errors.DataLossError):
         return None
-    return offset

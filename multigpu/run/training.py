@@ -285,7 +285,7 @@ def run_training(
                     if _finished(newest, max_steps):
                         return 0
                 if task.is_chief:
-                    event_files.writer_without_graph(train_dir)
+                    event_files.own_writer(train_dir)
                 with interrupt.installed():
                     _train_loop(
                         train_op,
