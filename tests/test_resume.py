@@ -227,9 +227,9 @@ def test_warm_start_takes_the_weights_and_averages_of_another_tower_count(
     )
     assert "training from step 0" in result.stdout
     assert (
-        "Warm start from %s: restored 10 weight(s) and 10 moving average(s);"
-        % source
-        in result.stdout
+        "Warm start from %s: restored 10 model variable(s), 0 of them not "
+        "trainable (batch-norm statistics, frozen layers), and 10 moving "
+        "average(s);" % source in result.stdout
     )
     # The saver writes the step the run starts at: the warm-started values.
     _assert_warm_started(
@@ -252,8 +252,9 @@ def test_fine_tune_initialises_softmax_linear_afresh(
         "--fine_tune",
     )
     assert (
-        "initialised afresh (--fine_tune): softmax_linear/biases, "
-        "softmax_linear/weights" in result.stdout
+        "Warm start left at their initial values: softmax_linear/biases, "
+        "softmax_linear/weights (--fine_tune: the layer that makes the "
+        "logits)" in result.stdout
     )
     tuned = _values(tmp_path / "tuned" / "model.ckpt-0")
     _assert_warm_started(_values(source), tuned, ["softmax_linear"])

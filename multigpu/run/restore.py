@@ -9,9 +9,11 @@ one checkpoint restores into any trainer and any tower count:
   checkpoint holds it and initialised when it does not, with one line
   naming what was initialised. A float32 `global_step` (the original
   tutorial's multi-GPU trainer) is restored into our int64 one.
-- warm start (--pretrained_model_checkpoint_path): only the weights and
-  their moving averages are restored; the step, the optimizer and the loss
-  averages start afresh. --fine_tune leaves `softmax_linear` out too.
+- warm start (--pretrained_model_checkpoint_path): every variable of the
+  model (weights, batch-norm statistics, frozen layers) and its moving
+  average is restored; the step, the optimizer and the loss averages start
+  afresh. --fine_tune leaves out the layer that makes the logits, found
+  from the graph.
 - a checkpoint of another model is a ValueError naming the first missing
   or mismatched variables and what the checkpoint seems to hold.
 
@@ -23,12 +25,11 @@ import numpy as np
 import tensorflow as tf
 
 from multigpu import errors
+from multigpu.graph import any_model
 from multigpu.run import checkpoints
 
 # The name ExponentialMovingAverage gives a variable's shadow: NAME/SUFFIX.
 SHADOW_SUFFIX = "/ExponentialMovingAverage"
-# The layer --fine_tune initialises afresh, as the Inception trainer does.
-FINE_TUNE_SCOPE = "softmax_linear/"
 # The CIFAR-10 tutorial net's first and last weights, by which `model_name`
 # knows its checkpoints.
 TUTORIAL_SHAPES = {
@@ -69,29 +70,40 @@ def resume(session, checkpoint):
 
 
 def warm_start(session, checkpoint, fine_tune=False):
-    """Starts a new run from another run's weights and their averages.
+    """Starts a new run from every variable of another run's model.
+
+    The model's variables are its weights and what else it created (the
+    batch-norm statistics, frozen layers): those whose moving averages the
+    trainers keep (`any_model.moving_average_variables`). Each is restored
+    with its average when the checkpoint holds it; the weights must be
+    there. Prints what was restored and what was left at its initial value.
 
     Args:
       session: the new session, its variables not yet initialised.
       checkpoint: str, the source checkpoint's path prefix.
-      fine_tune: bool, initialise `softmax_linear` afresh instead.
+      fine_tune: bool, initialise the layer that makes the logits afresh
+        (`logits_layer`) instead.
 
     Raises:
-      ValueError: a weight is missing or of another shape.
+      ValueError: a weight is missing or of another shape; with fine_tune,
+        no variable makes the logits.
     """
-    weights = {
+    model = _model_variables()
+    fresh = logits_layer(model) if fine_tune else []
+    variables = {
         var.op.name: var
-        for var in tf.compat.v1.trainable_variables()
-        if not (fine_tune and var.op.name.startswith(FINE_TUNE_SCOPE))
+        for var in model
+        if all(var is not each for each in fresh)
     }
     shadows = {
         var.op.name: var
         for var in tf.compat.v1.global_variables()
         if var.op.name.endswith(SHADOW_SUFFIX)
-        and var.op.name[: -len(SHADOW_SUFFIX)] in weights
+        and var.op.name[: -len(SHADOW_SUFFIX)] in variables
     }
-    restored = dict(weights, **shadows)
-    absent = restore_variables(session, checkpoint, restored, set(weights))
+    restored = dict(variables, **shadows)
+    required = set(_names(tf.compat.v1.trainable_variables())) & set(restored)
+    absent = restore_variables(session, checkpoint, restored, required)
     _initialise(
         session,
         [
@@ -101,23 +113,113 @@ def warm_start(session, checkpoint, fine_tune=False):
         ]
         + absent,
     )
-    fresh = [
-        name
-        for name in _names(tf.compat.v1.trainable_variables())
-        if name not in weights
-    ]
-    print(
-        "Warm start from %s: restored %d weight(s) and %d moving average(s)%s;"
-        " the step, the optimizer and the loss averages start afresh"
+    print(_warm_start_lines(checkpoint, variables, shadows, absent, fresh))
+
+
+def _warm_start_lines(checkpoint, variables, shadows, absent, fresh):
+    """What `warm_start` restored and what it left, in one or two lines."""
+    absent = set(_names(absent))
+    trainable = set(_names(tf.compat.v1.trainable_variables()))
+    kept = [name for name in variables if name not in absent]
+    lines = [
+        "Warm start from %s: restored %d model variable(s), %d of them not "
+        "trainable (batch-norm statistics, frozen layers), and %d moving "
+        "average(s); the step, the optimizer and the loss averages start "
+        "afresh"
         % (
             checkpoint,
-            len(weights),
-            len(shadows) - len(absent),
-            "; initialised afresh (--fine_tune): %s" % ", ".join(fresh)
-            if fresh
-            else "",
+            len(kept),
+            len([name for name in kept if name not in trainable]),
+            len([name for name in shadows if name not in absent]),
         )
-    )
+    ]
+    left = []
+    if fresh:
+        left.append(
+            "%s (--fine_tune: the layer that makes the logits)"
+            % ", ".join(_names(fresh))
+        )
+    if absent:
+        left.append("%s (not in the checkpoint)" % _listed(sorted(absent)))
+    if left:
+        lines.append(
+            "Warm start left at their initial values: %s" % "; ".join(left)
+        )
+    return "\n".join(lines)
+
+
+def _model_variables():
+    """The model's variables (not the towers' copies), in graph order."""
+    saved = tf.compat.v1.global_variables()
+    return [
+        var
+        for var in any_model.moving_average_variables()
+        if any(var is each for each in saved)
+    ]
+
+
+# The op types that pass a variable's value on to a layer: reads, copies
+# between devices, the casts of reduced precision.
+_READS = ("Identity", "ReadVariableOp", "Cast", "Enter")
+# The op types that multiply a layer's input by its weights.
+_PRODUCTS = (
+    "MatMul",
+    "BatchMatMul",
+    "BatchMatMulV2",
+    "Conv2D",
+    "DepthwiseConv2dNative",
+    "Einsum",
+)
+# The loss ops whose first input is the logits.
+_LOSSES = (
+    "SparseSoftmaxCrossEntropyWithLogits",
+    "SoftmaxCrossEntropyWithLogits",
+)
+
+
+def logits_layer(model):
+    """The variables of the layer that makes the logits, found in the graph.
+
+    Walks back from the logits (the first input of the loss) to the last
+    matmul or convolution: its weights, and what the walk met on the way
+    (the bias added after it), are the layer's. Its input is not followed.
+
+    Args:
+      model: list of the model's variables.
+
+    Returns:
+      list of the layer's variables, in graph order.
+
+    Raises:
+      ValueError: the graph has no loss on logits, or no variable makes
+        them.
+    """
+    by_name = {var.op.name: var for var in model}
+    found = set()
+    for op in tf.compat.v1.get_default_graph().get_operations():
+        if op.type in _LOSSES:
+            found |= _layer_variables(op.inputs[0].op, by_name)
+    if not found:
+        raise ValueError(
+            "--fine_tune found no variable that makes the logits (a weight "
+            "of the last matmul or convolution before the softmax loss); "
+            "train without --fine_tune"
+        )
+    return [var for var in model if var.op.name in found]
+
+
+def _layer_variables(logits_op, by_name):
+    """The names of the variables of the layer whose output is logits_op."""
+    found, seen, stack = set(), set(), [(logits_op, False)]
+    while stack:
+        op, weights_only = stack.pop()
+        if op.name in by_name:
+            found.add(op.name)
+        elif op.name not in seen and (not weights_only or op.type in _READS):
+            seen.add(op.name)
+            weights_only = weights_only or op.type in _PRODUCTS
+            stack.extend((each.op, weights_only) for each in op.inputs)
+    return found
 
 
 def restore_variables(session, checkpoint, variables, required):
