@@ -280,10 +280,16 @@ def main(argv=None):
         help="The first this many training images form the validation split "
         "(default %(default)s).",
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace the TFRecord files --data_dir holds (each is named); "
+        "without it the converter replaces none but the sample set's.",
+    )
     args = parser.parse_args(argv)
     try:
         counts = mnist_data.convert(
-            args.idx_dir, args.data_dir, args.validation_size
+            args.idx_dir, args.data_dir, args.validation_size, args.overwrite
         )
     except ValueError as e:
         parser.exit(1, "%s: error: %s\n" % (parser.prog, e))

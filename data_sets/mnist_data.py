@@ -217,7 +217,9 @@ def read_idx_pair(images_path, labels_path):
     return images, labels
 
 
-def convert(idx_dir, data_dir, validation_size=VALIDATION_SIZE):
+def convert(
+    idx_dir, data_dir, validation_size=VALIDATION_SIZE, overwrite=False
+):
     """Converts the four IDX files into the three TFRecord files.
 
     Args:
@@ -225,14 +227,18 @@ def convert(idx_dir, data_dir, validation_size=VALIDATION_SIZE):
       data_dir: str, the folder to write the TFRecord files to.
       validation_size: int, how many of the first training images form the
         validation split, as in the tutorial's `read_data_sets`.
+      overwrite: bool, replace the split files data_dir holds (each named
+        in a line); the sample set's are replaced without it.
 
     Returns:
       dict, the number of examples written per split.
 
     Raises:
-      ValueError: a bad IDX file (see `read_idx_pair`), or validation_size
-        not between 0 and the number of training images less one.
+      ValueError: a bad IDX file (see `read_idx_pair`); validation_size
+        not between 0 and the number of training images less one; without
+        overwrite, data_dir holds split files of other data.
     """
+    _say_replaced(data_dir, overwrite)
     train_images, train_labels = read_idx_pair(
         os.path.join(idx_dir, TRAIN_IMAGES),
         os.path.join(idx_dir, TRAIN_LABELS),
@@ -255,6 +261,43 @@ def convert(idx_dir, data_dir, validation_size=VALIDATION_SIZE):
     # The real splits replace a sample set written there before.
     sample_sets.unmark(data_dir)
     return written
+
+
+def _say_replaced(data_dir, overwrite):
+    """Refuses to replace other data's split files, or names them.
+
+    Raises:
+      ValueError: without overwrite, data_dir holds split files and is not
+        a sample set's folder.
+    """
+    present = [
+        name
+        for name in sorted(mnist_format.SPLIT_FILES.values())
+        if os.path.lexists(os.path.join(data_dir, name))
+    ]
+    if not present:
+        return
+    sample_set = sample_sets.is_sample_set(data_dir)
+    if not (overwrite or sample_set):
+        raise ValueError(
+            "--data_dir=%s already holds %s (not a sample set); nothing was "
+            "replaced: pass an empty --data_dir, or --overwrite to replace "
+            "them" % (data_dir, ", ".join(present))
+        )
+    print(
+        "%s in %s: %s"
+        % (
+            "Replacing the built-in sample set"
+            if sample_set
+            else "--overwrite: replacing",
+            data_dir,
+            ", ".join(
+                "%s (%d bytes)"
+                % (name, os.path.getsize(os.path.join(data_dir, name)))
+                for name in present
+            ),
+        )
+    )
 
 
 def _write_splits(data_dir, splits):

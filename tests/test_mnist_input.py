@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_script
+from conftest import error_line, folder_contents, run_script
 
 import mnist_input
 from data_sets import mnist_data
@@ -130,6 +130,69 @@ def test_converter_script_reports_a_bad_file_in_one_line(idx_dir, tmp_path):
     assert result.stderr.splitlines()[-1] == (
         "mnist_input.py: error: %s: magic number 2051, expected 2049"
         % labels_file
+    )
+
+
+# Another data set's split files, which the converter must not replace.
+OTHER_DATA = {
+    "train.tfrecords": b"another data set's training records",
+    "test.tfrecords": b"another data set's test records",
+}
+
+
+@pytest.mark.slow
+def test_converter_refuses_a_data_dir_of_other_records_and_keeps_their_bytes(
+    idx_dir, tmp_path
+):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    for name, content in OTHER_DATA.items():
+        (data_dir / name).write_bytes(content)
+    line = error_line(
+        "mnist_input.py", "--idx_dir=%s" % idx_dir, "--data_dir=%s" % data_dir
+    )
+    assert line == (
+        "mnist_input.py: error: --data_dir=%s already holds test.tfrecords, "
+        "train.tfrecords (not a sample set); nothing was replaced: pass an "
+        "empty --data_dir, or --overwrite to replace them" % data_dir
+    )
+    assert folder_contents(data_dir) == OTHER_DATA
+
+
+@pytest.mark.slow
+def test_converter_with_overwrite_names_each_file_it_replaces(
+    idx_dir, tmp_path
+):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    for name, content in OTHER_DATA.items():
+        (data_dir / name).write_bytes(content)
+    result = run_script(
+        "mnist_input.py",
+        "--idx_dir=%s" % idx_dir,
+        "--data_dir=%s" % data_dir,
+        "--validation_size=4",
+        "--overwrite",
+    )
+    assert result.stdout.splitlines()[0] == (
+        "--overwrite: replacing in %s: test.tfrecords (31 bytes), "
+        "train.tfrecords (35 bytes)" % data_dir
+    )
+    assert len(read_split(data_dir, "train")[1]) == 26
+
+
+def test_converter_replaces_a_sample_set_and_says_so(idx_dir, tmp_path, capsys):
+    data_dir = str(tmp_path / "data")
+    mnist_data.write_fake_data(data_dir)
+    sizes = [
+        "%s (%d bytes)" % (name, os.path.getsize(os.path.join(data_dir, name)))
+        for name in sorted(mnist_input.SPLIT_FILES.values())
+    ]
+    capsys.readouterr()
+    assert mnist_data.convert(str(idx_dir), data_dir, 10)["train"] == 20
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "Replacing the built-in sample set in %s: %s"
+        % (data_dir, ", ".join(sizes))
     )
 
 
