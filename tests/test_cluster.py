@@ -384,6 +384,31 @@ def test_a_ps_ends_once_its_chief_is_done_naming_the_killed_worker(
 
 
 @pytest.mark.slow
+def test_a_ps_that_looks_only_after_its_workers_finished_ends_normally(
+    make_cluster, capsys
+):
+    tasks = make_cluster(2, "--max_steps=4", "--batch_size=2")
+    ps = cluster.cluster_task(
+        tasks.ps_address, ",".join(tasks.worker_addresses), "ps", 0
+    )
+    config = cluster.task_config(placement.session_config(), ps)
+    # The ps's server serves the workers; the ps looks at them only once
+    # both have finished, their ports closed.
+    server = cluster.start_server(ps, config)
+    for index in range(2):
+        tasks.start("worker", index)
+    for index in range(2):
+        code, _ = tasks.wait("worker%d" % index)
+        assert code == 0, tasks.log("worker%d" % index)[-3000:]
+    assert not any(map(watchdog.answers, tasks.worker_addresses))
+    capsys.readouterr()
+    start = time.time()
+    cluster.serve_until_done(ps, server, config, timeout_secs=5)
+    assert capsys.readouterr().out == "ps task 0: all 2 workers done.\n"
+    assert time.time() - start < 5
+
+
+@pytest.mark.slow
 def test_a_restarted_chief_resumes_from_its_checkpoint(make_cluster):
     cluster = make_cluster(
         1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()

@@ -405,36 +405,83 @@ def run_ps(task, config, timeout_secs=0):
     config = task_config(config, task)
     # No operation timeout here: a ps waits as long as training lasts.
     config.operation_timeout_in_ms = 0
-    server = start_server(task, config)
-    watchdog.wait_for_workers(task.cluster, timeout_secs)
+    serve_until_done(task, start_server(task, config), config, timeout_secs)
+
+
+def serve_until_done(task, server, config, timeout_secs):
+    """Serves until every worker's done token has arrived.
+
+    Args:
+      task: the ps task's `ClusterTask`.
+      server: its started `tf.distribute.Server`.
+      config: the session's `ConfigProto`.
+      timeout_secs: int, as in `run_ps`.
+
+    Raises:
+      errors.TrainingError: as `run_ps`.
+    """
     with tf.Graph().as_default():
         dequeue = done_signals(task, one_at_a_time=True)[task.task_index]
         with tf.compat.v1.Session(server.target, config=config) as sess:
-            _wait_for_done(task, sess, dequeue, timeout_secs)
+            done = _wait_for_start(task, sess, dequeue, timeout_secs)
+            _wait_for_done(task, sess, dequeue, timeout_secs, done)
     print(
         "ps task %d: all %d workers done." % (task.task_index, task.num_workers)
     )
 
 
-def _wait_for_done(task, sess, dequeue, timeout_secs):
+def _look_options():
+    """A dequeue of a done token gives up after this, for a look at ports."""
+    return tf.compat.v1.RunOptions(
+        timeout_in_ms=watchdog.WATCHDOG_INTERVAL_SECS * 1000
+    )
+
+
+def _wait_for_start(task, sess, dequeue, timeout_secs):
+    """Waits until every worker has started, or said it is done.
+
+    A worker counts as started once its port answers or its done token
+    arrives: a short run may end between two looks at its port.
+
+    Returns:
+      set of the worker task indices whose done token arrived.
+
+    Raises:
+      errors.TrainingError: a worker was not heard from in timeout_secs.
+    """
+    done, started = set(), set()
+    deadline = time.time() + timeout_secs
+    while True:
+        started |= done
+        started |= watchdog.answering_workers(task.cluster, started)
+        if len(started) == task.num_workers:
+            return done
+        if timeout_secs and time.time() > deadline:
+            raise watchdog.not_started(task.cluster, started, timeout_secs)
+        try:
+            done.add(int(sess.run(dequeue, options=_look_options())))
+        except tf.errors.DeadlineExceededError:
+            pass
+
+
+def _wait_for_done(task, sess, dequeue, timeout_secs, done=()):
     """Takes each worker's done token; gives up once the chief is not there.
 
     Once the chief (worker task 0) is done, or its port stops answering,
     the other workers have timeout_secs to say they are done.
 
+    Args:
+      done: the worker task indices whose token arrived before.
+
     Raises:
       errors.TrainingError: naming the workers not heard from.
     """
-    done = set()
+    done = set(done)
     chief_address = task.cluster.task_address("worker", 0)
     chief_away_since = None
-    # A dequeue gives up after this long, for a look at the chief.
-    options = tf.compat.v1.RunOptions(
-        timeout_in_ms=watchdog.WATCHDOG_INTERVAL_SECS * 1000
-    )
     while len(done) < task.num_workers:
         try:
-            done.add(int(sess.run(dequeue, options=options)))
+            done.add(int(sess.run(dequeue, options=_look_options())))
         except tf.errors.DeadlineExceededError:
             pass
         chief_done = 0 in done

@@ -1,8 +1,9 @@
 """Noticing lost cluster tasks by their ports.
 
 A worker checks its ps tasks' ports while it trains (`PsWatchdog`); a ps
-waits for its workers' ports to answer before it serves them
-(`wait_for_workers`).
+counts a worker as started once its port answers (`answering_workers`) or
+its done token arrives, and gives up on those it never heard from
+(`not_started`).
 """
 
 import os
@@ -91,37 +92,46 @@ def unreachable_tasks(cluster):
     return "every task answers; a peer may be stuck or too slow"
 
 
-def wait_for_workers(cluster, timeout_secs):
-    """Waits until the port of every worker task has answered once.
+def answering_workers(cluster, known):
+    """The worker tasks whose port answers, besides those in known.
+
+    Args:
+      cluster: the `tf.train.ClusterSpec`.
+      known: set of worker task indices already heard from (not probed).
+
+    Returns:
+      set of the task indices whose port accepted a connection.
+    """
+    return {
+        i
+        for i, address in enumerate(cluster.job_tasks("worker"))
+        if i not in known and answers(address)
+    }
+
+
+def not_started(cluster, started, timeout_secs):
+    """The ps's error for the workers never heard from within timeout_secs.
 
     A ps serves until every worker is done: a worker that never starts
     would keep it waiting forever.
 
     Args:
       cluster: the `tf.train.ClusterSpec`.
-      timeout_secs: int, how long to wait; 0 waits forever.
-
-    Raises:
-      errors.TrainingError: a worker did not answer in time (named).
+      started: set of the worker task indices heard from.
+      timeout_secs: int, --operation_timeout_secs.
     """
-    unseen = dict(enumerate(cluster.job_tasks("worker")))
-    deadline = time.time() + timeout_secs
-    while True:
-        unseen = {i: a for i, a in unseen.items() if not answers(a)}
-        if not unseen:
-            return
-        if timeout_secs and time.time() > deadline:
-            raise errors.TrainingError(
-                "no connection from %s within --operation_timeout_secs=%d; "
-                "start every worker task, or raise the timeout"
-                % (
-                    ", ".join(
-                        "worker task %d (%s)" % each for each in unseen.items()
-                    ),
-                    timeout_secs,
-                )
-            )
-        time.sleep(WATCHDOG_INTERVAL_SECS)
+    return errors.TrainingError(
+        "no connection from %s within --operation_timeout_secs=%d; start "
+        "every worker task, or raise the timeout"
+        % (
+            ", ".join(
+                "worker task %d (%s)" % (i, address)
+                for i, address in enumerate(cluster.job_tasks("worker"))
+                if i not in started
+            ),
+            timeout_secs,
+        )
+    )
 
 
 def answers(address):
