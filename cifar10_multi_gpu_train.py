@@ -57,7 +57,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks, tower_flags
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, ps
 from multigpu.graph import (
     dry_run,
     loss_scale,
@@ -223,7 +223,7 @@ def main(argv):
         dry_run.refuse_ps(task)
         devices = dry_run.gpu_devices(FLAGS.num_gpus)
     elif task.job_name == "ps":
-        return cluster.run_ps(
+        return ps.run_ps(
             task,
             placement.session_config(options=options),
             FLAGS.operation_timeout_secs,

@@ -45,7 +45,7 @@ import mnist_input
 import mnist_model
 from data_sets import mnist_data
 from multigpu import common_flags, errors, flag_checks, folders, tower_flags
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, ps
 from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import report, trace, training
 
@@ -197,7 +197,7 @@ def main(argv):
     if FLAGS.dry_run:
         return plan_dry_run(task)
     if task.job_name == "ps":
-        return cluster.run_ps(
+        return ps.run_ps(
             task,
             placement.session_config(options=options),
             FLAGS.operation_timeout_secs,

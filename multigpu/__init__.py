@@ -20,7 +20,8 @@
     first loss.
   - `dry_run`: the placement plan for N GPUs, without them.
 - `run/`: running it safely.
-  - `training`: the training loop (`run_training`) and its hooks.
+  - `training`: the training loop (`run_training`).
+  - `loop_hooks`: its hooks: the step log, summaries, checkpoints.
   - `interrupts`: Ctrl-C and SIGTERM save the step and exit 130 / 143.
   - `trace`: the Chrome trace of one step (`--trace_step`).
   - `event_files`: the event file checked every step; a failed write stops.
@@ -32,9 +33,10 @@
     deletes.
   - `report`: the closing report of a run and the commands to run next.
 - `distributed/`: beyond one machine.
-  - `cluster`: the cluster mode: tasks, servers, sync replicas, the ps.
+  - `cluster`: the cluster mode: tasks, servers, sync replicas.
   - `tf_config`: the cluster from `TF_CONFIG`.
   - `watchdog`: a worker that loses its ps task says so and exits.
+  - `ps`: the ps task: serves until every worker is done.
 - What every script uses:
   - `quiet_cpp_logs`: hides TensorFlow's C++ start-up notices.
   - `cpp_log_filter`: the filter's own process, and which lines it drops.

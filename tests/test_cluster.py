@@ -403,7 +403,7 @@ def test_a_ps_that_looks_only_after_its_workers_finished_ends_normally(
     assert not any(map(watchdog.answers, tasks.worker_addresses))
     capsys.readouterr()
     start = time.time()
-    cluster.serve_until_done(ps, server, config, timeout_secs=5)
+    ps.serve_until_done(ps, server, config, timeout_secs=5)
     assert capsys.readouterr().out == "ps task 0: all 2 workers done.\n"
     assert time.time() - start < 5
 

@@ -1,10 +1,8 @@
 """The training loop: a `MonitoredSession` and its hooks (progress, saves)."""
 
-import datetime
 import os
 import re
 import shutil
-import time
 
 import tensorflow as tf
 
@@ -14,161 +12,13 @@ from multigpu.run import (
     checkpoints,
     event_files,
     interrupts,
+    loop_hooks,
     sessions,
     train_dirs,
 )
 
 # Seconds a finished session waits for its background threads.
 STOP_GRACE_PERIOD_SECS = 5
-
-
-class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
-    """Prints `DATE: step N, loss = L (E examples/sec; S sec/batch)`.
-
-    N is the global step reached; E counts the examples of all towers.
-    """
-
-    def __init__(self, loss, examples_per_step, log_frequency):
-        """Args:
-        loss: float32 scalar tensor to print.
-        examples_per_step: int, examples consumed by one run of the train op.
-        log_frequency: int, print every this many steps.
-        """
-        self._loss = loss
-        self._examples_per_step = examples_per_step
-        self._log_frequency = log_frequency
-        self.step = None
-        self.runs = 0
-
-    def begin(self):
-        self._global_step = tf.compat.v1.train.get_global_step()
-
-    def after_create_session(self, session, coord):
-        self.step = session.run(self._global_step)
-        print(
-            "%s: training from step %d" % (datetime.datetime.now(), self.step)
-        )
-        self._start_time = time.time()
-        self._runs_at_start = self.runs
-
-    def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs(self._loss)
-
-    def after_run(self, run_context, run_values):
-        self.step += 1
-        self.runs += 1
-        if (self.runs - self._runs_at_start) % self._log_frequency == 0:
-            now = time.time()
-            sec_per_batch = (now - self._start_time) / self._log_frequency
-            self._start_time = now
-            # In a cluster other workers move the global step too.
-            self.step = run_context.session.run(self._global_step)
-            print(
-                "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)"
-                % (
-                    datetime.datetime.now(),
-                    self.step,
-                    run_values.results,
-                    self._examples_per_step / sec_per_batch,
-                    sec_per_batch,
-                ),
-                flush=True,
-            )
-
-
-class _SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
-    """TensorFlow's summary writer, which also writes the last step's.
-
-    TensorFlow's writes at the first step and every save_steps after it, so
-    a run of 300 steps had no summary past step 201.
-    """
-
-    def __init__(self, last_step, **kwargs):
-        """Args:
-        last_step: int or None, the step the run stops at (--max_steps).
-        **kwargs: those of `tf.compat.v1.train.SummarySaverHook`.
-        """
-        super().__init__(**kwargs)
-        self._last_step = last_step
-
-    def before_run(self, run_context):
-        args = super().before_run(run_context)
-        summary_op = self._get_summary_op()
-        if (
-            not self._request_summary
-            and summary_op is not None
-            and self._next_step == self._last_step
-        ):
-            self._request_summary = True
-            args.fetches["summary"] = summary_op
-        return args
-
-
-class _CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
-    """TensorFlow's checkpoint saver, which adds the graph to a run once.
-
-    TensorFlow's adds the graph to the event log at every start: each
-    restart added one more, and TensorBoard warned of more than one graph
-    event per run. Here a train_dir that already holds an event file keeps
-    the graph it has.
-    """
-
-    def __init__(self, checkpoint_dir, **kwargs):
-        """Args:
-        checkpoint_dir: str, the train_dir.
-        **kwargs: those of `tf.compat.v1.train.CheckpointSaverHook`.
-        """
-        super().__init__(checkpoint_dir, **kwargs)
-        self._graph_written = any(
-            name.startswith(event_files.EVENT_FILE_PREFIX)
-            for name in _listing(checkpoint_dir)
-        )
-
-    def after_create_session(self, session, coord):
-        if not self._graph_written:
-            super().after_create_session(session, coord)
-            return
-        # As TensorFlow's, but for the graph: the state at the first step.
-        global_step = session.run(self._global_step_tensor)
-        self._save(session, global_step)
-        self._timer.update_last_triggered_step(global_step)
-
-
-def _listing(folder):
-    """The names in folder; none when it is missing."""
-    return os.listdir(folder) if os.path.isdir(folder) else []
-
-
-class _SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
-    """Knows the step of the checkpoint being written, if any; says each save.
-
-    An error raised while `step` is set comes from writing that checkpoint.
-    A save prints `DATE: saved the checkpoint of step N: PATH`.
-    """
-
-    def __init__(self, train_dir):
-        self.step = None
-        self._train_dir = train_dir
-
-    def before_save(self, session, global_step_value):
-        checkpoints.refuse_links(self._train_dir, global_step_value)
-        self.step = global_step_value
-
-    def after_save(self, session, global_step_value):
-        self.step = None
-        print(
-            "%s: saved the checkpoint of step %d: %s"
-            % (
-                datetime.datetime.now(),
-                global_step_value,
-                os.path.join(
-                    self._train_dir,
-                    "%s-%d"
-                    % (checkpoints.CHECKPOINT_BASENAME, global_step_value),
-                ),
-            ),
-            flush=True,
-        )
 
 
 def run_training(
@@ -239,7 +89,7 @@ def run_training(
     """
     task = task or cluster.LOCAL_TASK
     config = cluster.task_config(config, task)
-    logger = StepLoggerHook(loss, examples_per_step, log_frequency)
+    logger = loop_hooks.StepLoggerHook(loss, examples_per_step, log_frequency)
     # The logger runs first, so its step is the step that made the NaN; the
     # NaN hook runs before the checkpoint saver, so that step is never saved.
     interrupt = interrupts.InterruptHook()
@@ -253,7 +103,7 @@ def run_training(
             sharded=True, allow_empty=True, defer_build=True
         ),
     )
-    saves = _SaveWatcher(train_dir)
+    saves = loop_hooks.SaveWatcher(train_dir)
     events = event_files.EventFileHook(train_dir)
     if task.is_chief:
         hooks += _chief_hooks(
@@ -431,7 +281,7 @@ def _chief_hooks(
     Summaries are written at the first step, every save_summaries_steps
     and at max_steps.
 
-    The saver tells `saves` (a `_SaveWatcher`) when it writes.
+    The saver tells `saves` (a `loop_hooks.SaveWatcher`) when it writes.
     """
     hooks = []
     if save_summaries_steps == 0:
@@ -441,7 +291,7 @@ def _chief_hooks(
             tf.compat.v1.train.StepCounterHook(
                 every_n_steps=save_summaries_steps, output_dir=train_dir
             ),
-            _SummarySaverHook(
+            loop_hooks.SummarySaverHook(
                 last_step=max_steps,
                 save_steps=save_summaries_steps,
                 output_dir=train_dir,
@@ -449,7 +299,7 @@ def _chief_hooks(
             ),
         ]
     hooks.append(
-        _CheckpointSaverHook(
+        loop_hooks.CheckpointSaverHook(
             train_dir,
             save_steps=save_checkpoint_steps,
             scaffold=scaffold,

@@ -1,0 +1,150 @@
+"""The ps task of the TF1 cluster: serves the variables until every worker is
+done, and says which worker did not start or went silent."""
+
+import time
+
+import tensorflow as tf
+
+from multigpu import errors
+from multigpu.distributed import cluster, watchdog
+
+
+def run_ps(task, config, timeout_secs=0):
+    """Serves the variables of a ps task until every worker has finished.
+
+    Args:
+      task: the ps task's `ClusterTask`.
+      config: the session's `ConfigProto`.
+      timeout_secs: int, how long every worker may take to start, and how
+        long the ps waits for the others once the chief is done or gone; 0
+        waits forever.
+
+    Raises:
+      errors.TrainingError: a worker did not start in time, or the chief
+        is done or gone and other workers were not heard from in time.
+    """
+    config = cluster.task_config(config, task)
+    # No operation timeout here: a ps waits as long as training lasts.
+    config.operation_timeout_in_ms = 0
+    serve_until_done(
+        task, cluster.start_server(task, config), config, timeout_secs
+    )
+
+
+def serve_until_done(task, server, config, timeout_secs):
+    """Serves until every worker's done token has arrived.
+
+    Args:
+      task: the ps task's `ClusterTask`.
+      server: its started `tf.distribute.Server`.
+      config: the session's `ConfigProto`.
+      timeout_secs: int, as in `run_ps`.
+
+    Raises:
+      errors.TrainingError: as `run_ps`.
+    """
+    with tf.Graph().as_default():
+        dequeue = cluster.done_signals(task, one_at_a_time=True)[
+            task.task_index
+        ]
+        with tf.compat.v1.Session(server.target, config=config) as sess:
+            done = _wait_for_start(task, sess, dequeue, timeout_secs)
+            _wait_for_done(task, sess, dequeue, timeout_secs, done)
+    print(
+        "ps task %d: all %d workers done." % (task.task_index, task.num_workers)
+    )
+
+
+def _look_options():
+    """A dequeue of a done token gives up after this, for a look at ports."""
+    return tf.compat.v1.RunOptions(
+        timeout_in_ms=watchdog.WATCHDOG_INTERVAL_SECS * 1000
+    )
+
+
+def _wait_for_start(task, sess, dequeue, timeout_secs):
+    """Waits until every worker has started, or said it is done.
+
+    A worker counts as started once its port answers or its done token
+    arrives: a short run may end between two looks at its port.
+
+    Returns:
+      set of the worker task indices whose done token arrived.
+
+    Raises:
+      errors.TrainingError: a worker was not heard from in timeout_secs.
+    """
+    done, started = set(), set()
+    deadline = time.time() + timeout_secs
+    while True:
+        started |= done
+        started |= watchdog.answering_workers(task.cluster, started)
+        if len(started) == task.num_workers:
+            return done
+        if timeout_secs and time.time() > deadline:
+            raise watchdog.not_started(task.cluster, started, timeout_secs)
+        try:
+            done.add(int(sess.run(dequeue, options=_look_options())))
+        except tf.errors.DeadlineExceededError:
+            pass
+
+
+def _wait_for_done(task, sess, dequeue, timeout_secs, done=()):
+    """Takes each worker's done token; gives up once the chief is not there.
+
+    Once the chief (worker task 0) is done, or its port stops answering,
+    the other workers have timeout_secs to say they are done.
+
+    Args:
+      done: the worker task indices whose token arrived before.
+
+    Raises:
+      errors.TrainingError: naming the workers not heard from.
+    """
+    done = set(done)
+    chief_address = task.cluster.task_address("worker", 0)
+    chief_away_since = None
+    while len(done) < task.num_workers:
+        try:
+            done.add(int(sess.run(dequeue, options=_look_options())))
+        except tf.errors.DeadlineExceededError:
+            pass
+        chief_done = 0 in done
+        chief_there = not chief_done and watchdog.answers(chief_address)
+        if chief_there or not timeout_secs:
+            chief_away_since = None
+            continue
+        chief_away_since = chief_away_since or time.time()
+        if time.time() - chief_away_since > timeout_secs:
+            raise _gave_up(task, done, timeout_secs)
+
+
+def _gave_up(task, done, timeout_secs):
+    """The ps's error once its chief is done or gone and others are silent.
+
+    Args:
+      task: the ps task's `ClusterTask`.
+      done: set of the worker task indices that said they were done.
+      timeout_secs: int, --operation_timeout_secs.
+    """
+    silent = ", ".join(
+        "worker task %d (%s)" % (i, task.cluster.task_address("worker", i))
+        for i in range(1, task.num_workers)
+        if i not in done
+    )
+    if 0 in done:
+        return errors.TrainingError(
+            "ps task %d: the chief (worker task 0) is done, and %s did not "
+            "say it was done within --operation_timeout_secs=%d; the ps stops"
+            % (task.task_index, silent, timeout_secs)
+        )
+    return errors.TrainingError(
+        "ps task %d: the chief, worker task 0 (%s), is gone: its port has "
+        "not answered for --operation_timeout_secs=%d%s; the ps stops"
+        % (
+            task.task_index,
+            task.cluster.task_address("worker", 0),
+            timeout_secs,
+            ", and no word from %s" % silent if silent else "",
+        )
+    )

@@ -1,0 +1,159 @@
+"""The training loop's own hooks: the step log, the summaries and the
+checkpoints, and the watch on what each save writes."""
+
+import datetime
+import os
+import time
+
+import tensorflow as tf
+
+from multigpu.run import checkpoints, event_files
+
+
+class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
+    """Prints `DATE: step N, loss = L (E examples/sec; S sec/batch)`.
+
+    N is the global step reached; E counts the examples of all towers.
+    """
+
+    def __init__(self, loss, examples_per_step, log_frequency):
+        """Args:
+        loss: float32 scalar tensor to print.
+        examples_per_step: int, examples consumed by one run of the train op.
+        log_frequency: int, print every this many steps.
+        """
+        self._loss = loss
+        self._examples_per_step = examples_per_step
+        self._log_frequency = log_frequency
+        self.step = None
+        self.runs = 0
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self.step = session.run(self._global_step)
+        print(
+            "%s: training from step %d" % (datetime.datetime.now(), self.step)
+        )
+        self._start_time = time.time()
+        self._runs_at_start = self.runs
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._loss)
+
+    def after_run(self, run_context, run_values):
+        self.step += 1
+        self.runs += 1
+        if (self.runs - self._runs_at_start) % self._log_frequency == 0:
+            now = time.time()
+            sec_per_batch = (now - self._start_time) / self._log_frequency
+            self._start_time = now
+            # In a cluster other workers move the global step too.
+            self.step = run_context.session.run(self._global_step)
+            print(
+                "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)"
+                % (
+                    datetime.datetime.now(),
+                    self.step,
+                    run_values.results,
+                    self._examples_per_step / sec_per_batch,
+                    sec_per_batch,
+                ),
+                flush=True,
+            )
+
+
+class SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
+    """TensorFlow's summary writer, which also writes the last step's.
+
+    TensorFlow's writes at the first step and every save_steps after it, so
+    a run of 300 steps had no summary past step 201.
+    """
+
+    def __init__(self, last_step, **kwargs):
+        """Args:
+        last_step: int or None, the step the run stops at (--max_steps).
+        **kwargs: those of `tf.compat.v1.train.SummarySaverHook`.
+        """
+        super().__init__(**kwargs)
+        self._last_step = last_step
+
+    def before_run(self, run_context):
+        args = super().before_run(run_context)
+        summary_op = self._get_summary_op()
+        if (
+            not self._request_summary
+            and summary_op is not None
+            and self._next_step == self._last_step
+        ):
+            self._request_summary = True
+            args.fetches["summary"] = summary_op
+        return args
+
+
+class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
+    """TensorFlow's checkpoint saver, which adds the graph to a run once.
+
+    TensorFlow's adds the graph to the event log at every start: each
+    restart added one more, and TensorBoard warned of more than one graph
+    event per run. Here a train_dir that already holds an event file keeps
+    the graph it has.
+    """
+
+    def __init__(self, checkpoint_dir, **kwargs):
+        """Args:
+        checkpoint_dir: str, the train_dir.
+        **kwargs: those of `tf.compat.v1.train.CheckpointSaverHook`.
+        """
+        super().__init__(checkpoint_dir, **kwargs)
+        self._graph_written = any(
+            name.startswith(event_files.EVENT_FILE_PREFIX)
+            for name in _listing(checkpoint_dir)
+        )
+
+    def after_create_session(self, session, coord):
+        if not self._graph_written:
+            super().after_create_session(session, coord)
+            return
+        # As TensorFlow's, but for the graph: the state at the first step.
+        global_step = session.run(self._global_step_tensor)
+        self._save(session, global_step)
+        self._timer.update_last_triggered_step(global_step)
+
+
+def _listing(folder):
+    """The names in folder; none when it is missing."""
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
+class SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
+    """Knows the step of the checkpoint being written, if any; says each save.
+
+    An error raised while `step` is set comes from writing that checkpoint.
+    A save prints `DATE: saved the checkpoint of step N: PATH`.
+    """
+
+    def __init__(self, train_dir):
+        self.step = None
+        self._train_dir = train_dir
+
+    def before_save(self, session, global_step_value):
+        checkpoints.refuse_links(self._train_dir, global_step_value)
+        self.step = global_step_value
+
+    def after_save(self, session, global_step_value):
+        self.step = None
+        print(
+            "%s: saved the checkpoint of step %d: %s"
+            % (
+                datetime.datetime.now(),
+                global_step_value,
+                os.path.join(
+                    self._train_dir,
+                    "%s-%d"
+                    % (checkpoints.CHECKPOINT_BASENAME, global_step_value),
+                ),
+            ),
+            flush=True,
+        )
