@@ -21,7 +21,10 @@ import re
 # does not fit (the allocator's map of its memory), a port in use. A ps
 # looks for its chief between the waits for its workers' done tokens, and
 # each wait it ends is a queue warning. An error's continuation lines (the
-# '\t [[NODE]]' it struck in, a hint, a blank line) go with it.
+# '\t [[NODE]]' it struck in, a hint, a blank line) go with it. Grappler's
+# notice that it leaves a cond's Merge with a control input unoptimised,
+# which the dry run's audit of the rewritten graph prints (the graph is the
+# same).
 _DROPPED_LINE = re.compile(
     rb"^(I\d{4} \d\d:\d\d:\d\d"
     rb"|WARNING: All log messages before absl::InitializeLog"
@@ -35,6 +38,7 @@ _DROPPED_LINE = re.compile(
     rb"|If the cause is memory fragmentation maybe the environment variable"
     rb"|Current allocation summary follows\."
     rb"|W\d{4} [^]]*\] done_queue\d+: Skipping cancelled dequeue attempt "
+    rb"|W\d{4} [^]]*loop_optimizer\.cc:\d+\] Skipping loop optimization "
     rb"|E\d{4} [^]]*\] Failed to add port to server: "
     rb"|E\d{4} [^]]*\] UNKNOWN: Could not start gRPC server"
     rb"|Hint: If you want to see a list of allocated tensors when OOM happens"

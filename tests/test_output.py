@@ -285,6 +285,7 @@ def test_verbosity_brings_back_the_lines_of_tensorflow(user_run):
         "--data_dir=%s" % data_dir,
         "--train_dir=%s" % train_dir,
         "--max_steps=%d" % USER_RUN_STEPS,
+        "--fake_data",
         "--verbosity=0",
     )
     assert result.returncode == 0, result.stderr
