@@ -164,7 +164,7 @@ def test_variables_on_a_tower_are_refused_in_cluster_mode(tmp_path):
     )
     assert result.stderr.strip().endswith(
         "cifar10_multi_gpu_train.py: error: --variable_device=gpu does not "
-        "apply in cluster mode: the variables live on the ps tasks"
+        "apply in cluster mode: the variables live on the ps tasks; drop it"
     )
 
 

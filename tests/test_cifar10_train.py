@@ -261,7 +261,7 @@ def test_the_eval_scores_are_numpys_counts_on_the_moving_averages_logits(
     # themselves, both far from chance (0.1, 0.5) and from 1 (measured in two
     # runs: 0.59 and 0.80 against 0.44 and 0.86; 0.51 and 0.80 against 0.50
     # and 0.85).
-    _train(cifar10_data_dir, train_dir, "--max_steps=20")
+    _train(cifar10_data_dir, train_dir, "--fake_data", "--max_steps=20")
     result = _eval(
         cifar10_data_dir,
         train_dir,

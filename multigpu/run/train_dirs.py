@@ -152,10 +152,19 @@ def record_model(train_dir, model_name):
 
 
 def contents(train_dir):
-    """The names in train_dir, None when it is missing: for `put_back`."""
+    """Each name in train_dir with its state, None when it is missing.
+
+    Returns:
+      dict name -> (size, modification time in ns), for `put_back`.
+    """
     if not os.path.isdir(train_dir):
         return None
-    return set(os.listdir(train_dir))
+    return {name: _state(train_dir, name) for name in os.listdir(train_dir)}
+
+
+def _state(train_dir, name):
+    status = os.lstat(os.path.join(train_dir, name))
+    return status.st_size, status.st_mtime_ns
 
 
 def put_back(train_dir, before):
@@ -164,7 +173,9 @@ def put_back(train_dir, before):
     For a run that fails before its first step: the folder is left as it
     was found, and a folder the run made is removed once empty. Only the
     suite's files of new names go (the lock, taken by this run, stays when
-    it was there before).
+    it was there before). Where the run rewrote a file that was there (a
+    resumed run saves its starting checkpoint again, under its old name,
+    in new shards), nothing goes: the new files are what it now names.
 
     Args:
       train_dir: str.
@@ -172,7 +183,18 @@ def put_back(train_dir, before):
     """
     if not os.path.isdir(train_dir):
         return
-    for name in sorted(set(os.listdir(train_dir)) - (before or set())):
+    before = before or {}
+    names = os.listdir(train_dir)
+    rewritten = [
+        name
+        for name in names
+        if name in before
+        and name != LOCK_NAME
+        and _state(train_dir, name) != before[name]
+    ]
+    if rewritten:
+        return
+    for name in sorted(set(names) - set(before)):
         path = os.path.join(train_dir, name)
         if not _written_by_suite(path):
             continue
