@@ -388,13 +388,13 @@ def test_a_ps_that_looks_only_after_its_workers_finished_ends_normally(
     make_cluster, capsys
 ):
     tasks = make_cluster(2, "--max_steps=4", "--batch_size=2")
-    ps = cluster.cluster_task(
+    ps_task = cluster.cluster_task(
         tasks.ps_address, ",".join(tasks.worker_addresses), "ps", 0
     )
-    config = cluster.task_config(placement.session_config(), ps)
+    config = cluster.task_config(placement.session_config(), ps_task)
     # The ps's server serves the workers; the ps looks at them only once
     # both have finished, their ports closed.
-    server = cluster.start_server(ps, config)
+    server = cluster.start_server(ps_task, config)
     for index in range(2):
         tasks.start("worker", index)
     for index in range(2):
@@ -403,7 +403,7 @@ def test_a_ps_that_looks_only_after_its_workers_finished_ends_normally(
     assert not any(map(watchdog.answers, tasks.worker_addresses))
     capsys.readouterr()
     start = time.time()
-    ps.serve_until_done(ps, server, config, timeout_secs=5)
+    ps.serve_until_done(ps_task, server, config, timeout_secs=5)
     assert capsys.readouterr().out == "ps task 0: all 2 workers done.\n"
     assert time.time() - start < 5
 
