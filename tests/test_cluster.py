@@ -23,7 +23,7 @@ from conftest import (
 from test_towers import cifar10_step, cifar10_step_graph
 
 from multigpu import errors
-from multigpu.distributed import cluster, watchdog
+from multigpu.distributed import cluster, ps, watchdog
 from multigpu.graph import placement
 from multigpu.run import sessions
 
