@@ -481,7 +481,7 @@ def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
     )
     start = time.time()
     with pytest.raises(errors.TrainingError) as error:
-        cluster._wait_for_done(task, _SilentSession(), None, timeout_secs=1)
+        ps._wait_for_done(task, _SilentSession(), None, timeout_secs=1)
     assert time.time() - start < 3
     assert str(error.value) == (
         "ps task 0: the chief, worker task 0 (127.0.0.1:%d), is gone: its "
