@@ -347,7 +347,7 @@ def test_a_run_resumes_across_topologies_to_the_eval(
     assert checkpoint_steps(train_dir)[-1] == 4
     # Only the chief writes.
     assert not cluster.train_dir(1).exists()
-    data = ["--data_dir=%s" % cifar10_data_dir, "--batch_size=4"]
+    data = ["--data_dir=%s" % cifar10_data_dir, "--fake_data", "--batch_size=4"]
 
     # 1 worker x 4 towers, replicated, in one process.
     run_script(
