@@ -128,12 +128,19 @@ def runnable(line, test_flags, folder, ports):
         lambda m: "--max_steps=%d" % math.ceil(int(m.group(1)) / 100),
         line,
     )
+    # The page's /tmp/ only: the repository may itself live under /tmp/.
+    line = line.replace("/tmp/", "%s/" % folder)
     line = re.sub(
         r"\bpython (\w+\.py)",
-        lambda m: "python %s %s" % (REPO / m.group(1), folder_flags(m[1])),
+        lambda m: (
+            "python %s %s"
+            % (
+                REPO / m.group(1),
+                folder_flags(m[1]).replace("/tmp/", "%s/" % folder),
+            )
+        ),
         line,
     )
-    line = line.replace("/tmp/", "%s/" % folder)
     return re.sub(
         r"localhost:(22\d\d)",
         lambda m: "localhost:%d" % ports.setdefault(m.group(1), free_port()),
