@@ -219,7 +219,7 @@ def test_a_trainer_and_an_eval_started_together_on_one_folder_keep_every_record(
     printed = dict(re.findall(r"step ([0-9]+), loss = ([0-9.]+)", trained))
     assert printed.keys() == {"1", "2"}
     for step in (1, 2):
-        raw = losses[("Training/total_loss (raw)", step)]
+        raw = losses[("Loss/total_loss (raw)", step)]
         assert "%.2f" % raw == printed[str(step)]
 
 

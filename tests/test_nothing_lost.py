@@ -420,10 +420,12 @@ def test_a_sample_set_on_a_read_only_disk_is_read_not_written(small_disk):
     cifar10_data.write_fake_data(str(disk))
     before = folder_contents(disk)
     subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
-    # As the eval's --fake_data and the trainers with and without it.
+    # As the eval's --fake_data and the trainers with it; without it the
+    # trainers refuse the sample set, writing nothing.
     cifar10_data.write_fake_data(str(disk))
     cifar10_data.prepare_data_dir(str(disk), fake_data=True)
-    cifar10_data.prepare_data_dir(str(disk), fake_data=False)
+    with pytest.raises(ValueError, match="holds the built-in sample set"):
+        cifar10_data.prepare_data_dir(str(disk), fake_data=False)
     assert folder_contents(disk) == before
 
 

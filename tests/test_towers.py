@@ -326,7 +326,8 @@ def test_xla_takes_the_same_first_step_as_tensorflow_within_1e_4():
     outside = collections.Counter(
         kind
         for _, op, kind in ran
-        if op.startswith("tower_") and kind not in ("Const", "VarHandleOp")
+        if op.startswith("towers/tower_")
+        and kind not in ("Const", "VarHandleOp")
     )
     convolutions = sum(
         n for kind, n in outside.items() if kind.endswith("FusedConv2D")

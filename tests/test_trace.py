@@ -70,8 +70,9 @@ def test_a_traced_step_of_one_thread_runs_shows_both_towers_on_their_devices(
     # The tower each device's ops belong to, by name scope.
     towers_on = collections.defaultdict(set)
     for e in events:
-        if e.get("ph") == "X" and e["args"]["name"].startswith("tower_"):
-            op_tower = e["args"]["name"].split("/")[0]
+        name = e.get("args", {}).get("name", "")
+        if e.get("ph") == "X" and name.startswith("towers/tower_"):
+            op_tower = name.split("/")[1]
             towers_on[lanes[e["pid"]].split()[0][-5:]].add(op_tower)
     # tower_1's gradients are averaged on /cpu:0, where its input is read.
     assert "tower_0" in towers_on["CPU:0"]

@@ -183,18 +183,17 @@ def put_back(train_dir, before):
     """
     if not os.path.isdir(train_dir):
         return
-    before = before or {}
     names = os.listdir(train_dir)
     rewritten = [
         name
         for name in names
-        if name in before
+        if name in (before or {})
         and name != LOCK_NAME
         and _state(train_dir, name) != before[name]
     ]
     if rewritten:
         return
-    for name in sorted(set(names) - set(before)):
+    for name in sorted(set(names) - set(before or {})):
         path = os.path.join(train_dir, name)
         if not _written_by_suite(path):
             continue
