@@ -180,7 +180,9 @@ def run_bash(script, folder):
         timeout=600,
         cwd=folder,
         # The CIFAR-10 scripts' per-model default folders are in $TMPDIR.
-        env=dict(SCRIPT_ENV, PATH=path, TMPDIR=str(folder)),
+        env=dict(
+            SCRIPT_ENV, PATH=path, TMPDIR=str(folder), PYTHONPATH=str(REPO)
+        ),
     )
     assert result.returncode == 0, "%s\n%s\n--- stderr ---\n%s" % (
         script,
