@@ -28,6 +28,7 @@ from absl import flags
 import cifar10_input
 from data_sets import cifar10_data
 from multigpu.graph import (
+    blocks,
     loss_scale,
     loss_summaries,
     moving_averages,
@@ -383,7 +384,8 @@ def train(
     learning_rate_fn=learning_rate,
     optimizer_fn=optimizer,
 ):
-    """The one-device training op.
+    """The one-device training op, in the graph's update block (and the
+    loss averages in its summaries block).
 
     Args:
       total_loss: float32 scalar from `loss`.
@@ -403,18 +405,20 @@ def train(
     """
     if batch_size is None:
         batch_size = FLAGS.batch_size
-    lr = learning_rate_fn(global_step, batch_size)
-    opt = loss_scale.wrap(optimizer_fn(lr), loss_scaling)
     # Update the loss averages before the gradients, as the tutorial does.
-    with tf.control_dependencies(
-        [loss_summaries.add_loss_summaries(total_loss, global_step)]
-    ):
-        grads = opt.compute_gradients(total_loss)
-    if clip_norm > 0:
-        grads = towers.clip_gradients(grads, clip_norm)
-    return apply_gradients(
-        opt, grads, global_step, towers.batch_norm_updates(None)
+    loss_averages_op = loss_summaries.add_loss_summaries(
+        total_loss, global_step
     )
+    with tf.name_scope(blocks.UPDATE + "/"):
+        lr = learning_rate_fn(global_step, batch_size)
+        opt = loss_scale.wrap(optimizer_fn(lr), loss_scaling)
+        with tf.control_dependencies([loss_averages_op]):
+            grads = opt.compute_gradients(total_loss)
+        if clip_norm > 0:
+            grads = towers.clip_gradients(grads, clip_norm)
+        return apply_gradients(
+            opt, grads, global_step, towers.batch_norm_updates(None)
+        )
 
 
 def variables_to_restore():

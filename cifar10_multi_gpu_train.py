@@ -59,6 +59,7 @@ from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks, tower_flags
 from multigpu.distributed import cluster, ps
 from multigpu.graph import (
+    blocks,
     dry_run,
     loss_scale,
     loss_summaries,
@@ -123,9 +124,10 @@ def build_graph(
     update = update or variable_update.parameter_server(devices)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples_per_step = batch_size * len(devices) * task.replicas_per_step
-    lr = model.learning_rate(global_step, examples_per_step)
-    scaled = loss_scale.wrap(model.optimizer(lr), loss_scaling)
-    opt = cluster.sync_optimizer(scaled, task)
+    with tf.name_scope(blocks.UPDATE + "/"):
+        lr = model.learning_rate(global_step, examples_per_step)
+        scaled = loss_scale.wrap(model.optimizer(lr), loss_scaling)
+        opt = cluster.sync_optimizer(scaled, task)
     plan = variable_update.tower_plan(update)
     tower_losses, tower_grads, put_ops = [], [], []
     for tower in plan:
@@ -144,10 +146,11 @@ def build_graph(
     )
     # Synchronisation point: every tower's gradients, averaged where the
     # variables live, or all-reduced onto every tower's copy.
-    with tf.name_scope("reduce"):
+    with tf.name_scope(blocks.REDUCE + "/"):
         reduced = _reduce(update, tower_grads, clip_norm, loss_averages_op)
-    applied = loss_scale.step_applied(scaled)
-    with tf.name_scope("update"):
+        loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
+    with tf.name_scope(blocks.UPDATE + "/"):
+        applied = loss_scale.step_applied(scaled)
         apply_op = variable_update.apply_gradients(
             update,
             plan,
@@ -160,9 +163,8 @@ def build_graph(
         averages_op = moving_averages.average_variables(
             [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
         )
+        train_op = tf.group(averages_op, loss_averages_op, *put_ops)
     summaries.add_histograms(reduced[0])
-    train_op = tf.group(averages_op, loss_averages_op, *put_ops)
-    loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     summary_op = summaries.last_tower_summaries(scope)
     hooks = cluster.sync_hooks(opt, task)
     if put_ops:
@@ -288,7 +290,7 @@ def main(argv):
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         # One input pipeline on the CPU; each tower takes its own batches.
-        with tf.device("/cpu:0"), tf.name_scope("input"):
+        with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
             if FLAGS.dry_run:
                 get_next = dry_run.synthetic_batches(batch_shapes)
             else:

@@ -27,7 +27,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks
-from multigpu.graph import placement, summaries
+from multigpu.graph import blocks, placement, summaries
 from multigpu.run import report, trace, training
 
 FLAGS = flags.FLAGS
@@ -48,7 +48,8 @@ def build_graph(
     device="/cpu:0",
     model=registry.TUTORIAL,
 ):
-    """Builds input, model, loss and train op in the default graph.
+    """Builds input, model, loss and train op in the default graph, each in
+    its block (`blocks`).
 
     device: str, where the model computes; its variables live on the CPU.
     model: the `registry.Model` to train, with its recipe.
@@ -62,15 +63,15 @@ def build_graph(
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
     # The input pipeline stays on the CPU, so the device only computes.
-    # One block of the graph in TensorBoard, input.
-    with tf.device("/cpu:0"), tf.name_scope("input"):
+    with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
         images, labels = cifar10_batches.train_inputs(data_dir, batch_size)
-    summaries.image_summary("images", images)
-    with tf.compat.v1.device(
-        placement.device_function(device, placement.VARIABLE_DEVICE)
-    ):
-        logits = registry.logits(model, images, True, compute_dtype)
-    loss = cifar10.loss(logits, labels)
+    with tf.name_scope(blocks.MODEL):
+        summaries.image_summary("images", images)
+        with tf.compat.v1.device(
+            placement.device_function(device, placement.VARIABLE_DEVICE)
+        ):
+            logits = registry.logits(model, images, True, compute_dtype)
+        loss = cifar10.loss(logits, labels)
     return loss, cifar10.train(
         loss,
         global_step,

@@ -161,7 +161,7 @@ def test_the_last_towers_loss_is_its_cross_entropy_plus_the_l2_terms():
         # 'total_loss' is the last tower's, as its summary shows it.
         last, mean, cross_entropies, conv, dense = sess.run(
             [
-                "total_loss:0",
+                "summaries/total_loss:0",
                 loss,
                 [
                     "towers/tower_0/cross_entropy:0",

@@ -312,7 +312,7 @@ BAD_VARIABLE_MODELS = textwrap.dedent(
 
 
     def copy_named(images, is_training):
-        return _logits(images, "replica_1/w")
+        return _logits(images, "towers/replica_1/w")
 
 
     def local_variable(images, is_training):
@@ -361,7 +361,8 @@ def bad_models(user_models):
         ),
         (
             "copy_named",
-            "variable replica_1/w is named like the copy replica_N/... that "
+            "variable towers/replica_1/w is named like the copy "
+            "towers/replica_N/... that "
             "--variable_update=replicated makes of each variable; rename its "
             "scope",
         ),

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import cifar10
 import mnist_model
-from multigpu.run import restore
+from multigpu.run import checkpoints, restore
 
 # The weights of the tutorial's model, as its graph names them.
 TUTORIAL_WEIGHTS = {
@@ -150,7 +150,8 @@ def _resume_cifar10_graph(checkpoint):
     """Resumes cifar10_train.py's graph from the checkpoint, in-process.
 
     Returns:
-      dict, name -> value of every variable after the restore.
+      dict, the name in the checkpoints (`checkpoints.saved_name`) -> value
+      of every variable after the restore.
     """
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
@@ -160,7 +161,7 @@ def _resume_cifar10_graph(checkpoint):
         with tf.compat.v1.Session() as sess:
             restore.resume(sess, checkpoint)
             return {
-                var.op.name: value
+                checkpoints.saved_name(var): value
                 for var, value in zip(
                     tf.compat.v1.global_variables(),
                     sess.run(tf.compat.v1.global_variables()),

@@ -380,7 +380,7 @@ def test_variables_and_their_gradient_mean_live_on_the_variable_device():
         for op in graph.get_operations()
         if op.type == "Mean"
         and not op.name.startswith("towers/")
-        and op.name != "mean_tower_loss"
+        and op.name != "reduce/mean_tower_loss"
     ]
     assert len(means) == 10
     assert {op.device for op in means} == {"/device:CPU:1"}

@@ -3,7 +3,7 @@ loss."""
 
 import tensorflow as tf
 
-from multigpu.graph import summaries, towers
+from multigpu.graph import blocks, summaries
 
 LOSS_AVERAGE_DECAY = 0.9  # Decay of the loss averages in the summaries.
 
@@ -11,12 +11,13 @@ LOSS_AVERAGE_DECAY = 0.9  # Decay of the loss averages in the summaries.
 def add_loss_summaries(total_loss, global_step, scope=None):
     """Summarises the losses, raw and as moving averages.
 
-    Call it outside any tower's name scope: the tags are
+    Everything it makes is in the graph's summaries block: the tags are
     'Loss/cross_entropy', 'local3/weight_loss', ..., and
     'Loss/total_loss' (`summaries.FIRST_GROUP`), each also with ' (raw)'.
-    The averages' variables are named after the losses ('cross_entropy/avg',
-    'total_loss/avg'), whichever tower the losses come from, so that every
-    trainer's checkpoint holds the same names. The averages start at 0, as
+    The averages' variables are named after the losses
+    ('summaries/cross_entropy/avg', 'summaries/total_loss/avg'), whichever
+    block or tower the losses come from, so that every trainer's checkpoint
+    holds the same names. The averages start at 0, as
     the tutorial's do; their summaries are zero-debiased (divided by
     1 - decay^updates, as Adam's moments are), so that a chart starts at the
     first loss. A weight-decay term of wd 0 is averaged but not summarised
@@ -32,18 +33,22 @@ def add_loss_summaries(total_loss, global_step, scope=None):
       The op that updates the moving averages of the losses; the global
       step must be incremented after it (apply the gradients after it).
     """
+    with tf.name_scope(blocks.SUMMARIES + "/"):
+        return _add_loss_summaries(total_loss, global_step, scope)
+
+
+def _add_loss_summaries(total_loss, global_step, scope):
+    """`add_loss_summaries` in the summaries block."""
     averages = tf.compat.v1.train.ExponentialMovingAverage(
         LOSS_AVERAGE_DECAY, name="avg"
     )
     named_losses = [
-        (each.op.name, each)
+        (blocks.without_blocks(each.op.name), each)
         for each in tf.compat.v1.get_collection("losses", scope)
     ] + [("total_loss", total_loss)]
-    # The average's variable takes the name of the tensor it averages.
-    averaged = [
-        _named_without_tower(each, towers.strip_tower_prefix(name))
-        for name, each in named_losses
-    ]
+    # The average's variable takes the name of the tensor it averages:
+    # an identity of each loss, named as the loss in this block.
+    averaged = [tf.identity(each, name=name) for name, each in named_losses]
     # This update's count since step 0, read before the averages move.
     updates = tf.cast(global_step, tf.float32) + 1.0
     with tf.control_dependencies([updates]):
@@ -63,10 +68,3 @@ def add_loss_summaries(total_loss, global_step, scope=None):
 def _is_zero_weight_decay(loss):
     """Whether loss is `variables.variable_with_weight_decay`'s wd-0 term."""
     return loss.op.type == "Mul" and tf.get_static_value(loss.op.inputs[1]) == 0
-
-
-def _named_without_tower(tensor, name):
-    """The tensor itself if its op is called name, else an identity that is."""
-    if tensor.op.name == name:
-        return tensor
-    return tf.identity(tensor, name=name)

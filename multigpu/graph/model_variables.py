@@ -14,7 +14,7 @@ import contextlib
 
 import tensorflow as tf
 
-from multigpu.graph import variable_update
+from multigpu.graph import towers, variable_update
 
 # The names of the suite's own variables: the step counter and the float16
 # loss scale (`loss_scale.LossScaleOptimizer`).
@@ -97,8 +97,8 @@ def _problem(name, kwargs):
         )
     if variable_update.primary_name(name) is not None:
         return (
-            "is named like the copy %s_N/... that --variable_update="
+            "is named like the copy %s/%s_N/... that --variable_update="
             "replicated makes of each variable; rename its scope"
-            % variable_update.REPLICA_SCOPE
+            % (towers.TOWERS_SCOPE, variable_update.REPLICA_SCOPE)
         )
     return None

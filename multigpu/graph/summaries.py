@@ -4,7 +4,7 @@ import re
 
 import tensorflow as tf
 
-from multigpu.graph import towers
+from multigpu.graph import blocks, towers
 
 # The group of the charts a person looks for first (the loss, the learning
 # rate): TensorBoard groups the charts by the tag's first '/' component, puts
@@ -16,22 +16,23 @@ FIRST_GROUP = "Loss/"
 
 def loss_tag(name):
     """The tag of a loss: 'local3/weight_loss' as it is, 'total_loss' (a
-    model-wide loss) in `FIRST_GROUP`; without 'tower_N/'."""
-    name = towers.strip_tower_prefix(name)
+    model-wide loss) in `FIRST_GROUP`; without its block or tower."""
+    name = blocks.without_blocks(name)
     return name if "/" in name else FIRST_GROUP + name
 
 
 def _summary_tag(name):
     scope = tf.compat.v1.get_default_graph().get_name_scope()
-    return towers.strip_tower_prefix(scope + "/" + name if scope else name)
+    return blocks.without_blocks(scope + "/" + name if scope else name)
 
 
 def scalar_summary(name, value):
     """Adds a scalar summary to the SUMMARIES collection.
 
     The op lives in the current name scope (so a tower's summaries can be
-    picked by its scope) while the tag leaves out 'tower_N/', so that every
-    tower writes under the same tag, e.g. 'total_loss'.
+    picked by its scope) while the tag leaves out the block and 'tower_N/'
+    (`blocks.without_blocks`), so that every tower and trainer writes under
+    the same tag, e.g. 'total_loss'.
 
     Args:
       name: str, the tag below the current name scope.
@@ -75,30 +76,30 @@ def last_tower_summaries(scope):
     tower = re.compile(
         "(%s/)?%s_[0-9]+/" % (towers.TOWERS_SCOPE, towers.TOWER_NAME)
     )
-    return tf.compat.v1.summary.merge(
-        [
-            s
-            for s in tf.compat.v1.get_collection(
-                tf.compat.v1.GraphKeys.SUMMARIES
-            )
-            if s.op.name.startswith(scope) or not tower.match(s.op.name)
-        ]
-    )
+    kept = [
+        s
+        for s in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
+        if s.op.name.startswith(scope) or not tower.match(s.op.name)
+    ]
+    with tf.name_scope(blocks.SUMMARIES + "/"):
+        return tf.compat.v1.summary.merge(kept)
 
 
 def add_histograms(grads_and_vars):
-    """Histograms of every trainable variable and of its gradient.
+    """Histograms of every trainable variable and of its gradient, in the
+    graph's summaries block.
 
     Args:
       grads_and_vars: list of (gradient, variable); only the model's
         variables are summarised, not the towers' copies of them.
     """
     trainable = tf.compat.v1.trainable_variables()
-    for var in trainable:
-        histogram_summary(var.op.name, var)
-    for grad, var in grads_and_vars:
-        if grad is not None and any(var is each for each in trainable):
-            histogram_summary(var.op.name + "/gradients", grad)
+    with tf.name_scope(blocks.SUMMARIES + "/"):
+        for var in trainable:
+            histogram_summary(var.op.name, var)
+        for grad, var in grads_and_vars:
+            if grad is not None and any(var is each for each in trainable):
+                histogram_summary(var.op.name + "/gradients", grad)
 
 
 def image_summary(name, images, max_images=3):

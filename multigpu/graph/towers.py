@@ -12,7 +12,8 @@ TOWER_NAME = "tower"
 # The name scope that holds the towers' ('towers/tower_0/', ...): one block
 # of TensorBoard's graph.
 TOWERS_SCOPE = "towers"
-# Tower i's copies of the variables are named REPLICA_SCOPE_i/<name>.
+# Tower i's copies of the variables are named TOWERS_SCOPE/REPLICA_SCOPE_i/
+# <name>.
 REPLICA_SCOPE = "replica"
 
 

@@ -41,6 +41,7 @@ every statistic as it was.
 """
 
 import collections
+import re
 
 import tensorflow as tf
 
@@ -49,7 +50,7 @@ from multigpu.graph import all_reduce, placement, towers
 
 VARIABLE_UPDATES = ("parameter_server", "replicated")
 
-# Tower i's copies are named REPLICA_SCOPE_i/<the variable's name>.
+# Tower i's copies are named towers/REPLICA_SCOPE_i/<the variable's name>.
 REPLICA_SCOPE = towers.REPLICA_SCOPE
 
 VariableUpdate = collections.namedtuple(
@@ -149,17 +150,20 @@ def parameter_server(devices, variable_device=placement.VARIABLE_DEVICE):
 
 
 def replica_name(index, name):
-    """'replica_<index>/<name>': the name of tower index's copy of name."""
-    return "%s_%d/%s" % (REPLICA_SCOPE, index, name)
+    """'towers/replica_<index>/<name>': the name of tower index's copy of
+    name, in the graph's towers block."""
+    return "%s/%s_%d/%s" % (towers.TOWERS_SCOPE, REPLICA_SCOPE, index, name)
 
 
 def primary_name(name):
     """The name of the variable a copy copies, or None for no copy."""
-    head, _, rest = name.partition("/")
-    prefix, _, index = head.rpartition("_")
-    if prefix == REPLICA_SCOPE and index.isdigit() and rest:
-        return rest
-    return None
+    match = _COPY_NAME.match(name)
+    return match.group(1) if match else None
+
+
+_COPY_NAME = re.compile(
+    "%s/%s_[0-9]+/(.+)" % (towers.TOWERS_SCOPE, REPLICA_SCOPE)
+)
 
 
 def _copies_every_variable(index):

@@ -15,6 +15,7 @@ import sys
 import tensorflow as tf
 
 from multigpu import errors
+from multigpu.graph import blocks
 
 # Checkpoints are train_dir/model.ckpt-STEP (TensorFlow's default name).
 CHECKPOINT_BASENAME = "model.ckpt"
@@ -220,6 +221,18 @@ def refuse_links(checkpoint_dir, step):
                 " and the trainers write through no link; remove it"
                 % (step, path, os.readlink(path))
             )
+
+
+def saved_name(var):
+    """A variable's name in the checkpoints: its name without the graph's
+    block, so that 'summaries/cross_entropy/avg' is saved as the tutorial
+    saves it, 'cross_entropy/avg'."""
+    return blocks.without_blocks(var.op.name)
+
+
+def saved_variables():
+    """The graph's global variables by `saved_name`: a Saver's var_list."""
+    return {saved_name(var): var for var in tf.compat.v1.global_variables()}
 
 
 class ExactSaver(tf.compat.v1.train.Saver):

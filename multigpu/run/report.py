@@ -13,7 +13,7 @@ import time
 import tensorflow as tf
 
 from multigpu import flag_help
-from multigpu.graph import loss_scale, towers
+from multigpu.graph import blocks, loss_scale
 from multigpu.run import checkpoints
 
 
@@ -44,7 +44,7 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
         terms = [
             each
             for each in tf.compat.v1.get_collection("losses")
-            if towers.strip_tower_prefix(each.op.name) == "cross_entropy"
+            if blocks.without_blocks(each.op.name) == "cross_entropy"
         ]
         self._fetches = {"total_loss": self._total_loss}
         if terms:

@@ -51,14 +51,10 @@ def resume(session, checkpoint):
       ValueError: a weight or `global_step` is missing, or a variable's
         shape differs from the checkpoint's.
     """
-    graph_variables = tf.compat.v1.global_variables()
     required = set(_names(tf.compat.v1.trainable_variables()))
-    required.add(tf.compat.v1.train.get_global_step().op.name)
+    required.add(checkpoints.saved_name(tf.compat.v1.train.get_global_step()))
     initialised = restore_variables(
-        session,
-        checkpoint,
-        {var.op.name: var for var in graph_variables},
-        required,
+        session, checkpoint, checkpoints.saved_variables(), required
     )
     _initialise(session, initialised)
     if initialised:
@@ -91,15 +87,15 @@ def warm_start(session, checkpoint, fine_tune=False):
     model = _model_variables()
     fresh = logits_layer(model) if fine_tune else []
     variables = {
-        var.op.name: var
+        checkpoints.saved_name(var): var
         for var in model
         if all(var is not each for each in fresh)
     }
     shadows = {
-        var.op.name: var
-        for var in tf.compat.v1.global_variables()
-        if var.op.name.endswith(SHADOW_SUFFIX)
-        and var.op.name[: -len(SHADOW_SUFFIX)] in variables
+        name: var
+        for name, var in checkpoints.saved_variables().items()
+        if name.endswith(SHADOW_SUFFIX)
+        and name[: -len(SHADOW_SUFFIX)] in variables
     }
     restored = dict(variables, **shadows)
     required = set(_names(tf.compat.v1.trainable_variables())) & set(restored)
@@ -109,7 +105,7 @@ def warm_start(session, checkpoint, fine_tune=False):
         [
             var
             for var in tf.compat.v1.global_variables()
-            if var.op.name not in restored
+            if checkpoints.saved_name(var) not in restored
         ]
         + absent,
     )
@@ -433,8 +429,12 @@ def _initialise(session, variables):
     initialised after the weights (restored or not).
     """
     trainable = set(_names(tf.compat.v1.trainable_variables()))
-    weights = [var for var in variables if var.op.name in trainable]
-    others = [var for var in variables if var.op.name not in trainable]
+    weights = [
+        var for var in variables if checkpoints.saved_name(var) in trainable
+    ]
+    others = [
+        var for var in variables if checkpoints.saved_name(var) not in trainable
+    ]
     for group in (weights, others):
         if group:
             session.run([var.initializer for var in group])
@@ -447,7 +447,7 @@ def _load(session, var, value):
 
 
 def _names(variables):
-    return sorted(var.op.name for var in variables)
+    return sorted(checkpoints.saved_name(var) for var in variables)
 
 
 def _listed(names):

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from multigpu import errors
 from multigpu.distributed import cluster, watchdog
+from multigpu.graph import blocks
 from multigpu.run import (
     checkpoints,
     event_files,
@@ -96,13 +97,13 @@ def run_training(
     hooks = [logger, tf.compat.v1.train.NanTensorHook(loss), interrupt, *hooks]
     if max_steps is not None:
         hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=max_steps))
-    scaffold = tf.compat.v1.train.Scaffold(
-        summary_op=summary_op,
-        # TensorFlow's default saver, but for how it prunes.
-        saver=checkpoints.ExactSaver(
-            sharded=True, allow_empty=True, defer_build=True
-        ),
-    )
+    # TensorFlow's default saver, but for how it prunes and the names of the
+    # variables kept in a block (`checkpoints.saved_name`).
+    with tf.name_scope(blocks.SESSION + "/"):
+        saver = checkpoints.ExactSaver(
+            checkpoints.saved_variables(), sharded=True, allow_empty=True
+        )
+    scaffold = tf.compat.v1.train.Scaffold(summary_op=summary_op, saver=saver)
     saves = loop_hooks.SaveWatcher(train_dir)
     events = event_files.EventFileHook(train_dir)
     if task.is_chief:
@@ -235,13 +236,18 @@ def _finished(checkpoint, max_steps):
 
 def _train_loop(train_op, hooks, session_creator):
     """Runs train_op until a hook asks to stop or the input ends."""
-    with tf.compat.v1.train.MonitoredSession(
-        session_creator=session_creator,
-        hooks=hooks,
-        # A sync chief's queue runner waits for gradients that no worker
-        # sends after the last step; do not wait for it.
-        stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
-    ) as sess:
+    # The ops the session and its hooks add (initialisers, readiness
+    # checks, the saver) make the graph's session block.
+    with (
+        tf.name_scope(blocks.SESSION + "/"),
+        tf.compat.v1.train.MonitoredSession(
+            session_creator=session_creator,
+            hooks=hooks,
+            # A sync chief's queue runner waits for gradients that no worker
+            # sends after the last step; do not wait for it.
+            stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
+        ) as sess,
+    ):
         while not sess.should_stop():
             sess.run(train_op)
 
