@@ -422,6 +422,10 @@ def train(
 
 
 def variables_to_restore():
-    """Maps the shadow (moving-average) names to the model's variables."""
+    """Maps the shadows' (moving averages') names in the checkpoints, which
+    leave out the graph's blocks, to the model's variables."""
     averages = tf.compat.v1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY)
-    return averages.variables_to_restore()
+    return {
+        blocks.without_blocks(name): var
+        for name, var in averages.variables_to_restore().items()
+    }

@@ -22,7 +22,7 @@ import tensorflow as tf
 import cifar10
 import cifar10_input
 from cifar10_models import resnet
-from multigpu.graph import any_model, model_variables, summaries
+from multigpu.graph import any_model, blocks, model_variables, summaries
 from multigpu.run import checkpoints, restore, train_dirs
 
 # A model and its recipe.
@@ -143,20 +143,24 @@ def logits(model, images, is_training, compute_dtype):
       is_training: bool, True for the trainers, False for the eval.
       compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
 
+    The model's variables are made in the graph's model block
+    ('model/conv1/weights'); its ops in the current name scope.
+
     Returns:
       logits: float32 [batch, NUM_CLASSES].
 
     Raises:
       ValueError: what `any_model.call_model` refuses, naming --model.
     """
-    return any_model.call_model(
-        model.build,
-        images,
-        is_training,
-        cifar10.NUM_CLASSES,
-        compute_dtype,
-        "--model=%s" % model.name,
-    )
+    with tf.compat.v1.variable_scope(blocks.MODEL, auxiliary_name_scope=False):
+        return any_model.call_model(
+            model.build,
+            images,
+            is_training,
+            cifar10.NUM_CLASSES,
+            compute_dtype,
+            "--model=%s" % model.name,
+        )
 
 
 def default_train_dir(model_name):

@@ -262,6 +262,7 @@ def eval_scores_in_numpy(
 
     from cifar10_models import registry
     from data_sets import cifar10_batches
+    from multigpu.run import checkpoints
 
     reader = tf.train.load_checkpoint(checkpoint)
     with tf.Graph().as_default():
@@ -272,7 +273,9 @@ def eval_scores_in_numpy(
             registry.model(model_name), images, False, tf.float32
         )
         shadows = [
-            variable.assign(reader.get_tensor(variable.op.name + SHADOW))
+            variable.assign(
+                reader.get_tensor(checkpoints.saved_name(variable) + SHADOW)
+            )
             for variable in tf.compat.v1.global_variables()
         ]
         with tf.compat.v1.Session() as sess:

@@ -15,7 +15,7 @@ import warnings
 
 import tensorflow as tf
 
-from multigpu.graph import variable_update
+from multigpu.graph import blocks, variable_update
 
 # The dtypes the layers may compute in while the variables stay float32.
 REDUCED_DTYPES = (tf.float16, tf.bfloat16)
@@ -155,7 +155,11 @@ def needs_keras_2(error):
 def _refuse_other_variables(created, got, name):
     # A tower's copy is returned instead of the variable it copies.
     made = got | {variable_update.primary_name(each) for each in got}
-    others = [var.op.name for var in created if var.op.name not in made]
+    others = [
+        blocks.without_blocks(var.op.name)
+        for var in created
+        if var.op.name not in made
+    ]
     if others:
         raise ValueError(
             "%s creates variables without tf.compat.v1.get_variable (%s): "

@@ -14,7 +14,7 @@ import contextlib
 
 import tensorflow as tf
 
-from multigpu.graph import towers, variable_update
+from multigpu.graph import blocks, towers, variable_update
 
 # The names of the suite's own variables: the step counter and the float16
 # loss scale (`loss_scale.LossScaleOptimizer`).
@@ -42,10 +42,11 @@ def checked_variables(model_name):
     asked = []
 
     def check(getter, name, **kwargs):
-        problem = _problem(name, kwargs)
+        own_name = blocks.without_blocks(name)
+        problem = _problem(own_name, kwargs)
         if problem:
             raise ModelVariableError(
-                "%s: variable %s %s" % (model_name, name, problem)
+                "%s: variable %s %s" % (model_name, own_name, problem)
             )
         asked.append(name)
         return getter(name=name, **kwargs)
