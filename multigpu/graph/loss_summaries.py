@@ -34,35 +34,30 @@ def add_loss_summaries(total_loss, global_step, scope=None):
       step must be incremented after it (apply the gradients after it).
     """
     with tf.name_scope(blocks.SUMMARIES + "/"):
-        return _add_loss_summaries(total_loss, global_step, scope)
-
-
-def _add_loss_summaries(total_loss, global_step, scope):
-    """`add_loss_summaries` in the summaries block."""
-    averages = tf.compat.v1.train.ExponentialMovingAverage(
-        LOSS_AVERAGE_DECAY, name="avg"
-    )
-    named_losses = [
-        (blocks.without_blocks(each.op.name), each)
-        for each in tf.compat.v1.get_collection("losses", scope)
-    ] + [("total_loss", total_loss)]
-    # The average's variable takes the name of the tensor it averages:
-    # an identity of each loss, named as the loss in this block.
-    averaged = [tf.identity(each, name=name) for name, each in named_losses]
-    # This update's count since step 0, read before the averages move.
-    updates = tf.cast(global_step, tf.float32) + 1.0
-    with tf.control_dependencies([updates]):
-        averages_op = averages.apply(averaged)
-    debias = 1.0 - tf.pow(LOSS_AVERAGE_DECAY, updates)
-    for (name, each), average in zip(named_losses, averaged):
-        if _is_zero_weight_decay(each):
-            continue
-        tag = summaries.loss_tag(name)
-        summaries.scalar_summary(tag + " (raw)", each)
-        with tf.control_dependencies([averages_op]):
-            updated = averages.average(average).read_value()
-        summaries.scalar_summary(tag, updated / debias)
-    return averages_op
+        averages = tf.compat.v1.train.ExponentialMovingAverage(
+            LOSS_AVERAGE_DECAY, name="avg"
+        )
+        named_losses = [
+            (blocks.without_blocks(each.op.name), each)
+            for each in tf.compat.v1.get_collection("losses", scope)
+        ] + [("total_loss", total_loss)]
+        # The average's variable takes the name of the tensor it averages:
+        # an identity of each loss, named as the loss in this block.
+        averaged = [tf.identity(each, name=name) for name, each in named_losses]
+        # This update's count since step 0, read before the averages move.
+        updates = tf.cast(global_step, tf.float32) + 1.0
+        with tf.control_dependencies([updates]):
+            averages_op = averages.apply(averaged)
+        debias = 1.0 - tf.pow(LOSS_AVERAGE_DECAY, updates)
+        for (name, each), average in zip(named_losses, averaged):
+            if _is_zero_weight_decay(each):
+                continue
+            tag = summaries.loss_tag(name)
+            summaries.scalar_summary(tag + " (raw)", each)
+            with tf.control_dependencies([averages_op]):
+                updated = averages.average(average).read_value()
+            summaries.scalar_summary(tag, updated / debias)
+        return averages_op
 
 
 def _is_zero_weight_decay(loss):
