@@ -7,7 +7,14 @@ import tf_keras
 from test_towers import cifar10_step_graph
 
 from cifar10_models import registry
-from multigpu.graph import any_model, placement, towers, variable_update
+from multigpu.graph import (
+    any_model,
+    blocks,
+    placement,
+    towers,
+    variable_update,
+)
+from multigpu.run import checkpoints
 
 # The L2 factor of the test models' kernels, large enough to show in a loss.
 WEIGHT_DECAY = 1e-2
@@ -91,11 +98,12 @@ def two_tower_graph(model_fn, devices, variable_device, **options):
 
 
 def variable(graph, name):
-    """The variable `name` of the graph (its op name, e.g. 'conv/kernel')."""
+    """The variable `name` of the graph (its name in the checkpoints, e.g.
+    'conv/kernel' for 'model/conv/kernel')."""
     (var,) = [
         v
         for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
-        if v.op.name == name
+        if checkpoints.saved_name(v) == name
     ]
     return var
 
@@ -119,9 +127,11 @@ def test_every_variable_op_of_a_layers_model_is_on_the_variable_device(
         op.name: op.device
         for op in graph.get_operations()
         if op.type in placement.VARIABLE_OPS
-        and op.name in LAYERS_MODEL_VARIABLES
+        and blocks.without_blocks(op.name) in LAYERS_MODEL_VARIABLES
     }
-    assert placed == {name: expected for name in LAYERS_MODEL_VARIABLES}
+    assert placed == {
+        "model/" + name: expected for name in LAYERS_MODEL_VARIABLES
+    }
 
 
 def test_the_moving_mean_follows_the_last_towers_batch_with_every_step():
@@ -193,7 +203,9 @@ def test_in_bfloat16_a_layers_model_trains_and_saves_float32_only(tmp_path):
         losses = [sess.run([loss, train_op])[0] for _ in range(3)]
         assert np.all(np.isfinite(losses))
         assert not np.allclose(sess.run(kernel), before)
-        prefix = tf.compat.v1.train.Saver().save(sess, str(tmp_path / "ckpt"))
+        prefix = tf.compat.v1.train.Saver(checkpoints.saved_variables()).save(
+            sess, str(tmp_path / "ckpt")
+        )
     dtypes = tf.compat.v1.train.NewCheckpointReader(
         prefix
     ).get_variable_to_dtype_map()

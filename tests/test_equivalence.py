@@ -65,12 +65,17 @@ def test_get_variable_regularizers_and_constraints_reach_every_copy(
     # a step, and the constraint, which the drawn kernel exceeds, holds on
     # the variable (and so on every copy, equal to it).
     initial = equivalence.initial_values(case)
-    shrink = np.sum(np.abs(values["linear/weights"])) / np.sum(
-        np.abs(initial["linear/weights"])
+    shrink = np.sum(np.abs(values["model/linear/weights"])) / np.sum(
+        np.abs(initial["model/linear/weights"])
     )
     assert 0.80 < shrink < 0.90, shrink
-    assert np.max(np.abs(initial["conv/kernel"])) > 2 * equivalence_models.CLIP
-    assert np.max(np.abs(values["conv/kernel"])) <= equivalence_models.CLIP
+    assert (
+        np.max(np.abs(initial["model/conv/kernel"]))
+        > 2 * equivalence_models.CLIP
+    )
+    assert (
+        np.max(np.abs(values["model/conv/kernel"])) <= equivalence_models.CLIP
+    )
 
 
 def test_loss_scaling_on_two_towers_equals_unscaled_to_the_bit(monkeypatch):

@@ -13,6 +13,7 @@ import cifar10_multi_gpu_train
 from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import placement, summaries, towers, variable_update
+from multigpu.run import checkpoints
 
 PER_TOWER_BATCH = 8
 
@@ -79,13 +80,15 @@ def cifar10_step(num_towers, images, labels, initial_values, **options):
       num_towers: int, towers on virtual CPU devices /cpu:0 ... /cpu:N-1.
       images: float32 [n, 24, 24, 3], n divisible by num_towers.
       labels: int32 [n].
-      initial_values: dict variable name -> array, or None to draw them.
+      initial_values: dict variable name (in the checkpoints) -> array, or
+        None to draw them.
       **options: devices, variable_device, xla, compute_dtype, model of
         `cifar10_step_graph`.
 
     Returns:
       loss: float, the mean of the towers' total losses before the step.
-      values: dict variable name -> array after the step.
+      values: dict variable name (in the checkpoints) -> array after the
+        step.
       ran: list of (device, op name, op type) the step ran, e.g.
         ('CPU:1', 'cluster_3_1/xla_run', '_XlaRun').
     """
@@ -103,7 +106,7 @@ def cifar10_step(num_towers, images, labels, initial_values, **options):
             sess.run(tf.compat.v1.global_variables_initializer())
             if initial_values is not None:
                 for var in variables:
-                    var.load(initial_values[var.op.name], sess)
+                    var.load(initial_values[checkpoints.saved_name(var)], sess)
             sess.run(variable_update.local_init_op())
             metadata = tf.compat.v1.RunMetadata()
             loss_value, _ = sess.run(
@@ -118,7 +121,7 @@ def cifar10_step(num_towers, images, labels, initial_values, **options):
                 for device in metadata.step_stats.dev_stats
                 for node in device.node_stats
             ]
-            values = {v.op.name: sess.run(v) for v in variables}
+            values = {checkpoints.saved_name(v): sess.run(v) for v in variables}
             return loss_value, values, ran
 
 
@@ -162,7 +165,7 @@ def test_variables_exist_once_and_live_on_the_cpu():
     variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
     names = sorted(v.op.name for v in variables)
     assert names == sorted(
-        "%s/%s" % (layer, kind)
+        "model/%s/%s" % (layer, kind)
         for layer in ["conv1", "conv2", "local3", "local4", "softmax_linear"]
         for kind in ["weights", "biases"]
     )
