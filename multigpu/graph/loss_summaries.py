@@ -15,9 +15,9 @@ def add_loss_summaries(total_loss, global_step, scope=None):
     'Loss/cross_entropy', 'local3/weight_loss', ..., and
     'Loss/total_loss' (`summaries.FIRST_GROUP`), each also with ' (raw)'.
     The averages' variables are named after the losses
-    ('summaries/cross_entropy/avg', 'summaries/total_loss/avg'), whichever
-    block or tower the losses come from, so that every trainer's checkpoint
-    holds the same names. The averages start at 0, as
+    ('summaries/cross_entropy/avg', saved as the tutorial's
+    'cross_entropy/avg'), whichever block or tower the losses come from, so
+    that every trainer's checkpoint holds the same names. The averages start at 0, as
     the tutorial's do; their summaries are zero-debiased (divided by
     1 - decay^updates, as Adam's moments are), so that a chart starts at the
     first loss. A weight-decay term of wd 0 is averaged but not summarised

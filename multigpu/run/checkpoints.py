@@ -225,8 +225,9 @@ def refuse_links(checkpoint_dir, step):
 
 def saved_name(var):
     """A variable's name in the checkpoints: its name without the graph's
-    block, so that 'summaries/cross_entropy/avg' is saved as the tutorial
-    saves it, 'cross_entropy/avg'."""
+    blocks (`blocks.without_blocks`), so that 'model/conv1/weights' and
+    'summaries/cross_entropy/avg' are saved as the tutorial saves them,
+    'conv1/weights' and 'cross_entropy/avg'."""
     return blocks.without_blocks(var.op.name)
 
 
