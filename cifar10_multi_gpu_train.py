@@ -232,15 +232,14 @@ def main(argv):
         )
     else:
         devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
-    model = registry.model(
+    model, train_dir = registry.model_and_train_dir(
         FLAGS.model,
         FLAGS.learning_rate,
         FLAGS.learning_rate_boundaries,
         FLAGS.momentum,
+        FLAGS.train_dir,
+        not (FLAGS.dry_run or FLAGS.clear_train_dir),
     )
-    train_dir = FLAGS.train_dir or registry.default_train_dir(model.name)
-    if not (FLAGS.dry_run or FLAGS.clear_train_dir):
-        registry.refuse_other_model(model, train_dir, "train_dir")
     update = variable_update.variable_update(
         FLAGS.variable_update,
         devices,

@@ -86,15 +86,14 @@ def build_graph(
 def main(argv):
     del argv
     flag_checks.check_flags(FLAGS)
-    model = registry.model(
+    model, train_dir = registry.model_and_train_dir(
         FLAGS.model,
         FLAGS.learning_rate,
         FLAGS.learning_rate_boundaries,
         FLAGS.momentum,
+        FLAGS.train_dir,
+        not FLAGS.clear_train_dir,
     )
-    train_dir = FLAGS.train_dir or registry.default_train_dir(model.name)
-    if not FLAGS.clear_train_dir:
-        registry.refuse_other_model(model, train_dir, "train_dir")
     config = placement.session_config(
         log_device_placement=FLAGS.log_device_placement,
         options=common_flags.session_options_from_flags(FLAGS),

@@ -216,6 +216,32 @@ def refuse_other_model(model, folder, flag):
     )
 
 
+def model_and_train_dir(
+    name, learning_rate, boundaries, momentum, train_dir, check_train_dir
+):
+    """A trainer's model and the folder it trains in.
+
+    Args:
+      name, learning_rate, boundaries, momentum: as `model`.
+      train_dir: str, --train_dir; '' for the model's `default_train_dir`.
+      check_train_dir: bool, refuse a train_dir of another model's
+        checkpoints (`refuse_other_model`); False for a train_dir cleared
+        first or not trained in (a dry run).
+
+    Returns:
+      (Model, str): the model and its train_dir.
+
+    Raises:
+      ValueError: no such model, or train_dir holds checkpoints of another
+        model (one line).
+    """
+    chosen = model(name, learning_rate, boundaries, momentum)
+    train_dir = train_dir or default_train_dir(chosen.name)
+    if check_train_dir:
+        refuse_other_model(chosen, train_dir, "train_dir")
+    return chosen, train_dir
+
+
 def _checkpoints_model(folder):
     """The model of folder's newest checkpoint, None if none or unknown."""
     checkpoint = checkpoints.latest_checkpoint(folder)
