@@ -49,6 +49,8 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 
 # isort: split
 
+import collections
+
 import tensorflow as tf
 from absl import flags
 
@@ -214,7 +216,7 @@ def main(argv):
     task = cluster.cluster_task_from_flags(FLAGS)
     flag_checks.check_flags(FLAGS, task)
     # Imported on a ps too, which would else wait for workers that refuse it.
-    model = registry.model(
+    registry.model(
         FLAGS.model,
         FLAGS.learning_rate,
         FLAGS.learning_rate_boundaries,
@@ -240,6 +242,76 @@ def main(argv):
         FLAGS.train_dir,
         not (FLAGS.dry_run or FLAGS.clear_train_dir),
     )
+    return _build_and_run(task, devices, options, model, train_dir)
+
+
+def _build_and_run(task, devices, options, model, train_dir):
+    """Builds the towers' graph; checks its plan (--dry_run) or trains it.
+
+    Returns:
+      the dry run's exit code, or None once the run has trained.
+    """
+    plan = _tower_plan(devices, task, options)
+    batch_shapes = _batch_shapes(FLAGS.batch_size)
+    if not FLAGS.dry_run:
+        cifar10_data.prepare_data_dir(
+            FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
+        )
+    with (
+        tf.Graph().as_default() as graph,
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        # One input pipeline on the CPU; each tower takes its own batches.
+        with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
+            if FLAGS.dry_run:
+                get_next = dry_run.synthetic_batches(batch_shapes)
+            else:
+                get_next = cifar10_batches.distorted_batches(
+                    FLAGS.data_dir, FLAGS.batch_size
+                )
+        graph_ops = build_graph(
+            get_next,
+            FLAGS.batch_size,
+            devices,
+            plan.compute_dtype,
+            FLAGS.clip_gradients,
+            task,
+            plan.update,
+            FLAGS.xla,
+            FLAGS.prefetch_to_device,
+            plan.loss_scaling,
+            model,
+        )
+        if FLAGS.dry_run:
+            return _check_plan(graph, batch_shapes, devices, model, task, plan)
+        closing = _train(graph_ops, train_dir, plan.config, task, model)
+    report.print_closing_report(
+        closing,
+        FLAGS.batch_size * FLAGS.num_gpus,
+        train_dir if task.is_chief else None,
+        registry.next_commands(model, train_dir, FLAGS.data_dir),
+    )
+
+
+# How the towers compute and share their variables, as the flags choose.
+#   update: the `variable_update.VariableUpdate` of --variable_update.
+#   compute_dtype: tf.DType the layers compute in (--use_fp16).
+#   config: the session's `ConfigProto`.
+#   loss_scaling: the float16 loss scaling (`loss_scale`), or None.
+_TowerPlan = collections.namedtuple(
+    "_TowerPlan", "update compute_dtype config loss_scaling"
+)
+
+
+def _tower_plan(devices, task, options):
+    """The `_TowerPlan` of the flags; prints the devices and the all-reduce.
+
+    Args:
+      devices: strs, one tower's device each.
+      task: the `cluster.ClusterTask`.
+      options: the session options of the flags
+        (`common_flags.session_options_from_flags`).
+    """
     update = variable_update.variable_update(
         FLAGS.variable_update,
         devices,
@@ -267,97 +339,92 @@ def main(argv):
             "--variable_update=replicated: a copy of the variables on each "
             "tower, their gradients all-reduced by %s" % update.all_reduce
         )
-    # One tower's batch: images and labels.
-    batch_shapes = [
+    return _TowerPlan(update, compute_dtype, config, loss_scaling)
+
+
+def _batch_shapes(batch_size):
+    """One tower's batch: images float32 [batch_size, 24, 24, 3] and labels
+    int32 [batch_size], as (shape, dtype) pairs."""
+    return [
         (
             [
-                FLAGS.batch_size,
+                batch_size,
                 cifar10_input.IMAGE_SIZE,
                 cifar10_input.IMAGE_SIZE,
                 3,
             ],
             tf.float32,
         ),
-        ([FLAGS.batch_size], tf.int32),
+        ([batch_size], tf.int32),
     ]
-    if not FLAGS.dry_run:
-        cifar10_data.prepare_data_dir(
-            FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
-        )
-    with (
-        tf.Graph().as_default() as graph,
-        tf.compat.v1.device(cluster.device_setter(task)),
-    ):
-        # One input pipeline on the CPU; each tower takes its own batches.
-        with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
-            if FLAGS.dry_run:
-                get_next = dry_run.synthetic_batches(batch_shapes)
-            else:
-                get_next = cifar10_batches.distorted_batches(
-                    FLAGS.data_dir, FLAGS.batch_size
-                )
-        loss, train_op, summary_op, hooks = build_graph(
-            get_next,
-            FLAGS.batch_size,
+
+
+def _check_plan(graph, batch_shapes, devices, model, task, plan):
+    """--dry_run: checks and prints the placement plan (`dry_run.check`).
+
+    Returns:
+      int, the exit code of the check.
+    """
+    return dry_run.check(
+        graph,
+        batch_shapes,
+        dry_run.describe(
             devices,
-            compute_dtype,
-            FLAGS.clip_gradients,
-            task,
-            update,
-            FLAGS.xla,
-            FLAGS.prefetch_to_device,
-            loss_scaling,
-            model,
-        )
-        if FLAGS.dry_run:
-            return dry_run.check(
-                graph,
-                batch_shapes,
-                dry_run.describe(
-                    devices,
-                    model=model.name,
-                    compute_dtype=compute_dtype.name,
-                    **variable_update.describe(update),
-                    xla=FLAGS.xla,
-                    prefetch_to_device=FLAGS.prefetch_to_device,
-                    cluster_task=dry_run.task_name(task),
-                    loss_scaling=loss_scale.describe(loss_scaling),
-                ),
-                update,
-                config,
-            )
-        closing = report.RunReportHook(loss)
-        training.run_training(
-            train_op,
-            loss,
-            train_dir,
-            examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-            log_frequency=FLAGS.log_frequency,
-            max_steps=FLAGS.max_steps,
-            save_checkpoint_steps=FLAGS.save_checkpoint_steps,
-            save_summaries_steps=FLAGS.save_summaries_steps,
-            summary_op=summary_op,
-            config=config,
-            clear_train_dir=FLAGS.clear_train_dir,
-            data_dirs=[FLAGS.data_dir],
-            task=task,
-            hooks=[
-                closing,
-                *hooks,
-                *trace.trace_hooks(FLAGS.trace_step, train_dir),
-            ],
-            pretrained=(
-                FLAGS.pretrained_model_checkpoint_path,
-                FLAGS.fine_tune,
-            ),
-            model_name=model.name,
-        )
-    report.print_closing_report(
-        closing,
-        FLAGS.batch_size * FLAGS.num_gpus,
-        train_dir if task.is_chief else None,
-        registry.next_commands(model, train_dir, FLAGS.data_dir),
+            model=model.name,
+            compute_dtype=plan.compute_dtype.name,
+            **variable_update.describe(plan.update),
+            xla=FLAGS.xla,
+            prefetch_to_device=FLAGS.prefetch_to_device,
+            cluster_task=dry_run.task_name(task),
+            loss_scaling=loss_scale.describe(plan.loss_scaling),
+        ),
+        plan.update,
+        plan.config,
     )
+
+
+def _train(graph_ops, train_dir, config, task, model):
+    """Trains in train_dir (`training.run_training`).
+
+    Args:
+      graph_ops: (loss, train_op, summary_op, hooks), as `build_graph`
+        returns them.
+      train_dir: str.
+      config: the session's `ConfigProto`.
+      task: the `cluster.ClusterTask`.
+      model: the `registry.Model`, recorded in train_dir.
+
+    Returns:
+      the `report.RunReportHook` of the run, for its closing report.
+    """
+    loss, train_op, summary_op, hooks = graph_ops
+    closing = report.RunReportHook(loss)
+    training.run_training(
+        train_op,
+        loss,
+        train_dir,
+        examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
+        log_frequency=FLAGS.log_frequency,
+        max_steps=FLAGS.max_steps,
+        save_checkpoint_steps=FLAGS.save_checkpoint_steps,
+        save_summaries_steps=FLAGS.save_summaries_steps,
+        summary_op=summary_op,
+        config=config,
+        clear_train_dir=FLAGS.clear_train_dir,
+        data_dirs=[FLAGS.data_dir],
+        task=task,
+        hooks=[
+            closing,
+            *hooks,
+            *trace.trace_hooks(FLAGS.trace_step, train_dir),
+        ],
+        pretrained=(
+            FLAGS.pretrained_model_checkpoint_path,
+            FLAGS.fine_tune,
+        ),
+        model_name=model.name,
+    )
+    return closing
 
 
 def run():
