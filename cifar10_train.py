@@ -116,35 +116,51 @@ def main(argv):
             devices[0],
             model,
         )
-        closing = report.RunReportHook(loss)
-        training.run_training(
-            train_op,
-            loss,
-            train_dir,
-            examples_per_step=FLAGS.batch_size,
-            log_frequency=FLAGS.log_frequency,
-            max_steps=FLAGS.max_steps,
-            save_checkpoint_steps=FLAGS.save_checkpoint_steps,
-            save_summaries_steps=FLAGS.save_summaries_steps,
-            config=config,
-            clear_train_dir=FLAGS.clear_train_dir,
-            pretrained=(
-                FLAGS.pretrained_model_checkpoint_path,
-                FLAGS.fine_tune,
-            ),
-            data_dirs=[FLAGS.data_dir],
-            hooks=[
-                closing,
-                *trace.trace_hooks(FLAGS.trace_step, train_dir),
-            ],
-            model_name=model.name,
-        )
+        closing = _train(loss, train_op, train_dir, config, model)
     report.print_closing_report(
         closing,
         FLAGS.batch_size,
         train_dir,
         registry.next_commands(model, train_dir, FLAGS.data_dir),
     )
+
+
+def _train(loss, train_op, train_dir, config, model):
+    """Trains in train_dir (`training.run_training`).
+
+    Args:
+      loss, train_op: as `build_graph` returns them.
+      train_dir: str.
+      config: the session's `ConfigProto`.
+      model: the `registry.Model`, recorded in train_dir.
+
+    Returns:
+      the `report.RunReportHook` of the run, for its closing report.
+    """
+    closing = report.RunReportHook(loss)
+    training.run_training(
+        train_op,
+        loss,
+        train_dir,
+        examples_per_step=FLAGS.batch_size,
+        log_frequency=FLAGS.log_frequency,
+        max_steps=FLAGS.max_steps,
+        save_checkpoint_steps=FLAGS.save_checkpoint_steps,
+        save_summaries_steps=FLAGS.save_summaries_steps,
+        config=config,
+        clear_train_dir=FLAGS.clear_train_dir,
+        pretrained=(
+            FLAGS.pretrained_model_checkpoint_path,
+            FLAGS.fine_tune,
+        ),
+        data_dirs=[FLAGS.data_dir],
+        hooks=[
+            closing,
+            *trace.trace_hooks(FLAGS.trace_step, train_dir),
+        ],
+        model_name=model.name,
+    )
+    return closing
 
 
 def run():
