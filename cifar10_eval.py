@@ -137,39 +137,13 @@ def eval_once(checkpoint, saver, event_file, hits, init_op, summary_op, config):
       errors.TrainingError: the summary could not be written whole.
     """
     with tf.compat.v1.Session(config=config) as sess:
-        try:
-            saver.restore(sess, checkpoint)
-            # Its own step: a checkpoint's name need not end in -STEP.
-            global_step = checkpoints.global_step(checkpoint)
-        except (
-            ValueError,
-            tf.errors.NotFoundError,
-            tf.errors.DataLossError,
-        ) as e:
-            # The trainer deletes its oldest checkpoints (max_to_keep), the
-            # index file first, so one may go between being chosen and being
-            # opened. Any other failure (e.g. another model's checkpoint) is
-            # an error.
-            if tf.io.gfile.exists(checkpoint + ".index"):
-                raise
-            print(
-                "WARNING: skipping checkpoint %s, it went away (%s: %s)"
-                % (checkpoint, type(e).__name__, str(e).split("\n")[0]),
-                file=sys.stderr,
-            )
+        global_step = _restore(sess, saver, checkpoint)
+        if global_step is None:
             return None
         print("%s: evaluating %s" % (datetime.datetime.now(), checkpoint))
-        sess.run(init_op)
-        # The model's summaries come from the first batch.
-        batch_hits, summary_bytes = sess.run([hits, summary_op])
-        counts, examples = np.sum(batch_hits, axis=1), batch_hits.shape[1]
-        try:
-            while True:
-                batch_hits = sess.run(hits)
-                counts += np.sum(batch_hits, axis=1)
-                examples += batch_hits.shape[1]
-        except tf.errors.OutOfRangeError:
-            pass
+        counts, examples, summary_bytes = _count_hits(
+            sess, hits, init_op, summary_op
+        )
     summary = tf.compat.v1.Summary.FromString(summary_bytes)
     precision, recall = counts / examples
     print("%s: precision @ 1 = %.3f" % (datetime.datetime.now(), precision))
@@ -178,6 +152,58 @@ def eval_once(checkpoint, saver, event_file, hits, init_op, summary_op, config):
     summary.value.add(tag="Recall @ 5", simple_value=recall)
     event_file.write_summary(summary, global_step)
     return precision, global_step
+
+
+def _restore(sess, saver, checkpoint):
+    """Restores checkpoint into sess with saver.
+
+    Returns:
+      int, the checkpoint's global step; None when the checkpoint went away
+      before it was restored (a warning on stderr says so).
+    """
+    try:
+        saver.restore(sess, checkpoint)
+        # Its own step: a checkpoint's name need not end in -STEP.
+        return checkpoints.global_step(checkpoint)
+    except (
+        ValueError,
+        tf.errors.NotFoundError,
+        tf.errors.DataLossError,
+    ) as e:
+        # The trainer deletes its oldest checkpoints (max_to_keep), the
+        # index file first, so one may go between being chosen and being
+        # opened. Any other failure (e.g. another model's checkpoint) is
+        # an error.
+        if tf.io.gfile.exists(checkpoint + ".index"):
+            raise
+        print(
+            "WARNING: skipping checkpoint %s, it went away (%s: %s)"
+            % (checkpoint, type(e).__name__, str(e).split("\n")[0]),
+            file=sys.stderr,
+        )
+        return None
+
+
+def _count_hits(sess, hits, init_op, summary_op):
+    """Runs hits over the whole input, from its first example.
+
+    Returns:
+      counts: int64 [2], the top-1 and the top-5 hits.
+      examples: int, the examples classified.
+      summary_bytes: bytes, summary_op's serialised `Summary` of the first
+        batch (the model's summaries come from it).
+    """
+    sess.run(init_op)
+    batch_hits, summary_bytes = sess.run([hits, summary_op])
+    counts, examples = np.sum(batch_hits, axis=1), batch_hits.shape[1]
+    try:
+        while True:
+            batch_hits = sess.run(hits)
+            counts += np.sum(batch_hits, axis=1)
+            examples += batch_hits.shape[1]
+    except tf.errors.OutOfRangeError:
+        pass
+    return counts, examples, summary_bytes
 
 
 def evaluate(
