@@ -221,6 +221,33 @@ def main(argv):
     if task.is_chief:
         # Scored at the end: checked before hours of training.
         mnist_input.data_file(FLAGS.data_dir, "test")
+    closing, steps = _train(train_file, devices, config, task)
+    if steps == 0 and task.cluster is None:
+        _no_step(train_file, FLAGS.batch_size, FLAGS.num_gpus)
+    print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
+    if task.is_chief:
+        report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
+    report.print_closing_report(
+        closing,
+        FLAGS.batch_size * FLAGS.num_gpus,
+        FLAGS.train_dir if task.is_chief else None,
+        next_commands(FLAGS.train_dir, FLAGS.data_dir, FLAGS.tb_logging),
+    )
+
+
+def _train(train_file, devices, config, task):
+    """Builds the towers' graph and trains it in --train_dir.
+
+    Args:
+      train_file: str, the training records (`mnist_input.data_file`).
+      devices: strs, one tower's device each.
+      config: the session's `ConfigProto`.
+      task: the `cluster.ClusterTask`.
+
+    Returns:
+      (report.RunReportHook, int): the run's closing report hook, and the
+      steps this process ran (`training.run_training`).
+    """
     with (
         tf.Graph().as_default(),
         tf.compat.v1.device(cluster.device_setter(task)),
@@ -262,17 +289,7 @@ def main(argv):
                     FLAGS.fine_tune,
                 ),
             )
-    if steps == 0 and task.cluster is None:
-        _no_step(train_file, FLAGS.batch_size, FLAGS.num_gpus)
-    print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
-    if task.is_chief:
-        report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
-    report.print_closing_report(
-        closing,
-        FLAGS.batch_size * FLAGS.num_gpus,
-        FLAGS.train_dir if task.is_chief else None,
-        next_commands(FLAGS.train_dir, FLAGS.data_dir, FLAGS.tb_logging),
-    )
+    return closing, steps
 
 
 def next_commands(train_dir, data_dir, tb_logging):
