@@ -111,26 +111,9 @@ def cluster_task(
     cluster = tf.train.ClusterSpec(jobs)
     _check_job_name(job_name, bool(ps_hosts))
     addresses = [a for job in sorted(jobs) for a in jobs[job]]
-    shared = sorted({a for a in addresses if addresses.count(a) > 1})
-    if shared:
-        raise ValueError(
-            "--ps_hosts and --worker_hosts list %s more than once; every "
-            "task needs a HOST:PORT of its own" % ", ".join(shared)
-        )
-    num_tasks = cluster.num_tasks(job_name)
-    if not 0 <= task_index < num_tasks:
-        raise ValueError(
-            "--task_index=%d is out of range: --%s_hosts lists %d task(s), "
-            "so 0..%d" % (task_index, job_name, num_tasks, num_tasks - 1)
-        )
-    for address in addresses:
-        if not _is_private(address.rpartition(":")[0]):
-            print(
-                "WARNING: %s is not a loopback or private address. The "
-                "TensorFlow server has no authentication and runs any graph "
-                "sent to it: keep the cluster on a trusted network." % address,
-                file=sys.stderr,
-            )
+    _check_addresses_apart(addresses)
+    _check_task_index(cluster, job_name, task_index)
+    _warn_of_public_addresses(addresses)
     num_workers = cluster.num_tasks("worker")
     return ClusterTask(
         cluster,
@@ -139,6 +122,38 @@ def cluster_task(
         sync_replicas,
         replicas_to_aggregate or num_workers,
     )
+
+
+def _check_addresses_apart(addresses):
+    """Raises ValueError when two tasks share a HOST:PORT."""
+    shared = sorted({a for a in addresses if addresses.count(a) > 1})
+    if shared:
+        raise ValueError(
+            "--ps_hosts and --worker_hosts list %s more than once; every "
+            "task needs a HOST:PORT of its own" % ", ".join(shared)
+        )
+
+
+def _check_task_index(cluster, job_name, task_index):
+    """Raises ValueError when task_index is not a task of job_name."""
+    num_tasks = cluster.num_tasks(job_name)
+    if not 0 <= task_index < num_tasks:
+        raise ValueError(
+            "--task_index=%d is out of range: --%s_hosts lists %d task(s), "
+            "so 0..%d" % (task_index, job_name, num_tasks, num_tasks - 1)
+        )
+
+
+def _warn_of_public_addresses(addresses):
+    """Warns on stderr of each HOST:PORT off loopback and private networks."""
+    for address in addresses:
+        if not _is_private(address.rpartition(":")[0]):
+            print(
+                "WARNING: %s is not a loopback or private address. The "
+                "TensorFlow server has no authentication and runs any graph "
+                "sent to it: keep the cluster on a trusted network." % address,
+                file=sys.stderr,
+            )
 
 
 def _check_job_name(job_name, has_ps):
