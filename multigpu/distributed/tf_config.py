@@ -47,6 +47,26 @@ def parse(text):
     """
     if not text.strip():
         return None
+    config = _json_object(text)
+    cluster = config.get("cluster") or {}
+    if not cluster:
+        return None
+    workers = _workers(cluster)
+    job_type, index = _task(config.get("task") or {}, cluster)
+    if job_type == "ps":
+        job_name = "ps"
+    else:
+        job_name = "worker"
+        # The chief is worker 0; TF_CONFIG's workers follow it.
+        if job_type == "worker" and cluster.get("chief"):
+            index += len(cluster["chief"])
+    return ClusterFlags(
+        ",".join(cluster.get("ps", [])), ",".join(workers), job_name, index
+    )
+
+
+def _json_object(text):
+    """TF_CONFIG's text read as a JSON object (a dict); else ValueError."""
     try:
         config = json.loads(text)
     except ValueError as e:
@@ -56,9 +76,18 @@ def parse(text):
             "TF_CONFIG is not a JSON object; expected "
             '{"cluster": {...}, "task": {"type": ..., "index": ...}}'
         )
-    cluster = config.get("cluster") or {}
-    if not cluster:
-        return None
+    return config
+
+
+def _workers(cluster):
+    """Checks TF_CONFIG's cluster: known jobs, each a list of "HOST:PORT".
+
+    Returns:
+      list of str, the suite's workers: the chief, then the workers.
+
+    Raises:
+      ValueError: an unknown job, a job not a list of strs, or no worker.
+    """
     unknown = sorted(set(cluster) - set(KNOWN_JOBS))
     if unknown:
         raise ValueError(
@@ -79,7 +108,15 @@ def parse(text):
             "TF_CONFIG's cluster has jobs %s; the cluster mode needs a "
             "worker or chief job" % ", ".join(sorted(cluster))
         )
-    task = config.get("task") or {}
+    return workers
+
+
+def _task(task, cluster):
+    """TF_CONFIG's task: (str, int), its type and its index in that job.
+
+    Raises:
+      ValueError: an unknown type, or an index out of its job's range.
+    """
     job_type, index = task.get("type"), task.get("index", 0)
     if job_type not in KNOWN_JOBS:
         raise ValueError(
@@ -92,16 +129,7 @@ def parse(text):
             "TF_CONFIG's task index %r is out of range: its %s job has %d "
             "task(s)" % (index, job_type, num_tasks)
         )
-    if job_type == "ps":
-        job_name = "ps"
-    else:
-        job_name = "worker"
-        # The chief is worker 0; TF_CONFIG's workers follow it.
-        if job_type == "worker" and cluster.get("chief"):
-            index += len(cluster["chief"])
-    return ClusterFlags(
-        ",".join(cluster.get("ps", [])), ",".join(workers), job_name, index
-    )
+    return job_type, index
 
 
 def resolve(from_flags, text):
