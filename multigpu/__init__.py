@@ -21,6 +21,8 @@
   - `dry_run`: the placement plan for N GPUs, without them.
 - `run/`: running it safely.
   - `training`: the training loop (`run_training`).
+  - `failures`: the one line a failed run says (a NaN, a full disk, a
+    lost cluster).
   - `loop_hooks`: its hooks: the step log, summaries, checkpoints.
   - `interrupts`: Ctrl-C and SIGTERM save the step and exit 130 / 143.
   - `trace`: the Chrome trace of one step (`--trace_step`).

@@ -17,7 +17,7 @@ from conftest import error_line, run_script, start_script, trainer_flags
 
 from multigpu import folders
 from multigpu.distributed import cluster
-from multigpu.run import restore, training
+from multigpu.run import failures, restore
 
 
 def _write_examples(filename, examples):
@@ -135,7 +135,7 @@ def test_a_batch_too_large_for_memory_is_one_line():
         "type uint8 on /job:localhost/replica:0/task:0/device:CPU:0 by "
         "allocator mklcpu",
     )
-    assert str(training.out_of_memory(oom)) == (
+    assert str(failures.out_of_memory(oom)) == (
         "out of memory: a uint8 tensor of shape [100000000,32,32,3] does not "
         "fit on CPU:0; lower --batch_size (examples per tower)"
     )
