@@ -215,7 +215,8 @@ def main(argv):
     del argv
     task = cluster.cluster_task_from_flags(FLAGS)
     flag_checks.check_flags(FLAGS, task)
-    # Imported on a ps too, which would else wait for workers that refuse it.
+    # Checked on a ps too (a user's model imported), which would else wait
+    # for workers that refuse it; the workers take it with their train_dir.
     registry.model(
         FLAGS.model,
         FLAGS.learning_rate,
