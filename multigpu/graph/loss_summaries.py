@@ -17,11 +17,11 @@ def add_loss_summaries(total_loss, global_step, scope=None):
     The averages' variables are named after the losses
     ('summaries/cross_entropy/avg', saved as the tutorial's
     'cross_entropy/avg'), whichever block or tower the losses come from, so
-    that every trainer's checkpoint holds the same names. The averages start at 0, as
-    the tutorial's do; their summaries are zero-debiased (divided by
-    1 - decay^updates, as Adam's moments are), so that a chart starts at the
-    first loss. A weight-decay term of wd 0 is averaged but not summarised
-    (a flat 0).
+    that every trainer's checkpoint holds the same names. The averages
+    start at 0, as the tutorial's do; their summaries are zero-debiased
+    (divided by 1 - decay^updates, as Adam's moments are), so that a chart
+    starts at the first loss. A weight-decay term of wd 0 is averaged but
+    not summarised (a flat 0).
 
     Args:
       total_loss: float32 scalar, e.g. cifar10's `loss` or a tower's total.
