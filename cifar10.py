@@ -237,9 +237,8 @@ def inference(images, is_training=True):
     images' dtype and the logits are float32.
 
     Args:
-      images: float32 [batch, 24, 24, 3], standardised (or float16 /
-        bfloat16: the towers' compute dtype, or the tutorial's inputs with
-        --use_fp16).
+      images: [batch, 24, 24, 3], standardised; float32, or the towers'
+        compute dtype (float16, bfloat16; the tutorial's with --use_fp16).
       is_training: bool, unused: the net has neither batch norm nor
         dropout (the second argument of every model the towers take).
 

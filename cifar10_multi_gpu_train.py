@@ -102,18 +102,14 @@ def build_graph(
 
     Args:
       get_next: callable() -> (float32 [batch_size, 24, 24, 3] images,
-        int32 [batch_size] labels), called once per tower for its own batch,
-        e.g. of `cifar10_batches.distorted_batches`.
+        int32 [batch_size] labels), one call per tower for its own batch.
       batch_size: int, examples per tower per step.
-      devices: list of the towers' device strings.
-      compute_dtype: the dtype the layers compute in.
-      clip_norm: float, 0 for no clipping.
-      task: the `cluster.ClusterTask` of this process.
-      update: the `variable_update.VariableUpdate`: where the variables
-        live and how the towers' gradients update them; None is
-        parameter_server on the CPU.
-      xla: bool, compile each tower with XLA.
-      prefetch: bool, stage each tower's next batch on its device.
+      devices, compute_dtype: the towers' device strings; the layers' dtype.
+      clip_norm, task: float, 0 for no clipping; this process's ClusterTask.
+      update: the `variable_update.VariableUpdate` (where the variables live,
+        how the gradients update them); None: parameter_server on the CPU.
+      xla, prefetch: bool, compile each tower with XLA; stage each tower's
+        next batch on its device.
       loss_scaling: a `loss_scale.LossScaling` for float16, or None.
       model: the `registry.Model` of every tower, and its recipe.
 
@@ -125,12 +121,82 @@ def build_graph(
     """
     update = update or variable_update.parameter_server(devices)
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    examples_per_step = batch_size * len(devices) * task.replicas_per_step
+    examples = batch_size * len(devices) * task.replicas_per_step
+    scaled, opt = _optimizers(model, global_step, examples, loss_scaling, task)
+    plan = variable_update.tower_plan(update)
+    tower_losses, tower_grads, put_ops, scope = _build_towers(
+        plan, get_next, opt, model, compute_dtype, xla, prefetch
+    )
+    loss_averages_op = loss_summaries.add_loss_summaries(
+        tower_losses[-1], global_step, scope
+    )
+    # Every tower's gradients, averaged where the variables live or reduced.
+    with tf.name_scope(blocks.REDUCE + "/"):
+        reduced = _reduce(update, tower_grads, clip_norm, loss_averages_op)
+        loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
+    with tf.name_scope(blocks.UPDATE + "/"):
+        train_op = tf.group(
+            _apply(update, plan, (scaled, opt), reduced, global_step, scope),
+            loss_averages_op,
+            *put_ops,
+        )
+    summaries.add_histograms(reduced[0])
+    hooks = cluster.sync_hooks(opt, task)
+    if put_ops:
+        hooks.append(towers.WarmUpHook(put_ops))
+    return loss, train_op, summaries.last_tower_summaries(scope), hooks
+
+
+def _optimizers(model, global_step, examples_per_step, loss_scaling, task):
+    """The model's optimizer at its learning rate, in the update block.
+
+    Returns:
+      (the optimizer wrapped for loss scaling, that one wrapped for sync
+      replicas in a sync cluster or itself).
+    """
     with tf.name_scope(blocks.UPDATE + "/"):
         lr = model.learning_rate(global_step, examples_per_step)
         scaled = loss_scale.wrap(model.optimizer(lr), loss_scaling)
-        opt = cluster.sync_optimizer(scaled, task)
-    plan = variable_update.tower_plan(update)
+        return scaled, cluster.sync_optimizer(scaled, task)
+
+
+def _apply(update, plan, optimizers, reduced, global_step, scope):
+    """Applies the reduced gradients once, then the moving averages.
+
+    Args:
+      optimizers: (the loss-scaled optimizer, the one the towers used: it
+        or its sync wrapper).
+      scope: str, the last tower's name scope, whose batch-norm statistics
+        are committed.
+
+    Returns:
+      The op that updates the variables and then their moving averages.
+    """
+    scaled, opt = optimizers
+    applied = loss_scale.step_applied(scaled)
+    apply_op = variable_update.apply_gradients(
+        update,
+        plan,
+        opt,
+        reduced,
+        global_step,
+        towers.batch_norm_updates(scope),
+        applied,
+    )
+    return moving_averages.average_variables(
+        [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
+    )
+
+
+def _build_towers(plan, get_next, opt, model, compute_dtype, xla, prefetch):
+    """Each tower of the plan: its batch, model, loss and gradients.
+
+    Returns:
+      tower_losses: list of float32 scalars, each tower's total loss.
+      tower_grads: list (one per tower) of lists of (gradient, variable).
+      put_ops: the ops that stage the towers' next batches (prefetch).
+      scope: str, the last tower's name scope, e.g. 'towers/tower_1/'.
+    """
     tower_losses, tower_grads, put_ops = [], [], []
     for tower in plan:
         with towers.tower(tower, xla) as scope:
@@ -143,35 +209,7 @@ def build_graph(
                     tower_losses[-1], variable_update.trainable_variables(tower)
                 )
             )
-    loss_averages_op = loss_summaries.add_loss_summaries(
-        tower_losses[-1], global_step, scope
-    )
-    # Synchronisation point: every tower's gradients, averaged where the
-    # variables live, or all-reduced onto every tower's copy.
-    with tf.name_scope(blocks.REDUCE + "/"):
-        reduced = _reduce(update, tower_grads, clip_norm, loss_averages_op)
-        loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    with tf.name_scope(blocks.UPDATE + "/"):
-        applied = loss_scale.step_applied(scaled)
-        apply_op = variable_update.apply_gradients(
-            update,
-            plan,
-            opt,
-            reduced,
-            global_step,
-            towers.batch_norm_updates(scope),
-            applied,
-        )
-        averages_op = moving_averages.average_variables(
-            [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
-        )
-        train_op = tf.group(averages_op, loss_averages_op, *put_ops)
-    summaries.add_histograms(reduced[0])
-    summary_op = summaries.last_tower_summaries(scope)
-    hooks = cluster.sync_hooks(opt, task)
-    if put_ops:
-        hooks.append(towers.WarmUpHook(put_ops))
-    return loss, train_op, summary_op, hooks
+    return tower_losses, tower_grads, put_ops, scope
 
 
 def _tower_batch(get_next, prefetch, put_ops):
