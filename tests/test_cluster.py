@@ -25,7 +25,7 @@ from test_towers import cifar10_step, cifar10_step_graph
 from multigpu import errors
 from multigpu.distributed import cluster, ps, watchdog
 from multigpu.graph import placement
-from multigpu.run import sessions
+from multigpu.run import checkpoints, sessions
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # Seconds a test waits for a task to end before it fails.
@@ -603,7 +603,7 @@ def _sync_worker_session(task, images, labels):
     ):
         _, train_op, hooks = cifar10_step_graph(images, labels, task=task)
         variables = {
-            v.op.name: v
+            checkpoints.saved_name(v): v
             for v in tf.compat.v1.trainable_variables()
             + [tf.compat.v1.train.get_global_step()]
         }
