@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import time
+import types
 
 import pytest
 import tensorflow as tf
@@ -30,7 +31,8 @@ from conftest import (
 )
 
 from data_sets import cifar10_data, mnist_data, sample_sets
-from multigpu.run import checkpoints, interrupts, train_dirs
+from multigpu.distributed import cluster
+from multigpu.run import checkpoints, interrupts, train_dirs, training
 
 # Small batches, clipped so that they never diverge (see conftest).
 CIFAR10_SMALL_STEPS = ("--batch_size=%d" % BATCH_SIZE, CLIP_FLAG)
@@ -441,3 +443,29 @@ def test_a_sample_set_written_before_markers_is_marked_not_refused(
         "marking %s as a sample set (written unmarked)\n"
         % (cifar10 / "cifar-10-batches-bin", tmp_path / "mnist")
     )
+
+
+@pytest.mark.parametrize(
+    "refusal, kept",
+    # A failed first step puts back what this run wrote; a folder in use is
+    # another trainer's, whose new files stay.
+    [(ValueError("a failed first step"), False), (train_dirs.InUse(""), True)],
+)
+def test_a_run_refused_a_train_dir_in_use_removes_none_of_its_new_files(
+    tmp_path, monkeypatch, refusal, kept
+):
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    saved = train_dir / "model.ckpt-3.index"
+
+    def saved_meanwhile_then_refused(*args):
+        # What the trainer holding the lock saves while this run starts.
+        saved.write_bytes(b"index")
+        raise refusal
+
+    monkeypatch.setattr(training, "_train", saved_meanwhile_then_refused)
+    session = training._Session(cluster.LOCAL_TASK, None, None, [], ())
+    watched = types.SimpleNamespace(logger=types.SimpleNamespace(runs=0))
+    with pytest.raises(type(refusal)):
+        training._run_or_put_back(None, str(train_dir), session, None, watched)
+    assert saved.exists() == kept

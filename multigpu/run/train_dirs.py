@@ -283,8 +283,8 @@ def owned(train_dir, is_chief=True):
       is_chief: bool, False for a cluster's other workers: no lock.
 
     Raises:
-      ValueError: another process holds the lock (named by pid and host),
-        or train_dir cannot be created or written.
+      InUse: another process holds the lock (named by pid and host).
+      ValueError: train_dir cannot be created or written.
     """
     if not is_chief:
         yield
@@ -295,7 +295,7 @@ def owned(train_dir, is_chief=True):
         try:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ValueError(
+            raise InUse(
                 "--train_dir=%s is in use by another trainer (%s, see %s); "
                 "wait for it to end or stop it, or choose another "
                 "--train_dir"
@@ -322,6 +322,10 @@ def owned(train_dir, is_chief=True):
             _write(lock_file, "")
     finally:
         lock_file.close()
+
+
+class InUse(ValueError):
+    """train_dir's lock is held by another trainer: nothing in it is ours."""
 
 
 def gone(train_dir):

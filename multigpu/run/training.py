@@ -150,7 +150,8 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     """Trains; a run failing before its first step puts train_dir back.
 
     The chief puts back what it found (`train_dirs.put_back`), but for an
-    interrupted run, which saved the step it reached.
+    interrupted run, which saved the step it reached, and for a train_dir
+    that another trainer holds.
     """
     task = session.task
     server = cluster.start_server(task, session.config)
@@ -166,7 +167,9 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
             if failed is None:
                 raise
             raise failed from cause
-    except errors.Interrupted:
+    except (errors.Interrupted, train_dirs.InUse):
+        # An interrupted run saved the step it reached; a folder in use is
+        # another trainer's, whose new files are not this run's to remove.
         raise
     except BaseException:
         if task.is_chief and watched.logger.runs == 0:
