@@ -1,6 +1,8 @@
 """The data-parallel machinery: no data set and no model is known here.
 
 - `graph/`: building the graph.
+  - `blocks`: the graph's top-level name scopes (input, model, towers,
+    reduce, update, summaries, session), left out of tags and checkpoints.
   - `placement`: which device each tower runs on, where the variables
     live (the one device function of a tower), the session's
     `ConfigProto`, the compute dtype.
