@@ -140,14 +140,20 @@ OTHER_DATA = {
 }
 
 
-@pytest.mark.slow
-def test_converter_refuses_a_data_dir_of_other_records_and_keeps_their_bytes(
-    idx_dir, tmp_path
-):
+def _data_dir_of_other_records(tmp_path):
+    """tmp_path/data holding OTHER_DATA's files; returns the folder."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     for name, content in OTHER_DATA.items():
         (data_dir / name).write_bytes(content)
+    return data_dir
+
+
+@pytest.mark.slow
+def test_converter_refuses_a_data_dir_of_other_records_and_keeps_their_bytes(
+    idx_dir, tmp_path
+):
+    data_dir = _data_dir_of_other_records(tmp_path)
     line = error_line(
         "mnist_input.py", "--idx_dir=%s" % idx_dir, "--data_dir=%s" % data_dir
     )
@@ -163,10 +169,7 @@ def test_converter_refuses_a_data_dir_of_other_records_and_keeps_their_bytes(
 def test_converter_with_overwrite_names_each_file_it_replaces(
     idx_dir, tmp_path
 ):
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    for name, content in OTHER_DATA.items():
-        (data_dir / name).write_bytes(content)
+    data_dir = _data_dir_of_other_records(tmp_path)
     result = run_script(
         "mnist_input.py",
         "--idx_dir=%s" % idx_dir,
