@@ -41,6 +41,17 @@ def tutorial_run(tmp_path_factory):
     return tmp_path, tmp_path / "t"
 
 
+def _resnet20_refusal(script, data_dir, tmp_path, *flags):
+    """The error line of `script --model=resnet20 ...` with TMPDIR=tmp_path."""
+    return error_line(
+        script,
+        "--data_dir=%s" % data_dir,
+        "--model=resnet20",
+        *flags,
+        env={"TMPDIR": str(tmp_path)},
+    )
+
+
 @pytest.mark.slow
 def test_the_own_model_command_after_a_tutorial_run_is_one_line_and_changes_nothing(  # noqa: E501
     tutorial_run,
@@ -77,14 +88,13 @@ def test_a_train_dir_without_the_record_is_known_by_its_variables(
         if name != train_dirs.MODEL_RECORD:
             (train_dir / name).write_bytes(content)
     before = folder_contents(train_dir)
-    line = error_line(
+    line = _resnet20_refusal(
         "cifar10_multi_gpu_train.py",
+        tutorial_dir.parent / "data",
+        tmp_path,
         "--cpu_towers",
         "--fake_data",
-        "--data_dir=%s" % (tutorial_dir.parent / "data"),
         "--train_dir=%s" % train_dir,
-        "--model=resnet20",
-        env={"TMPDIR": str(tmp_path)},
     )
     assert line == (
         "cifar10_multi_gpu_train.py: error: --train_dir=%s holds checkpoints "
@@ -100,13 +110,12 @@ def test_the_eval_of_another_models_folder_names_the_model_to_pass(
     tutorial_run,
 ):
     tmp_path, train_dir = tutorial_run
-    line = error_line(
+    line = _resnet20_refusal(
         "cifar10_eval.py",
+        tmp_path / "data",
+        tmp_path,
         "--run_once",
-        "--data_dir=%s" % (tmp_path / "data"),
         "--checkpoint_dir=%s" % train_dir,
-        "--model=resnet20",
-        env={"TMPDIR": str(tmp_path)},
     )
     assert line == (
         "cifar10_eval.py: error: --checkpoint_dir=%s holds checkpoints of "
