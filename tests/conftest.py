@@ -1,9 +1,11 @@
 """Shared test helpers: running the scripts, and the sample data sets."""
 
 import collections
+import contextlib
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 
@@ -103,6 +105,46 @@ def start_script(script, *args, log_path):
             env=SCRIPT_ENV,
             cwd=REPO,
         )
+
+
+def free_port():
+    """A port of 127.0.0.1 that no process listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def tensorboard_server(log_path, *flags):
+    """Runs TensorBoard with flags on 127.0.0.1, its output going to log_path.
+
+    Yields:
+      (the server's `subprocess.Popen`, its port); stopped at the end.
+    """
+    port = free_port()
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tensorboard.main",
+                *flags,
+                "--host=127.0.0.1",
+                "--port=%d" % port,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=SCRIPT_ENV,
+        )
+    try:
+        yield server, port
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 @pytest.fixture(scope="session")

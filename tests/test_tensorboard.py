@@ -6,10 +6,7 @@ hence the version pinned in pyproject.toml).
 """
 
 import json
-import socket
 import struct
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -17,10 +14,10 @@ import urllib.request
 
 import pytest
 from conftest import (
-    SCRIPT_ENV,
     WATCHED_MAX_STEPS,
     read_events,
     run_script,
+    tensorboard_server,
     trainer_flags,
 )
 
@@ -34,12 +31,6 @@ LOAD_TIMEOUT_SECS = 90
 # Summaries every 10 steps from the first (the default for a run of 200
 # steps: 20 points), and at WATCHED_MAX_STEPS.
 SUMMARY_STEPS = [*range(1, WATCHED_MAX_STEPS, 10), WATCHED_MAX_STEPS]
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class TensorBoard:
@@ -93,25 +84,13 @@ def _wait_until_loaded(tensorboard, server, expected):
 @pytest.fixture(scope="module")
 def tensorboard(watched_training, tmp_path_factory):
     """A TensorBoard server over the runs of `watched_training`."""
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("tensorboard") / "tensorboard.log"
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tensorboard.main",
-                "--logdir_spec=train:%s,eval:%s"
-                % (watched_training.train_dir, watched_training.eval_dir),
-                "--host=127.0.0.1",
-                "--port=%d" % port,
-                "--load_fast=false",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=SCRIPT_ENV,
-        )
-    try:
+    with tensorboard_server(
+        log_path,
+        "--logdir_spec=train:%s,eval:%s"
+        % (watched_training.train_dir, watched_training.eval_dir),
+        "--load_fast=false",
+    ) as (server, port):
         tensorboard = TensorBoard(port)
         _wait_until_loaded(
             tensorboard,
@@ -126,13 +105,6 @@ def tensorboard(watched_training, tmp_path_factory):
             },
         )
         yield tensorboard
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 @pytest.mark.slow

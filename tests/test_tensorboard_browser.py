@@ -9,15 +9,13 @@ screenshots are left in the test's temp folder for a person to look at.
 import json
 import re
 import shutil
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
 import pytest
-from conftest import SCRIPT_ENV, run_script, trainer_flags
+from conftest import run_script, tensorboard_server, trainer_flags
 from google.protobuf import text_format
 from tensorflow.core.framework import graph_pb2
 
@@ -69,39 +67,14 @@ def tensorboard(cifar10_data_dir, tmp_path_factory):
         "--num_examples=100",
         "--batch_size=50",
     )
-    port = _free_port()
     log_path = root / "tensorboard.log"
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tensorboard.main",
-                "--logdir=%s" % train_dir,
-                "--host=127.0.0.1",
-                "--port=%d" % port,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=SCRIPT_ENV,
-        )
-    url = "http://127.0.0.1:%d" % port
-    try:
+    with tensorboard_server(log_path, "--logdir=%s" % train_dir) as (
+        server,
+        port,
+    ):
+        url = "http://127.0.0.1:%d" % port
         _wait_for_runs(url, server, b'[".", "eval"]')
         yield url, train_dir, log_path
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for_runs(url, server, runs):
