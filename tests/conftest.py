@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -145,6 +146,21 @@ def tensorboard_server(log_path, *flags):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def wait_for_log(process, log_path, text, timeout):
+    """Waits until log_path holds text; fails if process ends first.
+
+    Args:
+      process: the `subprocess.Popen` writing log_path.
+      text: str to wait for, e.g. 'step 10, loss'.
+      timeout: seconds before the test fails.
+    """
+    deadline = time.monotonic() + timeout
+    while text not in log_path.read_text():
+        assert process.poll() is None, log_path.read_text()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

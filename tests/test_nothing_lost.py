@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 
 import pytest
 import tensorflow as tf
@@ -21,6 +20,7 @@ from conftest import (
     run_script,
     start_script,
     trainer_flags,
+    wait_for_log,
 )
 
 from data_sets import cifar10_data, mnist_data
@@ -321,11 +321,7 @@ def test_a_disk_that_fills_stops_the_run_with_one_line_and_readable_events(
         log_path=log_path,
     )
     try:
-        deadline = time.monotonic() + 120
-        while "step 10, loss" not in log_path.read_text():
-            assert trainer.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_for_log(trainer, log_path, "step 10, loss", 120)
         filler = _fill(disk)
         trainer.wait(timeout=120)
     finally:

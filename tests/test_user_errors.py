@@ -13,7 +13,13 @@ import time
 
 import pytest
 import tensorflow as tf
-from conftest import error_line, run_script, start_script, trainer_flags
+from conftest import (
+    error_line,
+    run_script,
+    start_script,
+    trainer_flags,
+    wait_for_log,
+)
 
 from multigpu import folders
 from multigpu.distributed import cluster
@@ -317,11 +323,7 @@ def test_a_train_dir_deleted_during_the_run_stops_it_with_one_line(
         log_path=log_path,
     )
     try:
-        deadline = time.time() + 300
-        while "step 2," not in log_path.read_text():
-            assert trainer.poll() is None, log_path.read_text()[-3000:]
-            assert time.time() < deadline
-            time.sleep(0.2)
+        wait_for_log(trainer, log_path, "step 2,", 300)
         shutil.rmtree(str(train_dir))
         assert trainer.wait(timeout=120) == 1
     finally:
