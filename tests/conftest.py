@@ -199,6 +199,33 @@ def write_cifar10_files(data_dir, records_per_file, seed=0):
     return written
 
 
+def training_error(train_op, loss, train_dir, **kwargs):
+    """Runs `training.run_training` for 10 steps, which must stop in error.
+
+    Args:
+      train_op, loss: of the default graph; loss a float32 scalar.
+      train_dir: the folder it writes.
+      **kwargs: run_training's other arguments.
+
+    Returns:
+      The message of the `errors.TrainingError` it raised.
+    """
+    from multigpu import errors
+    from multigpu.run import training
+
+    with pytest.raises(errors.TrainingError) as error:
+        training.run_training(
+            train_op,
+            loss,
+            str(train_dir),
+            examples_per_step=1,
+            log_frequency=1,
+            max_steps=10,
+            **kwargs,
+        )
+    return str(error.value)
+
+
 def folder_contents(folder):
     """Every file under folder: relative path -> bytes."""
     found = {}

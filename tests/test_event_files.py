@@ -16,10 +16,16 @@ import sys
 
 import pytest
 import tensorflow as tf
-from conftest import REPO, SCRIPT_ENV, error_line, run_script, trainer_flags
+from conftest import (
+    REPO,
+    SCRIPT_ENV,
+    error_line,
+    run_script,
+    trainer_flags,
+    training_error,
+)
 
-from multigpu import errors
-from multigpu.run import event_files, training
+from multigpu.run import event_files
 
 # events.out.tfevents.SECONDS.HOST.PID.TOKEN
 EVENT_FILE_NAME = (
@@ -104,19 +110,15 @@ def test_a_foreign_writer_of_the_event_file_stops_the_run_and_keeps_its_record(
         tf.compat.v1.summary.scalar("loss", loss)
         with tf.control_dependencies([loss]):
             train_op = global_step.assign_add(1)
-        with pytest.raises(errors.TrainingError) as error:
-            training.run_training(
-                train_op,
-                loss,
-                str(tmp_path),
-                examples_per_step=1,
-                log_frequency=1,
-                max_steps=10,
-                save_summaries_steps=1,
-                hooks=[_ForeignWriterHook(str(tmp_path), at_run=2)],
-            )
+        error = training_error(
+            train_op,
+            loss,
+            tmp_path,
+            save_summaries_steps=1,
+            hooks=[_ForeignWriterHook(str(tmp_path), at_run=2)],
+        )
     [path] = _event_files(tmp_path)
-    assert str(error.value) == (
+    assert error == (
         "another process writes into the event file %s (its first record is "
         "another writer's); stopped at step 2, the newest complete checkpoint "
         "is %s" % (path, tmp_path / "model.ckpt-0")
