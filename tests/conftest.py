@@ -330,6 +330,21 @@ def read_events(logdir):
 SHADOW = "/ExponentialMovingAverage"
 
 
+def assert_values_kept(source, started, names, fresh=()):
+    """started holds source's value of each of names, but of those in fresh.
+
+    Args:
+      source, started: dict name -> array, e.g. of two checkpoints.
+      names: the names to compare.
+      fresh: the names whose value must differ from source's (started anew).
+    """
+    for name in names:
+        if name in fresh:
+            assert not np.allclose(started[name], source[name]), name
+        else:
+            np.testing.assert_array_equal(started[name], source[name], name)
+
+
 def eval_scores_in_numpy(
     checkpoint, data_dir, model_name, examples, batch_size
 ):

@@ -9,7 +9,7 @@ do not have. Checkpoints are compared value by value with their source.
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_script
+from conftest import SHADOW, assert_values_kept, run_script
 from test_restore import _values
 
 # What a warm start starts afresh: the step, the optimizer's slots, the
@@ -77,26 +77,32 @@ def _warm_start_line(source, restored, frozen, averages):
     )
 
 
-def _assert_same_but(source, started, fresh):
-    """started holds source's values, but for the names in fresh."""
+def _warm_start(data_dir, train_dir, model, source, *flags, env=None):
+    """A step of model warm-started from the source checkpoint; stdout."""
+    return _train(
+        data_dir,
+        train_dir,
+        model,
+        "--max_steps=1",
+        "--pretrained_model_checkpoint_path=%s" % source,
+        *flags,
+        env=env,
+    )
+
+
+def _assert_same_but(source, started, fresh_layer=()):
+    """started holds source's values, but fresh_layer's and their shadows'."""
     assert set(started) == set(source)
-    for name in source:
-        if name in fresh:
-            assert not np.array_equal(started[name], source[name]), name
-        else:
-            np.testing.assert_array_equal(started[name], source[name], name)
+    fresh = {name + shadow for name in fresh_layer for shadow in ("", SHADOW)}
+    assert_values_kept(source, started, source, fresh)
 
 
 @pytest.mark.slow
 def test_warm_start_restores_resnet20s_batch_norm_statistics_and_averages(
     cifar10_data_dir, resnet20_source, tmp_path
 ):
-    stdout = _train(
-        cifar10_data_dir,
-        tmp_path,
-        "resnet20",
-        "--max_steps=1",
-        "--pretrained_model_checkpoint_path=%s" % resnet20_source,
+    stdout = _warm_start(
+        cifar10_data_dir, tmp_path, "resnet20", resnet20_source
     )
     # 59 weights and 38 moving statistics (19 batch norms), each averaged.
     assert _warm_start_line(resnet20_source, 97, 38, 97) in stdout
@@ -104,20 +110,15 @@ def test_warm_start_restores_resnet20s_batch_norm_statistics_and_averages(
     source = _model_values(resnet20_source)
     assert source["bn1/moving_variance"].tolist() != [1.0] * 16
     # The saver writes the step the run starts at: the warm-started values.
-    _assert_same_but(source, _model_values(tmp_path / "model.ckpt-0"), ())
+    _assert_same_but(source, _model_values(tmp_path / "model.ckpt-0"))
 
 
 @pytest.mark.slow
 def test_fine_tune_reinitialises_resnet20s_fc_layer_only(
     cifar10_data_dir, resnet20_source, tmp_path
 ):
-    stdout = _train(
-        cifar10_data_dir,
-        tmp_path,
-        "resnet20",
-        "--max_steps=1",
-        "--pretrained_model_checkpoint_path=%s" % resnet20_source,
-        "--fine_tune",
+    stdout = _warm_start(
+        cifar10_data_dir, tmp_path, "resnet20", resnet20_source, "--fine_tune"
     )
     assert _warm_start_line(resnet20_source, 95, 38, 95) in stdout
     assert (
@@ -125,16 +126,13 @@ def test_fine_tune_reinitialises_resnet20s_fc_layer_only(
         "(--fine_tune: the layer that makes the logits)\n" in stdout
     )
     tuned = _model_values(tmp_path / "model.ckpt-0")
-    shadow = "/ExponentialMovingAverage"
     fc = {"fc/kernel", "fc/bias"}
-    _assert_same_but(
-        _model_values(resnet20_source), tuned, fc | {n + shadow for n in fc}
-    )
+    _assert_same_but(_model_values(resnet20_source), tuned, fc)
     # Each starts as initialised: the biases at 0, each shadow at its
     # variable.
     np.testing.assert_array_equal(tuned["fc/bias"], 0)
     for name in fc:
-        np.testing.assert_array_equal(tuned[name + shadow], tuned[name])
+        np.testing.assert_array_equal(tuned[name + SHADOW], tuned[name])
 
 
 @pytest.mark.slow
@@ -146,12 +144,11 @@ def test_a_user_models_frozen_backbone_is_restored_and_its_classifier_tuned(
     source_dir, tuned_dir = tmp_path / "source", tmp_path / "tuned"
     _train(cifar10_data_dir, source_dir, "frozen:net", "--max_steps=2", env=env)
     source = tf.train.latest_checkpoint(str(source_dir))
-    stdout = _train(
+    stdout = _warm_start(
         cifar10_data_dir,
         tuned_dir,
         "frozen:net",
-        "--max_steps=1",
-        "--pretrained_model_checkpoint_path=%s" % source,
+        source,
         "--fine_tune",
         env=env,
     )
@@ -162,11 +159,6 @@ def test_a_user_models_frozen_backbone_is_restored_and_its_classifier_tuned(
         in stdout
     )
     tuned = _model_values(tuned_dir / "model.ckpt-0")
-    shadow = "/ExponentialMovingAverage"
     classifier = {"classifier/weights", "classifier/biases"}
-    _assert_same_but(
-        _model_values(source),
-        tuned,
-        classifier | {n + shadow for n in classifier},
-    )
+    _assert_same_but(_model_values(source), tuned, classifier)
     np.testing.assert_array_equal(tuned["classifier/biases"], 0)
