@@ -237,16 +237,16 @@ def restore_variables(session, checkpoint, variables, required):
     with checkpoints.reading(checkpoint) as reader:
         shapes = reader.get_variable_to_shape_map()
         _check_fits(checkpoint, shapes, variables, required)
-        absent = []
-        for name, var in variables.items():
-            if name not in shapes:
-                absent.append(var)
-                continue
-            value = reader.get_tensor(name)
-            # The tutorial's multi-GPU trainer keeps a float32 global_step.
-            dtype = var.dtype.base_dtype.as_numpy_dtype
-            _load(session, var, np.asarray(value).astype(dtype))
-    return absent
+        # The tutorial's multi-GPU trainer keeps a float32 global_step.
+        values = {
+            var: np.asarray(reader.get_tensor(name)).astype(
+                var.dtype.base_dtype.as_numpy_dtype
+            )
+            for name, var in variables.items()
+            if name in shapes
+        }
+    _load(session, values)
+    return [var for name, var in variables.items() if name not in shapes]
 
 
 class Restorer:
@@ -440,10 +440,19 @@ def _initialise(session, variables):
             session.run([var.initializer for var in group])
 
 
-def _load(session, var, value):
+def _load(session, values):
+    """Sets each variable to its value, in one run of the session.
+
+    Args:
+      values: dict, variable -> NumPy array of its shape and dtype.
+    """
     # The initialiser assigns its input: fed, it assigns the value instead,
-    # with no new op in the (finalised) graph.
-    session.run(var.initializer, {var.initializer.inputs[1]: value})
+    # with no new op in the (finalised) graph. One run for all: each run of
+    # another set of ops builds an executor of its own (about 0.2 s).
+    session.run(
+        [var.initializer for var in values],
+        {var.initializer.inputs[1]: value for var, value in values.items()},
+    )
 
 
 def _names(variables):
