@@ -33,12 +33,11 @@ import functools
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SCRIPT_ENV, run_script
+from conftest import REPO, SCRIPT_ENV, free_port, run_script
 from test_mnist_input import random_split, write_idx
 
 from data_sets import mnist_data
@@ -146,12 +145,6 @@ def runnable(line, test_flags, folder, ports):
         lambda m: "localhost:%d" % ports.setdefault(m.group(1), free_port()),
         line,
     )
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def give(directive, folder):
