@@ -26,8 +26,12 @@ the same gradients in another order, which rounds differently by about
 1e-7 of each sum, grown over the steps. float16: one tower equals the one
 device exactly, but where two sums of float32 gradients differ by one unit
 in the last place, a weight's float16 cast may round to its neighbour,
-2^-11 (4.9e-4) of it away, and the later steps compute on it (at most 3e-5
-absolute and 1.1e-3 relative seen over the product). A regularization term
+2^-11 (4.9e-4) of it away, and the later steps compute on it. Which sums
+differ changes from one process to the next (the CPU kernels' partial sums
+can follow where their buffers lie in memory; within a process runs are
+bit-identical): the parameter_server layers float16 cell of the fast slice
+reached 0.06 to 1.8 times (1e-4 + 1e-3 |b|) over 15 runs, so the relative
+tolerance is 4e-3, eight such roundings. A regularization term
 or constraint lost on one tower moves a weight by WEIGHT_DECAY * learning
 rate = 5% of it per step, far outside both. Prints one row per cell and
 exits 1 if any cell is out of tolerance or a copy differs from the
@@ -78,8 +82,8 @@ PRECISIONS = {
 # (atol, rtol) per precision; see the module docstring.
 TOLERANCES = {
     "float32": (1e-6, 1e-5),
-    "float16 fixed": (1e-4, 1e-3),
-    "float16 dynamic": (1e-4, 1e-3),
+    "float16 fixed": (1e-4, 4e-3),
+    "float16 dynamic": (1e-4, 4e-3),
 }
 TOWER_COUNTS = (1, 2, 4)
 # The name ExponentialMovingAverage gives a variable's moving average.
