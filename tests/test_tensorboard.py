@@ -31,6 +31,9 @@ LOAD_TIMEOUT_SECS = 90
 # Summaries every 10 steps from the first (the default for a run of 200
 # steps: 20 points), and at WATCHED_MAX_STEPS.
 SUMMARY_STEPS = [*range(1, WATCHED_MAX_STEPS, 10), WATCHED_MAX_STEPS]
+# The histograms: with the first summaries, then every 100 steps, and at the
+# last step.
+HISTOGRAM_STEPS = [1, 101, WATCHED_MAX_STEPS]
 
 
 class TensorBoard:
@@ -141,7 +144,7 @@ def test_tensorboard_shows_the_weight_histograms(tensorboard):
     histograms = tensorboard.json(
         "histograms/histograms", run=TRAIN, tag="conv1/weights"
     )
-    assert [step for _, step, _ in histograms] == SUMMARY_STEPS
+    assert [step for _, step, _ in histograms] == HISTOGRAM_STEPS
     # The buckets count every weight of conv1, 5x5x3x64.
     for _, _, buckets in histograms:
         assert sum(count for _, _, count in buckets) == 5 * 5 * 3 * 64

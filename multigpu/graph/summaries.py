@@ -85,6 +85,47 @@ def last_tower_summaries(scope):
         return tf.compat.v1.summary.merge(kept)
 
 
+def split_histograms(summary_op=None):
+    """Splits merged summaries into the histograms and all the others.
+
+    A histogram is the dearest summary by far: its kernel sorts every value
+    of an activation, a weight or a gradient into a bucket one at a time,
+    on one thread. The tutorial net's 25 histograms cost about as much CPU
+    as a training step (benchmarks/bench_hooks.py), so the trainers write
+    them less often than the scalars (`loop_hooks.SummarySaverHook`).
+
+    Args:
+      summary_op: string scalar, merged summaries (a `MergeSummary`,
+        nested or not) or one summary; None for the graph's SUMMARIES
+        collection, as TensorFlow's scaffold merges them.
+
+    Returns:
+      (others, histograms): each a string scalar merging those summaries,
+      or None where there are none. summary_op itself stands for the
+      others when it holds no histogram.
+    """
+    if summary_op is None:
+        parts = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
+    else:
+        parts = _merged_parts(summary_op)
+    histograms = [s for s in parts if s.op.type == "HistogramSummary"]
+    if not histograms:
+        return summary_op, None
+    others = [s for s in parts if s.op.type != "HistogramSummary"]
+    with tf.name_scope(blocks.SUMMARIES + "/"):
+        return (
+            tf.compat.v1.summary.merge(others) if others else None,
+            tf.compat.v1.summary.merge(histograms, name="histograms"),
+        )
+
+
+def _merged_parts(summary):
+    """The summaries a string scalar merges (itself, if it merges none)."""
+    if summary.op.type != "MergeSummary":
+        return [summary]
+    return [part for each in summary.op.inputs for part in _merged_parts(each)]
+
+
 def add_histograms(grads_and_vars):
     """Histograms of every trainable variable and of its gradient, in the
     graph's summaries block.

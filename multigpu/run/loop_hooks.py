@@ -65,31 +65,62 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
 
 
 class SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
-    """TensorFlow's summary writer, which also writes the last step's.
+    """TensorFlow's summary writer, which also writes the last step's, and
+    the histograms at a pace of their own.
 
     TensorFlow's writes at the first step and every save_steps after it, so
-    a run of 300 steps had no summary past step 201.
+    a run of 300 steps had no summary past step 201. The histograms (see
+    `summaries.split_histograms`) go with the summaries of the first step,
+    of the last, and of the first summary step at least histogram_steps
+    after the last histograms: every summary step when histogram_steps is
+    save_steps.
     """
 
-    def __init__(self, last_step, **kwargs):
+    def __init__(self, last_step, histograms, histogram_steps, **kwargs):
         """Args:
         last_step: int or None, the step the run stops at (--max_steps).
+        histograms: string scalar, the merged histograms; or None.
+        histogram_steps: int, the least steps between two histograms.
         **kwargs: those of `tf.compat.v1.train.SummarySaverHook`.
         """
         super().__init__(**kwargs)
         self._last_step = last_step
+        self._histograms = histograms
+        self._histogram_timer = tf.compat.v1.train.SecondOrStepTimer(
+            every_steps=histogram_steps
+        )
+        self._histograms_requested = False
 
     def before_run(self, run_context):
         args = super().before_run(run_context)
-        summary_op = self._get_summary_op()
-        if (
-            not self._request_summary
-            and summary_op is not None
-            and self._next_step == self._last_step
-        ):
+        if self._next_step == self._last_step:
             self._request_summary = True
-            args.fetches["summary"] = summary_op
+        fetched = list(self._get_summary_op() or [])
+        self._histograms_requested = self._histograms_due()
+        if self._histograms_requested:
+            fetched.append(self._histograms)
+        if self._request_summary and fetched:
+            args.fetches["summary"] = fetched
         return args
+
+    def _histograms_due(self):
+        """Whether the summaries requested for the next step take the
+        histograms too."""
+        if self._histograms is None or not self._request_summary:
+            return False
+        return (
+            self._next_step is None
+            or self._next_step == self._last_step
+            or self._histogram_timer.should_trigger_for_step(self._next_step)
+        )
+
+    def after_run(self, run_context, run_values):
+        super().after_run(run_context, run_values)
+        if self._histograms_requested:
+            # The step just written: TensorFlow's hook counts on from it.
+            self._histogram_timer.update_last_triggered_step(
+                self._next_step - 1
+            )
 
 
 class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):

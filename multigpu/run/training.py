@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from multigpu import errors
 from multigpu.distributed import cluster, watchdog
-from multigpu.graph import blocks
+from multigpu.graph import blocks, summaries
 from multigpu.run import (
     checkpoints,
     event_files,
@@ -70,11 +70,12 @@ def run_training(
     task = task or cluster.LOCAL_TASK
     config = cluster.task_config(config, task)
     watched = _watched(loss, examples_per_step, log_frequency, train_dir)
+    summary_op, histograms = summaries.split_histograms(summary_op)
     scaffold = _scaffold(summary_op)
     hooks = _session_hooks(watched, loss, hooks, max_steps)
     if task.is_chief:
         saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
-        hooks += _chief_hooks(train_dir, scaffold, saving, watched)
+        hooks += _chief_hooks(train_dir, scaffold, saving, watched, histograms)
     session = _Session(task, config, scaffold, hooks, pretrained)
     start = _Start(clear_train_dir, data_dirs, model_name, max_steps)
     _run_or_put_back(train_op, train_dir, session, start, watched)
@@ -308,7 +309,7 @@ def summary_steps(max_steps):
     return max(1, min(SUMMARY_STEPS, max_steps // SUMMARY_POINTS))
 
 
-def _chief_hooks(train_dir, scaffold, saving, watched):
+def _chief_hooks(train_dir, scaffold, saving, watched, histograms):
     """The chief's step counter, summary writer, checkpoint saver and event
     file watcher.
 
@@ -318,23 +319,26 @@ def _chief_hooks(train_dir, scaffold, saving, watched):
       saving: (int, int or None, int or None): save_checkpoint_steps, the
         steps between checkpoints; save_summaries_steps, the steps between
         summaries (also written at the first step and at max_steps; 0 for
-        `summary_steps(max_steps)`; None writes no summaries at all, not
-        even the step counter's global_step/sec); max_steps.
+        `summary_steps(max_steps)`, and the histograms every SUMMARY_STEPS;
+        None writes no summaries at all, not even the step counter's
+        global_step/sec); max_steps.
       watched: the `_Watched` hooks; the saver tells its `saves` when it
         writes.
+      histograms: string scalar, the merged histograms, or None.
     """
     save_checkpoint_steps, save_summaries_steps, max_steps = saving
     hooks = []
-    if save_summaries_steps == 0:
-        save_summaries_steps = summary_steps(max_steps)
     if save_summaries_steps is not None:
+        every = save_summaries_steps or summary_steps(max_steps)
         hooks += [
             tf.compat.v1.train.StepCounterHook(
-                every_n_steps=save_summaries_steps, output_dir=train_dir
+                every_n_steps=every, output_dir=train_dir
             ),
             loop_hooks.SummarySaverHook(
                 last_step=max_steps,
-                save_steps=save_summaries_steps,
+                histograms=histograms,
+                histogram_steps=save_summaries_steps or SUMMARY_STEPS,
+                save_steps=every,
                 output_dir=train_dir,
                 scaffold=scaffold,
             ),
