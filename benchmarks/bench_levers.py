@@ -26,7 +26,7 @@ import sys
 
 import tensorflow as tf
 
-from benchmarks import common
+from benchmarks import common, machine
 from multigpu.graph import placement
 
 NAME = "levers"
@@ -66,7 +66,7 @@ def launch(name, steps):
     command += ["--child=" + name, "--steps=%d" % steps]
     proc = subprocess.run(
         command,
-        cwd=common.REPO,
+        cwd=machine.REPO,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks import common
+from benchmarks import common, machine
 
 NAME = "startup"
 MAX_STEPS = 2
@@ -52,7 +52,7 @@ def launch(command, lines=None):
     start = time.perf_counter()
     proc = subprocess.Popen(
         command,
-        cwd=common.REPO,
+        cwd=machine.REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -86,7 +86,7 @@ def trainer_variant(data_dir):
             return launch(
                 [
                     sys.executable,
-                    os.path.join(common.REPO, "cifar10_train.py"),
+                    os.path.join(machine.REPO, "cifar10_train.py"),
                     "--fake_data",
                     "--max_steps=%d" % MAX_STEPS,
                     "--log_frequency=1",

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 from typing import NamedTuple
 
@@ -34,14 +33,11 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
+from benchmarks.machine import RESULTS_DIR, cpu_info
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.graph import placement, summaries, variable_update
 
-# The repository root: the scripts run there (`python -m benchmarks.X`).
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Results and data go to the temp folder, never into the work tree.
-RESULTS_DIR = os.path.join(tempfile.gettempdir(), "tf1_benchmarks")
 CIFAR10_DATA_DIR = os.path.join(RESULTS_DIR, "cifar10_data")
 
 BATCH_SIZE = 128  # The tutorial's batch, examples per step.
@@ -50,16 +46,6 @@ WARMUP_STEPS = 2  # Untimed steps before each timed run (caches, autotune).
 # Below this many cores kept busy by other processes, a machine is quiet
 # enough to compare wall-clock rates (see `ratio`).
 QUIET_CORES = 0.25
-# The instruction sets of /proc/cpuinfo a result names: bfloat16 (AVX512_BF16,
-# AMX) and what oneDNN's float32 kernels use (AVX-512, else AVX2).
-CPU_FLAGS = (
-    "avx512_bf16",
-    "amx_bf16",
-    "amx_tile",
-    "avx512f",
-    "avx_vnni",
-    "avx2",
-)
 
 
 def parse_args(name, doc, **options):
@@ -139,30 +125,6 @@ def report_rates(args, rates, headline):
             "headline": headline,
         },
     )
-
-
-def cpu_info():
-    """The CPU's model name and which of CPU_FLAGS it has, from /proc/cpuinfo.
-
-    Returns:
-      dict: model (str), flags (the CPU_FLAGS present), bf16 (bool: has
-      AVX512_BF16 or AMX-BF16, so bfloat16 computes natively); model
-      'unknown' and no flags where there is no /proc/cpuinfo.
-    """
-    model, flags = "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == "unknown":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-    except OSError:
-        pass
-    present = [flag for flag in CPU_FLAGS if flag in flags]
-    bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
-    return {"model": model, "flags": present, "bf16": bf16}
 
 
 def busy_cpu_seconds():

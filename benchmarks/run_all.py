@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import common
+from benchmarks import common, machine
 
 # (module, question) in the order of the issue.
 BENCHMARKS = (
@@ -63,7 +63,7 @@ def run_benchmark(name, out_dir, rounds):
     with open(os.path.join(out_dir, name + ".stderr"), "w") as stderr:
         proc = subprocess.run(
             command,
-            cwd=common.REPO,
+            cwd=machine.REPO,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -85,7 +85,7 @@ def table(results):
     Others is the most cores other processes kept busy while a variant of
     the benchmark was timed (the median over its rounds; 0 on a quiet
     machine, 1 when another job holds one of the 2 cores); CPU is the
-    model and its bfloat16 and vector instruction sets (`common.cpu_info`).
+    model and its bfloat16 and vector instruction sets (`machine.cpu_info`).
     """
     rows = [
         "| Question | Measure | Value | Goal | Met | Load | Others | CPU |",
