@@ -13,13 +13,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(tempfile.gettempdir(), "tf1_benchmarks")
 
 # The instruction sets of /proc/cpuinfo a result names: bfloat16 (AVX512_BF16,
-# AMX) and what oneDNN's float32 kernels use (AVX-512, else AVX2).
+# AMX; AVX-NE-CONVERT converts it) and what oneDNN's float32 kernels use
+# (AVX-512, else AVX2).
 CPU_FLAGS = (
     "avx512_bf16",
     "amx_bf16",
     "amx_tile",
     "avx512f",
     "avx_vnni",
+    "avx_ne_convert",
     "avx2",
 )
 

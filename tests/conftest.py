@@ -445,11 +445,24 @@ def watched_training(cifar10_data_dir, tmp_path_factory):
     )
 
 
+def remapper_fuses_bfloat16():
+    """Whether Grappler's remapper fuses bfloat16 convolutions on this CPU.
+
+    It does where oneDNN computes bfloat16 (TensorFlow's
+    IsBF16SupportedByOneDNNOnThisCPU: AVX-512 or AVX-NE-CONVERT); on a CPU
+    with AVX2 alone the ops stay apart.
+    """
+    from benchmarks import machine
+
+    flags = machine.cpu_info()["flags"]
+    return "avx512f" in flags or "avx_ne_convert" in flags
+
+
 def bfloat16_conv_graph(device=""):
     """A training step of a bfloat16 Conv2D + BiasAdd + Relu on device.
 
     Grappler's remapper fuses the three into _FusedConv2D, which allows no
-    bfloat16 (see `cluster.may_fuse_ops`).
+    bfloat16 (see `cluster.may_fuse_ops`), where `remapper_fuses_bfloat16`.
 
     Returns:
       The `tf.Graph`; its float32 scalar 'total' sums the Relu's output.
