@@ -462,6 +462,7 @@ def _train(graph_ops, train_dir, config, task, model):
             FLAGS.fine_tune,
         ),
         model_name=model.name,
+        settings=tower_flags.cluster_settings(FLAGS),
     )
     return closing
 

@@ -5,7 +5,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import cluster, watchdog
+from multigpu.distributed import agreement, cluster, watchdog
 from multigpu.graph import blocks
 from multigpu.run import (
     checkpoints,
@@ -38,6 +38,7 @@ def run_training(
     hooks=(),
     pretrained=("", False),
     model_name=None,
+    settings=None,
 ):
     """Runs the train op until max_steps or the end of the input.
 
@@ -60,6 +61,10 @@ def run_training(
       pretrained: (str, bool), --pretrained_model_checkpoint_path and
         --fine_tune: with no checkpoint in train_dir, start from that
         checkpoint's weights (`restore.warm_start`).
+      settings: dict of str -> JSON value, what every worker of a cluster
+        of workers only must share (`tower_flags.cluster_settings`): the
+        workers compare them and the model's variables before step 1
+        (`agreement.agree`).
 
     Returns:
       int, the steps this process ran (a resumed run counts its own).
@@ -75,7 +80,7 @@ def run_training(
     if task.is_chief:
         saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
         hooks += _chief_hooks(train_dir, scaffold, saving, watched)
-    session = _Session(task, config, scaffold, hooks, pretrained)
+    session = _Session(task, config, scaffold, hooks, pretrained, settings)
     start = _Start(clear_train_dir, data_dirs, model_name, max_steps)
     _run_or_put_back(train_op, train_dir, session, start, watched)
     return watched.logger.runs
@@ -135,6 +140,7 @@ class _Session(NamedTuple):
     scaffold: tf.compat.v1.train.Scaffold
     hooks: list
     pretrained: tuple  # (str, bool): `restore.warm_start`'s arguments
+    settings: dict | None  # what the workers compare (`agreement.agree`)
 
 
 class _Start(NamedTuple):
@@ -155,6 +161,8 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     """
     task = session.task
     server = cluster.start_server(task, session.config)
+    if task.workers_only:
+        _agree(server, session)
     done_ops = cluster.done_signals(task)
     as_found = train_dirs.contents(train_dir)
     try:
@@ -175,6 +183,20 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         if task.is_chief and watched.logger.runs == 0:
             train_dirs.put_back(train_dir, as_found)
         raise
+
+
+def _agree(server, session):
+    """Every worker's settings and model variables equal, or an error."""
+    settings = dict(session.settings or {})
+    settings[agreement.VARIABLES] = agreement.variables_digest(
+        tf.compat.v1.global_variables()
+    )
+    agreement.agree(
+        server.target,
+        session.task,
+        settings,
+        sessions.timeout_secs(session.config),
+    )
 
 
 def _train(train_op, train_dir, session, server, done_ops, start, watched):
