@@ -11,14 +11,11 @@ setting and each task's value.
 
 Every wait is bounded: first the peers' ports (a worker whose graph failed
 to build, or that never started, never opens its port), then the all-gather
-itself, by a timer that ends the process.
+itself (`watchdog.ends_after`).
 """
 
 import hashlib
 import json
-import os
-import sys
-import threading
 import time
 
 import numpy as np
@@ -136,33 +133,14 @@ def _all_gather(target, task, codes, wait_secs):
                 instance_key=INSTANCE_KEY,
                 ordering_token=[],
             )
-        # TensorFlow's group resolution ignores the operation timeout: a
-        # peer lost now would hold this run forever.
-        timer = threading.Timer(wait_secs, _give_up, (task, wait_secs))
-        timer.daemon = True
-        timer.start()
-        try:
-            with tf.compat.v1.Session(target, graph=graph) as session:
-                flat = session.run(gathered)
-        finally:
-            timer.cancel()
+        with (
+            watchdog.ends_after(
+                wait_secs, task, "the agreement on the settings"
+            ),
+            tf.compat.v1.Session(target, graph=graph) as session,
+        ):
+            flat = session.run(gathered)
     return np.split(flat, num_workers)
-
-
-def _give_up(task, wait_secs):
-    print(
-        "%s: error: worker task %d: the workers did not all agree on the "
-        "settings within %d s (%s); start every worker task again"
-        % (
-            os.path.basename(sys.argv[0]),
-            task.task_index,
-            wait_secs,
-            watchdog.unreachable_tasks(task.cluster),
-        ),
-        file=sys.stderr,
-        flush=True,
-    )
-    os._exit(1)
 
 
 def first_difference(settings_of_tasks):
