@@ -133,6 +133,8 @@ def build_graph(
     # Every tower's gradients, averaged where the variables live or reduced.
     with tf.name_scope(blocks.REDUCE + "/"):
         reduced = _reduce(update, tower_grads, clip_norm, loss_averages_op)
+        # Skipped or applied on what every copy on every worker holds.
+        reduced = loss_scale.skip_unless_finite(scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     with tf.name_scope(blocks.UPDATE + "/"):
         train_op = tf.group(
