@@ -104,13 +104,9 @@ def define_cluster_flags():
         flags.DEFINE_integer,
         "operation_timeout_secs",
         120,
-        "Cluster mode only: an operation waiting longer than this (e.g. on "
-        "a dead peer) ends the run with an error, and a ps task gives up "
-        "when a worker has not started within it. In a cluster of workers "
-        "only it is also the start-up wait: a worker whose peers do not all "
-        "answer and agree on the settings within it ends with one line, so "
-        "every worker ends by itself within about this many seconds of its "
-        "start or of a lost peer; 0 waits forever.",
+        "Cluster mode only: a task ends in one line this long after a peer "
+        "is lost, or after its start if its peers have not all started and "
+        "agreed on the settings (docs/cluster.md); 0 waits forever.",
         lower_bound=0,
     )
 

@@ -56,15 +56,12 @@ def run_training(
       save_checkpoint_steps, save_summaries_steps, summary_op: `_chief_hooks`.
       config: the session's `ConfigProto`.
       clear_train_dir, data_dirs, model_name: `_prepare`.
-      task: a worker's `cluster.ClusterTask`, or None to train in this process.
+      task, settings: a worker's `cluster.ClusterTask` (None to train in
+        this process); what the workers must share (`agreement.agree`).
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
       pretrained: (str, bool), --pretrained_model_checkpoint_path and
         --fine_tune: with no checkpoint in train_dir, start from that
         checkpoint's weights (`restore.warm_start`).
-      settings: dict of str -> JSON value, what every worker of a cluster
-        of workers only must share (`tower_flags.cluster_settings`): the
-        workers compare them and the model's variables before step 1
-        (`agreement.agree`).
 
     Returns:
       int, the steps this process ran (a resumed run counts its own).
