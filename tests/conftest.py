@@ -110,6 +110,27 @@ def start_script(script, *args, log_path, prefix=()):
         )
 
 
+def run_snippets(snippet, argvs, timeout):
+    """Runs `python -c snippet` once per argv at once; returns exit codes.
+
+    Every process is ended by the end of the call, whatever happens.
+    """
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", snippet, *map(str, argv)],
+            env=SCRIPT_ENV,
+            cwd=REPO,
+        )
+        for argv in argvs
+    ]
+    try:
+        return [process.wait(timeout=timeout) for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(timeout=30)
+
+
 def free_port():
     """A port of 127.0.0.1 that no process listens on now."""
     with socket.socket() as s:
