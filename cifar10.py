@@ -362,6 +362,7 @@ def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
             "model's batch-norm statistics on them; train it with "
             "cifar10_multi_gpu_train.py --num_gpus=1"
         )
+    (grads_and_vars,) = loss_scale.skip_unless_finite(opt, [grads_and_vars])
     apply_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
     summaries.add_histograms(grads_and_vars)
     # The eval restores these shadow values instead of the raw variables.

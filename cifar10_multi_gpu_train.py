@@ -108,8 +108,7 @@ def build_graph(
       clip_norm, task: float, 0 for no clipping; this process's ClusterTask.
       update: the `variable_update.VariableUpdate` (where the variables live,
         how the gradients update them); None: parameter_server on the CPU.
-      xla, prefetch: bool, compile each tower with XLA; stage each tower's
-        next batch on its device.
+      xla, prefetch: bool, each tower compiled by XLA; its batch staged.
       loss_scaling: a `loss_scale.LossScaling` for float16, or None.
       model: the `registry.Model` of every tower, and its recipe.
 
@@ -130,9 +129,10 @@ def build_graph(
     loss_averages_op = loss_summaries.add_loss_summaries(
         tower_losses[-1], global_step, scope
     )
-    # Every tower's gradients, averaged where the variables live or reduced.
+    # Every tower's gradients reduced; one loss-scale check for all copies.
     with tf.name_scope(blocks.REDUCE + "/"):
         reduced = _reduce(update, tower_grads, clip_norm, loss_averages_op)
+        reduced = loss_scale.skip_unless_finite(scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     with tf.name_scope(blocks.UPDATE + "/"):
         train_op = tf.group(
@@ -462,6 +462,7 @@ def _train(graph_ops, train_dir, config, task, model):
             FLAGS.fine_tune,
         ),
         model_name=model.name,
+        settings=tower_flags.cluster_settings(FLAGS),
     )
     return closing
 

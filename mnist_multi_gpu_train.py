@@ -288,6 +288,7 @@ def _train(train_file, devices, config, task):
                     FLAGS.pretrained_model_checkpoint_path,
                     FLAGS.fine_tune,
                 ),
+                settings=tower_flags.cluster_settings(FLAGS),
             )
     return closing, steps
 

@@ -172,6 +172,13 @@ def _check_cluster(flag_values, task):
                     "towers average their gradients every step; drop --%s"
                     % (_shown(flag_values, name), name)
                 )
+        if _given(flag_values, "operation_timeout_secs"):
+            raise ValueError(
+                "%s bounds how long a cluster's tasks wait on each other, "
+                "and no cluster is given (--ps_hosts and --worker_hosts, or "
+                "TF_CONFIG): one process waits on no peer; drop it"
+                % _shown(flag_values, "operation_timeout_secs")
+            )
     _check_needs(flag_values, "replicas_to_aggregate", "sync_replicas")
     if task.cluster is not None and _given(flag_values, "variable_device"):
         raise ValueError(

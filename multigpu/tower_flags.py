@@ -104,11 +104,63 @@ def define_cluster_flags():
         flags.DEFINE_integer,
         "operation_timeout_secs",
         120,
-        "Cluster mode: an operation waiting longer than this (e.g. on a dead "
-        "peer) ends the run with an error, and a ps task gives up when a "
-        "worker has not started within it; 0 waits forever.",
+        "Cluster mode only: a task ends in one line this long after a peer "
+        "is lost, or after its start if its peers have not all started and "
+        "agreed on the settings (docs/cluster.md); 0 waits forever.",
         lower_bound=0,
     )
+
+
+# The flags a worker of a cluster may set on its own: its folders, its
+# output, its session's resources, where it is in the cluster, and what only
+# the chief acts on. Every other flag of a trainer changes the numbers and
+# must be the same on every worker (`agreement`, docs/cluster.md).
+LOCAL_FLAGS = (
+    "train_dir",
+    "data_dir",
+    "data_url",
+    "clear_train_dir",
+    "log_frequency",
+    "log_device_placement",
+    "save_checkpoint_steps",
+    "save_summaries_steps",
+    "tb_logging",
+    "trace_step",
+    "pretrained_model_checkpoint_path",
+    "fine_tune",
+    "eval_only",
+    "dry_run",
+    "ps_hosts",
+    "worker_hosts",
+    "job_name",
+    "task_index",
+    "operation_timeout_secs",
+    "cpu_towers",
+    "prefetch_to_device",
+    "allow_growth",
+    "gpu_memory_fraction",
+    "num_intra_threads",
+    "num_inter_threads",
+)
+
+
+def cluster_settings(flag_values):
+    """The settings every worker of a cluster must share: dict name -> value.
+
+    Every flag the trainer defines (not absl's or TensorFlow's own) but
+    LOCAL_FLAGS, with its value.
+
+    Args:
+      flag_values: the parsed flags, the trainer's `FLAGS`, passed by its
+        `main`.
+    """
+    return {
+        flag.name: flag.value
+        for module, module_flags in flag_values.flags_by_module_dict().items()
+        if not module.startswith(("absl", "tensorflow"))
+        for flag in module_flags
+        if flag.name not in LOCAL_FLAGS
+    }
 
 
 def define_variable_update_flags():

@@ -90,22 +90,45 @@ def error_line(script, *flags, env=None):
     return result.stderr.strip().split("\n")[-1]
 
 
-def start_script(script, *args, log_path):
+def start_script(script, *args, log_path, prefix=()):
     """Starts a script in the background, its output going to log_path.
 
     The caller must end it (`kill`, then `wait`), e.g. in a finally block.
+    prefix: the command that runs it, e.g. ('ip', 'netns', 'exec', NAME),
+    which execs the script in the same process.
 
     Returns:
       The `subprocess.Popen`.
     """
     with open(log_path, "w") as log:
         return subprocess.Popen(
-            [sys.executable, str(REPO / script), *args],
+            [*prefix, sys.executable, str(REPO / script), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=SCRIPT_ENV,
             cwd=REPO,
         )
+
+
+def run_snippets(snippet, argvs, timeout):
+    """Runs `python -c snippet` once per argv at once; returns exit codes.
+
+    Every process is ended by the end of the call, whatever happens.
+    """
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", snippet, *map(str, argv)],
+            env=SCRIPT_ENV,
+            cwd=REPO,
+        )
+        for argv in argvs
+    ]
+    try:
+        return [process.wait(timeout=timeout) for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(timeout=30)
 
 
 def free_port():

@@ -7,13 +7,15 @@ by the test, every wait is bounded.
 import os
 import re
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, SCRIPT_ENV, checkpoint_steps, run_script
+from conftest import (
+    checkpoint_steps,
+    run_script,
+    run_snippets,
+)
 from test_cifar10_train import _eval
 from test_cluster import (
     FAULT_EXIT_BOUND_SECS,
@@ -128,20 +130,11 @@ def _cluster_train(tmp_path, images, labels, initial, pack_bytes):
     np.savez(inputs, images=images, labels=labels, pack=pack_bytes, **initial)
     hosts = ",".join("127.0.0.1:%d" % p for p in _free_ports(WORKERS))
     outputs = [tmp_path / ("worker%d.npz" % i) for i in range(WORKERS)]
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, hosts, str(i), inputs, out],
-            env=SCRIPT_ENV,
-            cwd=REPO,
-        )
-        for i, out in enumerate(outputs)
-    ]
-    try:
-        codes = [w.wait(timeout=TASK_DEADLINE_SECS) for w in workers]
-    finally:
-        for worker in workers:
-            worker.kill()
-            worker.wait(timeout=30)
+    codes = run_snippets(
+        _WORKER,
+        [(hosts, i, inputs, out) for i, out in enumerate(outputs)],
+        TASK_DEADLINE_SECS,
+    )
     assert codes == [0] * WORKERS
     return [dict(np.load(out)) for out in outputs]
 

@@ -34,7 +34,9 @@ def one_step(gradient_factor, scaling, steps=1, learning_rate=1.0):
             tf.compat.v1.train.GradientDescentOptimizer(learning_rate),
             scaling,
         )
-        grads_and_vars = opt.compute_gradients(loss)
+        (grads_and_vars,) = loss_scale.skip_unless_finite(
+            opt, [opt.compute_gradients(loss)]
+        )
         train_op = opt.apply_gradients(grads_and_vars, global_step)
         scale = opt.loss_scale if scaling else tf.constant(1.0)
         with tf.compat.v1.Session() as sess:
@@ -86,6 +88,33 @@ def test_a_non_finite_step_is_skipped_and_the_scale_halves():
     np.testing.assert_array_equal(w, [1.0, 2.0])
     assert scale == 2.0**14
     assert global_step == 1
+
+
+def test_one_towers_overflow_in_the_mean_skips_the_step_of_every_copy():
+    # The mean of the towers' (or workers') gradients, as every copy holds
+    # it after the all-reduce: one tower overflowed, the other did not.
+    dynamic = loss_scale.LossScaling(2.0**15, True, 1000)
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        opt = loss_scale.wrap(
+            tf.compat.v1.train.GradientDescentOptimizer(1.0), dynamic
+        )
+        mean = tf.reduce_mean([[np.inf, 1.0], [1.0, 1.0]], axis=0)
+        copies = loss_scale.skip_unless_finite(opt, [[(mean, w)], [(mean, w)]])
+        train_op = opt.apply_gradients(copies[0], global_step)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            applied, zeros = sess.run(
+                [loss_scale.step_applied(opt), [g for g, _ in copies[1]]]
+            )
+            sess.run(train_op)
+            w_after, scale = sess.run([w, opt.loss_scale])
+
+    assert not applied
+    np.testing.assert_array_equal(zeros, [[0.0, 0.0]])
+    np.testing.assert_array_equal(w_after, [1.0, 2.0])
+    assert scale == 2.0**14
 
 
 def test_the_dynamic_scale_halves_until_finite_then_doubles_after_n_steps():

@@ -157,6 +157,11 @@ def test_flags_that_disagree_with_tf_config_are_an_error(flags, message):
             'TF_CONFIG\'s ps job is [2222]; expected a list of "HOST:PORT" '
             'strings, e.g. ["localhost:2222"]',
         ),
+        (
+            tf_config_text("chief", 0, dict(CLUSTER, chief=["h:7", "h:8"])),
+            "TF_CONFIG's chief job lists 2 tasks (h:7, h:8); a cluster has "
+            "one chief: list the others under worker",
+        ),
     ],
 )
 def test_a_bad_tf_config_is_an_error_saying_what_is_wrong(text, message):

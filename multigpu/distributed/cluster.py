@@ -305,8 +305,15 @@ def task_config(config, task):
 
     Without these device filters a worker's session would wait for every
     other worker to be up, and fail when any of them goes away.
+
+    Outside a cluster no operation timeout applies: one process waits on no
+    peer, and a long first compile or restore must not end its run.
     """
     if task.cluster is None:
+        if config is None or not config.operation_timeout_in_ms:
+            return config
+        config = copy.deepcopy(config)
+        config.operation_timeout_in_ms = 0
         return config
     if task.workers_only:
         return collective_cluster.session_config(config, task)

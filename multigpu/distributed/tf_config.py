@@ -86,7 +86,8 @@ def _workers(cluster):
       list of str, the suite's workers: the chief, then the workers.
 
     Raises:
-      ValueError: an unknown job, a job not a list of strs, or no worker.
+      ValueError: an unknown job, a job not a list of strs, more than
+        one chief, or no worker.
     """
     unknown = sorted(set(cluster) - set(KNOWN_JOBS))
     if unknown:
@@ -102,7 +103,15 @@ def _workers(cluster):
                 'TF_CONFIG\'s %s job is %s; expected a list of "HOST:PORT" '
                 'strings, e.g. ["localhost:2222"]' % (job, json.dumps(hosts))
             )
-    workers = list(cluster.get("chief", [])) + list(cluster.get("worker", []))
+    chiefs = cluster.get("chief", [])
+    if len(chiefs) > 1:
+        # Two chiefs would both initialise, checkpoint and lead the group.
+        raise ValueError(
+            "TF_CONFIG's chief job lists %d tasks (%s); a cluster has one "
+            "chief: list the others under worker"
+            % (len(chiefs), ", ".join(chiefs))
+        )
+    workers = list(chiefs) + list(cluster.get("worker", []))
     if not workers:
         raise ValueError(
             "TF_CONFIG's cluster has jobs %s; the cluster mode needs a "

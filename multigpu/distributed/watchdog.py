@@ -1,11 +1,13 @@
-"""Noticing lost cluster tasks by their ports.
+"""Noticing lost cluster tasks by their ports, and waits no timeout bounds.
 
 A worker checks its ps tasks' ports while it trains (`PsWatchdog`); a ps
 counts a worker as started once its port answers (`answering_workers`) or
 its done token arrives, and gives up on those it never heard from
-(`not_started`).
+(`not_started`). A worker of a cluster of workers only ends itself when a
+start-up wait outlasts its bound (`ends_after`).
 """
 
+import contextlib
 import os
 import socket
 import sys
@@ -63,6 +65,46 @@ class PsWatchdog:
                     flush=True,
                 )
                 os._exit(1)
+
+
+@contextlib.contextmanager
+def ends_after(wait_secs, task, what):
+    """Ends the process with one line if the block outlasts wait_secs.
+
+    For the waits no operation timeout bounds: TensorFlow's collective
+    runtime resolves a group (the first collective of a run) without one,
+    so a peer lost then would hold the worker forever.
+
+    Args:
+      wait_secs: float, the bound.
+      task: the `cluster.ClusterTask`.
+      what: str, the wait, for the line, e.g. 'the agreement on the
+        settings'.
+    """
+    timer = threading.Timer(wait_secs, _end, (wait_secs, task, what))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _end(wait_secs, task, what):
+    print(
+        "%s: error: worker task %d: %s did not end within %d s of start-up "
+        "(--operation_timeout_secs): %s; start every worker task again"
+        % (
+            os.path.basename(sys.argv[0]),
+            task.task_index,
+            what,
+            wait_secs,
+            unreachable_tasks(task.cluster),
+        ),
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(1)
 
 
 def unreachable_tasks(cluster):

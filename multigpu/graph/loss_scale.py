@@ -75,10 +75,10 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
     """Scales the loss, unscales the gradients, skips non-finite steps.
 
     `compute_gradients` may be called once per tower; `apply_gradients`
-    once with the averaged gradients. With the dynamic scale, a tower's
-    gradients that are not all finite are returned as zeros (so averages
-    and histograms stay finite) and the step applies nothing; with a fixed
-    scale they are kept, and the NaN check of the loop ends the run.
+    once with the reduced gradients. With the dynamic scale, the reduced
+    gradients are checked once (`skip_unless_finite`): not all finite, the
+    step applies nothing; with a fixed scale they are kept, and the NaN
+    check of the loop ends the run.
     """
 
     def __init__(self, optimizer, scaling):
@@ -86,7 +86,7 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
         self._optimizer = optimizer
         self._scaling = scaling
         self.dynamic = scaling.dynamic
-        self._finite = []
+        self._finite = None
         self.loss_scale = tf.compat.v1.get_variable(
             "loss_scale",
             initializer=tf.constant(scaling.initial_scale, tf.float32),
@@ -111,31 +111,25 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
         grads_and_vars = self._optimizer.compute_gradients(
             scaled_loss, var_list, **kwargs
         )
-        grads = [
-            g / scale if g is not None else None for g, _ in grads_and_vars
+        return [
+            (g / scale if g is not None else None, v) for g, v in grads_and_vars
         ]
-        finite = tf.reduce_all(
-            [
-                tf.reduce_all(tf.math.is_finite(g))
-                for g in grads
-                if g is not None
-            ]
-        )
-        self._finite.append(finite)
-        if not self._scaling.dynamic:
-            return list(zip(grads, [v for _, v in grads_and_vars]))
-        grads = [
-            tf.where(finite, g, tf.zeros_like(g)) if g is not None else None
-            for g in grads
-        ]
-        return list(zip(grads, [v for _, v in grads_and_vars]))
 
     def all_finite(self):
-        """bool scalar: whether every tower's gradients are finite.
+        """bool scalar: whether the step's reduced gradients are finite.
 
-        Call it after every tower's `compute_gradients`.
+        Set by `skip_unless_finite`, which must run first.
         """
-        return tf.reduce_all(self._finite)
+        assert self._finite is not None, "skip_unless_finite comes first"
+        return self._finite
+
+    def zeros_unless_finite(self, copies):
+        """`skip_unless_finite` of the dynamic scale; keeps its check."""
+        self._finite = _all_finite(copies[0])
+        return [
+            [(_zeros_unless(self._finite, g), v) for g, v in grads_and_vars]
+            for grads_and_vars in copies
+        ]
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Applies the gradients; the dynamic scale skips non-finite steps.
@@ -147,7 +141,10 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
             return self._optimizer.apply_gradients(
                 grads_and_vars, global_step, name
             )
-        finite = self.all_finite()
+        # The check of `skip_unless_finite`, or one on these gradients.
+        finite = self._finite
+        if finite is None:
+            finite = _all_finite(grads_and_vars)
         # On a skipped step no variable (nor optimizer slot) changes.
         apply_op = tf.cond(
             finite,
@@ -187,12 +184,55 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
         )
 
 
+def _all_finite(grads_and_vars):
+    """bool scalar: whether every gradient is finite (each checked on its
+    own device)."""
+    checks = []
+    for g, _ in grads_and_vars:
+        if g is not None:
+            with tf.device(g.device):
+                checks.append(tf.reduce_all(tf.math.is_finite(g)))
+    return tf.reduce_all(checks)
+
+
+def _zeros_unless(finite, grad):
+    """grad, or zeros of its shape where not finite; on grad's device."""
+    if grad is None:
+        return None
+    with tf.device(grad.device):
+        return tf.where(finite, grad, tf.zeros_like(grad))
+
+
+def skip_unless_finite(optimizer, copies):
+    """The reduced gradients, zeroed where the dynamic scale skips the step.
+
+    The check is taken once, on the gradients as reduced (and clipped), as
+    tf_cnn_benchmarks does: a tower's overflow makes the mean non-finite,
+    and in a cluster of workers only every worker holds the same mean, so
+    every copy on every worker skips or applies together. Zeros keep the
+    histograms and averages of a skipped step finite. Call it once, before
+    `step_applied` and `apply_gradients`.
+
+    Args:
+      optimizer: the optimizer of `wrap`.
+      copies: list (one per copy of the variables) of lists of (gradient,
+        variable); every copy's gradients have the same values.
+
+    Returns:
+      copies, their gradients zeros on a skipped step (the same lists when
+      the scale is not dynamic).
+    """
+    if not (isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic):
+        return copies
+    return optimizer.zeros_unless_finite(copies)
+
+
 def step_applied(optimizer):
     """bool scalar: whether the step's update is applied.
 
     False where the dynamic loss scale skips the step (non-finite
     gradients); then no weight, statistic or moving average may change.
-    Call it after every tower's `compute_gradients`.
+    Call it after `skip_unless_finite`.
 
     Args:
       optimizer: the optimizer of `wrap`.

@@ -4,6 +4,7 @@ import time
 
 import tensorflow as tf
 
+from multigpu.distributed import watchdog
 from multigpu.run import checkpoints, restore
 
 
@@ -41,7 +42,34 @@ def session_creator(
         )
     else:
         creator = PromptWorkerSessionCreator(scaffold, server.target, config)
+    if task.workers_only:
+        creator = StartUpBoundSessionCreator(
+            creator, task, timeout_secs(config)
+        )
     return BoundedSessionCreator(creator, timeout_secs(config))
+
+
+class StartUpBoundSessionCreator(tf.compat.v1.train.SessionCreator):
+    """A worker's session of a cluster of workers only, made within a bound.
+
+    Its local init op copies the chief's values to every worker by
+    collective ops, whose first run waits for every peer with no operation
+    timeout: a peer lost then would hold the worker forever. Past
+    timeout_secs the process ends with one line (`watchdog.ends_after`).
+    """
+
+    def __init__(self, creator, task, timeout_secs):
+        self._creator = creator
+        self._task = task
+        self._timeout_secs = timeout_secs
+
+    def create_session(self):
+        with watchdog.ends_after(
+            self._timeout_secs,
+            self._task,
+            "the start-up copy of the chief's values",
+        ):
+            return self._creator.create_session()
 
 
 class ResumingSessionCreator(tf.compat.v1.train.SessionCreator):

@@ -5,7 +5,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import cluster, watchdog
+from multigpu.distributed import agreement, cluster, watchdog
 from multigpu.graph import blocks, summaries
 from multigpu.run import (
     checkpoints,
@@ -38,6 +38,7 @@ def run_training(
     hooks=(),
     pretrained=("", False),
     model_name=None,
+    settings=None,
 ):
     """Runs the train op until max_steps or the end of the input.
 
@@ -55,7 +56,8 @@ def run_training(
       save_checkpoint_steps, save_summaries_steps, summary_op: `_chief_hooks`.
       config: the session's `ConfigProto`.
       clear_train_dir, data_dirs, model_name: `_prepare`.
-      task: a worker's `cluster.ClusterTask`, or None to train in this process.
+      task, settings: a worker's `cluster.ClusterTask` (None to train in
+        this process); what the workers must share (`agreement.agree`).
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
       pretrained: (str, bool), --pretrained_model_checkpoint_path and
         --fine_tune: with no checkpoint in train_dir, start from that
@@ -70,13 +72,12 @@ def run_training(
     task = task or cluster.LOCAL_TASK
     config = cluster.task_config(config, task)
     watched = _watched(loss, examples_per_step, log_frequency, train_dir)
-    summary_op, histograms = summaries.split_histograms(summary_op)
-    scaffold = _scaffold(summary_op)
+    scaffold, histograms = _scaffold(summary_op)
     hooks = _session_hooks(watched, loss, hooks, max_steps)
     if task.is_chief:
         saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
         hooks += _chief_hooks(train_dir, scaffold, saving, watched, histograms)
-    session = _Session(task, config, scaffold, hooks, pretrained)
+    session = _Session(task, config, scaffold, hooks, pretrained, settings)
     start = _Start(clear_train_dir, data_dirs, model_name, max_steps)
     _run_or_put_back(train_op, train_dir, session, start, watched)
     return watched.logger.runs
@@ -102,14 +103,25 @@ def _watched(loss, examples_per_step, log_frequency, train_dir):
 
 
 def _scaffold(summary_op):
-    """The session's scaffold: summary_op (None: all), the pruning saver."""
+    """The session's scaffold, with the pruning saver, and the histograms.
+
+    Args:
+      summary_op: string scalar, the merged summaries; None for all.
+
+    Returns:
+      (`Scaffold`, string scalar or None): the scaffold's summary op holds
+      all of summary_op but the histograms, which come apart
+      (`summaries.split_histograms`).
+    """
     # TensorFlow's default saver, but for how it prunes and the names of the
     # variables kept in a block (`checkpoints.saved_name`).
     with tf.name_scope(blocks.SESSION + "/"):
         saver = checkpoints.ExactSaver(
             checkpoints.saved_variables(), sharded=True, allow_empty=True
         )
-    return tf.compat.v1.train.Scaffold(summary_op=summary_op, saver=saver)
+    summary_op, histograms = summaries.split_histograms(summary_op)
+    scaffold = tf.compat.v1.train.Scaffold(summary_op=summary_op, saver=saver)
+    return scaffold, histograms
 
 
 def _session_hooks(watched, loss, hooks, max_steps):
@@ -136,6 +148,7 @@ class _Session(NamedTuple):
     scaffold: tf.compat.v1.train.Scaffold
     hooks: list
     pretrained: tuple  # (str, bool): `restore.warm_start`'s arguments
+    settings: dict | None  # what the workers compare (`agreement.agree`)
 
 
 class _Start(NamedTuple):
@@ -156,6 +169,8 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     """
     task = session.task
     server = cluster.start_server(task, session.config)
+    if task.workers_only:
+        _agree(server, session)
     done_ops = cluster.done_signals(task)
     as_found = train_dirs.contents(train_dir)
     try:
@@ -176,6 +191,20 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         if task.is_chief and watched.logger.runs == 0:
             train_dirs.put_back(train_dir, as_found)
         raise
+
+
+def _agree(server, session):
+    """Every worker's settings and model variables equal, or an error."""
+    settings = dict(session.settings or {})
+    settings[agreement.VARIABLES] = agreement.variables_digest(
+        tf.compat.v1.global_variables()
+    )
+    agreement.agree(
+        server.target,
+        session.task,
+        settings,
+        sessions.timeout_secs(session.config),
+    )
 
 
 def _train(train_op, train_dir, session, server, done_ops, start, watched):

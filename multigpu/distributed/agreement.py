@@ -1,0 +1,175 @@
+"""Agreement before step 1: the workers of a cluster compare their settings.
+
+In a cluster of workers only every worker builds its own graph from its own
+flags. Workers started with different flags would train apart (another
+learning rate) or wait for each other forever (another tower count, other
+collectives). Before the first step each worker sends its settings (a dict
+of name -> JSON value: the flags that change the numbers, the model's
+variables) to every other, by one all-gather over the workers' servers, and
+compares: a difference ends every worker with the same line, naming the
+setting and each task's value.
+
+Every wait is bounded: first the peers' ports (a worker whose graph failed
+to build, or that never started, never opens its port), then the all-gather
+itself (`watchdog.ends_after`).
+"""
+
+import hashlib
+import json
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from multigpu import errors
+from multigpu.distributed import watchdog
+
+# The bytes of one worker's settings, as JSON, padded to this length: the
+# all-gather takes the same shape from every worker.
+SETTINGS_BYTES = 16384
+# The agreement's collective keys: apart from the training graph's, which
+# count up from 1 (`all_reduce.CollectiveKeys`).
+GROUP_KEY = 2**30
+INSTANCE_KEY = 2**30
+# Seconds between two looks at the peers' ports while they start.
+PORT_POLL_SECS = 0.5
+# The setting that stands for the model's variables.
+VARIABLES = "the model's variables"
+
+
+def variables_digest(variables):
+    """A short digest of the variables' names, shapes and dtypes.
+
+    Args:
+      variables: `tf.Variable`s, e.g. a graph's global variables.
+
+    Returns:
+      str, e.g. '24 variables, sha1 0a1b2c3d4e5f'.
+    """
+    described = sorted(
+        "%s %s %s" % (v.op.name, v.shape, v.dtype.base_dtype.name)
+        for v in variables
+    )
+    digest = hashlib.sha1("\n".join(described).encode()).hexdigest()[:12]
+    return "%d variables, sha1 %s" % (len(described), digest)
+
+
+def agree(target, task, settings, wait_secs):
+    """Returns once every worker has the same settings; else raises.
+
+    Args:
+      target: str, this worker's server target.
+      task: the `cluster.ClusterTask`, workers_only.
+      settings: dict of str -> JSON value; the same keys on every worker.
+      wait_secs: float, the start-up wait: for the peers' ports, then for
+        the all-gather (past it the process ends with one line).
+
+    Raises:
+      errors.TrainingError: a peer's port did not answer within wait_secs.
+      ValueError: a setting differs between workers (`first_difference`).
+    """
+    wait_for_peers(task, wait_secs)
+    gathered = _all_gather(target, task, encode(settings), wait_secs)
+    difference = first_difference([decode(codes) for codes in gathered])
+    if difference is not None:
+        raise ValueError(difference)
+
+
+def wait_for_peers(task, wait_secs):
+    """Waits until every other worker's port answers, at most wait_secs.
+
+    Raises:
+      errors.TrainingError: naming the workers whose port never answered.
+    """
+    addresses = task.cluster.job_tasks("worker")
+    waiting = set(range(len(addresses))) - {task.task_index}
+    deadline = time.time() + wait_secs
+    while waiting:
+        waiting = {i for i in waiting if not watchdog.answers(addresses[i])}
+        if not waiting:
+            return
+        if time.time() > deadline:
+            raise errors.TrainingError(
+                "worker task %d: no answer from %s within %d s of start-up "
+                "(--operation_timeout_secs); start every worker task with "
+                "the same flags, or look in its output for why it ended"
+                % (
+                    task.task_index,
+                    ", ".join(
+                        "worker task %d (%s)" % (i, addresses[i])
+                        for i in sorted(waiting)
+                    ),
+                    wait_secs,
+                )
+            )
+        time.sleep(PORT_POLL_SECS)
+
+
+def encode(settings):
+    """int32 [SETTINGS_BYTES]: the settings as JSON bytes, zero-padded."""
+    text = json.dumps(settings, sort_keys=True).encode()
+    # An internal bound: the suite's settings are a few hundred bytes.
+    assert len(text) <= SETTINGS_BYTES, len(text)
+    codes = np.zeros([SETTINGS_BYTES], np.int32)
+    codes[: len(text)] = np.frombuffer(text, np.uint8)
+    return codes
+
+
+def decode(codes):
+    """The settings dict of `encode`'s int32 codes."""
+    return json.loads(bytes(codes[codes > 0].astype(np.uint8)).decode())
+
+
+def _all_gather(target, task, codes, wait_secs):
+    """Every worker's codes, in task order: a list of int32 arrays."""
+    num_workers = task.num_workers
+    with tf.Graph().as_default() as graph:
+        device = "/job:worker/replica:0/task:%d/device:CPU:0" % task.task_index
+        with tf.device(device):
+            gathered = tf.raw_ops.CollectiveGatherV2(
+                input=tf.constant(codes),
+                group_size=num_workers,
+                group_key=GROUP_KEY,
+                instance_key=INSTANCE_KEY,
+                ordering_token=[],
+            )
+        with (
+            watchdog.ends_after(
+                wait_secs, task, "the agreement on the settings"
+            ),
+            tf.compat.v1.Session(target, graph=graph) as session,
+        ):
+            flat = session.run(gathered)
+    return np.split(flat, num_workers)
+
+
+def first_difference(settings_of_tasks):
+    """The line naming the first setting that differs between workers.
+
+    Args:
+      settings_of_tasks: list of dicts, worker task by worker task.
+
+    Returns:
+      str, e.g. "--learning_rate differs between the workers: worker task
+      0 has 0.1, worker task 1 has 0.01; start every worker with the same
+      --learning_rate (docs/cluster.md)", or None when all agree.
+    """
+    names = sorted(set().union(*settings_of_tasks))
+    for name in names:
+        values = [json.dumps(s.get(name)) for s in settings_of_tasks]
+        if len(set(values)) == 1:
+            continue
+        each = ", ".join(
+            "worker task %d has %s" % (i, value)
+            for i, value in enumerate(values)
+        )
+        if name == VARIABLES:
+            return (
+                "%s differ between the workers: %s; every worker must run "
+                "the same model code (docs/cluster.md)" % (name, each)
+            )
+        return (
+            "--%s differs between the workers: %s; start every worker with "
+            "the same --%s (docs/cluster.md)" % (name, each, name)
+        )
+    return None

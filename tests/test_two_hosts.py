@@ -1,0 +1,149 @@
+"""Two hosts for real: a cluster of workers in two network namespaces.
+
+Each worker runs in a network namespace of its own, joined by a veth pair,
+with an address from 198.18.0.0/15 (RFC 2544's range for network tests),
+so that the workers reach each other over a link the test can set down.
+Making namespaces needs root (as in CI) and `ip`; elsewhere the tests
+skip, saying so. Every namespace a test makes is deleted at its end, which
+deletes its end of the link too.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+from conftest import start_script
+from test_cluster import (
+    FAULT_EXIT_BOUND_SECS,
+    FAULT_TIMEOUT_SECS,
+    TASK_DEADLINE_SECS,
+    Cluster,
+    _free_ports,
+    _wait_for_step,
+)
+
+SCRIPT = "cifar10_multi_gpu_train.py"
+# The two hosts: namespace, link end, address (a /30 of 198.18.0.0/15).
+HOSTS = (("a", "198.18.0.1"), ("b", "198.18.0.2"))
+
+
+def _ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def two_hosts():
+    """Yields (namespace, link end, address) of each host; cleans up."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("network namespaces need root and iproute2's ip")
+    tag = "mg%d" % os.getpid()
+    hosts = [("%s%s" % (tag, n), "%s%s" % (tag, n), a) for n, a in HOSTS]
+    try:
+        for namespace, _, _ in hosts:
+            _ip("netns", "add", namespace)
+        (ns_a, end_a, _), (ns_b, end_b, _) = hosts
+        _ip("link", "add", end_a, "type", "veth", "peer", "name", end_b)
+        for namespace, end, address in hosts:
+            _ip("link", "set", end, "netns", namespace)
+            _ip("-n", namespace, "addr", "add", address + "/30", "dev", end)
+            _ip("-n", namespace, "link", "set", end, "up")
+            _ip("-n", namespace, "link", "set", "lo", "up")
+    except subprocess.CalledProcessError as e:
+        _delete(hosts)
+        pytest.skip("network namespaces cannot be made here: %s" % e.stderr)
+    yield hosts
+    _delete(hosts)
+
+
+def _delete(hosts):
+    for namespace, _, _ in hosts:
+        subprocess.run(
+            ["ip", "netns", "del", namespace], capture_output=True, timeout=30
+        )
+
+
+class _Workers(Cluster):
+    """Worker i of a cluster of workers only in host i's namespace."""
+
+    def __init__(self, hosts, tmp_path, data_dir):
+        ports = _free_ports(len(hosts))
+        self.worker_addresses = [
+            "%s:%d" % (address, port)
+            for (_, _, address), port in zip(hosts, ports)
+        ]
+        self.hosts, self.tmp_path = hosts, tmp_path
+        self.flags = [
+            "--worker_hosts=%s" % ",".join(self.worker_addresses),
+            "--job_name=worker",
+            "--variable_update=replicated",
+            "--num_gpus=2",
+            "--cpu_towers",
+            "--fake_data",
+            "--data_dir=%s" % data_dir,
+            "--batch_size=4",
+            "--log_frequency=1",
+            "--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,
+        ]
+        self.processes = {}
+
+    def start_all(self, *flags_of_each):
+        """Starts worker i with flags_of_each[i] in host i's namespace."""
+        for index, flags in enumerate(flags_of_each):
+            name = "worker%d" % index
+            self.processes[name] = start_script(
+                SCRIPT,
+                *self.flags,
+                "--task_index=%d" % index,
+                "--train_dir=%s" % self.train_dir(index),
+                *flags,
+                log_path=self.log_path(name),
+                prefix=("ip", "netns", "exec", self.hosts[index][0]),
+            )
+
+
+@pytest.fixture
+def workers(two_hosts, tmp_path, cifar10_data_dir):
+    made = _Workers(two_hosts, tmp_path, cifar10_data_dir)
+    yield made
+    made.stop_all()
+
+
+@pytest.mark.slow
+def test_workers_on_two_hosts_that_differ_end_both_naming_the_flag(workers):
+    workers.start_all(["--learning_rate=0.1"], ["--learning_rate=0.01"])
+    for name, process in workers.processes.items():
+        assert process.wait(timeout=TASK_DEADLINE_SECS) == 1
+        assert workers.log(name).strip().split("\n")[-1] == (
+            SCRIPT + ": error: --learning_rate differs between the workers: "
+            "worker task 0 has 0.1, worker task 1 has 0.01; start every "
+            "worker with the same --learning_rate (docs/cluster.md)"
+        )
+
+
+@pytest.mark.slow
+def test_a_link_set_down_mid_run_ends_both_workers_within_the_bound(
+    workers, two_hosts
+):
+    workers.start_all(["--max_steps=100000"], ["--max_steps=100000"])
+    _wait_for_step(workers, "worker0", 5)
+    namespace, end, _ = two_hosts[0]
+    _ip("-n", namespace, "link", "set", end, "down")
+    start = time.time()
+
+    for index, (name, process) in enumerate(workers.processes.items()):
+        code = process.wait(timeout=TASK_DEADLINE_SECS)
+        last = workers.log(name).strip().split("\n")[-1]
+        assert code == 1, workers.log(name)[-3000:]
+        assert re.fullmatch(
+            re.escape(SCRIPT + ": error: lost the cluster after ")
+            + r"\d+ local steps \(DeadlineExceededError\): "
+            + re.escape(
+                "unreachable: worker task %d (%s)"
+                % (1 - index, workers.worker_addresses[1 - index])
+            ),
+            last,
+        ), last
+    assert time.time() - start < FAULT_EXIT_BOUND_SECS
