@@ -376,16 +376,13 @@ def test_variables_and_their_gradient_mean_live_on_the_variable_device():
     variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
     assert len(variables) == 10
     assert {v.device for v in variables} == {"/device:CPU:1"}
-    # One mean per variable's gradient, besides the towers' own and the
-    # mean of the towers' losses the trainer logs.
+    # One sum and one division per variable's gradient, in the reduce block.
     means = [
         op
         for op in graph.get_operations()
-        if op.type == "Mean"
-        and not op.name.startswith("towers/")
-        and op.name != "reduce/mean_tower_loss"
+        if op.type in ("AddN", "RealDiv") and op.name.startswith("reduce/")
     ]
-    assert len(means) == 10
+    assert sorted(op.type for op in means) == ["AddN"] * 10 + ["RealDiv"] * 10
     assert {op.device for op in means} == {"/device:CPU:1"}
 
 
