@@ -98,7 +98,9 @@ def write_records(filename, images, labels):
             example = tf.train.Example(
                 features=tf.train.Features(feature=feature)
             )
-            writer.write(example.SerializeToString())
+            # The features' order fixed: the same images, the same bytes
+            # (`FAKE_TRAIN_DIGEST`).
+            writer.write(example.SerializeToString(deterministic=True))
 
 
 @contextlib.contextmanager
