@@ -275,6 +275,8 @@ SUITE_FILES = {
     "model.ckpt-5.meta": b"meta",
     "events.out.tfevents.1700000000.host": b"events",
     "graph.pbtxt": b"graph",
+    "model.txt": b"tutorial\n",
+    "data.txt": b"the CIFAR-10 sample set\n",
 }
 
 

@@ -21,6 +21,9 @@ LOCK_NAME = "trainer.lock"
 # The file that names the model of a train_dir's checkpoints: 'NAME\n', as
 # the script's --model names it.
 MODEL_RECORD = "model.txt"
+# The file that names the data a train_dir was trained on
+# (`data_records`).
+DATA_RECORD = "data.txt"
 # The longest path the suite writes under a train_dir, a failed save's
 # part file: model.ckpt-STEP_temp/part-N-of-N.data-N-of-N.tempstateDIGITS.
 LONGEST_NAME = 100
@@ -29,18 +32,19 @@ _LOCK_CONTENT = re.compile(r"^[0-9]+ \S+\n$")
 
 # The files the suite writes in a train_dir: the checkpoint state file,
 # checkpoints (model.ckpt-STEP.index, .meta, .data-I-of-N), event files,
-# the graph, the lock, the model's record, --trace_step's traces; and what
-# an interrupted write leaves: TensorFlow's NAME.tmpHEX (a whole-file
-# write renamed into place) and NAME.tempstateDIGITS (a checkpoint file
-# being written).
+# the graph, the lock, the records of the model and the data, --trace_step's
+# traces; and what an interrupted write leaves: TensorFlow's NAME.tmpHEX (a
+# whole-file write renamed into place) and NAME.tempstateDIGITS (a
+# checkpoint file being written).
 _CHECKPOINT_FILE = r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+)"
 _INTERRUPTED = r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+)?"
 _SUITE_FILE = re.compile(
-    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|%s|%s|"
+    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|%s|%s|%s|"
     r"trace_step_[0-9]+\.json)%s$"
     % (
         re.escape(LOCK_NAME),
         re.escape(MODEL_RECORD),
+        re.escape(DATA_RECORD),
         _CHECKPOINT_FILE,
         _INTERRUPTED,
     )
