@@ -70,7 +70,9 @@ flags.DEFINE_float(
     "Learning rate of the momentum optimizer, constant: it applies to the "
     "mean gradient of a step's batch_size * num_gpus examples, the same "
     "whatever --num_gpus.",
+    lower_bound=0.0,
 )
+common_flags.refuse_non_finite("learning_rate")
 flags.DEFINE_string(
     "data_dir",
     "/tmp/mnist_data",
