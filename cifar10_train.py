@@ -98,24 +98,26 @@ def main(argv):
         log_device_placement=FLAGS.log_device_placement,
         options=common_flags.session_options_from_flags(FLAGS),
     )
+    devices = placement.tower_devices(1, cpu_towers=True)
+    compute_dtype = placement.compute_dtype(
+        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+    )
+    # Before the data: a refused flag writes nothing.
+    loss_scaling = common_flags.loss_scaling_from_flags(FLAGS, compute_dtype)
     cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
     data = cifar10_data.training_data(FLAGS.data_dir)
     if not FLAGS.clear_train_dir:
         data_records.refuse_other_data(train_dir, data, FLAGS.data_dir)
-    devices = placement.tower_devices(1, cpu_towers=True)
     print(placement.describe_devices(devices))
-    compute_dtype = placement.compute_dtype(
-        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
-    )
     with tf.Graph().as_default():
         loss, train_op = build_graph(
             FLAGS.data_dir,
             FLAGS.batch_size,
             compute_dtype,
             FLAGS.clip_gradients,
-            common_flags.loss_scaling_from_flags(FLAGS, compute_dtype),
+            loss_scaling,
             devices[0],
             model,
         )

@@ -11,6 +11,7 @@ import math
 
 from absl import flags
 
+from multigpu import flag_checks
 from multigpu.graph import (
     loss_scale,
     placement,
@@ -380,7 +381,12 @@ def loss_scaling_from_flags(flag_values, compute_dtype, sync_replicas=False):
       flag_values: the parsed flags, the trainer's `FLAGS`.
       compute_dtype: the towers' compute dtype; only float16 is scaled.
       sync_replicas: bool, the cluster's --sync_replicas.
+
+    Raises:
+      ValueError: a loss-scale flag given for a run that computes not in
+        float16 (`flag_checks.refuse_loss_scale`).
     """
+    flag_checks.refuse_loss_scale(flag_values, compute_dtype)
     return loss_scale.loss_scaling(
         compute_dtype,
         flag_values.fp16_loss_scale,
