@@ -20,8 +20,7 @@ batch_size * num_gpus examples. The variables live on the CPU; each tower
 computes its gradients; the CPU averages them and applies them once. With
 --variable_update=replicated each tower holds a copy of the variables
 instead, the gradients are all-reduced between the towers and each copy
-takes the same update; checkpoints are the same (README, "Two variable
-updates").
+takes the same update; checkpoints are the same (docs/replicated.md).
 Restarting on the same --train_dir resumes from its newest checkpoint.
 
 The learning rate follows the examples trained, not the steps. The

@@ -261,8 +261,11 @@ def define_warm_start_flags():
         flags.DEFINE_boolean,
         "fine_tune",
         False,
-        "With --pretrained_model_checkpoint_path: initialise the last layer "
-        "(softmax_linear) afresh instead of restoring it.",
+        "With --pretrained_model_checkpoint_path: initialise afresh, instead "
+        "of restoring, the layer that makes the logits, whichever the model: "
+        "the weights of the last matmul or convolution before the loss and "
+        "every variable added after it (its bias, any term added into the "
+        "logits). The run prints which.",
     )
 
 
