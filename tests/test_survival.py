@@ -287,6 +287,18 @@ def test_clearing_a_train_dir_deletes_only_what_the_trainers_write(tmp_path):
     assert os.listdir(str(tmp_path)) == []
 
 
+def test_clearing_names_the_evals_folder_it_removes(tmp_path, capsys):
+    _write_files(tmp_path, SUITE_FILES)
+    _write_files(tmp_path / "eval", {"events.out.tfevents.1.host": b"e"})
+    train_dirs.clear(str(tmp_path))
+    assert capsys.readouterr().out == (
+        "--clear_train_dir: removed 1 checkpoint(s), 1 event file(s), 4 "
+        "other file(s) and the eval's folder eval/ (1 event file(s)) from "
+        "%s\n" % tmp_path
+    )
+    assert os.listdir(str(tmp_path)) == []
+
+
 def test_clearing_refuses_a_train_dir_that_is_the_data_folder(tmp_path):
     files = {**SUITE_FILES, "train.tfrecords": b"records"}
     _write_files(tmp_path / "data", files)

@@ -98,6 +98,7 @@ def clear(train_dir, data_dirs=()):
             "--train_dir; nothing was deleted"
             % (train_dir, len(others), folders.listing(others))
         )
+    removed = _removed(train_dir, names)
     for name in names:
         path = os.path.join(train_dir, name)
         if name == LOCK_NAME:
@@ -106,7 +107,7 @@ def clear(train_dir, data_dirs=()):
             shutil.rmtree(path)
         else:
             os.remove(path)
-    print(_removed(train_dir, names), flush=True)
+    print(removed, flush=True)
 
 
 def remove_interrupted_writes(train_dir):
@@ -250,8 +251,9 @@ def _removed(train_dir, names):
     """'--clear_train_dir: removed N checkpoint(s), ... from DIR'.
 
     Args:
-      train_dir: str, the cleared folder.
-      names: strs, the suite's files it held (the lock is kept).
+      train_dir: str, the folder to clear, before it is cleared.
+      names: strs, the suite's files and folders it holds (the lock is
+        kept).
     """
     names = [name for name in names if name != LOCK_NAME]
     if not names:
@@ -259,15 +261,27 @@ def _removed(train_dir, names):
     checkpoint_files = [_CHECKPOINT_STEP.match(name) for name in names]
     steps = {found.group(1) for found in checkpoint_files if found}
     events = [name for name in names if name.startswith(_EVENT_FILE)]
-    return (
-        "--clear_train_dir: removed %d checkpoint(s), %d event file(s) and "
-        "%d other file(s) from %s"
+    # Of the suite's names, only the eval's folder is named 'eval'.
+    evals = [name for name in names if name == EVAL_FOLDER]
+    removed = [
+        "%d checkpoint(s)" % len(steps),
+        "%d event file(s)" % len(events),
+        "%d other file(s)"
         % (
-            len(steps),
-            len(events),
-            len(names) - len(events) - sum(map(bool, checkpoint_files)),
-            train_dir,
-        )
+            len(names)
+            - len(events)
+            - len(evals)
+            - sum(map(bool, checkpoint_files))
+        ),
+    ] + [
+        "the eval's folder %s/ (%d event file(s))"
+        % (name, len(os.listdir(os.path.join(train_dir, name))))
+        for name in evals
+    ]
+    return "--clear_train_dir: removed %s and %s from %s" % (
+        ", ".join(removed[:-1]),
+        removed[-1],
+        train_dir,
     )
 
 
