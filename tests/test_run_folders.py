@@ -16,6 +16,13 @@ import tensorflow as tf
 def net(images, is_training):
     flat = tf.compat.v1.layers.flatten(images)
     return tf.compat.v1.layers.dense(flat, 10, name="logits")
+
+
+def net_with_a_summaries_scope(images, is_training):
+    logits = net(images, is_training)
+    with tf.compat.v1.variable_scope("summaries"):
+        scale = tf.compat.v1.get_variable("logits/kernel", [], trainable=True)
+    return logits * scale
 """
 
 
@@ -75,6 +82,29 @@ def test_the_own_model_command_after_a_tutorial_run_is_one_line_and_changes_noth
         "default is %s/cifar10_train_my_models_net)" % (train_dir, tmp_path)
     )
     assert folder_contents(train_dir) == before
+
+
+@pytest.mark.slow
+def test_a_model_whose_names_would_collide_in_the_checkpoints_is_refused(
+    tutorial_run,
+):
+    tmp_path, _ = tutorial_run
+    line = error_line(
+        "cifar10_train.py",
+        "--fake_data",
+        "--data_dir=%s" % (tmp_path / "data"),
+        "--train_dir=%s" % (tmp_path / "collide"),
+        "--model=my_models:net_with_a_summaries_scope",
+        env={"TMPDIR": str(tmp_path), "PYTHONPATH": str(tmp_path)},
+    )
+    assert line == (
+        "cifar10_train.py: error: the variables model/logits/kernel and "
+        "model/summaries/logits/kernel would both be saved as logits/kernel "
+        "(the checkpoints' names leave out the blocks model/, update/, "
+        "summaries/), so one would be lost; rename one of them, e.g. by "
+        "another variable scope"
+    )
+    assert not (tmp_path / "collide").exists()
 
 
 @pytest.mark.slow
