@@ -65,6 +65,7 @@ from multigpu.graph import (
     loss_scale,
     loss_summaries,
     moving_averages,
+    op_kernels,
     placement,
     summaries,
     towers,
@@ -324,6 +325,7 @@ def _build_and_run(task, devices, options, model, train_dir):
             plan.loss_scaling,
             model,
         )
+        op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
         if FLAGS.dry_run:
             return _check_plan(graph, batch_shapes, devices, model, task, plan)
         closing = _train(graph_ops, train_dir, plan, task, model, data)

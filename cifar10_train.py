@@ -27,7 +27,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks
-from multigpu.graph import blocks, placement, summaries
+from multigpu.graph import blocks, op_kernels, placement, summaries
 from multigpu.run import data_records, report, trace, training
 
 FLAGS = flags.FLAGS
@@ -120,6 +120,9 @@ def main(argv):
             loss_scaling,
             devices[0],
             model,
+        )
+        op_kernels.refuse_bfloat16_without_cpu_kernel(
+            tf.compat.v1.get_default_graph(), compute_dtype
         )
         closing = _train(loss, train_op, train_dir, config, model, data)
     report.print_closing_report(
