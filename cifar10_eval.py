@@ -36,7 +36,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks, folders
-from multigpu.graph import placement
+from multigpu.graph import op_kernels, placement
 from multigpu.run import checkpoints, event_files, restore, train_dirs
 
 # Seconds between the watching eval's lines saying what it waits for.
@@ -232,6 +232,9 @@ def evaluate(
     config = config or placement.session_config()
     with tf.Graph().as_default():
         hits, init_op = build_graph(**data)
+        op_kernels.refuse_bfloat16_without_cpu_kernel(
+            tf.compat.v1.get_default_graph(), data["compute_dtype"]
+        )
         saver = restore.Restorer(cifar10.variables_to_restore())
         summary_op = tf.compat.v1.summary.merge_all()
         if summary_op is None:  # A model without summaries (the ResNets).

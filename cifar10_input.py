@@ -18,6 +18,7 @@ writing the files (the built-in sample set, the download) is
 `data_sets/cifar10_data.py`.
 """
 
+import logging
 import os
 import tempfile
 
@@ -270,6 +271,7 @@ def read_cifar10(filename_queue):
     Returns:
       A `CIFAR10Record`.
     """
+    _tensorflow_warnings_once()
     reader = tf.compat.v1.FixedLengthRecordReader(record_bytes=RECORD_BYTES)
     result = CIFAR10Record()
     result.key, value = reader.read(filename_queue)
@@ -295,6 +297,7 @@ def distorted_inputs(data_dir, batch_size):
     Raises:
       ValueError: a file is missing or holds partial records.
     """
+    _tensorflow_warnings_once()
     filenames = [os.path.join(data_dir, name) for name in TRAIN_FILES]
     num_records = check_files(filenames)
     queue = tf.compat.v1.train.string_input_producer(filenames)
@@ -327,6 +330,7 @@ def inputs(eval_data, data_dir, batch_size):
       ValueError: eval_data is not a bool, or a file is missing or holds
         partial records.
     """
+    _tensorflow_warnings_once()
     if isinstance(eval_data, str):
         # Our eval_inputs takes 'test' or 'train'; here 'train' would be true.
         raise ValueError(
@@ -342,6 +346,20 @@ def inputs(eval_data, data_dir, batch_size):
     return _queue_batches(
         image, record.label, num_records, batch_size, shuffle=False
     )
+
+
+def _tensorflow_warnings_once():
+    """Has TensorFlow's Python warnings printed once each, not twice.
+
+    TensorFlow gives its logger a handler of its own when it loads before
+    absl's handler is on the root logger (a tutorial script imports
+    TensorFlow, then calls tf.app.run), and the logger also passes each
+    record on to the root's: every deprecation warning of the queues came
+    twice, in two formats.
+    """
+    logger = tf.get_logger()
+    if logger.handlers and logging.getLogger().handlers:
+        logger.propagate = False
 
 
 def _queue_batches(image, label, num_records, batch_size, shuffle):

@@ -20,8 +20,7 @@ batch_size * num_gpus examples. The variables live on the CPU; each tower
 computes its gradients; the CPU averages them and applies them once. With
 --variable_update=replicated each tower holds a copy of the variables
 instead, the gradients are all-reduced between the towers and each copy
-takes the same update; checkpoints are the same (README, "Two variable
-updates").
+takes the same update; checkpoints are the same (docs/replicated.md).
 Restarting on the same --train_dir resumes from its newest checkpoint.
 
 The learning rate follows the examples trained, not the steps. The
@@ -66,12 +65,13 @@ from multigpu.graph import (
     loss_scale,
     loss_summaries,
     moving_averages,
+    op_kernels,
     placement,
     summaries,
     towers,
     variable_update,
 )
-from multigpu.run import report, trace, training
+from multigpu.run import data_records, report, trace, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -292,10 +292,14 @@ def _build_and_run(task, devices, options, model, train_dir):
     """
     plan = _tower_plan(devices, task, options)
     batch_shapes = _batch_shapes(FLAGS.batch_size)
+    data = None
     if not FLAGS.dry_run:
         cifar10_data.prepare_data_dir(
             FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
         )
+        data = cifar10_data.training_data(FLAGS.data_dir)
+        if not FLAGS.clear_train_dir:
+            data_records.refuse_other_data(train_dir, data, FLAGS.data_dir)
     with (
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
@@ -321,9 +325,10 @@ def _build_and_run(task, devices, options, model, train_dir):
             plan.loss_scaling,
             model,
         )
+        op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
         if FLAGS.dry_run:
             return _check_plan(graph, batch_shapes, devices, model, task, plan)
-        closing = _train(graph_ops, train_dir, plan.config, task, model)
+        closing = _train(graph_ops, train_dir, plan, task, model, data)
     report.print_closing_report(
         closing,
         FLAGS.batch_size * FLAGS.num_gpus,
@@ -422,16 +427,17 @@ def _check_plan(graph, batch_shapes, devices, model, task, plan):
     )
 
 
-def _train(graph_ops, train_dir, config, task, model):
+def _train(graph_ops, train_dir, plan, task, model, data):
     """Trains in train_dir (`training.run_training`).
 
     Args:
       graph_ops: (loss, train_op, summary_op, hooks), as `build_graph`
         returns them.
       train_dir: str.
-      config: the session's `ConfigProto`.
+      plan: the `_TowerPlan`, for the session's `ConfigProto`.
       task: the `cluster.ClusterTask`.
       model: the `registry.Model`, recorded in train_dir.
+      data: the `data_records.Data` of --data_dir, recorded in train_dir.
 
     Returns:
       the `report.RunReportHook` of the run, for its closing report.
@@ -448,7 +454,7 @@ def _train(graph_ops, train_dir, config, task, model):
         save_checkpoint_steps=FLAGS.save_checkpoint_steps,
         save_summaries_steps=FLAGS.save_summaries_steps,
         summary_op=summary_op,
-        config=config,
+        config=plan.config,
         clear_train_dir=FLAGS.clear_train_dir,
         data_dirs=[FLAGS.data_dir],
         task=task,
@@ -463,6 +469,7 @@ def _train(graph_ops, train_dir, config, task, model):
         ),
         model_name=model.name,
         settings=tower_flags.cluster_settings(FLAGS),
+        data=data,
     )
     return closing
 

@@ -27,8 +27,8 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks
-from multigpu.graph import blocks, placement, summaries
-from multigpu.run import report, trace, training
+from multigpu.graph import blocks, op_kernels, placement, summaries
+from multigpu.run import data_records, report, trace, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -98,25 +98,33 @@ def main(argv):
         log_device_placement=FLAGS.log_device_placement,
         options=common_flags.session_options_from_flags(FLAGS),
     )
-    cifar10_data.prepare_data_dir(
-        FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
-    )
     devices = placement.tower_devices(1, cpu_towers=True)
-    print(placement.describe_devices(devices))
     compute_dtype = placement.compute_dtype(
         FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
     )
+    # Before the data: a refused flag writes nothing.
+    loss_scaling = common_flags.loss_scaling_from_flags(FLAGS, compute_dtype)
+    cifar10_data.prepare_data_dir(
+        FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
+    )
+    data = cifar10_data.training_data(FLAGS.data_dir)
+    if not FLAGS.clear_train_dir:
+        data_records.refuse_other_data(train_dir, data, FLAGS.data_dir)
+    print(placement.describe_devices(devices))
     with tf.Graph().as_default():
         loss, train_op = build_graph(
             FLAGS.data_dir,
             FLAGS.batch_size,
             compute_dtype,
             FLAGS.clip_gradients,
-            common_flags.loss_scaling_from_flags(FLAGS, compute_dtype),
+            loss_scaling,
             devices[0],
             model,
         )
-        closing = _train(loss, train_op, train_dir, config, model)
+        op_kernels.refuse_bfloat16_without_cpu_kernel(
+            tf.compat.v1.get_default_graph(), compute_dtype
+        )
+        closing = _train(loss, train_op, train_dir, config, model, data)
     report.print_closing_report(
         closing,
         FLAGS.batch_size,
@@ -125,7 +133,7 @@ def main(argv):
     )
 
 
-def _train(loss, train_op, train_dir, config, model):
+def _train(loss, train_op, train_dir, config, model, data):
     """Trains in train_dir (`training.run_training`).
 
     Args:
@@ -133,6 +141,7 @@ def _train(loss, train_op, train_dir, config, model):
       train_dir: str.
       config: the session's `ConfigProto`.
       model: the `registry.Model`, recorded in train_dir.
+      data: the `data_records.Data` of --data_dir, recorded in train_dir.
 
     Returns:
       the `report.RunReportHook` of the run, for its closing report.
@@ -159,6 +168,7 @@ def _train(loss, train_op, train_dir, config, model):
             *trace.trace_hooks(FLAGS.trace_step, train_dir),
         ],
         model_name=model.name,
+        data=data,
     )
     return closing
 

@@ -47,7 +47,7 @@ from data_sets import mnist_data
 from multigpu import common_flags, errors, flag_checks, folders, tower_flags
 from multigpu.distributed import cluster, ps
 from multigpu.graph import dry_run, placement, variable_update
-from multigpu.run import report, trace, training
+from multigpu.run import data_records, report, trace, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -70,7 +70,9 @@ flags.DEFINE_float(
     "Learning rate of the momentum optimizer, constant: it applies to the "
     "mean gradient of a step's batch_size * num_gpus examples, the same "
     "whatever --num_gpus.",
+    lower_bound=0.0,
 )
+common_flags.refuse_non_finite("learning_rate")
 flags.DEFINE_string(
     "data_dir",
     "/tmp/mnist_data",
@@ -221,7 +223,10 @@ def main(argv):
     if task.is_chief:
         # Scored at the end: checked before hours of training.
         mnist_input.data_file(FLAGS.data_dir, "test")
-    closing, steps = _train(train_file, devices, config, task)
+    data = mnist_data.training_data(FLAGS.data_dir)
+    if not FLAGS.clear_train_dir:
+        data_records.refuse_other_data(FLAGS.train_dir, data, FLAGS.data_dir)
+    closing, steps = _train(train_file, devices, config, task, data)
     if steps == 0 and task.cluster is None:
         _no_step(train_file, FLAGS.batch_size, FLAGS.num_gpus)
     print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
@@ -235,7 +240,7 @@ def main(argv):
     )
 
 
-def _train(train_file, devices, config, task):
+def _train(train_file, devices, config, task, data):
     """Builds the towers' graph and trains it in --train_dir.
 
     Args:
@@ -243,6 +248,7 @@ def _train(train_file, devices, config, task):
       devices: strs, one tower's device each.
       config: the session's `ConfigProto`.
       task: the `cluster.ClusterTask`.
+      data: the `data_records.Data` of --data_dir, recorded in train_dir.
 
     Returns:
       (report.RunReportHook, int): the run's closing report hook, and the
@@ -289,6 +295,7 @@ def _train(train_file, devices, config, task):
                     FLAGS.fine_tune,
                 ),
                 settings=tower_flags.cluster_settings(FLAGS),
+                data=data,
             )
     return closing, steps
 

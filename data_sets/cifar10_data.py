@@ -17,6 +17,7 @@ import numpy as np
 import cifar10_input
 from data_sets import sample_sets
 from multigpu import folders
+from multigpu.run import data_records
 
 # The MD5 published beside the official archive (cifar10_input.DATA_URL).
 DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
@@ -29,6 +30,10 @@ FAKE_RECORDS_PER_TRAIN_FILE = 2000
 FAKE_TEST_RECORDS = 10000
 # Pixel noise of the sample set (uint8 units) on top of each class pattern.
 FAKE_NOISE_STDDEV = 40.0
+# The `data_records.digest` of the sample set's training files, as
+# `write_fake_data` writes them: the set is known by its content, marked or
+# not.
+FAKE_TRAIN_DIGEST = "6d44307f482267b9"
 
 
 def write_records(filename, images, labels):
@@ -121,7 +126,34 @@ def write_fake_data(data_dir):
 
 def say_if_sample_set(data_dir):
     """Prints one line when data_dir holds the sample set, not CIFAR-10."""
-    sample_sets.say_if_sample_set(_batches_folder(data_dir), "CIFAR-10")
+    sample_sets.say_if_sample_set(
+        _batches_folder(data_dir),
+        "CIFAR-10",
+        cifar10_input.data_files(data_dir),
+        FAKE_TRAIN_DIGEST,
+    )
+
+
+def holds_sample_set(data_dir):
+    """Whether data_dir holds the sample set, marked or not."""
+    return sample_sets.is_sample_set(
+        _batches_folder(data_dir),
+        cifar10_input.data_files(data_dir),
+        FAKE_TRAIN_DIGEST,
+    )
+
+
+def training_data(data_dir):
+    """What a run on data_dir trains on, for its train_dir's record.
+
+    Returns:
+      a `data_records.Data`: 'the CIFAR-10 sample set' or 'CIFAR-10', and
+      the fingerprints of the five training files.
+    """
+    return data_records.Data(
+        "the CIFAR-10 sample set" if holds_sample_set(data_dir) else "CIFAR-10",
+        data_records.fingerprint(cifar10_input.data_files(data_dir)),
+    )
 
 
 def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
@@ -140,15 +172,13 @@ def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
       ValueError: without fake_data, data_dir holds the sample set; or the
         download failed.
     """
-    if not fake_data and sample_sets.is_sample_set(_batches_folder(data_dir)):
+    if not fake_data and holds_sample_set(data_dir):
         raise ValueError(
             "--data_dir=%s holds the built-in sample set (written by "
             "--fake_data), not CIFAR-10: pass --fake_data to train on it, or "
             "another --data_dir, where CIFAR-10 is downloaded" % data_dir
         )
-    if _complete(data_dir) and (
-        not fake_data or sample_sets.is_sample_set(_batches_folder(data_dir))
-    ):
+    if _complete(data_dir) and (not fake_data or holds_sample_set(data_dir)):
         # Only read: a read-only copy is fine.
         say_if_sample_set(data_dir)
         return

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from data_sets import mnist_format, sample_sets
 from multigpu import folders
+from multigpu.run import data_records
 
 # The four classic IDX files, as published at mnist_format.SOURCE_URL.
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"
@@ -37,6 +38,10 @@ FAKE_SPLIT_SIZES = {"train": 3000, "validation": 500, "test": 1000}
 FAKE_NOISE_STDDEV = 50.0
 # Largest random shift of a sample digit, in pixels, along each axis.
 FAKE_MAX_SHIFT = 3
+# The `data_records.digest` of the sample set's train.tfrecords, as
+# `write_fake_data` writes it: the set is known by its content, marked or
+# not.
+FAKE_TRAIN_DIGEST = "afec690b7b02b913"
 
 
 # Seven-segment digits: the segments lit per digit and where they are drawn,
@@ -98,7 +103,9 @@ def write_records(filename, images, labels):
             example = tf.train.Example(
                 features=tf.train.Features(feature=feature)
             )
-            writer.write(example.SerializeToString())
+            # The features' order fixed: the same images, the same bytes
+            # (`FAKE_TRAIN_DIGEST`).
+            writer.write(example.SerializeToString(deterministic=True))
 
 
 @contextlib.contextmanager
@@ -390,4 +397,27 @@ def write_fake_data(data_dir):
 
 def say_if_sample_set(data_dir):
     """Prints one line when data_dir holds the sample set, not MNIST."""
-    sample_sets.say_if_sample_set(data_dir, "MNIST")
+    sample_sets.say_if_sample_set(
+        data_dir, "MNIST", [_train_file(data_dir)], FAKE_TRAIN_DIGEST
+    )
+
+
+def training_data(data_dir):
+    """What a run on data_dir trains on, for its train_dir's record.
+
+    Returns:
+      a `data_records.Data`: 'the MNIST sample set' or 'MNIST', and the
+      fingerprint of train.tfrecords.
+    """
+    train_file = _train_file(data_dir)
+    sample_set = sample_sets.is_sample_set(
+        data_dir, [train_file], FAKE_TRAIN_DIGEST
+    )
+    return data_records.Data(
+        "the MNIST sample set" if sample_set else "MNIST",
+        data_records.fingerprint([train_file]),
+    )
+
+
+def _train_file(data_dir):
+    return os.path.join(data_dir, mnist_format.SPLIT_FILES["train"])

@@ -11,6 +11,7 @@ import math
 
 from absl import flags
 
+from multigpu import flag_checks
 from multigpu.graph import (
     loss_scale,
     placement,
@@ -21,6 +22,23 @@ def define_once(define, name, *args, **kwargs):
     """Calls define(name, ...) unless the flag exists (DuplicateFlagError)."""
     if name not in flags.FLAGS:
         define(name, *args, **kwargs)
+
+
+def define_finite_float(name, default, help_text, **bounds):
+    """Defines float flag name (once), refusing NaN and infinities."""
+    if name in flags.FLAGS:
+        return
+    flags.DEFINE_float(name, default, help_text, **bounds)
+    refuse_non_finite(name)
+
+
+def refuse_non_finite(name):
+    """Refuses NaN and infinities for float flag name, at parsing.
+
+    nan passes any bound (every comparison with nan is false), and an
+    infinity a lower one.
+    """
+    flags.register_validator(name, math.isfinite, "--%s must be finite" % name)
 
 
 def define_trainer_flags(train_dir, log_frequency, train_dir_note=""):
@@ -85,8 +103,7 @@ def define_model_flag():
 
 def define_recipe_flags():
     """--learning_rate, --learning_rate_boundaries, --momentum."""
-    define_once(
-        flags.DEFINE_float,
+    define_finite_float(
         "learning_rate",
         0.0,
         "0 trains with the --model's own recipe; > 0 replaces it by this "
@@ -109,8 +126,7 @@ def define_recipe_flags():
             "--learning_rate_boundaries: expected whole numbers of steps, "
             "e.g. 32000,48000",
         )
-    define_once(
-        flags.DEFINE_float,
+    define_finite_float(
         "momentum",
         0.0,
         "With --learning_rate: the optimizer's momentum; 0 is plain "
@@ -169,19 +185,14 @@ def define_step_flags():
         "Global step to stop at. A train_dir already there trains nothing.",
         lower_bound=1,
     )
-    if "clip_gradients" not in flags.FLAGS:
-        flags.DEFINE_float(
-            "clip_gradients",
-            0.0,
-            "If > 0, scale the (averaged) gradients to at most this global "
-            "norm: small batches at the tutorial's learning rate can diverge "
-            "without it.",
-            lower_bound=0.0,
-        )
-        # nan passes the lower bound (every comparison with nan is false).
-        flags.register_validator(
-            "clip_gradients", math.isfinite, "--clip_gradients must be finite"
-        )
+    define_finite_float(
+        "clip_gradients",
+        0.0,
+        "If > 0, scale the (averaged) gradients to at most this global "
+        "norm: small batches at the tutorial's learning rate can diverge "
+        "without it.",
+        lower_bound=0.0,
+    )
 
 
 def define_checkpoint_flags():
@@ -251,8 +262,11 @@ def define_warm_start_flags():
         flags.DEFINE_boolean,
         "fine_tune",
         False,
-        "With --pretrained_model_checkpoint_path: initialise the last layer "
-        "(softmax_linear) afresh instead of restoring it.",
+        "With --pretrained_model_checkpoint_path: initialise afresh, instead "
+        "of restoring, the layer that makes the logits, whichever the model: "
+        "the weights of the last matmul or convolution before the loss and "
+        "every variable added after it (its bias, any term added into the "
+        "logits). The run prints which.",
     )
 
 
@@ -269,8 +283,7 @@ def define_session_flags():
         "Take GPU memory as it is needed instead of (almost) all of it at "
         "start (gpu_options.allow_growth), e.g. to share a GPU.",
     )
-    define_once(
-        flags.DEFINE_float,
+    define_finite_float(
         "gpu_memory_fraction",
         0.0,
         "Share of each GPU's memory this process may take "
@@ -339,14 +352,14 @@ def define_fp16_flags():
         "or AMX), compute in bfloat16 anyway (emulated, about 10x slower) "
         "instead of float32.",
     )
-    define_once(
-        flags.DEFINE_float,
+    define_finite_float(
         "fp16_loss_scale",
         loss_scale.DEFAULT_LOSS_SCALE,
         "With --use_fp16 on GPUs (float16): multiply the loss by this before "
         "the gradients are computed and divide the gradients by it, so that "
         "small gradients do not underflow; 1 disables it. The starting "
         "scale of --fp16_enable_auto_loss_scale.",
+        lower_bound=loss_scale.MIN_LOSS_SCALE,
     )
     define_once(
         flags.DEFINE_boolean,
@@ -372,7 +385,12 @@ def loss_scaling_from_flags(flag_values, compute_dtype, sync_replicas=False):
       flag_values: the parsed flags, the trainer's `FLAGS`.
       compute_dtype: the towers' compute dtype; only float16 is scaled.
       sync_replicas: bool, the cluster's --sync_replicas.
+
+    Raises:
+      ValueError: a loss-scale flag given for a run that computes not in
+        float16 (`flag_checks.refuse_loss_scale`).
     """
+    flag_checks.refuse_loss_scale(flag_values, compute_dtype)
     return loss_scale.loss_scaling(
         compute_dtype,
         flag_values.fp16_loss_scale,

@@ -13,13 +13,14 @@ import sys
 
 from multigpu.distributed import collective_cluster
 
-# The flags of reduced precision, which do nothing without --use_fp16.
-FP16_FLAGS = (
-    "force_cpu_bfloat16",
+# The flags of float16's loss scaling, which do nothing in other dtypes.
+LOSS_SCALE_FLAGS = (
     "fp16_loss_scale",
     "fp16_enable_auto_loss_scale",
     "fp16_inc_loss_scale_every_n",
 )
+# The flags of reduced precision, which do nothing without --use_fp16.
+FP16_FLAGS = ("force_cpu_bfloat16", *LOSS_SCALE_FLAGS)
 
 
 def check_flags(flag_values, task=None):
@@ -159,6 +160,59 @@ def _check_variable_update(flag_values, task):
         )
     if task is not None:
         collective_cluster.check_mode(mode, task)
+    _check_workers_only_flags(flag_values, task)
+
+
+def _check_workers_only_flags(flag_values, task):
+    """--gradient_pack_bytes acts in a cluster of workers only, and
+    --all_reduce_spec everywhere else."""
+    workers_only = task is not None and task.workers_only
+    if _given(flag_values, "gradient_pack_bytes") and not workers_only:
+        raise ValueError(
+            "%s applies only in a cluster of workers (--worker_hosts or "
+            "TF_CONFIG without ps tasks, --variable_update=replicated), "
+            "whose workers all-reduce their gradients in pieces; this run "
+            "has %s, so it would be ignored; drop --gradient_pack_bytes"
+            % (
+                _shown(flag_values, "gradient_pack_bytes"),
+                "no cluster"
+                if task is None or task.cluster is None
+                else "ps tasks",
+            )
+        )
+    if workers_only and flag_values.all_reduce_spec not in (
+        "auto",
+        "collective",
+    ):
+        raise ValueError(
+            "%s does not apply in a cluster of workers: every tower of every "
+            "worker all-reduces its gradients by TensorFlow's collective "
+            "ops; drop --all_reduce_spec"
+            % _shown(flag_values, "all_reduce_spec")
+        )
+
+
+def refuse_loss_scale(flag_values, compute_dtype):
+    """Refuses the loss-scale flags of a run that computes not in float16.
+
+    Args:
+      flag_values: the trainer's parsed flags.
+      compute_dtype: tf.DType, the towers' compute dtype: bfloat16 (a CPU)
+        or float32 (a CPU without bfloat16 instructions) are not scaled.
+
+    Raises:
+      ValueError: one of the flags is given (named).
+    """
+    if compute_dtype.name == "float16":
+        return
+    for name in LOSS_SCALE_FLAGS:
+        if _given(flag_values, name):
+            raise ValueError(
+                "%s applies only to float16 on GPUs, and this run computes "
+                "in %s on the CPU (which needs no loss scaling), so it would "
+                "be ignored; drop --%s"
+                % (_shown(flag_values, name), compute_dtype.name, name)
+            )
 
 
 def _check_cluster(flag_values, task):

@@ -283,3 +283,19 @@ def test_logits_of_the_wrong_shape_or_dtype_are_named_in_one_line(
         "--model=mine:net must return float logits of shape [2, 10], "
         "returned %s" % found
     )
+
+
+def test_two_variables_saved_under_one_name_are_refused_naming_both():
+    with tf.Graph().as_default():
+        with tf.compat.v1.variable_scope(blocks.MODEL):
+            tf.compat.v1.get_variable("w", [2])
+            with tf.compat.v1.variable_scope(blocks.SUMMARIES):
+                tf.compat.v1.get_variable("w", [2])
+        with pytest.raises(ValueError) as error:
+            checkpoints.saved_variables()
+    assert str(error.value) == (
+        "the variables model/w and model/summaries/w would both be saved as "
+        "w (the checkpoints' names leave out the blocks model/, update/, "
+        "summaries/), so one would be lost; rename one of them, e.g. by "
+        "another variable scope"
+    )

@@ -155,9 +155,10 @@ def test_a_second_run_resumes_and_clear_train_dir_starts_over(
         "--clear_train_dir",
     )
     # Steps 0, 20 and 40; an event file per run; the state file, the graph
-    # and the model's record (the lock stays, held by the run).
+    # and the records of the model and the data (the lock stays, held by
+    # the run).
     assert (
-        "--clear_train_dir: removed 3 checkpoint(s), 2 event file(s) and 3 "
+        "--clear_train_dir: removed 3 checkpoint(s), 2 event file(s) and 4 "
         "other file(s) from %s\n" % tmp_path
     ) in cleared.stdout
     assert "training from step 0\n" in cleared.stdout

@@ -195,6 +195,46 @@ CASES = [
     ),
     ("mnist_multi_gpu_train", ["--learning_rate=0.5"], None),
     (
+        "cifar10_multi_gpu_train",
+        ["--gradient_pack_bytes=1024"],
+        "--gradient_pack_bytes=1024 applies only in a cluster of workers "
+        "(--worker_hosts or TF_CONFIG without ps tasks, "
+        "--variable_update=replicated), whose workers all-reduce their "
+        "gradients in pieces; this run has no cluster, so it would be "
+        "ignored; drop --gradient_pack_bytes",
+    ),
+    (
+        "mnist_multi_gpu_train",
+        [*CLUSTER, "--job_name=worker", "--gradient_pack_bytes=0"],
+        "--gradient_pack_bytes=0 applies only in a cluster of workers "
+        "(--worker_hosts or TF_CONFIG without ps tasks, "
+        "--variable_update=replicated), whose workers all-reduce their "
+        "gradients in pieces; this run has ps tasks, so it would be "
+        "ignored; drop --gradient_pack_bytes",
+    ),
+    (
+        "cifar10_multi_gpu_train",
+        [
+            WORKERS_ONLY,
+            "--job_name=worker",
+            "--variable_update=replicated",
+            "--gradient_pack_bytes=1024",
+        ],
+        None,
+    ),
+    (
+        "mnist_multi_gpu_train",
+        [
+            WORKERS_ONLY,
+            "--job_name=worker",
+            "--variable_update=replicated",
+            "--all_reduce_spec=one_device",
+        ],
+        "--all_reduce_spec=one_device does not apply in a cluster of "
+        "workers: every tower of every worker all-reduces its gradients by "
+        "TensorFlow's collective ops; drop --all_reduce_spec",
+    ),
+    (
         "cifar10_eval",
         ["--run_once", "--last_step=1000"],
         "--last_step=1000 ends a watch for new checkpoints, and --run_once "
@@ -263,8 +303,30 @@ def test_increasing_boundaries_pass_and_others_name_the_first_fault():
             "task(s); drop --ps_hosts (and the ps tasks) or pass "
             "--variable_update=parameter_server",
         ),
+        (
+            "cifar10_train.py",
+            ["--use_fp16", "--force_cpu_bfloat16", "--fp16_loss_scale=64"],
+            "cifar10_train.py: error: --fp16_loss_scale=64.0 applies only to "
+            "float16 on GPUs, and this run computes in bfloat16 on the CPU "
+            "(which needs no loss scaling), so it would be ignored; drop "
+            "--fp16_loss_scale",
+        ),
+        (
+            "cifar10_multi_gpu_train.py",
+            [
+                "--cpu_towers",
+                "--use_fp16",
+                "--force_cpu_bfloat16",
+                "--fp16_enable_auto_loss_scale",
+            ],
+            "cifar10_multi_gpu_train.py: error: "
+            "--fp16_enable_auto_loss_scale applies only to float16 on GPUs, "
+            "and this run computes in bfloat16 on the CPU (which needs no "
+            "loss scaling), so it would be ignored; drop "
+            "--fp16_enable_auto_loss_scale",
+        ),
     ],
-    ids=["boundaries", "ps_replicated"],
+    ids=["boundaries", "ps_replicated", "bfloat16_scale", "bfloat16_auto"],
 )
 def test_a_refused_combination_exits_1_before_anything_is_written(
     script, flags, line, tmp_path

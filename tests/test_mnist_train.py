@@ -247,7 +247,8 @@ def test_the_trainers_help_claims_the_accuracy_these_tests_require():
 
 def test_the_mnist_help_states_its_constant_learning_rate():
     assert (
-        "--learning_rate (default: 0.01; a number) Learning rate of the "
-        "momentum optimizer, constant: it applies to the mean gradient of a "
-        "step's batch_size * num_gpus examples, the same whatever --num_gpus."
+        "--learning_rate (default: 0.01; a non-negative number) Learning rate "
+        "of the momentum optimizer, constant: it applies to the mean gradient "
+        "of a step's batch_size * num_gpus examples, the same whatever "
+        "--num_gpus."
     ) in help_words("mnist_multi_gpu_train.py")

@@ -551,3 +551,14 @@ def test_a_help_text_names_only_the_scripts_own_flags(command):
     # A flag of the trainer, named in the eval's help as such, is not its.
     named = re.findall(r"(?<!trainer's )--(?:no)?(\w+)", flags_part)
     assert sorted(set(named) - own - {"helpfull", "verbosity"}) == []
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_the_pages_and_sections_a_help_text_points_to_exist(command):
+    script, _ = COMMANDS[command]
+    help_text = " ".join(_run_as_user(script, "--help").stdout.split())
+    readme = (REPO / "README.md").read_text()
+    pages = re.findall(r"\bdocs/[\w-]+\.md", help_text)
+    sections = re.findall(r'README, "([^"]+)"', help_text)
+    assert [page for page in pages if not (REPO / page).is_file()] == []
+    assert [each for each in sections if "## " + each not in readme] == []

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import error_line, trainer_flags
 
-from multigpu.graph import loss_scale, placement
+from cifar10_models import registry
+from multigpu.graph import loss_scale, op_kernels, placement
 
 # float16 rounds values below half its smallest subnormal (2**-24) to zero.
 FLOAT16_TINY = 2.0**-24
@@ -211,3 +213,58 @@ def test_the_bfloat16_instructions_are_read_from_cpuinfo(
 
     assert placement.cpu_has_bfloat16(str(cpuinfo)) is expected
     assert placement.cpu_has_bfloat16(str(tmp_path / "absent")) is False
+
+
+# A user's model with the tutorial's local response normalisation, as
+# slim's CifarNet has it: TensorFlow has no bfloat16 CPU kernel of LRN.
+LRN_MODEL = """
+import tensorflow as tf
+
+
+def net(images, is_training):
+    conv = tf.compat.v1.layers.conv2d(images, 8, 3, name="conv1")
+    norm = tf.nn.lrn(conv, name="norm1")
+    flat = tf.compat.v1.layers.flatten(norm)
+    return tf.compat.v1.layers.dense(flat, 10, name="logits")
+"""
+
+
+@pytest.mark.slow
+def test_a_bfloat16_op_without_a_cpu_kernel_is_refused_before_step_1(
+    cifar10_data_dir, tmp_path
+):
+    (tmp_path / "lrn_models.py").write_text(LRN_MODEL)
+    line = error_line(
+        "cifar10_multi_gpu_train.py",
+        "--cpu_towers",
+        "--num_gpus=2",
+        "--use_fp16",
+        "--force_cpu_bfloat16",
+        "--model=lrn_models:net",
+        *trainer_flags(cifar10_data_dir, tmp_path / "train"),
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert line == (
+        "cifar10_multi_gpu_train.py: error: --use_fp16: 2 op(s) compute in "
+        "bfloat16, for which this TensorFlow build has no CPU kernel: norm1 "
+        "(LRN, T=bfloat16) in layer norm1; gradients/norm1_grad/LRNGrad "
+        "(LRNGrad, T=bfloat16) in layer norm1; compute those layers in "
+        "float32 (cast their input to float32 and their output back), or "
+        "train without --use_fp16"
+    )
+    assert not (tmp_path / "train").exists()
+
+
+@pytest.mark.parametrize("name", ["tutorial", "resnet20"])
+def test_the_suites_nets_in_bfloat16_have_a_cpu_kernel_for_every_op(name):
+    with tf.Graph().as_default() as graph:
+        images = tf.zeros([2, 24, 24, 3])
+        model = registry.model(name, 0.0, [], 0.0)
+        logits = registry.logits(model, images, True, tf.bfloat16)
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            tf.reduce_sum(logits)
+        )
+        num_variables = len(tf.compat.v1.trainable_variables())
+    checked = op_kernels.refuse_bfloat16_without_cpu_kernel(graph, tf.bfloat16)
+    # Nothing refused, of at least a read of each variable and its gradient.
+    assert checked > 2 * num_variables

@@ -16,6 +16,13 @@ import tensorflow as tf
 def net(images, is_training):
     flat = tf.compat.v1.layers.flatten(images)
     return tf.compat.v1.layers.dense(flat, 10, name="logits")
+
+
+def net_with_a_summaries_scope(images, is_training):
+    logits = net(images, is_training)
+    with tf.compat.v1.variable_scope("summaries"):
+        scale = tf.compat.v1.get_variable("logits/kernel", [], trainable=True)
+    return logits * scale
 """
 
 
@@ -52,6 +59,20 @@ def _resnet20_refusal(script, data_dir, tmp_path, *flags):
     )
 
 
+def _own_model_refusal(tmp_path, train_dir, function, *flags):
+    """The error line of cifar10_train.py --model=my_models:FUNCTION, with
+    the sample set and my_models.py of tmp_path."""
+    return error_line(
+        "cifar10_train.py",
+        "--fake_data",
+        "--data_dir=%s" % (tmp_path / "data"),
+        "--train_dir=%s" % train_dir,
+        "--model=my_models:%s" % function,
+        *flags,
+        env={"TMPDIR": str(tmp_path), "PYTHONPATH": str(tmp_path)},
+    )
+
+
 @pytest.mark.slow
 def test_the_own_model_command_after_a_tutorial_run_is_one_line_and_changes_nothing(  # noqa: E501
     tutorial_run,
@@ -59,15 +80,7 @@ def test_the_own_model_command_after_a_tutorial_run_is_one_line_and_changes_noth
     tmp_path, train_dir = tutorial_run
     before = folder_contents(train_dir)
     assert before[train_dirs.MODEL_RECORD] == b"tutorial\n"
-    line = error_line(
-        "cifar10_train.py",
-        "--fake_data",
-        "--data_dir=%s" % (tmp_path / "data"),
-        "--train_dir=%s" % train_dir,
-        "--model=my_models:net",
-        "--max_steps=600",
-        env={"TMPDIR": str(tmp_path), "PYTHONPATH": str(tmp_path)},
-    )
+    line = _own_model_refusal(tmp_path, train_dir, "net", "--max_steps=600")
     assert line == (
         "cifar10_train.py: error: --train_dir=%s holds checkpoints of "
         "--model=tutorial, not --model=my_models:net: pass --model=tutorial "
@@ -75,6 +88,24 @@ def test_the_own_model_command_after_a_tutorial_run_is_one_line_and_changes_noth
         "default is %s/cifar10_train_my_models_net)" % (train_dir, tmp_path)
     )
     assert folder_contents(train_dir) == before
+
+
+@pytest.mark.slow
+def test_a_model_whose_names_would_collide_in_the_checkpoints_is_refused(
+    tutorial_run,
+):
+    tmp_path, _ = tutorial_run
+    line = _own_model_refusal(
+        tmp_path, tmp_path / "collide", "net_with_a_summaries_scope"
+    )
+    assert line == (
+        "cifar10_train.py: error: the variables model/logits/kernel and "
+        "model/summaries/logits/kernel would both be saved as logits/kernel "
+        "(the checkpoints' names leave out the blocks model/, update/, "
+        "summaries/), so one would be lost; rename one of them, e.g. by "
+        "another variable scope"
+    )
+    assert not (tmp_path / "collide").exists()
 
 
 @pytest.mark.slow

@@ -275,6 +275,8 @@ SUITE_FILES = {
     "model.ckpt-5.meta": b"meta",
     "events.out.tfevents.1700000000.host": b"events",
     "graph.pbtxt": b"graph",
+    "model.txt": b"tutorial\n",
+    "data.txt": b"the CIFAR-10 sample set\n",
 }
 
 
@@ -282,6 +284,18 @@ def test_clearing_a_train_dir_deletes_only_what_the_trainers_write(tmp_path):
     _write_files(tmp_path, SUITE_FILES)
     os.makedirs(str(tmp_path / "model.ckpt-6_temp"))
     train_dirs.clear(str(tmp_path))
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_clearing_names_the_evals_folder_it_removes(tmp_path, capsys):
+    _write_files(tmp_path, SUITE_FILES)
+    _write_files(tmp_path / "eval", {"events.out.tfevents.1.host": b"e"})
+    train_dirs.clear(str(tmp_path))
+    assert capsys.readouterr().out == (
+        "--clear_train_dir: removed 1 checkpoint(s), 1 event file(s), 4 "
+        "other file(s) and the eval's folder eval/ (1 event file(s)) from "
+        "%s\n" % tmp_path
+    )
     assert os.listdir(str(tmp_path)) == []
 
 

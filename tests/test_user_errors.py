@@ -215,8 +215,40 @@ def test_a_job_name_without_hosts_is_an_error():
             "cifar10_eval.py: error: flag --eval_interval_secs=0: 0 is not a "
             "positive integer",
         ),
+        (
+            "cifar10_multi_gpu_train.py",
+            ["--learning_rate=nan"],
+            "cifar10_multi_gpu_train.py: error: flag --learning_rate=nan: "
+            "--learning_rate must be finite",
+        ),
+        (
+            "mnist_multi_gpu_train.py",
+            ["--learning_rate=inf"],
+            "mnist_multi_gpu_train.py: error: flag --learning_rate=inf: "
+            "--learning_rate must be finite",
+        ),
+        (
+            "cifar10_train.py",
+            ["--use_fp16", "--fp16_loss_scale=-4"],
+            "cifar10_train.py: error: flag --fp16_loss_scale=-4: -4.0 is not "
+            "number >= 1.0",
+        ),
+        (
+            "cifar10_multi_gpu_train.py",
+            ["--dry_run", "--use_fp16", "--fp16_loss_scale=nan"],
+            "cifar10_multi_gpu_train.py: error: flag --fp16_loss_scale=nan: "
+            "--fp16_loss_scale must be finite",
+        ),
     ],
-    ids=["train_dir_file", "clip_nan", "eval_interval_0"],
+    ids=[
+        "train_dir_file",
+        "clip_nan",
+        "eval_interval_0",
+        "learning_rate_nan",
+        "learning_rate_inf",
+        "loss_scale_negative",
+        "loss_scale_nan",
+    ],
 )
 def test_a_user_error_exits_1_naming_the_flag_without_a_traceback(
     script, flags, message, cifar10_data_dir, tmp_path

@@ -26,9 +26,10 @@ SUMMARIES = "summaries"
 # The session's own ops: initialisation, readiness checks, the saver.
 SESSION = "session"
 
-_LEADING_BLOCKS = re.compile(
-    "^(?:(?:%s)/)+" % "|".join((MODEL, UPDATE, SUMMARIES))
-)
+# The blocks that the names of checkpoints and summaries leave out, as the
+# leading scopes of a name (`without_blocks`).
+SAVED_WITHOUT = (MODEL, UPDATE, SUMMARIES)
+_LEADING_BLOCKS = re.compile("^(?:(?:%s)/)+" % "|".join(SAVED_WITHOUT))
 
 
 def without_blocks(name):

@@ -21,15 +21,16 @@ import collections
 import functools
 
 import tensorflow as tf
-from tensorflow.python.framework import kernels
 
 from multigpu import errors
 from multigpu.distributed import network_plan
-from multigpu.graph import all_reduce, rewrite_audit, towers, variable_update
-
-# The kernel registry's device types that run on an NVIDIA GPU: 'DEFAULT'
-# kernels are registered for every non-CPU device (e.g. ReadVariableOp).
-GPU_KERNEL_DEVICE_TYPES = ("GPU", "DEFAULT")
+from multigpu.graph import (
+    all_reduce,
+    op_kernels,
+    rewrite_audit,
+    towers,
+    variable_update,
+)
 
 # Host-to-GPU bandwidth the plan prices the bytes at: PCIe 3.0 x16, 15.75
 # GB/s per direction in theory, about 12 GB/s in NVIDIA's bandwidthTest.
@@ -162,7 +163,7 @@ def check(graph, batch_shapes, title, update=None, config=None):
 def _check_rewrites(graph, config):
     """Prints or raises what `rewrite_audit` finds of the run's config."""
     unrunnable = rewrite_audit.unrunnable_rewrites(
-        graph, config, has_gpu_kernel
+        graph, config, op_kernels.has_gpu_kernel
     )
     if not unrunnable:
         print("Ops of Grappler's rewrite that could not run: none")
@@ -381,7 +382,7 @@ def _host_reason(op):
     for reason, op_types in HOST_OPS.items():
         if op.type in op_types:
             return reason
-    if has_gpu_kernel(op.node_def):
+    if op_kernels.has_gpu_kernel(op.node_def):
         return None
     consumers = [c for out in op.outputs for c in out.consumers()]
     reasons = {_host_reason(c) for c in consumers}
@@ -416,48 +417,19 @@ def ops_without_gpu_kernel(graph):
     """
     missing = []
     for op in graph.get_operations():
-        if not _is_gpu(op.device) or has_gpu_kernel(op.node_def):
+        if not _is_gpu(op.device) or op_kernels.has_gpu_kernel(op.node_def):
             continue
         if _host_reason(op) is None:
             missing.append(
                 "%s (%s%s) on %s"
-                % (op.name, op.type, _dtype_attrs(op.node_def), op.device)
+                % (
+                    op.name,
+                    op.type,
+                    op_kernels.dtype_attrs(op.node_def),
+                    op.device,
+                )
             )
     return missing
-
-
-def has_gpu_kernel(node_def):
-    """Whether a GPU kernel of node_def's op accepts its dtype attrs."""
-    for kernel in _gpu_kernels(node_def.op):
-        if all(_allows(node_def, c) for c in kernel.constraint):
-            return True
-    return False
-
-
-@functools.lru_cache(maxsize=None)
-def _gpu_kernels(op_type):
-    registered = kernels.get_registered_kernels_for_op(op_type).kernel
-    return tuple(
-        k for k in registered if k.device_type in GPU_KERNEL_DEVICE_TYPES
-    )
-
-
-def _allows(node_def, constraint):
-    if constraint.name not in node_def.attr:
-        return True
-    attr = node_def.attr[constraint.name]
-    allowed = constraint.allowed_values.list.type
-    dtypes = list(attr.list.type) if attr.HasField("list") else [attr.type]
-    return all(t in allowed for t in dtypes)
-
-
-def _dtype_attrs(node_def):
-    names = []
-    for key in sorted(node_def.attr):
-        attr = node_def.attr[key]
-        if attr.HasField("type"):
-            names.append("%s=%s" % (key, tf.as_dtype(attr.type).name))
-    return "".join(", " + n for n in names)
 
 
 def describe(devices, **settings):

@@ -232,8 +232,29 @@ def saved_name(var):
 
 
 def saved_variables():
-    """The graph's global variables by `saved_name`: a Saver's var_list."""
-    return {saved_name(var): var for var in tf.compat.v1.global_variables()}
+    """The graph's global variables by `saved_name`: a Saver's var_list.
+
+    Raises:
+      ValueError: two variables would be saved under one name, and one of
+        them lost (both named).
+    """
+    saved = {}
+    for var in tf.compat.v1.global_variables():
+        name = saved_name(var)
+        if name in saved:
+            raise ValueError(
+                "the variables %s and %s would both be saved as %s (the "
+                "checkpoints' names leave out the blocks %s/), so one would "
+                "be lost; rename one of them, e.g. by another variable scope"
+                % (
+                    saved[name].op.name,
+                    var.op.name,
+                    name,
+                    "/, ".join(blocks.SAVED_WITHOUT),
+                )
+            )
+        saved[name] = var
+    return saved
 
 
 class ExactSaver(tf.compat.v1.train.Saver):

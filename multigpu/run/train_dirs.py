@@ -21,6 +21,9 @@ LOCK_NAME = "trainer.lock"
 # The file that names the model of a train_dir's checkpoints: 'NAME\n', as
 # the script's --model names it.
 MODEL_RECORD = "model.txt"
+# The file that names the data a train_dir was trained on
+# (`data_records`).
+DATA_RECORD = "data.txt"
 # The longest path the suite writes under a train_dir, a failed save's
 # part file: model.ckpt-STEP_temp/part-N-of-N.data-N-of-N.tempstateDIGITS.
 LONGEST_NAME = 100
@@ -29,18 +32,19 @@ _LOCK_CONTENT = re.compile(r"^[0-9]+ \S+\n$")
 
 # The files the suite writes in a train_dir: the checkpoint state file,
 # checkpoints (model.ckpt-STEP.index, .meta, .data-I-of-N), event files,
-# the graph, the lock, the model's record, --trace_step's traces; and what
-# an interrupted write leaves: TensorFlow's NAME.tmpHEX (a whole-file
-# write renamed into place) and NAME.tempstateDIGITS (a checkpoint file
-# being written).
+# the graph, the lock, the records of the model and the data, --trace_step's
+# traces; and what an interrupted write leaves: TensorFlow's NAME.tmpHEX (a
+# whole-file write renamed into place) and NAME.tempstateDIGITS (a
+# checkpoint file being written).
 _CHECKPOINT_FILE = r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+)"
 _INTERRUPTED = r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+)?"
 _SUITE_FILE = re.compile(
-    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|%s|%s|"
+    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|%s|%s|%s|"
     r"trace_step_[0-9]+\.json)%s$"
     % (
         re.escape(LOCK_NAME),
         re.escape(MODEL_RECORD),
+        re.escape(DATA_RECORD),
         _CHECKPOINT_FILE,
         _INTERRUPTED,
     )
@@ -94,6 +98,7 @@ def clear(train_dir, data_dirs=()):
             "--train_dir; nothing was deleted"
             % (train_dir, len(others), folders.listing(others))
         )
+    removed = _removed(train_dir, names)
     for name in names:
         path = os.path.join(train_dir, name)
         if name == LOCK_NAME:
@@ -102,7 +107,7 @@ def clear(train_dir, data_dirs=()):
             shutil.rmtree(path)
         else:
             os.remove(path)
-    print(_removed(train_dir, names), flush=True)
+    print(removed, flush=True)
 
 
 def remove_interrupted_writes(train_dir):
@@ -246,8 +251,9 @@ def _removed(train_dir, names):
     """'--clear_train_dir: removed N checkpoint(s), ... from DIR'.
 
     Args:
-      train_dir: str, the cleared folder.
-      names: strs, the suite's files it held (the lock is kept).
+      train_dir: str, the folder to clear, before it is cleared.
+      names: strs, the suite's files and folders it holds (the lock is
+        kept).
     """
     names = [name for name in names if name != LOCK_NAME]
     if not names:
@@ -255,15 +261,27 @@ def _removed(train_dir, names):
     checkpoint_files = [_CHECKPOINT_STEP.match(name) for name in names]
     steps = {found.group(1) for found in checkpoint_files if found}
     events = [name for name in names if name.startswith(_EVENT_FILE)]
-    return (
-        "--clear_train_dir: removed %d checkpoint(s), %d event file(s) and "
-        "%d other file(s) from %s"
+    # Of the suite's names, only the eval's folder is named 'eval'.
+    evals = [name for name in names if name == EVAL_FOLDER]
+    removed = [
+        "%d checkpoint(s)" % len(steps),
+        "%d event file(s)" % len(events),
+        "%d other file(s)"
         % (
-            len(steps),
-            len(events),
-            len(names) - len(events) - sum(map(bool, checkpoint_files)),
-            train_dir,
-        )
+            len(names)
+            - len(events)
+            - len(evals)
+            - sum(map(bool, checkpoint_files))
+        ),
+    ] + [
+        "the eval's folder %s/ (%d event file(s))"
+        % (name, len(os.listdir(os.path.join(train_dir, name))))
+        for name in evals
+    ]
+    return "--clear_train_dir: removed %s and %s from %s" % (
+        ", ".join(removed[:-1]),
+        removed[-1],
+        train_dir,
     )
 
 

@@ -9,6 +9,7 @@ from multigpu.distributed import agreement, cluster, watchdog
 from multigpu.graph import blocks, summaries
 from multigpu.run import (
     checkpoints,
+    data_records,
     event_files,
     failures,
     interrupts,
@@ -39,6 +40,7 @@ def run_training(
     pretrained=("", False),
     model_name=None,
     settings=None,
+    data=None,
 ):
     """Runs the train op until max_steps or the end of the input.
 
@@ -55,13 +57,12 @@ def run_training(
       max_steps: int, or None to train until the input ends.
       save_checkpoint_steps, save_summaries_steps, summary_op: `_chief_hooks`.
       config: the session's `ConfigProto`.
-      clear_train_dir, data_dirs, model_name: `_prepare`.
+      clear_train_dir, data_dirs, model_name, data: `_prepare`.
       task, settings: a worker's `cluster.ClusterTask` (None to train in
         this process); what the workers must share (`agreement.agree`).
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
       pretrained: (str, bool), --pretrained_model_checkpoint_path and
-        --fine_tune: with no checkpoint in train_dir, start from that
-        checkpoint's weights (`restore.warm_start`).
+        --fine_tune, for a train_dir without checkpoints (`restore`).
 
     Returns:
       int, the steps this process ran (a resumed run counts its own).
@@ -78,7 +79,7 @@ def run_training(
         saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
         hooks += _chief_hooks(train_dir, scaffold, saving, watched, histograms)
     session = _Session(task, config, scaffold, hooks, pretrained, settings)
-    start = _Start(clear_train_dir, data_dirs, model_name, max_steps)
+    start = _Start(clear_train_dir, data_dirs, model_name, data, max_steps)
     _run_or_put_back(train_op, train_dir, session, start, watched)
     return watched.logger.runs
 
@@ -157,6 +158,7 @@ class _Start(NamedTuple):
     clear_train_dir: bool
     data_dirs: tuple | list
     model_name: str | None
+    data: data_records.Data | None
     max_steps: int | None
 
 
@@ -252,7 +254,8 @@ def _prepare(train_dir, task, start):
       start: a `_Start`: clear_train_dir (bool) deletes what the trainers
         wrote in train_dir (`train_dirs.clear`), never in data_dirs (strs,
         the run's data folders); model_name (str or None) is recorded in
-        train_dir (`train_dirs.record_model`); max_steps (int or None).
+        train_dir (`train_dirs.record_model`), and so is data (a
+        `data_records.Data` or None); max_steps (int or None).
 
     Returns:
       (str or None, bool): the newest checkpoint that reads (None in a
@@ -263,6 +266,8 @@ def _prepare(train_dir, task, start):
         train_dirs.clear(train_dir, start.data_dirs)
     if start.model_name and task.is_chief:
         train_dirs.record_model(train_dir, start.model_name)
+    if start.data and task.is_chief:
+        data_records.record_data(train_dir, start.data)
     # Read once here: a damaged newest checkpoint is named once.
     newest = None
     if task.cluster is None:

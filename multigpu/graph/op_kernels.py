@@ -1,0 +1,124 @@
+"""Which kernels this TensorFlow build registers, per op type and dtype.
+
+The wheel carries the GPU kernels even on a machine without a GPU, and its
+kernel registry says, per op type and dtype, whether one exists.
+"""
+
+import functools
+
+import tensorflow as tf
+from tensorflow.python.framework import kernels
+
+from multigpu.graph import blocks, towers
+
+# The kernel registry's device types that run on an NVIDIA GPU: 'DEFAULT'
+# kernels are registered for every non-CPU device (e.g. ReadVariableOp).
+GPU_KERNEL_DEVICE_TYPES = ("GPU", "DEFAULT")
+# The kernel registry's device type of the CPU.
+CPU_KERNEL_DEVICE_TYPES = ("CPU",)
+
+
+def has_gpu_kernel(node_def):
+    """Whether a GPU kernel of node_def's op accepts its dtype attrs."""
+    return _has_kernel(node_def, GPU_KERNEL_DEVICE_TYPES)
+
+
+def refuse_bfloat16_without_cpu_kernel(graph, compute_dtype):
+    """Refuses, before step 1, a bfloat16 op that the CPU cannot run.
+
+    TensorFlow would else end the first step with 'No OpKernel was
+    registered' and a long traceback.
+
+    Args:
+      graph: the train or eval graph, built.
+      compute_dtype: tf.DType the towers compute in; only bfloat16 is
+        checked (the CPU's reduced precision).
+
+    Returns:
+      int, the ops checked: those that compute in bfloat16.
+
+    Raises:
+      ValueError: one line naming each such op, its layer and what to do.
+    """
+    if compute_dtype != tf.bfloat16:
+        return 0
+    checked = [
+        op
+        for op in graph.get_operations()
+        if _computes_in_bfloat16(op.node_def)
+    ]
+    # Once for all towers: each tower's op is named as tower 0's.
+    missing = {
+        "%s (%s%s) in layer %s"
+        % (
+            towers.strip_tower_prefix(op.name),
+            op.type,
+            dtype_attrs(op.node_def),
+            _layer(op.name),
+        ): None
+        for op in checked
+        if not _has_kernel(op.node_def, CPU_KERNEL_DEVICE_TYPES)
+    }
+    if missing:
+        raise ValueError(
+            "--use_fp16: %d op(s) compute in bfloat16, for which this "
+            "TensorFlow build has no CPU kernel: %s; compute those layers "
+            "in float32 (cast their input to float32 and their output "
+            "back), or train without --use_fp16"
+            % (len(missing), "; ".join(missing))
+        )
+    return len(checked)
+
+
+def _computes_in_bfloat16(node_def):
+    return any(
+        tf.bfloat16.as_datatype_enum in _dtypes(attr)
+        for attr in node_def.attr.values()
+    )
+
+
+def _layer(op_name):
+    """The layer of an op: 'norm1' of 'towers/tower_0/model/norm1/LRN' and
+    of its gradient, '.../gradients/towers/tower_0/model/norm1_grad/...'."""
+    name = blocks.without_blocks(op_name.rsplit("gradients/", 1)[-1])
+    layer = name.rsplit("/", 1)[0] if "/" in name else name
+    return layer.replace("_grad", "")
+
+
+def _has_kernel(node_def, device_types):
+    """Whether a kernel of node_def's op for one of device_types accepts
+    its dtype attrs."""
+    for kernel in _kernels(node_def.op, device_types):
+        if all(_allows(node_def, c) for c in kernel.constraint):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels(op_type, device_types):
+    registered = kernels.get_registered_kernels_for_op(op_type).kernel
+    return tuple(k for k in registered if k.device_type in device_types)
+
+
+def _allows(node_def, constraint):
+    if constraint.name not in node_def.attr:
+        return True
+    allowed = constraint.allowed_values.list.type
+    return all(t in allowed for t in _dtypes(node_def.attr[constraint.name]))
+
+
+def _dtypes(attr):
+    """The dtypes of an op's attr (none for an attr of another kind)."""
+    if attr.HasField("list"):
+        return list(attr.list.type)
+    return [attr.type] if attr.HasField("type") else []
+
+
+def dtype_attrs(node_def):
+    """', ATTR=DTYPE, ...': node_def's dtype attrs, for a message."""
+    names = []
+    for key in sorted(node_def.attr):
+        attr = node_def.attr[key]
+        if attr.HasField("type"):
+            names.append("%s=%s" % (key, tf.as_dtype(attr.type).name))
+    return "".join(", " + n for n in names)

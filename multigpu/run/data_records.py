@@ -1,0 +1,153 @@
+"""What a train_dir was trained on: its record, and a run on other data refused.
+
+A train_dir's data record (`train_dirs.DATA_RECORD`) holds one line naming
+the data (e.g. 'the CIFAR-10 sample set') and one line per training file:
+'NAME SIZE HASH', where HASH covers the file's first and last bytes
+(`fingerprint`): cheap at every start, and path-free, so a copied or moved
+data folder is the same data.
+"""
+
+import hashlib
+import os
+from typing import NamedTuple
+
+from multigpu import folders
+from multigpu.run import checkpoints, train_dirs
+
+# Bytes read at each end of a file for its fingerprint.
+ENDS_BYTES = 1 << 16
+# Hex digits kept of a file's hash.
+HASH_DIGITS = 16
+
+
+class Data(NamedTuple):
+    """The data of a run, as its train_dir records it.
+
+    description: str, what it is, e.g. 'the CIFAR-10 sample set' or
+      'CIFAR-10'.
+    files: tuple of str, one 'NAME SIZE HASH' line per training file.
+    """
+
+    description: str
+    files: tuple
+
+    def text(self):
+        """The record's content: the description, then the files."""
+        return "".join(line + "\n" for line in (self.description, *self.files))
+
+
+def fingerprint(paths):
+    """'NAME SIZE HASH' of each file: its name, size and ends' hash.
+
+    Args:
+      paths: strs, existing files.
+
+    Returns:
+      tuple of str, in the order of paths.
+    """
+    return tuple(_file_line(path) for path in paths)
+
+
+def _file_line(path):
+    size = os.path.getsize(path)
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(ENDS_BYTES))
+        f.seek(max(0, size - ENDS_BYTES))
+        digest.update(f.read(ENDS_BYTES))
+    return "%s %d %s" % (
+        os.path.basename(path),
+        size,
+        digest.hexdigest()[:HASH_DIGITS],
+    )
+
+
+def digest(files):
+    """A short hash of a `Data`'s files, to recognise a known data set."""
+    text = "".join(line + "\n" for line in files)
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_DIGITS]
+
+
+def recorded_data(train_dir):
+    """The `Data` train_dir's record names; None when it has no record."""
+    try:
+        with open(os.path.join(train_dir, train_dirs.DATA_RECORD)) as f:
+            lines = f.read().splitlines()
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return None
+    if not lines:
+        return None
+    return Data(lines[0], tuple(lines[1:]))
+
+
+def refuse_other_data(train_dir, data, data_dir):
+    """Refuses a train_dir trained on other data, before anything is written.
+
+    A train_dir with checkpoints but no record (written before the suite
+    kept one) takes data as its own, with a line saying so.
+
+    Args:
+      train_dir: str, --train_dir.
+      data: the `Data` of this run.
+      data_dir: str, --data_dir, for the message.
+
+    Raises:
+      ValueError: train_dir's record names other data (one line naming
+        both, and the flags to pass).
+    """
+    held = recorded_data(train_dir)
+    data_flag = "--data_dir=%s" % data_dir
+    if held is None:
+        if checkpoints.latest_checkpoint(train_dir) is not None:
+            print(
+                "--train_dir=%s has no record of its data (written before "
+                "the suite kept one); recording %s of %s as its data"
+                % (train_dir, data.description, data_flag),
+                flush=True,
+            )
+        return
+    if held == data:
+        return
+    if held.description != data.description:
+        found = "on %s, not on %s in %s" % (
+            held.description,
+            data.description,
+            data_flag,
+        )
+    else:
+        found = "on other %s files than %s's (%s differ)" % (
+            data.description,
+            data_flag,
+            _differing(held.files, data.files),
+        )
+    raise ValueError(
+        "--train_dir=%s was trained %s (%s names its files): pass another "
+        "--train_dir, or another with --pretrained_model_checkpoint_path=%s "
+        "to start from its weights"
+        % (
+            train_dir,
+            found,
+            os.path.join(train_dir, train_dirs.DATA_RECORD),
+            train_dir,
+        )
+    )
+
+
+def _differing(held, found):
+    """'a, b': the names of the files whose lines differ."""
+    names = sorted({line.split(" ", 1)[0] for line in set(held) ^ set(found)})
+    return folders.listing(names)
+
+
+def record_data(train_dir, data):
+    """Writes train_dir's record of its data, unless it says so already.
+
+    Args:
+      train_dir: str, an existing folder.
+      data: the `Data` of the run.
+    """
+    if recorded_data(train_dir) == data:
+        return
+    path = os.path.join(train_dir, train_dirs.DATA_RECORD)
+    with folders.written_aside(path) as part, open(part, "w") as f:
+        f.write(data.text())
