@@ -289,9 +289,9 @@ def test_verbosity_brings_back_the_lines_of_tensorflow(user_run):
         "--verbosity=0",
     )
     assert result.returncode == 0, result.stderr
-    assert re.search(
-        r"^I\d{4} .*\] oneDNN custom operations", result.stderr, re.M
-    )
+    # TensorFlow's INFO lines, which the filter drops by default: which
+    # ones depends on the CPU (oneDNN's notice only where it is on).
+    assert re.search(r"^I\d{4} [\d:. ]+\d+ \S+\.cc:\d+\] ", result.stderr, re.M)
     assert "is already at step 60, at or past --max_steps=60" in result.stdout
 
 
