@@ -43,13 +43,16 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-from benchmarks import common, equivalence_models, equivalence_tolerance
+from benchmarks import (
+    common,
+    equivalence_models,
+    equivalence_reference,
+    equivalence_tolerance,
+)
 from cifar10_models import registry
 from multigpu.graph import (
-    any_model,
     loss_scale,
     placement,
-    towers,
     variable_update,
 )
 
@@ -158,6 +161,53 @@ def one_device_graph(case, images, labels):
     batch_images, batch_labels = _steps_of(
         images.reshape(whole + IMAGE_SHAPE), labels.reshape(whole)
     )()
+    before = tf.compat.v1.global_variables()
+    slices = _slices(model, compute_dtype, batch_images, batch_labels, case)
+    slice_losses, cross_entropy, regularization, scope = slices
+    averaged = equivalence_reference.model_variables(before)
+    averages_op = equivalence_reference.loss_averages(
+        {"cross_entropy": cross_entropy},
+        slice_losses[-1] + regularization,
+        scope,
+    )
+    opt = model.optimizer(model.learning_rate(global_step, whole[1]))
+    # Each slice's loss takes the towers' loss scale (a power of two, 1 in
+    # float32), so that its float16 backward pass rounds as a tower's does;
+    # the sum over the slices, divided by their number, is their mean.
+    scale = scaling.initial_scale if scaling else 1.0
+    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
+    grads = [
+        (grad / (scale * case.towers), var)
+        for grad, var in opt.compute_gradients(scaled_sum)
+    ]
+    # The losses' averages read this step's losses, before the update.
+    with tf.control_dependencies([averages_op]):
+        apply_op = opt.apply_gradients(grads, global_step=global_step)
+    statistics = tf.compat.v1.get_collection(
+        tf.compat.v1.GraphKeys.UPDATE_OPS, scope
+    )
+    with tf.control_dependencies(
+        [
+            apply_op,
+            *statistics,
+            *equivalence_reference.loss_scale_state(scaling),
+        ]
+    ):
+        return tf.compat.v1.train.ExponentialMovingAverage(
+            cifar10.MOVING_AVERAGE_DECAY, num_updates=global_step
+        ).apply(averaged)
+
+
+def _slices(model, compute_dtype, batch_images, batch_labels, case):
+    """Each tower's slice of the batch in turn, on the shared variables.
+
+    Returns:
+      slice_losses: list of float32 scalars, each slice's cross-entropy
+        plus its `losses` collection (the tutorial's weight decay).
+      cross_entropy: float32 scalar, the last slice's.
+      regularization: float32 scalar, the regularizers' terms, once.
+      scope: str, the last slice's name scope.
+    """
     pieces = zip(
         tf.split(batch_images, case.towers), tf.split(batch_labels, case.towers)
     )
@@ -173,32 +223,18 @@ def one_device_graph(case, images, labels):
             logits = registry.logits(model, slice_images, True, compute_dtype)
             # The regularizers' terms, once: those made with the variables.
             terms = terms or _regularization_terms()[made:]
-            slice_losses.append(
-                tf.reduce_mean(
-                    tf.nn.sparse_softmax_cross_entropy_with_logits(
-                        labels=slice_labels, logits=logits
-                    )
+            cross_entropy = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=slice_labels, logits=logits
                 )
-                + tf.add_n([tf.constant(0.0)] + _losses(scope))
+            )
+            slice_losses.append(
+                cross_entropy + tf.add_n([tf.constant(0.0)] + _losses(scope))
             )
     regularization = tf.add_n(
         [tf.constant(0.0)] + [tf.cast(t, tf.float32) for t in terms or []]
     )
-    opt = model.optimizer(model.learning_rate(global_step, whole[1]))
-    # Each slice's loss takes the towers' loss scale (a power of two, 1 in
-    # float32), so that its float16 backward pass rounds as a tower's does;
-    # the sum over the slices, divided by their number, is their mean.
-    scale = scaling.initial_scale if scaling else 1.0
-    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
-    grads = [
-        (grad / (scale * case.towers), var)
-        for grad, var in opt.compute_gradients(scaled_sum)
-    ]
-    apply_op = opt.apply_gradients(grads, global_step=global_step)
-    with tf.control_dependencies([apply_op, *towers.batch_norm_updates(scope)]):
-        return tf.compat.v1.train.ExponentialMovingAverage(
-            cifar10.MOVING_AVERAGE_DECAY, num_updates=global_step
-        ).apply(any_model.moving_average_variables())
+    return slice_losses, cross_entropy, regularization, scope
 
 
 def _regularization_terms():
@@ -238,11 +274,14 @@ def initial_values(case, seed=0):
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(seed)
         one_device_graph(case._replace(towers=1), images, labels)
+        variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
+            # The variables the one device averages: the model's own.
             return {
-                var.op.name: sess.run(var)
-                for var in any_model.moving_average_variables()
+                name: sess.run(var)
+                for name, var in variables.items()
+                if name + SHADOW in variables
             }
 
 
