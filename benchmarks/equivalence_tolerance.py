@@ -14,9 +14,11 @@ but sum the slices' float32 gradients in another order, which moves a
 sum by about one float32 ulp. In float32 that is the measuring reference's
 own move; in float16 it changes a weight's float16 cast only where the
 float32 sums straddle a rounding boundary, one cast in thousands, where
-the measuring reference changes every cast. A variable the measuring
-reference leaves bit-identical (the global step, the loss scale and its
-counters) must be bit-identical on the towers.
+the measuring reference changes every cast. An integer variable (the
+global step, the loss scale's counters) must be bit-identical on the
+towers; a float one may always differ by MULTIPLE float32 ulps of its
+largest value (the rounding of the value itself, which the measuring run
+can happen to repeat exactly: a loss average, the loss scale).
 """
 
 import numpy as np
@@ -51,11 +53,25 @@ def moved_by_one_ulp(values, compute_dtype, seed=1):
 
 
 def spreads(reference, measuring):
-    """Per variable, the largest |measuring - reference|: name -> float."""
-    return {
-        name: _largest_gap(measuring[name], expected)
-        for name, expected in reference.items()
-    }
+    """Per variable, how far two equally correct computations differ.
+
+    The largest |measuring - reference| over the variable's elements, and
+    at least one float32 ulp of its largest |value| (the rounding of the
+    value itself, which the measuring run may happen to repeat exactly);
+    0 for an integer variable.
+
+    Returns:
+      dict name -> float.
+    """
+    result = {}
+    for name, expected in reference.items():
+        result[name] = _largest_gap(measuring[name], expected)
+        if np.issubdtype(np.asarray(expected).dtype, np.floating):
+            largest = np.max(np.abs(expected), initial=0.0)
+            result[name] = max(
+                result[name], float(np.spacing(np.float32(largest)))
+            )
+    return result
 
 
 def errors(values, reference, spread):
