@@ -49,6 +49,7 @@ from benchmarks import (
     equivalence_reference,
     equivalence_tolerance,
 )
+from benchmarks.equivalence_table import ROW, Result, print_row, within
 from cifar10_models import registry
 from multigpu.graph import (
     loss_scale,
@@ -83,21 +84,6 @@ Case = collections.namedtuple(
 )
 Case.__doc__ = """One cell: --variable_update, --all_reduce_spec (None for
 parameter_server), a key of MODELS, a key of PRECISIONS, the tower count."""
-
-Result = collections.namedtuple(
-    "Result", "case worst name copy_gap seconds moved"
-)
-Result.__doc__ = """A cell's outcome.
-
-worst: float, the largest |towers - one device| over the cell's tolerance
-  (`equivalence_tolerance.errors`, <= 1 within it) of every variable of
-  the one device; inf if it has none.
-name: str, the variable where it is.
-copy_gap: float, the largest difference between a tower's copy and the
-  variable it copies after any step (0 where the copies stay equal).
-seconds: float, the cell's wall time.
-moved: bool, whether the steps moved a weight of the one device.
-"""
 
 
 def updates(on_gpus):
@@ -383,33 +369,6 @@ def measured_reference(case, initial, images, labels, devices):
         lambda: one_device_graph(case, images, labels), moved, devices
     )
     return Reference(values, equivalence_tolerance.spreads(values, measuring))
-
-
-def within(result):
-    """Whether a cell moved its weights, within tolerance, copies equal."""
-    return result.moved and result.worst <= 1.0 and result.copy_gap == 0.0
-
-
-ROW = "%-16s %-10s %-12s %-15s %6s %8s %9s %7s  %s"
-
-
-def print_row(result):
-    case = result.case
-    print(
-        ROW
-        % (
-            case.update,
-            case.all_reduce or "-",
-            case.model,
-            case.precision,
-            case.towers,
-            "%.3f" % result.worst,
-            "%.1e" % result.copy_gap,
-            "%.1f" % result.seconds,
-            "ok" if within(result) else "OUT: " + result.name,
-        ),
-        flush=True,
-    )
 
 
 def main():
