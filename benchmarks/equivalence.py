@@ -30,6 +30,11 @@ exits 1 if any cell moved no weight, is out of tolerance or has a copy
 that differs from the variable it copies.
 """
 
+# Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
+from multigpu import quiet_cpp_logs  # noqa: F401
+
+# isort: split
+
 import argparse
 import collections
 import itertools
@@ -44,12 +49,16 @@ import tensorflow as tf
 import cifar10
 import cifar10_multi_gpu_train
 from benchmarks import (
-    common,
     equivalence_models,
     equivalence_reference,
     equivalence_tolerance,
 )
-from benchmarks.equivalence_table import ROW, Result, print_row, within
+from benchmarks.equivalence_table import (
+    Result,
+    print_header,
+    print_row,
+    print_summary,
+)
 from cifar10_models import registry
 from multigpu.graph import (
     loss_scale,
@@ -107,9 +116,14 @@ def product(on_gpus, models=tuple(MODELS)):
     return cells
 
 
-def fast_slice():
-    """Every mode and precision at least once, every model but the ResNet."""
-    return [
+def fast_slice(models=None):
+    """Every mode and precision at least once, every model but the ResNet.
+
+    Args:
+      models: None, or a list of names (`model_of`): then the same cells,
+        each with each of those models instead.
+    """
+    cells = [
         Case("parameter_server", None, "tutorial", "float32", 2),
         Case("replicated", "collective", "tutorial", "float16 dynamic", 4),
         Case("replicated", "one_device", "layers", "float32", 2),
@@ -117,6 +131,22 @@ def fast_slice():
         Case("replicated", "collective", "get_variable", "float32", 4),
         Case("parameter_server", None, "get_variable", "float32", 4),
     ]
+    if models is None:
+        return cells
+    return list(
+        dict.fromkeys(
+            case._replace(model=model) for model in models for case in cells
+        )
+    )
+
+
+def model_of(name):
+    """The `registry.Model` of a key of MODELS or a user's MODULE:FUNCTION.
+
+    Raises:
+      ValueError: neither (one line, as the trainers' --model says it).
+    """
+    return MODELS.get(name) or registry.user_model(name)
 
 
 # The ResNet's cell of the tests (a minute on 2 CPU cores).
@@ -141,7 +171,7 @@ def _steps_of(*arrays):
 def one_device_graph(case, images, labels):
     """The reference step on one device; returns its train op."""
     compute_dtype, scaling = PRECISIONS[case.precision]
-    model = MODELS[case.model]
+    model = model_of(case.model)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     whole = [STEPS, case.towers * PER_TOWER_BATCH]
     batch_images, batch_labels = _steps_of(
@@ -249,7 +279,7 @@ def tower_graph(case, images, labels, devices):
         compute_dtype,
         update=update,
         loss_scaling=scaling,
-        model=MODELS[case.model],
+        model=model_of(case.model),
     )
     return train_op
 
@@ -286,11 +316,14 @@ def train(graph_fn, initial, devices):
         config = placement.session_config(devices)
         with tf.compat.v1.Session(config=config) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            for name, var in graph_variables.items():
-                # A moving average starts at its variable's value.
-                value = initial.get(name.replace(SHADOW, ""))
-                if value is not None:
-                    var.load(value, sess)
+            # A moving average starts at its variable's value.
+            sess.run(
+                [
+                    var.assign(initial[name.replace(SHADOW, "")])
+                    for name, var in graph_variables.items()
+                    if name.replace(SHADOW, "") in initial
+                ]
+            )
             sess.run(variable_update.local_init_op())
             copy_gaps = []
             for _ in range(STEPS):
@@ -344,31 +377,38 @@ def run_cell(case, initial=None, reference=None):
     )
     name = max(errors, key=errors.get, default="(nothing compared)")
     worst = errors[name] if errors else float("inf")
+    if errors and name not in values:
+        name += " (missing on the towers)"
     moved = any(
-        np.any(reference.values[name] != value)
-        for name, value in initial.items()
+        np.any(reference.values[name] != initial[name])
+        for name in reference.weights
     )
     seconds = time.time() - start
     result = Result(case, worst, name, max(copy_gaps), seconds, moved)
     return result, reference
 
 
-Reference = collections.namedtuple("Reference", "values spread")
+Reference = collections.namedtuple("Reference", "values spread weights")
 Reference.__doc__ = """The one device's values after the steps (name ->
-array) and their `equivalence_tolerance.spreads` (name -> float)."""
+array), their `equivalence_tolerance.spreads` (name -> float) and the
+names of its trainable variables (list of str)."""
 
 
 def measured_reference(case, initial, images, labels, devices):
     """The one device trained from initial, and from initial moved an ulp."""
     compute_dtype = PRECISIONS[case.precision][0].as_numpy_dtype
     moved = equivalence_tolerance.moved_by_one_ulp(initial, compute_dtype)
-    values, _ = train(
-        lambda: one_device_graph(case, images, labels), initial, devices
-    )
-    measuring, _ = train(
-        lambda: one_device_graph(case, images, labels), moved, devices
-    )
-    return Reference(values, equivalence_tolerance.spreads(values, measuring))
+    weights = []
+
+    def graph():
+        train_op = one_device_graph(case, images, labels)
+        weights[:] = [v.op.name for v in tf.compat.v1.trainable_variables()]
+        return train_op
+
+    values, _ = train(graph, initial, devices)
+    measuring, _ = train(graph, moved, devices)
+    spread = equivalence_tolerance.spreads(values, measuring)
+    return Reference(values, spread, weights)
 
 
 def main():
@@ -378,40 +418,23 @@ def main():
     )
     parser.add_argument(
         "--models",
-        default=",".join(MODELS),
-        help="the models of the product, comma-separated (default: all)",
+        help="the models, comma-separated: %s or a MODULE:FUNCTION of "
+        "yours, as --model takes it (default: all of those; with --fast, "
+        "the slice's cells with these models)" % ", ".join(MODELS),
     )
     args = parser.parse_args()
-    on_gpus = bool(tf.config.list_physical_devices("GPU"))
-    models = args.models.split(",")
-    unknown = sorted(set(models) - set(MODELS))
-    if unknown:
-        parser.error(
-            "--models: unknown %s; choose from %s"
-            % (", ".join(unknown), ", ".join(MODELS))
-        )
-    cells = fast_slice() if args.fast else product(on_gpus, models)
-    cpu = common.cpu_info()
-    print("CPU: %s; flags: %s" % (cpu["model"], " ".join(cpu["flags"])))
-    print(
-        "Steps %d, %d examples per tower; error: the largest |towers - one "
-        "device| over %g times that of one device started one ulp away"
-        % (STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
-    )
-    print(
-        ROW
-        % (
-            "update",
-            "all_reduce",
-            "model",
-            "precision",
-            "towers",
-            "error",
-            "copy gap",
-            "seconds",
-            "result",
-        )
-    )
+    models = args.models.split(",") if args.models else None
+    try:
+        for name in models or ():
+            model_of(name)
+    except ValueError as e:
+        parser.error("--models: %s" % e)
+    if args.fast:
+        cells = fast_slice(models)
+    else:
+        on_gpus = bool(tf.config.list_physical_devices("GPU"))
+        cells = product(on_gpus, models or tuple(MODELS))
+    print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
     starts, references, results = {}, {}, []
     for case in cells:
         start = starts.setdefault(case.model, initial_values(case))
@@ -419,18 +442,7 @@ def main():
         result, references[key] = run_cell(case, start, references.get(key))
         print_row(result)
         results.append(result)
-    failed = [r for r in results if not within(r)]
-    slowest = max(results, key=lambda r: r.seconds)
-    print(
-        "%d cell(s), %d out of tolerance; slowest %.1f s (%s)"
-        % (
-            len(results),
-            len(failed),
-            slowest.seconds,
-            " ".join(str(each) for each in slowest.case),
-        )
-    )
-    return 1 if failed else 0
+    return print_summary(results)
 
 
 if __name__ == "__main__":
