@@ -2,12 +2,15 @@
 
   python -m benchmarks.equivalence            # the whole product
   python -m benchmarks.equivalence --fast     # the slice the tests run
+  python -m benchmarks.equivalence --fast --models=my_model:small_net
 
 Over variable update x all-reduce x model x precision x towers, each cell
 trains STEPS steps from one start on the same examples through the
 multi-GPU trainer's own `build_graph`, and compares every variable of the
-model, its optimizer slots and its moving averages with one device that
-trains on the whole batch. On a machine with GPUs the towers are the GPUs
+model, its optimizer slots, its moving averages, the losses' averages and
+the loss scale's variables with one device that trains on the whole
+batch. `--models` takes the suite's models and a user's MODULE:FUNCTION,
+as the trainers' --model does. On a machine with GPUs the towers are the GPUs
 (NCCL joins the all-reduces); without, virtual CPU devices.
 
 The one device computes each tower's slice of the batch in turn in one
@@ -16,8 +19,10 @@ slices' losses plus every regularization term once, runs the last slice's
 batch-norm updates (the statistics rule of the towers: each tower
 normalises with its own batch, the last tower's batch moves the moving
 statistics), and applies the gradient with TensorFlow's own optimizer and
-moving averages, with the towers' loss scale on its whole loss (as float16
-needs: unscaled, its small gradients round to zero). For a model without
+moving averages (of the variables its model made, found in the graph's
+collections: not the suite's list, whose omission would cancel), with
+the towers' loss scale on its whole loss (as float16 needs: unscaled, its
+small gradients round to zero). For a model without
 batch norm the mean of equal slices' losses is the whole batch's loss.
 
 The tolerance is measured per cell and per variable: the one device is
