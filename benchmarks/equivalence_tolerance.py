@@ -28,8 +28,8 @@ import numpy as np
 # more, each time by about the measuring run's one move at the start, and
 # the measuring run's random directions can partly cancel: 2 x 3 = 6,
 # taken up to the next power of two. Measured on 2 AMD EPYC cores (AVX2):
-# weights, slots and moving averages within 1.2 spreads in every cell run;
-# the losses' averages of ResNet-20 float16 on 4 towers 4.5 (the closest);
+# every variable of every cell run within 2 spreads but the losses'
+# averages of ResNet-20 float16 on 4 towers, 4.5 (the closest);
 # the planted bugs 600 to 3,800,000 spreads.
 MULTIPLE = 8.0
 
