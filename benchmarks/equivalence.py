@@ -2,12 +2,15 @@
 
   python -m benchmarks.equivalence            # the whole product
   python -m benchmarks.equivalence --fast     # the slice the tests run
+  python -m benchmarks.equivalence --fast --models=my_model:small_net
 
 Over variable update x all-reduce x model x precision x towers, each cell
 trains STEPS steps from one start on the same examples through the
 multi-GPU trainer's own `build_graph`, and compares every variable of the
-model, its optimizer slots and its moving averages with one device that
-trains on the whole batch. On a machine with GPUs the towers are the GPUs
+model, its optimizer slots, its moving averages, the losses' averages and
+the loss scale's variables with one device that trains on the whole
+batch. `--models` takes the suite's models and a user's MODULE:FUNCTION,
+as the trainers' --model does. On a machine with GPUs the towers are the GPUs
 (NCCL joins the all-reduces); without, virtual CPU devices.
 
 The one device computes each tower's slice of the batch in turn in one
@@ -16,27 +19,26 @@ slices' losses plus every regularization term once, runs the last slice's
 batch-norm updates (the statistics rule of the towers: each tower
 normalises with its own batch, the last tower's batch moves the moving
 statistics), and applies the gradient with TensorFlow's own optimizer and
-moving averages, with the towers' loss scale on its whole loss (as float16
-needs: unscaled, its small gradients round to zero). For a model without
+moving averages (of the variables its model made, found in the graph's
+collections: not the suite's list, whose omission would cancel), with
+the towers' loss scale on its whole loss (as float16 needs: unscaled, its
+small gradients round to zero). For a model without
 batch norm the mean of equal slices' losses is the whole batch's loss.
 
-Tolerances (`TOLERANCES`), per precision, on |towers - one device|
-<= atol + rtol * |one device| for every element. float32: the towers sum
-the same gradients in another order, which rounds differently by about
-1e-7 of each sum, grown over the steps. float16: one tower equals the one
-device exactly, but where two sums of float32 gradients differ by one unit
-in the last place, a weight's float16 cast may round to its neighbour,
-2^-11 (4.9e-4) of it away, and the later steps compute on it. Which sums
-differ changes from one process to the next (the CPU kernels' partial sums
-can follow where their buffers lie in memory; within a process runs are
-bit-identical): the parameter_server layers float16 cell of the fast slice
-reached 0.06 to 1.8 times (1e-4 + 1e-3 |b|) over 15 runs, so the relative
-tolerance is 4e-3, eight such roundings. A regularization term
+The tolerance is measured per cell and per variable: the one device is
+trained again from its start moved by one unit in the last place of the
+compute dtype, and the towers are held to a multiple of how far that
+lands (benchmarks/equivalence_tolerance.py says why). A regularization term
 or constraint lost on one tower moves a weight by WEIGHT_DECAY * learning
-rate = 5% of it per step, far outside both. Prints one row per cell and
-exits 1 if any cell is out of tolerance or a copy differs from the
-variable it copies.
+rate = 5% of it per step, far outside it. Prints one row per cell and
+exits 1 if any cell moved no weight, is out of tolerance or has a copy
+that differs from the variable it copies.
 """
+
+# Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
+from multigpu import quiet_cpp_logs  # noqa: F401
+
+# isort: split
 
 import argparse
 import collections
@@ -51,13 +53,21 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-from benchmarks import common, equivalence_models
+from benchmarks import (
+    equivalence_models,
+    equivalence_reference,
+    equivalence_tolerance,
+)
+from benchmarks.equivalence_table import (
+    Result,
+    print_header,
+    print_row,
+    print_summary,
+)
 from cifar10_models import registry
 from multigpu.graph import (
-    any_model,
     loss_scale,
     placement,
-    towers,
     variable_update,
 )
 
@@ -79,12 +89,6 @@ PRECISIONS = {
     "float16 fixed": (REDUCED, loss_scale.LossScaling(128.0, False, 1000)),
     "float16 dynamic": (REDUCED, loss_scale.LossScaling(128.0, True, 1000)),
 }
-# (atol, rtol) per precision; see the module docstring.
-TOLERANCES = {
-    "float32": (1e-6, 1e-5),
-    "float16 fixed": (1e-4, 4e-3),
-    "float16 dynamic": (1e-4, 4e-3),
-}
 TOWER_COUNTS = (1, 2, 4)
 # The name ExponentialMovingAverage gives a variable's moving average.
 SHADOW = "/ExponentialMovingAverage"
@@ -94,17 +98,6 @@ Case = collections.namedtuple(
 )
 Case.__doc__ = """One cell: --variable_update, --all_reduce_spec (None for
 parameter_server), a key of MODELS, a key of PRECISIONS, the tower count."""
-
-Result = collections.namedtuple("Result", "case worst name copy_gap seconds")
-Result.__doc__ = """A cell's outcome.
-
-worst: float, the largest |towers - one device| / (atol + rtol * |one|)
-  over every element (<= 1 is within tolerance).
-name: str, the variable where it is.
-copy_gap: float, the largest difference between a tower's copy and the
-  variable it copies after any step (0 where the copies stay equal).
-seconds: float, the cell's wall time.
-"""
 
 
 def updates(on_gpus):
@@ -128,9 +121,14 @@ def product(on_gpus, models=tuple(MODELS)):
     return cells
 
 
-def fast_slice():
-    """Every mode and precision at least once, every model but the ResNet."""
-    return [
+def fast_slice(models=None):
+    """Every mode and precision at least once, every model but the ResNet.
+
+    Args:
+      models: None, or a list of names (`model_of`): then the same cells,
+        each with each of those models instead.
+    """
+    cells = [
         Case("parameter_server", None, "tutorial", "float32", 2),
         Case("replicated", "collective", "tutorial", "float16 dynamic", 4),
         Case("replicated", "one_device", "layers", "float32", 2),
@@ -138,6 +136,22 @@ def fast_slice():
         Case("replicated", "collective", "get_variable", "float32", 4),
         Case("parameter_server", None, "get_variable", "float32", 4),
     ]
+    if models is None:
+        return cells
+    return list(
+        dict.fromkeys(
+            case._replace(model=model) for model in models for case in cells
+        )
+    )
+
+
+def model_of(name):
+    """The `registry.Model` of a key of MODELS or a user's MODULE:FUNCTION.
+
+    Raises:
+      ValueError: neither (one line, as the trainers' --model says it).
+    """
+    return MODELS.get(name) or registry.user_model(name)
 
 
 # The ResNet's cell of the tests (a minute on 2 CPU cores).
@@ -162,12 +176,59 @@ def _steps_of(*arrays):
 def one_device_graph(case, images, labels):
     """The reference step on one device; returns its train op."""
     compute_dtype, scaling = PRECISIONS[case.precision]
-    model = MODELS[case.model]
+    model = model_of(case.model)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     whole = [STEPS, case.towers * PER_TOWER_BATCH]
     batch_images, batch_labels = _steps_of(
         images.reshape(whole + IMAGE_SHAPE), labels.reshape(whole)
     )()
+    before = tf.compat.v1.global_variables()
+    slices = _slices(model, compute_dtype, batch_images, batch_labels, case)
+    slice_losses, cross_entropy, regularization, scope = slices
+    averaged = equivalence_reference.model_variables(before)
+    averages_op = equivalence_reference.loss_averages(
+        {"cross_entropy": cross_entropy},
+        slice_losses[-1] + regularization,
+        scope,
+    )
+    opt = model.optimizer(model.learning_rate(global_step, whole[1]))
+    # Each slice's loss takes the towers' loss scale (a power of two, 1 in
+    # float32), so that its float16 backward pass rounds as a tower's does;
+    # the sum over the slices, divided by their number, is their mean.
+    scale = scaling.initial_scale if scaling else 1.0
+    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
+    grads = [
+        (grad / (scale * case.towers), var)
+        for grad, var in opt.compute_gradients(scaled_sum)
+    ]
+    # The losses' averages read this step's losses, before the update.
+    with tf.control_dependencies([averages_op]):
+        apply_op = opt.apply_gradients(grads, global_step=global_step)
+    statistics = tf.compat.v1.get_collection(
+        tf.compat.v1.GraphKeys.UPDATE_OPS, scope
+    )
+    with tf.control_dependencies(
+        [
+            apply_op,
+            *statistics,
+            *equivalence_reference.loss_scale_state(scaling),
+        ]
+    ):
+        return tf.compat.v1.train.ExponentialMovingAverage(
+            cifar10.MOVING_AVERAGE_DECAY, num_updates=global_step
+        ).apply(averaged)
+
+
+def _slices(model, compute_dtype, batch_images, batch_labels, case):
+    """Each tower's slice of the batch in turn, on the shared variables.
+
+    Returns:
+      slice_losses: list of float32 scalars, each slice's cross-entropy
+        plus its `losses` collection (the tutorial's weight decay).
+      cross_entropy: float32 scalar, the last slice's.
+      regularization: float32 scalar, the regularizers' terms, once.
+      scope: str, the last slice's name scope.
+    """
     pieces = zip(
         tf.split(batch_images, case.towers), tf.split(batch_labels, case.towers)
     )
@@ -183,32 +244,18 @@ def one_device_graph(case, images, labels):
             logits = registry.logits(model, slice_images, True, compute_dtype)
             # The regularizers' terms, once: those made with the variables.
             terms = terms or _regularization_terms()[made:]
-            slice_losses.append(
-                tf.reduce_mean(
-                    tf.nn.sparse_softmax_cross_entropy_with_logits(
-                        labels=slice_labels, logits=logits
-                    )
+            cross_entropy = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=slice_labels, logits=logits
                 )
-                + tf.add_n([tf.constant(0.0)] + _losses(scope))
+            )
+            slice_losses.append(
+                cross_entropy + tf.add_n([tf.constant(0.0)] + _losses(scope))
             )
     regularization = tf.add_n(
         [tf.constant(0.0)] + [tf.cast(t, tf.float32) for t in terms or []]
     )
-    opt = model.optimizer(model.learning_rate(global_step, whole[1]))
-    # Each slice's loss takes the towers' loss scale (a power of two, 1 in
-    # float32), so that its float16 backward pass rounds as a tower's does;
-    # the sum over the slices, divided by their number, is their mean.
-    scale = scaling.initial_scale if scaling else 1.0
-    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
-    grads = [
-        (grad / (scale * case.towers), var)
-        for grad, var in opt.compute_gradients(scaled_sum)
-    ]
-    apply_op = opt.apply_gradients(grads, global_step=global_step)
-    with tf.control_dependencies([apply_op, *towers.batch_norm_updates(scope)]):
-        return tf.compat.v1.train.ExponentialMovingAverage(
-            cifar10.MOVING_AVERAGE_DECAY, num_updates=global_step
-        ).apply(any_model.moving_average_variables())
+    return slice_losses, cross_entropy, regularization, scope
 
 
 def _regularization_terms():
@@ -237,7 +284,7 @@ def tower_graph(case, images, labels, devices):
         compute_dtype,
         update=update,
         loss_scaling=scaling,
-        model=MODELS[case.model],
+        model=model_of(case.model),
     )
     return train_op
 
@@ -248,11 +295,14 @@ def initial_values(case, seed=0):
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(seed)
         one_device_graph(case._replace(towers=1), images, labels)
+        variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
+            # The variables the one device averages: the model's own.
             return {
-                var.op.name: sess.run(var)
-                for var in any_model.moving_average_variables()
+                name: sess.run(var)
+                for name, var in variables.items()
+                if name + SHADOW in variables
             }
 
 
@@ -271,11 +321,14 @@ def train(graph_fn, initial, devices):
         config = placement.session_config(devices)
         with tf.compat.v1.Session(config=config) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            for name, var in graph_variables.items():
-                # A moving average starts at its variable's value.
-                value = initial.get(name.replace(SHADOW, ""))
-                if value is not None:
-                    var.load(value, sess)
+            # A moving average starts at its variable's value.
+            sess.run(
+                [
+                    var.assign(initial[name.replace(SHADOW, "")])
+                    for name, var in graph_variables.items()
+                    if name.replace(SHADOW, "") in initial
+                ]
+            )
             sess.run(variable_update.local_init_op())
             copy_gaps = []
             for _ in range(STEPS):
@@ -300,19 +353,19 @@ def largest_copy_gap(sess, graph_variables):
 
 
 def run_cell(case, initial=None, reference=None):
-    """Trains one cell and the one device.
+    """Trains one cell, the one device and the one device moved by an ulp.
 
     Args:
       case: the `Case`.
       initial: the model's starting values (`initial_values`), or None to
         draw them (TF1 layers draw other values in each new graph).
-      reference: the one device's values from these initial values, if
-        already trained for the cell's model, precision and towers (they do
+      reference: the cell's `Reference` from these initial values, if
+        already trained for the cell's model, precision and towers (it does
         not depend on the update).
 
     Returns:
       result: the cell's `Result`.
-      reference: the one device's values, name -> array.
+      reference: its `Reference`.
     """
     start = time.time()
     images, labels = batches(case)
@@ -320,58 +373,47 @@ def run_cell(case, initial=None, reference=None):
         initial = initial_values(case)
     devices = placement.tower_devices(case.towers, cpu_towers=True)
     if reference is None:
-        reference, _ = train(
-            lambda: one_device_graph(case, images, labels), initial, devices
-        )
+        reference = measured_reference(case, initial, images, labels, devices)
     values, copy_gaps = train(
         lambda: tower_graph(case, images, labels, devices), initial, devices
     )
-    worst, name = _worst(values, reference, TOLERANCES[case.precision])
-    return (
-        Result(case, worst, name, max(copy_gaps), time.time() - start),
-        reference,
+    errors = equivalence_tolerance.errors(
+        values, reference.values, reference.spread
     )
-
-
-def _worst(values, reference, tolerance):
-    """The largest error over tolerance, and the variable where it is."""
-    atol, rtol = tolerance
-    worst, where = 0.0, ""
-    for name, expected in reference.items():
-        if name not in values:
-            return float("inf"), name + " (missing)"
-        bound = atol + rtol * np.abs(expected.astype(np.float64))
-        error = np.abs(values[name].astype(np.float64) - expected) / bound
-        if np.max(error) > worst:
-            worst, where = float(np.max(error)), name
-    return worst, where
-
-
-def within(result):
-    """Whether a cell's variables are within tolerance and its copies equal."""
-    return result.worst <= 1.0 and result.copy_gap == 0.0
-
-
-ROW = "%-16s %-10s %-12s %-15s %6s %8s %9s %7s  %s"
-
-
-def print_row(result):
-    case = result.case
-    print(
-        ROW
-        % (
-            case.update,
-            case.all_reduce or "-",
-            case.model,
-            case.precision,
-            case.towers,
-            "%.3f" % result.worst,
-            "%.1e" % result.copy_gap,
-            "%.1f" % result.seconds,
-            "ok" if within(result) else "OUT: " + result.name,
-        ),
-        flush=True,
+    name = max(errors, key=errors.get, default="(nothing compared)")
+    worst = errors[name] if errors else float("inf")
+    if errors and name not in values:
+        name += " (missing on the towers)"
+    moved = any(
+        np.any(reference.values[name] != initial[name])
+        for name in reference.weights
     )
+    seconds = time.time() - start
+    result = Result(case, worst, name, max(copy_gaps), seconds, moved)
+    return result, reference
+
+
+Reference = collections.namedtuple("Reference", "values spread weights")
+Reference.__doc__ = """The one device's values after the steps (name ->
+array), their `equivalence_tolerance.spreads` (name -> float) and the
+names of its trainable variables (list of str)."""
+
+
+def measured_reference(case, initial, images, labels, devices):
+    """The one device trained from initial, and from initial moved an ulp."""
+    compute_dtype = PRECISIONS[case.precision][0].as_numpy_dtype
+    moved = equivalence_tolerance.moved_by_one_ulp(initial, compute_dtype)
+    weights = []
+
+    def graph():
+        train_op = one_device_graph(case, images, labels)
+        weights[:] = [v.op.name for v in tf.compat.v1.trainable_variables()]
+        return train_op
+
+    values, _ = train(graph, initial, devices)
+    measuring, _ = train(graph, moved, devices)
+    spread = equivalence_tolerance.spreads(values, measuring)
+    return Reference(values, spread, weights)
 
 
 def main():
@@ -381,39 +423,23 @@ def main():
     )
     parser.add_argument(
         "--models",
-        default=",".join(MODELS),
-        help="the models of the product, comma-separated (default: all)",
+        help="the models, comma-separated: %s or a MODULE:FUNCTION of "
+        "yours, as --model takes it (default: all of those; with --fast, "
+        "the slice's cells with these models)" % ", ".join(MODELS),
     )
     args = parser.parse_args()
-    on_gpus = bool(tf.config.list_physical_devices("GPU"))
-    models = args.models.split(",")
-    unknown = sorted(set(models) - set(MODELS))
-    if unknown:
-        parser.error(
-            "--models: unknown %s; choose from %s"
-            % (", ".join(unknown), ", ".join(MODELS))
-        )
-    cells = fast_slice() if args.fast else product(on_gpus, models)
-    cpu = common.cpu_info()
-    print("CPU: %s; flags: %s" % (cpu["model"], " ".join(cpu["flags"])))
-    print(
-        "Steps %d, %d examples per tower; tolerance |a - b| <= atol + "
-        "rtol |b|: %s" % (STEPS, PER_TOWER_BATCH, TOLERANCES)
-    )
-    print(
-        ROW
-        % (
-            "update",
-            "all_reduce",
-            "model",
-            "precision",
-            "towers",
-            "error",
-            "copy gap",
-            "seconds",
-            "result",
-        )
-    )
+    models = args.models.split(",") if args.models else None
+    try:
+        for name in models or ():
+            model_of(name)
+    except ValueError as e:
+        parser.error("--models: %s" % e)
+    if args.fast:
+        cells = fast_slice(models)
+    else:
+        on_gpus = bool(tf.config.list_physical_devices("GPU"))
+        cells = product(on_gpus, models or tuple(MODELS))
+    print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
     starts, references, results = {}, {}, []
     for case in cells:
         start = starts.setdefault(case.model, initial_values(case))
@@ -421,18 +447,7 @@ def main():
         result, references[key] = run_cell(case, start, references.get(key))
         print_row(result)
         results.append(result)
-    failed = [r for r in results if not within(r)]
-    slowest = max(results, key=lambda r: r.seconds)
-    print(
-        "%d cell(s), %d out of tolerance; slowest %.1f s (%s)"
-        % (
-            len(results),
-            len(failed),
-            slowest.seconds,
-            " ".join(str(each) for each in slowest.case),
-        )
-    )
-    return 1 if failed else 0
+    return print_summary(results)
 
 
 if __name__ == "__main__":

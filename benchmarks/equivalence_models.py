@@ -65,8 +65,12 @@ def get_variable_model(images, is_training):
     return tf.matmul(x, tf.cast(weights, x.dtype))
 
 
-# Each with the tutorial's recipe (plain gradient descent, 0.1).
-LAYERS_MODEL = registry.TUTORIAL._replace(name="layers", build=layers_model)
+# The layers model with the ResNets' recipe (momentum 0.9, the rate scaled
+# with the global batch: a rate counted from one tower's batch shows), the
+# get_variable model with the tutorial's (plain gradient descent, 0.1).
+LAYERS_MODEL = registry.MODELS["resnet20"]._replace(
+    name="layers", build=layers_model
+)
 GET_VARIABLE_MODEL = registry.TUTORIAL._replace(
     name="get_variable", build=get_variable_model
 )

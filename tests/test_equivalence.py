@@ -5,12 +5,24 @@ runner (benchmarks/equivalence.py): the multi-GPU trainer's own
 `build_graph` on virtual CPU towers against one device on the whole batch.
 """
 
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO, SCRIPT_ENV
 
-from benchmarks import equivalence, equivalence_models
-from multigpu.graph import loss_scale, placement, variable_update
+import cifar10_multi_gpu_train
+from benchmarks import equivalence, equivalence_models, equivalence_table
+from multigpu.graph import (
+    any_model,
+    loss_scale,
+    placement,
+    towers,
+    variable_update,
+)
 
 Case = equivalence.Case
 
@@ -32,8 +44,8 @@ def test_each_cell_of_the_fast_slice_trains_what_one_device_trains(case):
     assert result.copy_gap == 0.0, result
     # The steps moved every weight: the comparison is not vacuous.
     for name, value in initial.items():
-        if name in reference and "moving_" not in name:
-            assert np.max(np.abs(reference[name] - value)) > 1e-4, name
+        if name in reference.values and "moving_" not in name:
+            assert np.max(np.abs(reference.values[name] - value)) > 1e-4, name
 
 
 def _train_towers(case, initial):
@@ -119,6 +131,10 @@ def _skipped_step(update, spec):
             config=placement.session_config(devices)
         ) as sess:
             variable_update.initialise(sess)
+            # Averages away from their variables: a decay would move them.
+            for var in variables:
+                if var.op.name.endswith(equivalence.SHADOW):
+                    var.load(sess.run(var) + 1.0, sess)
             before = sess.run({v.op.name: v for v in variables})
             sess.run(train_op)
             after = sess.run({v.op.name: v for v in variables})
@@ -150,3 +166,130 @@ def test_a_skipped_step_leaves_every_variable_byte_identical(update, spec):
     for name in kept:
         assert after[name].tobytes() == before[name].tobytes(), name
     assert gap == 0.0
+
+
+def test_a_cell_whose_weights_do_not_move_is_out(monkeypatch):
+    layers = equivalence.MODELS["layers"]
+    # A rate of 0: only the batch-norm statistics and the averages move.
+    frozen = layers._replace(learning_rate=lambda step, examples: 0.0)
+    monkeypatch.setitem(equivalence.MODELS, "layers", frozen)
+    case = Case("parameter_server", None, "layers", "float32", 2)
+
+    result, _ = equivalence.run_cell(case)
+
+    assert result.worst <= 1.0, result
+    assert (result.moved, equivalence_table.within(result)) == (False, False)
+
+
+def _summed(average_gradients):
+    """towers.average_gradients planted with a sum instead of the mean."""
+
+    def summed(tower_grads, device):
+        return [
+            (None if grad is None else grad * len(tower_grads), var)
+            for grad, var in average_gradients(tower_grads, device)
+        ]
+
+    return summed
+
+
+def _one_tower_rate(build_graph):
+    """build_graph planted with a rate counted from one tower's batch."""
+
+    def planted(get_next, batch_size, devices, *args, model, **kwargs):
+        recipe = model.learning_rate
+
+        def rate(global_step, examples):
+            return recipe(global_step, examples // len(devices))
+
+        return build_graph(
+            get_next,
+            batch_size,
+            devices,
+            *args,
+            model=model._replace(learning_rate=rate),
+            **kwargs,
+        )
+
+    return planted
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16 fixed"])
+@pytest.mark.parametrize(
+    "module, name, plant",
+    [
+        (towers, "average_gradients", _summed),
+        (cifar10_multi_gpu_train, "build_graph", _one_tower_rate),
+    ],
+)
+def test_a_planted_bug_is_dozens_of_tolerances_out(
+    monkeypatch, module, name, plant, precision
+):
+    monkeypatch.setattr(module, name, plant(getattr(module, name)))
+    case = Case("parameter_server", None, "layers", precision, 2)
+
+    result, _ = equivalence.run_cell(case)
+
+    # Measured: 78 to 480,000 tolerances.
+    assert result.worst > 20, result
+
+
+def test_batch_norm_statistics_left_out_of_the_averages_are_named(
+    monkeypatch,
+):
+    # The suite's list of averaged variables, planted without them.
+    monkeypatch.setattr(
+        any_model,
+        "moving_average_variables",
+        tf.compat.v1.trainable_variables,
+    )
+    case = Case("replicated", "collective", "layers", "float32", 2)
+
+    result, _ = equivalence.run_cell(case)
+
+    assert result.worst == float("inf")
+    assert result.name == (
+        "model/bn/moving_mean/ExponentialMovingAverage (missing on the towers)"
+    )
+
+
+# The block of docs/models.md that the page asks to save as my_model.py.
+USER_MODEL = re.compile(
+    r"<!-- file: my_model.py -->\n```python\n(.*?)```", re.S
+)
+
+
+def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
+    page = (REPO / "docs" / "models.md").read_text()
+    (tmp_path / "my_model.py").write_text(USER_MODEL.search(page).group(1))
+    # The user's environment: the runner quiets TensorFlow itself.
+    env = {k: v for k, v in SCRIPT_ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(tmp_path)
+
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.equivalence", "--fast"]
+        + ["--models=my_model:small_net"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=REPO,
+    )
+
+    assert (run.returncode, run.stderr) == (0, ""), run.stdout + run.stderr
+    rows = [
+        line.split()
+        for line in run.stdout.splitlines()
+        if line.startswith(("parameter_server ", "replicated "))
+    ]
+    cells = [
+        (row[0], row[1], " ".join(row[3:-5]), int(row[-5])) for row in rows
+    ]
+    assert cells == [
+        (case.update, case.all_reduce or "-", case.precision, case.towers)
+        for case in equivalence.fast_slice()
+    ]
+    assert {(row[2], row[-1]) for row in rows} == {("my_model:small_net", "ok")}
+    assert run.stdout.splitlines()[-1].startswith(
+        "6 cell(s), 0 out of tolerance; slowest "
+    )

@@ -1,0 +1,111 @@
+"""The equivalence runner's tolerance, measured per cell and per variable.
+
+Two computations of a cell are equally correct when each rounds every
+value the towers compute with to one of its two neighbours in the compute
+dtype. The runner trains the one device twice: from the cell's start, and
+from that start with every value moved by one unit in the last place of
+the compute dtype (up or down at random: `moved_by_one_ulp`). How far the
+second lands from the first, per variable (`spreads`), is what rounding
+alone does to that variable through the cell's steps, its optimizer and
+its batch norm; the towers are held to MULTIPLE times it (`errors`).
+
+Why that bounds the towers: they compute what the one device computes,
+but sum the slices' float32 gradients in another order, which moves a
+sum by about one float32 ulp. In float32 that is the measuring reference's
+own move; in float16 it changes a weight's float16 cast only where the
+float32 sums straddle a rounding boundary, one cast in thousands, where
+the measuring reference changes every cast. An integer variable (the
+global step, the loss scale's counters) must be bit-identical on the
+towers; a float one may always differ by MULTIPLE float32 ulps of its
+largest value (the rounding of the value itself, which the measuring run
+can happen to repeat exactly: a loss average, the loss scale).
+"""
+
+import numpy as np
+
+# The towers' |difference| allowed, in spreads. A bound, not a fit: each
+# of the STEPS (3) steps rounds the towers' float32 sums differently once
+# more, each time by about the measuring run's one move at the start, and
+# the measuring run's random directions can partly cancel: 2 x 3 = 6,
+# taken up to the next power of two. Measured on 2 AMD EPYC cores (AVX2):
+# every variable of every cell run within 2 spreads but the losses'
+# averages of ResNet-20 float16 on 4 towers, 4.5 (the closest);
+# the planted bugs 600 to 3,800,000 spreads.
+MULTIPLE = 8.0
+
+
+def moved_by_one_ulp(values, compute_dtype, seed=1):
+    """Every value moved by one ulp of compute_dtype, up or down at random.
+
+    Args:
+      values: dict name -> float32 array, the cell's start.
+      compute_dtype: a numpy float dtype, e.g. np.float16.
+      seed: int, draws the directions.
+
+    Returns:
+      dict name -> float32 array of the same shapes.
+    """
+    rng = np.random.default_rng(seed)
+    moved = {}
+    for name, value in values.items():
+        ulp = np.spacing(np.abs(value).astype(compute_dtype))
+        direction = rng.choice([-1.0, 1.0], size=np.shape(value))
+        moved[name] = (value + direction * ulp.astype(np.float32)).astype(
+            value.dtype
+        )
+    return moved
+
+
+def spreads(reference, measuring):
+    """Per variable, how far two equally correct computations differ.
+
+    The largest |measuring - reference| over the variable's elements, and
+    at least one float32 ulp of its largest |value| (the rounding of the
+    value itself, which the measuring run may happen to repeat exactly);
+    0 for an integer variable.
+
+    Returns:
+      dict name -> float.
+    """
+    result = {}
+    for name, expected in reference.items():
+        result[name] = _largest_gap(measuring[name], expected)
+        if np.issubdtype(np.asarray(expected).dtype, np.floating):
+            largest = np.max(np.abs(expected), initial=0.0)
+            result[name] = max(
+                result[name], float(np.spacing(np.float32(largest)))
+            )
+    return result
+
+
+def errors(values, reference, spread):
+    """Each variable's |towers - one device|, in tolerances.
+
+    Args:
+      values: dict name -> array, the towers' variables after the steps.
+      reference: dict name -> array, the one device's.
+      spread: `spreads` of the reference.
+
+    Returns:
+      dict name -> float: the largest |values - reference| over the
+      variable's elements divided by MULTIPLE x its spread (<= 1 within
+      tolerance); 0 or inf for a spread of 0 (bit-equal or not); inf for
+      a variable the towers lack.
+    """
+    result = {}
+    for name, expected in reference.items():
+        if name not in values:
+            result[name] = float("inf")
+            continue
+        gap = _largest_gap(values[name], expected)
+        if spread[name] > 0:
+            result[name] = gap / (MULTIPLE * spread[name])
+        else:
+            result[name] = 0.0 if gap == 0 else float("inf")
+    return result
+
+
+def _largest_gap(a, b):
+    """max |a - b| in float64 (0 for empty arrays)."""
+    gap = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+    return float(np.max(gap, initial=0.0))
