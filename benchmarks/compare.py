@@ -1,7 +1,7 @@
 """The speed check before every stop: the working tree against a revision.
 
-Run it from the repository root (about 25 minutes on 2 cores with the
-defaults; `--only=hooks` alone takes about 8):
+Run it from the repository root (18 minutes with the defaults on 2 shared
+cores of an AMD EPYC without bfloat16, where fp16 has nothing to run):
   python -m benchmarks.compare                 # against origin/main
   python -m benchmarks.compare --base=5a940a4 --rounds=3 --only=train,hooks
 
