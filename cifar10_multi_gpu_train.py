@@ -71,7 +71,7 @@ from multigpu.graph import (
     towers,
     variable_update,
 )
-from multigpu.run import data_records, report, trace, training
+from multigpu.run import data_records, profile, report, trace, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -328,12 +328,16 @@ def _build_and_run(task, devices, options, model, train_dir):
         op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
         if FLAGS.dry_run:
             return _check_plan(graph, batch_shapes, devices, model, task, plan)
-        closing = _train(graph_ops, train_dir, plan, task, model, data)
+        profiling = profile.profile_hooks(FLAGS.profile_steps, train_dir)
+        closing = _train(
+            graph_ops, train_dir, plan, task, model, data, profiling
+        )
     report.print_closing_report(
         closing,
         FLAGS.batch_size * FLAGS.num_gpus,
         train_dir if task.is_chief else None,
         registry.next_commands(model, train_dir, FLAGS.data_dir),
+        profile.closing_lines(profiling, train_dir),
     )
 
 
@@ -427,7 +431,7 @@ def _check_plan(graph, batch_shapes, devices, model, task, plan):
     )
 
 
-def _train(graph_ops, train_dir, plan, task, model, data):
+def _train(graph_ops, train_dir, plan, task, model, data, profiling):
     """Trains in train_dir (`training.run_training`).
 
     Args:
@@ -438,6 +442,7 @@ def _train(graph_ops, train_dir, plan, task, model, data):
       task: the `cluster.ClusterTask`.
       model: the `registry.Model`, recorded in train_dir.
       data: the `data_records.Data` of --data_dir, recorded in train_dir.
+      profiling: the hooks of --profile_steps (`profile.profile_hooks`).
 
     Returns:
       the `report.RunReportHook` of the run, for its closing report.
@@ -462,6 +467,7 @@ def _train(graph_ops, train_dir, plan, task, model, data):
             closing,
             *hooks,
             *trace.trace_hooks(FLAGS.trace_step, train_dir),
+            *profiling,
         ],
         pretrained=(
             FLAGS.pretrained_model_checkpoint_path,

@@ -28,7 +28,7 @@ from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks
 from multigpu.graph import blocks, op_kernels, placement, summaries
-from multigpu.run import data_records, report, trace, training
+from multigpu.run import data_records, profile, report, trace, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -124,16 +124,20 @@ def main(argv):
         op_kernels.refuse_bfloat16_without_cpu_kernel(
             tf.compat.v1.get_default_graph(), compute_dtype
         )
-        closing = _train(loss, train_op, train_dir, config, model, data)
+        profiling = profile.profile_hooks(FLAGS.profile_steps, train_dir)
+        closing = _train(
+            loss, train_op, train_dir, config, model, data, profiling
+        )
     report.print_closing_report(
         closing,
         FLAGS.batch_size,
         train_dir,
         registry.next_commands(model, train_dir, FLAGS.data_dir),
+        profile.closing_lines(profiling, train_dir),
     )
 
 
-def _train(loss, train_op, train_dir, config, model, data):
+def _train(loss, train_op, train_dir, config, model, data, profiling):
     """Trains in train_dir (`training.run_training`).
 
     Args:
@@ -142,6 +146,7 @@ def _train(loss, train_op, train_dir, config, model, data):
       config: the session's `ConfigProto`.
       model: the `registry.Model`, recorded in train_dir.
       data: the `data_records.Data` of --data_dir, recorded in train_dir.
+      profiling: the hooks of --profile_steps (`profile.profile_hooks`).
 
     Returns:
       the `report.RunReportHook` of the run, for its closing report.
@@ -166,6 +171,7 @@ def _train(loss, train_op, train_dir, config, model, data):
         hooks=[
             closing,
             *trace.trace_hooks(FLAGS.trace_step, train_dir),
+            *profiling,
         ],
         model_name=model.name,
         data=data,

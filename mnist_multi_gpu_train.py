@@ -47,7 +47,7 @@ from data_sets import mnist_data
 from multigpu import common_flags, errors, flag_checks, folders, tower_flags
 from multigpu.distributed import cluster, ps
 from multigpu.graph import dry_run, placement, variable_update
-from multigpu.run import data_records, report, trace, training
+from multigpu.run import data_records, profile, report, trace, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -226,7 +226,8 @@ def main(argv):
     data = mnist_data.training_data(FLAGS.data_dir)
     if not FLAGS.clear_train_dir:
         data_records.refuse_other_data(FLAGS.train_dir, data, FLAGS.data_dir)
-    closing, steps = _train(train_file, devices, config, task, data)
+    profiling = profile.profile_hooks(FLAGS.profile_steps, FLAGS.train_dir)
+    closing, steps = _train(train_file, devices, config, task, data, profiling)
     if steps == 0 and task.cluster is None:
         _no_step(train_file, FLAGS.batch_size, FLAGS.num_gpus)
     print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
@@ -237,10 +238,11 @@ def main(argv):
         FLAGS.batch_size * FLAGS.num_gpus,
         FLAGS.train_dir if task.is_chief else None,
         next_commands(FLAGS.train_dir, FLAGS.data_dir, FLAGS.tb_logging),
+        profile.closing_lines(profiling, FLAGS.train_dir),
     )
 
 
-def _train(train_file, devices, config, task, data):
+def _train(train_file, devices, config, task, data, profiling):
     """Builds the towers' graph and trains it in --train_dir.
 
     Args:
@@ -249,6 +251,7 @@ def _train(train_file, devices, config, task, data):
       config: the session's `ConfigProto`.
       task: the `cluster.ClusterTask`.
       data: the `data_records.Data` of --data_dir, recorded in train_dir.
+      profiling: the hooks of --profile_steps (`profile.profile_hooks`).
 
     Returns:
       (report.RunReportHook, int): the run's closing report hook, and the
@@ -289,6 +292,7 @@ def _train(train_file, devices, config, task, data):
                     closing,
                     *hooks,
                     *trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
+                    *profiling,
                 ],
                 pretrained=(
                     FLAGS.pretrained_model_checkpoint_path,

@@ -16,6 +16,7 @@ from multigpu.graph import (
     loss_scale,
     placement,
 )
+from multigpu.run import profile
 
 
 def define_once(define, name, *args, **kwargs):
@@ -58,6 +59,7 @@ def define_trainer_flags(train_dir, log_frequency, train_dir_note=""):
     define_warm_start_flags()
     define_session_flags()
     define_trace_flag()
+    define_profile_flag()
 
 
 def define_cifar10_trainer_flags(data_url, train_dir):
@@ -335,6 +337,30 @@ def define_trace_flag():
         "its run metadata for TensorBoard's graph view; 0 traces nothing.",
         lower_bound=0,
     )
+
+
+def define_profile_flag():
+    """Defines --profile_steps of a trainer (see `multigpu.run.profile`)."""
+    if "profile_steps" in flags.FLAGS:
+        return
+    flags.DEFINE_string(
+        "profile_steps",
+        "",
+        "FIRST,LAST: profile the steps that reach these global steps "
+        "(inclusive) with TensorFlow's profiler, into TRAIN_DIR/plugins/"
+        "profile for TensorBoard's Profile tab (the profile extra); '' "
+        "profiles nothing.",
+    )
+    flags.register_validator("profile_steps", _check_profile_steps)
+
+
+def _check_profile_steps(value):
+    """absl's validator of --profile_steps: `profile.parse_steps`."""
+    try:
+        profile.parse_steps(value)
+    except ValueError as e:
+        raise flags.ValidationError(str(e)) from None
+    return True
 
 
 def define_fp16_flags():

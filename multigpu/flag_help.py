@@ -97,6 +97,7 @@ GROUPS = (
             "save_summaries_steps",
             "tb_logging",
             "trace_step",
+            "profile_steps",
         ),
     ),
 )

@@ -126,6 +126,7 @@ LOCAL_FLAGS = (
     "save_summaries_steps",
     "tb_logging",
     "trace_step",
+    "profile_steps",
     "pretrained_model_checkpoint_path",
     "fine_tune",
     "eval_only",

@@ -90,20 +90,22 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
         self.last_step = session.run(self._global_step)
 
 
-def print_closing_report(hook, examples_per_step, train_dir, next_commands):
+def print_closing_report(
+    hook, examples_per_step, train_dir, next_commands, notes=()
+):
     """Prints `closing_report` if the run trained a step; see there."""
     if hook.runs:
         print(
             flag_help.as_invoked(
                 closing_report(
-                    hook, examples_per_step, train_dir, next_commands
+                    hook, examples_per_step, train_dir, next_commands, notes
                 )
             ),
             flush=True,
         )
 
 
-def closing_report(hook, examples_per_step, train_dir, next_commands):
+def closing_report(hook, examples_per_step, train_dir, next_commands, notes=()):
     """The report's lines, from a finished run's `RunReportHook`.
 
     Args:
@@ -112,6 +114,7 @@ def closing_report(hook, examples_per_step, train_dir, next_commands):
       train_dir: str, the run's checkpoints and event logs; None for a
         cluster's other workers, which write none (the chief does).
       next_commands: strs, the commands to run next (eval, tensorboard).
+      notes: strs, lines on what else the run wrote (its profile).
 
     Returns:
       str, the report, one line per fact.
@@ -134,6 +137,7 @@ def closing_report(hook, examples_per_step, train_dir, next_commands):
         ),
         "Final loss (the last batch's): %s." % losses,
         *_skipped_line(hook),
+        *notes,
     ]
     if train_dir is None:
         return "\n".join(

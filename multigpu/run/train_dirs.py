@@ -60,6 +60,10 @@ _TEMP_PART = re.compile(
 # The eval's default folder inside the train_dir it scores: its event files
 # sit beside the training's, so that TensorBoard shows both runs.
 EVAL_FOLDER = "eval"
+# --profile_steps' folder: the profiler's runs, each of one file per host
+# (plugins/profile/RUN/HOST.xplane.pb), as `multigpu.run.profile` writes.
+PROFILES_FOLDER = "plugins"
+_PROFILE_FILE = re.compile(r"^profile/[^/]+/[^/]+\.xplane\.pb$")
 # A file of one checkpoint (model.ckpt-STEP.index, ...), the step's group.
 _CHECKPOINT_STEP = re.compile(r"^model\.ckpt-([0-9]+)\.(index|meta|data-)")
 _EVENT_FILE = "events.out.tfevents."
@@ -237,6 +241,8 @@ def _written_by_suite(path):
             and not os.path.islink(os.path.join(path, each))
             for each in os.listdir(path)
         )
+    if os.path.isdir(path) and name == PROFILES_FOLDER:
+        return _holds_only_profiles(path)
     if os.path.isdir(path):
         return bool(_SUITE_FOLDER.match(name)) and all(
             _TEMP_PART.match(part)
@@ -245,6 +251,28 @@ def _written_by_suite(path):
             for part in os.listdir(path)
         )
     return os.path.isfile(path) and bool(_SUITE_FILE.match(name))
+
+
+def _holds_only_profiles(folder):
+    """Whether folder holds nothing but the profiler's files and folders
+    (`_PROFILE_FILE`), none of them a link."""
+    for parent, subfolders, files in os.walk(folder):
+        for name in subfolders + files:
+            path = os.path.join(parent, name)
+            relative = os.path.relpath(path, folder)
+            if os.path.islink(path):
+                return False
+            if name in files and not _PROFILE_FILE.match(relative):
+                return False
+            if name in subfolders and relative.count(os.sep) > 1:
+                return False
+    return True
+
+
+def _count_profiles(folder):
+    """How many profiler runs folder (`PROFILES_FOLDER`) holds."""
+    runs = os.path.join(folder, "profile")
+    return len(os.listdir(runs)) if os.path.isdir(runs) else 0
 
 
 def _removed(train_dir, names):
@@ -263,21 +291,31 @@ def _removed(train_dir, names):
     events = [name for name in names if name.startswith(_EVENT_FILE)]
     # Of the suite's names, only the eval's folder is named 'eval'.
     evals = [name for name in names if name == EVAL_FOLDER]
-    removed = [
-        "%d checkpoint(s)" % len(steps),
-        "%d event file(s)" % len(events),
-        "%d other file(s)"
-        % (
-            len(names)
-            - len(events)
-            - len(evals)
-            - sum(map(bool, checkpoint_files))
-        ),
-    ] + [
-        "the eval's folder %s/ (%d event file(s))"
-        % (name, len(os.listdir(os.path.join(train_dir, name))))
-        for name in evals
-    ]
+    profiles = [name for name in names if name == PROFILES_FOLDER]
+    removed = (
+        [
+            "%d checkpoint(s)" % len(steps),
+            "%d event file(s)" % len(events),
+            "%d other file(s)"
+            % (
+                len(names)
+                - len(events)
+                - len(evals)
+                - len(profiles)
+                - sum(map(bool, checkpoint_files))
+            ),
+        ]
+        + [
+            "the eval's folder %s/ (%d event file(s))"
+            % (name, len(os.listdir(os.path.join(train_dir, name))))
+            for name in evals
+        ]
+        + [
+            "the profiles' folder %s/ (%d profile(s))"
+            % (name, _count_profiles(os.path.join(train_dir, name)))
+            for name in profiles
+        ]
+    )
     return "--clear_train_dir: removed %s and %s from %s" % (
         ", ".join(removed[:-1]),
         removed[-1],

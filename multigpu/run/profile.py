@@ -1,0 +1,166 @@
+"""--profile_steps=A,B: steps A to B under TensorFlow's public profiler.
+
+The profile (TRAIN_DIR/plugins/profile/RUN/HOST.xplane.pb) is what
+TensorBoard's Profile tab reads (the `tensorboard-plugin-profile` package,
+the suite's `profile` extra): the overview of the steps, the ops' times,
+the trace viewer's time line of every thread and device. Each profiled
+step is marked with its global step, so the tab counts steps as the
+trainer does.
+"""
+
+import importlib.util
+import os
+
+import tensorflow as tf
+
+# Under the logdir given to the profiler: its runs' folders.
+PROFILE_FOLDER = os.path.join("plugins", "profile")
+# The name of a profiled step's mark, with its global step ('step_num').
+STEP_NAME = "train"
+# The package of TensorBoard's Profile tab, and how to install it.
+PLUGIN_MODULE = "tensorboard_plugin_profile"
+PLUGIN_INSTALL = 'pip install "tf1-multi-gpu[profile]"'
+
+
+def parse_steps(value):
+    """The (first, last) global steps of --profile_steps; None for ''.
+
+    Args:
+      value: str, the flag's value, 'A,B' (or 'A' for one step).
+
+    Raises:
+      ValueError: one line naming the value found and what is expected.
+    """
+    if not value:
+        return None
+    parts = value.split(",")
+    if len(parts) in (1, 2) and all(part.strip().isdigit() for part in parts):
+        first, last = int(parts[0]), int(parts[-1])
+        if 1 <= first <= last:
+            return first, last
+    raise ValueError(
+        "expected FIRST,LAST global steps with 1 <= FIRST <= LAST (e.g. "
+        "--profile_steps=5,7; the first step of a new run is step 1), found "
+        "%r" % value
+    )
+
+
+def profile_hooks(profile_steps, train_dir):
+    """The hooks of --profile_steps: [] for '', else one `ProfileHook`."""
+    steps = parse_steps(profile_steps)
+    if steps is None:
+        return []
+    return [ProfileHook(steps[0], steps[1], train_dir)]
+
+
+def closing_lines(hooks, logdir):
+    """The closing report's lines of `profile_hooks`' hooks.
+
+    Args:
+      hooks: the list `profile_hooks` returned.
+      logdir: str, the --logdir of TensorBoard that shows the profile.
+    """
+    return [line for hook in hooks for line in hook.report_lines(logdir)]
+
+
+class ProfileHook(tf.compat.v1.train.SessionRunHook):
+    """Profiles the runs that make global steps first to last.
+
+    The profiler starts before the first run of the range this run reaches
+    (a resumed run may start inside it) and stops after step last, or when
+    the run ends. Steps are read from the global step after each run, so
+    they are the trainer's, resumed or in a cluster.
+    """
+
+    def __init__(self, first, last, train_dir):
+        """Args:
+        first, last: ints, the global steps to profile, 1 <= first <= last.
+        train_dir: str, the logdir of the profile.
+        """
+        self.first, self.last = first, last
+        self._train_dir = train_dir
+        self._start_step = self._end_step = self._next_step = None
+        self._profiled = []
+        self._trace = None
+        self._runs_before = None
+        self.path = None
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self._start_step = session.run(self._global_step)
+        self._end_step = self._start_step
+        self._next_step = self._start_step + 1
+
+    def before_run(self, run_context):
+        if self.first <= self._next_step <= self.last:
+            if self._runs_before is None:
+                self._runs_before = _profile_runs(self._train_dir)
+                tf.profiler.experimental.start(self._train_dir)
+            self._trace = tf.profiler.experimental.Trace(
+                STEP_NAME, step_num=self._next_step, _r=1
+            )
+            self._trace.__enter__()
+        return None
+
+    def after_run(self, run_context, run_values):
+        if self._trace is not None:
+            self._trace.__exit__(None, None, None)
+            self._trace = None
+            self._profiled.append(self._next_step)
+            if self._next_step == self.last:
+                self._stop()
+        self._end_step = run_context.session.run(self._global_step)
+        self._next_step = self._end_step + 1
+
+    def end(self, session):
+        self._stop()
+
+    def _stop(self):
+        if self._runs_before is None or self.path is not None:
+            return
+        tf.profiler.experimental.stop()
+        added = sorted(_profile_runs(self._train_dir) - self._runs_before)
+        self.path = os.path.join(
+            self._train_dir, PROFILE_FOLDER, added[-1] if added else ""
+        )
+
+    def report_lines(self, tensorboard_logdir):
+        """The closing report's line on the profile.
+
+        Args:
+          tensorboard_logdir: str, the --logdir that shows the profile.
+        """
+        wanted = "--profile_steps=%d,%d" % (self.first, self.last)
+        if not self._profiled:
+            return [
+                "%s: nothing was profiled: this run trained steps %d to %d."
+                % (wanted, self._start_step + 1, self._end_step)
+            ]
+        if self._profiled[0] > self.first:
+            wanted += "; this run started after step %d" % self._start_step
+        if self._profiled[-1] < self.last:
+            wanted += "; the run ended at step %d" % self._end_step
+        line = (
+            "Profile of steps %d to %d (%s): %s; open it with tensorboard "
+            "--logdir=%s, then its Profile tab"
+            % (
+                self._profiled[0],
+                self._profiled[-1],
+                wanted,
+                self.path,
+                tensorboard_logdir,
+            )
+        )
+        if importlib.util.find_spec(PLUGIN_MODULE) is None:
+            line += " (the tab needs the plugin: %s)" % PLUGIN_INSTALL
+        return [line + "."]
+
+
+def _profile_runs(train_dir):
+    """The names of the profiler's run folders in train_dir, a set."""
+    try:
+        return set(os.listdir(os.path.join(train_dir, PROFILE_FOLDER)))
+    except FileNotFoundError:
+        return set()
