@@ -1,0 +1,187 @@
+"""--profile_steps: the steps the trainers profile, and what the profile
+holds, read with TensorFlow's own reader of the profiler's files."""
+
+import collections
+
+import pytest
+from conftest import error_line, run_script, trainer_flags
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+from data_sets import mnist_data
+from multigpu.run import profile, train_dirs
+
+
+def profiled(profile_folder):
+    """What the one profile of a profiler's run folder holds.
+
+    Returns:
+      (the global steps marked, in order: ints; op type -> set of the
+      name scopes' first two parts of its ops, e.g. 'towers/tower_1').
+    """
+    (path,) = profile_folder.glob("*.xplane.pb")
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    steps, scopes = [], collections.defaultdict(set)
+    for plane in space.planes:
+        names = {k: each.name for k, each in plane.event_metadata.items()}
+        stats = {k: each.name for k, each in plane.stat_metadata.items()}
+        for line in plane.lines:
+            for event in line.events:
+                name = names[event.metadata_id]
+                if name == profile.STEP_NAME:
+                    steps += [
+                        stat.int64_value
+                        for stat in event.stats
+                        if stats[stat.metadata_id] == "step_num"
+                    ]
+                elif ":" in name:  # An executor's op: 'NAME:TYPE'.
+                    op_name, op_type = name.rsplit(":", 1)
+                    scopes[op_type].add("/".join(op_name.split("/")[:2]))
+    return steps, scopes
+
+
+def profile_line(result):
+    """The closing report's line on the profile."""
+    (line,) = [
+        each
+        for each in result.stdout.splitlines()
+        if "--profile_steps=" in each
+    ]
+    return line
+
+
+@pytest.mark.parametrize("value", ["5,2", "0,2", "2,x", "1,2,3", "-1,2", "two"])
+def test_profile_steps_other_than_first_last_from_step_1_are_refused(value):
+    with pytest.raises(ValueError) as raised:
+        profile.parse_steps(value)
+
+    assert str(raised.value) == (
+        "expected FIRST,LAST global steps with 1 <= FIRST <= LAST (e.g. "
+        "--profile_steps=5,7; the first step of a new run is step 1), found "
+        "'%s'" % value
+    )
+
+
+def test_one_step_and_a_range_are_read_and_empty_profiles_nothing():
+    assert profile.parse_steps("4") == (4, 4)
+    assert profile.parse_steps("2,5") == (2, 5)
+    assert profile.parse_steps("") is None
+    assert profile.profile_hooks("", "/tmp/anywhere") == []
+
+
+@pytest.mark.slow
+def test_a_trainer_refuses_a_backward_range_at_parsing_in_one_line(tmp_path):
+    line = error_line(
+        "cifar10_train.py", "--profile_steps=5,2", "--train_dir=%s" % tmp_path
+    )
+
+    assert line == (
+        "cifar10_train.py: error: flag --profile_steps=5,2: expected "
+        "FIRST,LAST global steps with 1 <= FIRST <= LAST (e.g. "
+        "--profile_steps=5,7; the first step of a new run is step 1), found "
+        "'5,2'"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_clear_train_dir_removes_the_profiles_and_names_them(tmp_path, capsys):
+    for run in ("2026_11_26_02_19_34", "2026_11_26_02_20_01"):
+        folder = tmp_path / "plugins" / "profile" / run
+        folder.mkdir(parents=True)
+        (folder / "host.xplane.pb").write_bytes(b"x")
+
+    train_dirs.clear(str(tmp_path))
+
+    assert list(tmp_path.iterdir()) == []
+    assert capsys.readouterr().out == (
+        "--clear_train_dir: removed 0 checkpoint(s), 0 event file(s), 0 "
+        "other file(s) and the profiles' folder plugins/ (2 profile(s)) from "
+        "%s\n" % tmp_path
+    )
+
+
+def test_clear_train_dir_refuses_a_plugins_folder_holding_other_files(
+    tmp_path,
+):
+    folder = tmp_path / "plugins" / "profile" / "run"
+    folder.mkdir(parents=True)
+    (folder / "host.xplane.pb").write_bytes(b"x")
+    (folder / "notes.txt").write_bytes(b"mine")
+
+    with pytest.raises(ValueError, match=r"\(plugins/\)"):
+        train_dirs.clear(str(tmp_path))
+
+    assert (folder / "notes.txt").read_bytes() == b"mine"
+
+
+@pytest.mark.slow
+def test_two_towers_steps_2_to_3_are_profiled_with_both_towers_ops(
+    cifar10_data_dir, tmp_path
+):
+    result = run_script(
+        "cifar10_multi_gpu_train.py",
+        *trainer_flags(cifar10_data_dir, tmp_path, "--max_steps=4"),
+        "--num_gpus=2",
+        "--cpu_towers",
+        "--profile_steps=2,3",
+    )
+
+    (run,) = (tmp_path / "plugins" / "profile").iterdir()
+    assert profile_line(result) == (
+        "Profile of steps 2 to 3 (--profile_steps=2,3): %s; open it with "
+        "tensorboard --logdir=%s, then its Profile tab." % (run, tmp_path)
+    )
+    steps, scopes = profiled(run)
+    assert steps == [2, 3]
+    # Each tower's convolution gradients, and the one update of the
+    # variables.
+    assert {"towers/tower_0", "towers/tower_1"} <= scopes[
+        "Conv2DBackpropFilter"
+    ]
+    assert len(scopes["ResourceApplyGradientDescent"]) == 1
+
+
+@pytest.mark.slow
+def test_a_resumed_run_profiles_its_part_of_the_range_by_global_step(
+    cifar10_data_dir, tmp_path
+):
+    flags = trainer_flags(cifar10_data_dir, tmp_path)
+    first = run_script(
+        "cifar10_train.py", *flags, "--max_steps=3", "--profile_steps=5,6"
+    )
+    assert profile_line(first) == (
+        "--profile_steps=5,6: nothing was profiled: this run trained steps "
+        "1 to 3."
+    )
+    assert not (tmp_path / "plugins").exists()
+
+    resumed = run_script(
+        "cifar10_train.py", *flags, "--max_steps=5", "--profile_steps=2,6"
+    )
+
+    (run,) = (tmp_path / "plugins" / "profile").iterdir()
+    assert profile_line(resumed) == (
+        "Profile of steps 4 to 5 (--profile_steps=2,6; this run started "
+        "after step 3; the run ended at step 5): %s; open it with "
+        "tensorboard --logdir=%s, then its Profile tab." % (run, tmp_path)
+    )
+    assert profiled(run)[0] == [4, 5]
+
+
+@pytest.mark.slow
+def test_the_mnist_trainer_profiles_its_step_2(tmp_path):
+    mnist_data.write_fake_data(str(tmp_path / "data"))
+
+    result = run_script(
+        "mnist_multi_gpu_train.py",
+        "--data_dir=%s" % (tmp_path / "data"),
+        "--train_dir=%s" % (tmp_path / "train"),
+        "--num_epochs=1",
+        "--batch_size=1000",
+        "--profile_steps=2,2",
+    )
+
+    (run,) = (tmp_path / "train" / "plugins" / "profile").iterdir()
+    assert profile_line(result).startswith("Profile of steps 2 to 2 ")
+    steps, scopes = profiled(run)
+    assert steps == [2]
+    assert "towers/tower_0" in scopes["Conv2DBackpropFilter"]
