@@ -8,18 +8,21 @@ screenshots are left in the test's temp folder for a person to look at.
 
 import json
 import re
-import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.request
 
 import pytest
-from conftest import run_script, tensorboard_server, trainer_flags
+from conftest import (
+    CHROMIUM,
+    chromium,
+    run_script,
+    tensorboard_server,
+    trainer_flags,
+)
 from google.protobuf import text_format
 from tensorflow.core.framework import graph_pb2
 
-CHROMIUM = shutil.which("chromium")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
@@ -28,20 +31,6 @@ pytestmark = [
 ]
 
 STEPS = 300
-# Chromium's flags for a page rendered without a display, GPU or network.
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-    # Virtual time runs the page's timers at once: the charts load.
-    "--virtual-time-budget=30000",
-)
 # Seconds TensorBoard has to start and load both runs.
 LOAD_TIMEOUT_SECS = 90
 
@@ -91,35 +80,13 @@ def _wait_for_runs(url, server, runs):
         time.sleep(0.5)
 
 
-def _chromium(tmp_path, url, output):
-    """Renders url in headless Chromium with a fresh profile.
-
-    Args:
-      output: '--dump-dom' (returns the DOM) or '--screenshot=PATH'.
-    """
-    result = subprocess.run(
-        [
-            CHROMIUM,
-            *CHROMIUM_FLAGS,
-            "--user-data-dir=%s" % (tmp_path / "profile"),
-            output,
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
-
-
 def test_the_first_open_card_is_a_loss_chart_of_at_least_20_points(
     tensorboard, tmp_path
 ):
     url, _, _ = tensorboard
     page = url + "/?forceSVG=true#timeseries"
-    _chromium(tmp_path, page, "--screenshot=%s" % (tmp_path / "scalars.png"))
-    dom = _chromium(tmp_path, page, "--dump-dom")
+    chromium(tmp_path, page, "--screenshot=%s" % (tmp_path / "scalars.png"))
+    dom = chromium(tmp_path, page, "--dump-dom")
     groups = re.findall(r'class="group-title" title="([^"]+)"', dom)
     assert groups[:3] == ["Loss", "Precision @ 1", "Recall @ 5"]
     # The cards drawn before the second group's title: the first group's,
@@ -146,7 +113,7 @@ def test_the_train_run_has_the_one_graph_and_the_eval_run_none(tensorboard):
 
 def test_the_graph_top_level_is_its_blocks(tensorboard, tmp_path):
     url, _, _ = tensorboard
-    _chromium(
+    chromium(
         tmp_path, url + "/#graphs", "--screenshot=%s" % (tmp_path / "g.png")
     )
     with urllib.request.urlopen(
