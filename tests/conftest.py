@@ -4,7 +4,6 @@ import collections
 import contextlib
 import os
 import pathlib
-import shutil
 import signal
 import socket
 import subprocess
@@ -503,43 +502,3 @@ def bfloat16_conv_graph(device=""):
         total = tf.reduce_sum(tf.cast(relu, tf.float32), name="total")
         tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(total)
     return graph
-
-
-# Debian's chromium, for the tests that look at TensorBoard's pages.
-CHROMIUM = shutil.which("chromium")
-# Chromium's flags for a page rendered without a display, GPU or network.
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-    # Virtual time runs the page's timers at once: the charts load.
-    "--virtual-time-budget=30000",
-)
-
-
-def chromium(tmp_path, url, output):
-    """Renders url in headless Chromium with a fresh profile.
-
-    Args:
-      output: '--dump-dom' (returns the DOM) or '--screenshot=PATH'.
-    """
-    result = subprocess.run(
-        [
-            CHROMIUM,
-            *CHROMIUM_FLAGS,
-            "--user-data-dir=%s" % (tmp_path / "profile"),
-            output,
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout

@@ -8,31 +8,17 @@ screenshots are left in the test's temp folder for a person to look at.
 
 import json
 import re
-import time
-import urllib.error
 import urllib.request
 
 import pytest
-from conftest import (
-    CHROMIUM,
-    chromium,
-    run_script,
-    tensorboard_server,
-    trainer_flags,
-)
+from browser import BROWSER_MARKS, chromium, wait_for_route
+from conftest import run_script, tensorboard_server, trainer_flags
 from google.protobuf import text_format
 from tensorflow.core.framework import graph_pb2
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        CHROMIUM is None, reason="no chromium (apt-get install chromium)"
-    ),
-]
+pytestmark = BROWSER_MARKS
 
 STEPS = 300
-# Seconds TensorBoard has to start and load both runs.
-LOAD_TIMEOUT_SECS = 90
 
 
 @pytest.fixture(scope="module")
@@ -62,22 +48,8 @@ def tensorboard(cifar10_data_dir, tmp_path_factory):
         port,
     ):
         url = "http://127.0.0.1:%d" % port
-        _wait_for_runs(url, server, b'[".", "eval"]')
+        wait_for_route(url + "/data/runs", server, b'[".", "eval"]')
         yield url, train_dir, log_path
-
-
-def _wait_for_runs(url, server, runs):
-    deadline = time.monotonic() + LOAD_TIMEOUT_SECS
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/data/runs", timeout=10) as r:
-                if r.read() == runs:
-                    return
-        except (urllib.error.URLError, ConnectionError):
-            pass  # Not listening yet.
-        assert server.poll() is None, "tensorboard exited"
-        assert time.monotonic() < deadline, "runs not loaded in time"
-        time.sleep(0.5)
 
 
 def test_the_first_open_card_is_a_loss_chart_of_at_least_20_points(
