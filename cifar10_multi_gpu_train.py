@@ -71,7 +71,7 @@ from multigpu.graph import (
     towers,
     variable_update,
 )
-from multigpu.run import data_records, profile, report, trace, training
+from multigpu.run import data_records, profile, report, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -466,7 +466,6 @@ def _train(graph_ops, train_dir, plan, task, model, data, profiling):
         hooks=[
             closing,
             *hooks,
-            *trace.trace_hooks(FLAGS.trace_step, train_dir),
             *profiling,
         ],
         pretrained=(

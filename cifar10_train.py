@@ -28,7 +28,7 @@ from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks
 from multigpu.graph import blocks, op_kernels, placement, summaries
-from multigpu.run import data_records, profile, report, trace, training
+from multigpu.run import data_records, profile, report, training
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -170,7 +170,6 @@ def _train(loss, train_op, train_dir, config, model, data, profiling):
         data_dirs=[FLAGS.data_dir],
         hooks=[
             closing,
-            *trace.trace_hooks(FLAGS.trace_step, train_dir),
             *profiling,
         ],
         model_name=model.name,

@@ -47,7 +47,7 @@ from data_sets import mnist_data
 from multigpu import common_flags, errors, flag_checks, folders, tower_flags
 from multigpu.distributed import cluster, ps
 from multigpu.graph import dry_run, placement, variable_update
-from multigpu.run import data_records, profile, report, trace, training
+from multigpu.run import data_records, profile, report, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -291,7 +291,6 @@ def _train(train_file, devices, config, task, data, profiling):
                 hooks=[
                     closing,
                     *hooks,
-                    *trace.trace_hooks(FLAGS.trace_step, FLAGS.train_dir),
                     *profiling,
                 ],
                 pretrained=(

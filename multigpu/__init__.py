@@ -27,7 +27,7 @@
     lost cluster).
   - `loop_hooks`: its hooks: the step log, summaries, checkpoints.
   - `interrupts`: Ctrl-C and SIGTERM save the step and exit 130 / 143.
-  - `trace`: the Chrome trace of one step (`--trace_step`).
+  - `profile`: steps under TensorFlow's profiler (`--profile_steps`).
   - `event_files`: the event file checked every step; a failed write stops.
   - `checkpoints`: a train_dir's checkpoints, read and pruned by exact
     name; the newest that reads in full.

@@ -46,7 +46,7 @@ def define_trainer_flags(train_dir, log_frequency, train_dir_note=""):
     """The groups every trainer takes.
 
     Its folder and progress lines, checkpoints, the sample set, warm start,
-    the session options and the step trace.
+    the session options and the profile (and the retired step trace).
 
     Args:
       train_dir: str, the trainer's default --train_dir.
@@ -327,16 +327,31 @@ def session_options_from_flags(flag_values):
 
 
 def define_trace_flag():
-    """Defines --trace_step of a trainer (see `multigpu.run.trace`)."""
-    define_once(
-        flags.DEFINE_integer,
+    """Defines --trace_step, retired: refused, naming --profile_steps.
+
+    Scripts and notes of older releases pass it; absl would refuse it as an
+    unknown flag without naming what replaces it.
+    """
+    if "trace_step" in flags.FLAGS:
+        return
+    flags.DEFINE_integer(
         "trace_step",
         0,
-        "Trace the step that reaches this global step: write a Chrome trace "
-        "(TRAIN_DIR/trace_step_N.json, for chrome://tracing or Perfetto) and "
-        "its run metadata for TensorBoard's graph view; 0 traces nothing.",
-        lower_bound=0,
+        "Retired: TensorFlow's private timeline is replaced by its profiler; "
+        "use --profile_steps=N,N.",
     )
+    flags.register_validator("trace_step", _refuse_trace_step)
+
+
+def _refuse_trace_step(value):
+    """absl's validator of --trace_step: only its default, 0, passes."""
+    if value:
+        raise flags.ValidationError(
+            "--trace_step is retired (the Chrome trace through TensorFlow's "
+            "private timeline); use --profile_steps=%d,%d, the public "
+            "profiler's profile for TensorBoard's Profile tab" % (value, value)
+        )
+    return True
 
 
 def define_profile_flag():

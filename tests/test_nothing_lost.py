@@ -24,7 +24,7 @@ from conftest import (
 )
 
 from data_sets import cifar10_data, mnist_data
-from multigpu.run import checkpoints, restore, trace, train_dirs
+from multigpu.run import checkpoints, restore, train_dirs
 
 
 def _write_files(folder, files):
@@ -339,42 +339,6 @@ def test_a_disk_that_fills_stops_the_run_with_one_line_and_readable_events(
     records = list(tf.compat.v1.train.summary_iterator(found.group(1)))
     assert records[0].file_version == "brain.Event:2"
     assert read_events(train_dir).Scalars("Loss/total_loss (raw)")[0].step == 1
-
-
-def _run_steps(train_dir, steps, trace_step):
-    """Runs `steps` steps of a counter under --trace_step's hook."""
-    with tf.Graph().as_default():
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        step = global_step.assign_add(1)
-        hooks = trace.trace_hooks(trace_step, str(train_dir))
-        with tf.compat.v1.train.MonitoredSession(hooks=hooks) as sess:
-            for _ in range(steps):
-                sess.run(step)
-
-
-def test_a_trace_step_past_the_runs_end_is_said(tmp_path, capsys):
-    _run_steps(tmp_path, 2, trace_step=5)
-    assert capsys.readouterr().out == (
-        "WARNING: --trace_step=5 was not reached (the run ended at step 2); "
-        "no step is traced\n"
-    )
-    assert not os.path.exists(trace.trace_path(str(tmp_path), 5))
-
-
-def test_a_trace_file_that_is_a_link_is_refused_and_its_target_untouched(
-    tmp_path,
-):
-    target = tmp_path / "outside.json"
-    target.write_bytes(b"the user's file")
-    os.symlink(str(target), trace.trace_path(str(tmp_path), 1))
-    with pytest.raises(ValueError) as error:
-        _run_steps(tmp_path, 1, trace_step=1)
-    assert str(error.value) == (
-        "--trace_step=1: cannot write %s (Too many levels of symbolic "
-        "links); the trainers write through no link"
-        % trace.trace_path(str(tmp_path), 1)
-    )
-    assert target.read_bytes() == b"the user's file"
 
 
 def test_the_eval_refuses_a_checkpoint_dir_that_is_a_file(tmp_path):

@@ -83,6 +83,23 @@ def test_a_trainer_refuses_a_backward_range_at_parsing_in_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
+def test_the_retired_trace_step_is_refused_naming_profile_steps(tmp_path):
+    line = error_line(
+        "cifar10_multi_gpu_train.py",
+        "--trace_step=7",
+        "--train_dir=%s" % tmp_path,
+    )
+
+    assert line == (
+        "cifar10_multi_gpu_train.py: error: flag --trace_step=7: --trace_step "
+        "is retired (the Chrome trace through TensorFlow's private timeline); "
+        "use --profile_steps=7,7, the public profiler's profile for "
+        "TensorBoard's Profile tab"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_clear_train_dir_removes_the_profiles_and_names_them(tmp_path, capsys):
     for run in ("2026_11_26_02_19_34", "2026_11_26_02_20_01"):
         folder = tmp_path / "plugins" / "profile" / run

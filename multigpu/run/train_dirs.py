@@ -32,10 +32,11 @@ _LOCK_CONTENT = re.compile(r"^[0-9]+ \S+\n$")
 
 # The files the suite writes in a train_dir: the checkpoint state file,
 # checkpoints (model.ckpt-STEP.index, .meta, .data-I-of-N), event files,
-# the graph, the lock, the records of the model and the data, --trace_step's
-# traces; and what an interrupted write leaves: TensorFlow's NAME.tmpHEX (a
-# whole-file write renamed into place) and NAME.tempstateDIGITS (a
-# checkpoint file being written).
+# the graph, the lock, the records of the model and the data, the retired
+# --trace_step's traces (of older releases), --profile_steps' profiles
+# (`PROFILES_FOLDER`); and what an interrupted write leaves: TensorFlow's
+# NAME.tmpHEX (a whole-file write renamed into place) and
+# NAME.tempstateDIGITS (a checkpoint file being written).
 _CHECKPOINT_FILE = r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+)"
 _INTERRUPTED = r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+)?"
 _SUITE_FILE = re.compile(
