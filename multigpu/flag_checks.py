@@ -41,6 +41,7 @@ def check_flags(flag_values, task=None):
         _check_cluster(flag_values, task)
     _check_needs(flag_values, "fine_tune", "pretrained_model_checkpoint_path")
     _check_needs(flag_values, "save_summaries_steps", "tb_logging")
+    _check_profile_trains(flag_values)
     if _given(flag_values, "last_step") and flag_values.run_once:
         raise ValueError(
             "--last_step=%d ends a watch for new checkpoints, and --run_once "
@@ -80,6 +81,19 @@ def _check_needs(flag_values, name, needed):
             "ignored; add --%s or drop --%s"
             % (_shown(flag_values, name), needed, needed, name)
         )
+
+
+def _check_profile_trains(flag_values):
+    """--profile_steps needs a run that trains: not --dry_run, --eval_only."""
+    if not _given(flag_values, "profile_steps"):
+        return
+    for mode in ("dry_run", "eval_only"):
+        if mode in flag_values and flag_values[mode].value:
+            raise ValueError(
+                "%s profiles training steps, and --%s trains none, so it "
+                "would be ignored; drop one of them"
+                % (_shown(flag_values, "profile_steps"), mode)
+            )
 
 
 def _check_recipe(flag_values):

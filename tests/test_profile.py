@@ -100,6 +100,25 @@ def test_the_retired_trace_step_is_refused_naming_profile_steps(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
+def test_profile_steps_with_a_dry_run_which_trains_nothing_is_refused(
+    tmp_path,
+):
+    line = error_line(
+        "cifar10_multi_gpu_train.py",
+        "--dry_run",
+        "--num_gpus=2",
+        "--profile_steps=2,3",
+        "--train_dir=%s" % tmp_path,
+    )
+
+    assert line == (
+        "cifar10_multi_gpu_train.py: error: --profile_steps=2,3 profiles "
+        "training steps, and --dry_run trains none, so it would be ignored; "
+        "drop one of them"
+    )
+
+
 def test_clear_train_dir_removes_the_profiles_and_names_them(tmp_path, capsys):
     for run in ("2026_11_26_02_19_34", "2026_11_26_02_20_01"):
         folder = tmp_path / "plugins" / "profile" / run
