@@ -15,7 +15,7 @@ import warnings
 
 import tensorflow as tf
 
-from multigpu.graph import blocks, variable_update
+from multigpu.graph import blocks, float32_decay, variable_update
 
 # The dtypes the layers may compute in while the variables stay float32.
 REDUCED_DTYPES = (tf.float16, tf.bfloat16)
@@ -36,10 +36,12 @@ def call_model(
 
     Variables the model asks for in float16 or bfloat16 are made float32
     and handed to its layers as a cast, so checkpoints hold float32 only;
-    batch-norm statistics, float32 in the layers, stay so. The non-trainable
-    variables the model creates (batch-norm moving statistics) join the
-    MOVING_AVERAGE_VARIABLES collection, so that the weights' moving average
-    covers them and the eval restores their averages too.
+    batch-norm statistics, float32 in the layers, stay so. Weight decay
+    acts on the float32 variables, whatever made the regularizer
+    (`float32_decay`). The non-trainable variables the model creates
+    (batch-norm moving statistics) join the MOVING_AVERAGE_VARIABLES
+    collection, so that the weights' moving average covers them and the
+    eval restores their averages too.
 
     Args:
       model_fn: callable(images, is_training) -> logits.
@@ -57,7 +59,15 @@ def call_model(
         creates variables outside `tf.compat.v1.get_variable`, or returns
         no float tensor of shape [batch, num_classes].
     """
-    with _float32_variables() as (created, got), _quiet_tf1_layers():
+    with (
+        _float32_variables() as (created, got, float32_of),
+        (
+            float32_decay.layers_regularize_float32(float32_of)
+            if compute_dtype in REDUCED_DTYPES
+            else contextlib.nullcontext()
+        ),
+        _quiet_tf1_layers(),
+    ):
         try:
             logits = model_fn(tf.cast(images, compute_dtype), is_training)
         except (AttributeError, ImportError) as e:
@@ -89,8 +99,9 @@ def _float32_variables():
     Yields:
       created: list, the variables created in the scope.
       got: set, the op names of the variables get_variable returned.
+      float32_of: dict, each cast's `ref()` -> the float32 variable.
     """
-    created, got = [], set()
+    created, got, float32_of = [], set(), {}
 
     def record_creation(next_creator, **kwargs):
         var = next_creator(**kwargs)
@@ -101,7 +112,11 @@ def _float32_variables():
         reduced = dtype in REDUCED_DTYPES
         var = getter(*args, dtype=tf.float32 if reduced else dtype, **kwargs)
         got.add(var.op.name)
-        return tf.cast(var, dtype) if reduced else var
+        if not reduced:
+            return var
+        cast = tf.cast(var, dtype)
+        float32_of[cast.ref()] = var
+        return cast
 
     with (
         tf.variable_creator_scope(record_creation),
@@ -111,7 +126,7 @@ def _float32_variables():
             auxiliary_name_scope=False,
         ),
     ):
-        yield created, got
+        yield created, got, float32_of
 
 
 class _KerasDeprecations(logging.Filter):
