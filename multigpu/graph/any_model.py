@@ -23,6 +23,23 @@ REDUCED_DTYPES = (tf.float16, tf.bfloat16)
 # What to install for `tf.compat.v1.layers` on TensorFlow 2.16+ (Keras 2).
 LAYERS_EXTRA = 'pip install ".[layers]" (tf-keras~=2.21.0)'
 
+# TensorFlow's `tensorflow.python.layers.normalization` (tf-slim's
+# batch_norm) loads Keras 2's TF1 batch norm from this module, which tf-keras
+# ships as tf_keras.src.legacy_tf_layers: an upstream bug (seen on
+# TensorFlow 2.21 with tf-keras 2.21), which no install fixes;
+# tf.compat.v1.layers' batch norm is the same layer, where tf-keras has it.
+MISSING_BATCH_NORM_MODULE = "tf_keras.legacy_tf_layers"
+BATCH_NORM_BUG = (
+    "%s calls TensorFlow's TF1 batch norm (tf-slim's batch_norm is built "
+    "on it), which fails with \"No module named '"
+    + MISSING_BATCH_NORM_MODULE
+    + "'\" on TensorFlow %s, tf-keras installed or not: an upstream "
+    "bug (tensorflow/python/layers/normalization.py loads it from a path "
+    "tf-keras does not have); write the layer as "
+    "tf.compat.v1.layers.batch_normalization(inputs, training=is_training), "
+    "the same layer, with " + LAYERS_EXTRA
+)
+
 
 def call_model(
     model_fn,
@@ -55,9 +72,10 @@ def call_model(
       logits: float32 [batch, num_classes].
 
     Raises:
-      ValueError: the model calls `tf.compat.v1.layers` without tf-keras,
-        creates variables outside `tf.compat.v1.get_variable`, or returns
-        no float tensor of shape [batch, num_classes].
+      ValueError: the model calls `tf.compat.v1.layers` without tf-keras
+        or TensorFlow's TF1 batch norm (`BATCH_NORM_BUG`), creates
+        variables outside `tf.compat.v1.get_variable`, or returns no float
+        tensor of shape [batch, num_classes].
     """
     with (
         _float32_variables() as (created, got, float32_of),
@@ -71,11 +89,7 @@ def call_model(
         try:
             logits = model_fn(tf.cast(images, compute_dtype), is_training)
         except (AttributeError, ImportError) as e:
-            if needs_keras_2(e):
-                raise ValueError(
-                    "%s calls tf.compat.v1.layers, which needs Keras 2 on "
-                    "TensorFlow 2.16+: %s" % (name, LAYERS_EXTRA)
-                ) from None
+            _refuse_missing_layers(e, name)
             raise
     _refuse_other_variables(created, got, name)
     for var in created:
@@ -86,6 +100,17 @@ def call_model(
             )
     _check_logits(logits, [images.shape[0], num_classes], name)
     return tf.cast(logits, tf.float32)
+
+
+def _refuse_missing_layers(error, name):
+    """Raises one line for the TF1 layers that this install cannot build."""
+    if needs_keras_2(error):
+        raise ValueError(
+            "%s calls tf.compat.v1.layers, which needs Keras 2 on "
+            "TensorFlow 2.16+: %s" % (name, LAYERS_EXTRA)
+        ) from None
+    if is_batch_norm_bug(error):
+        raise ValueError(BATCH_NORM_BUG % (name, tf.__version__)) from None
 
 
 @contextlib.contextmanager
@@ -165,6 +190,12 @@ def needs_keras_2(error):
     return isinstance(error, (AttributeError, ImportError)) and (
         "Keras" in str(error)
     )
+
+
+def is_batch_norm_bug(error):
+    """Whether an exception is TensorFlow's TF1 batch norm's missing module
+    (`BATCH_NORM_BUG`)."""
+    return getattr(error, "name", None) == MISSING_BATCH_NORM_MODULE
 
 
 def _refuse_other_variables(created, got, name):
