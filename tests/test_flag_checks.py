@@ -301,6 +301,14 @@ CASES = [
     ),
     (
         "cifar10_eval",
+        ["--force_cpu_bfloat16"],
+        "--force_cpu_bfloat16 applies only with --use_fp16, which is not "
+        "set, so it would be ignored; add --use_fp16 or drop "
+        "--force_cpu_bfloat16",
+    ),
+    ("cifar10_eval", ["--use_fp16", "--force_cpu_bfloat16"], None),
+    (
+        "cifar10_eval",
         ["--run_once", "--last_step=1000"],
         "--last_step=1000 ends a watch for new checkpoints, and --run_once "
         "scores one checkpoint and exits; drop one of them",
