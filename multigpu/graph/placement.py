@@ -231,8 +231,7 @@ def compute_dtype(
       that have bfloat16 instructions (CPUs have no fast float16 kernels).
 
     Raises:
-      ValueError: force_cpu_bfloat16 with GPU devices, which it cannot act
-        on (one line).
+      ValueError: force_cpu_bfloat16 with GPU devices (one line).
     """
     if not use_fp16:
         return tf.float32
