@@ -28,6 +28,25 @@ LOST_PS_IN_A_STEP = (
     b"ipv4:127.0.0.1:29421: Failed to connect to remote host: Connection "
     b"refused\n"
 )
+# A cluster of workers only, worker 1 killed at step 38: worker 0's
+# collective ops abort.
+LOST_PEER = (
+    b"E0000 00:00:1795661251.196362    4681 ring_alg.cc:291] Aborting "
+    b"RingReduce with UNAVAILABLE: recvmsg:Connection reset by peer\n"
+    b"E0000 00:00:1795661251.196407    4681 base_collective_executor.cc:252] "
+    b"BaseCollectiveExecutor::StartAbort UNAVAILABLE: recvmsg:Connection "
+    b"reset by peer\n"
+    b"E0000 00:00:1795661251.196434    4681 ring_alg.cc:291] Aborting "
+    b"RingReduce with UNAVAILABLE: Collective ops is aborted by: "
+    b"recvmsg:Connection reset by peer\n"
+    b"The error could be from a previous operation. Restart your program to "
+    b"reset. [type.googleapis.com/tensorflow.DerivedStatus='']\n"
+)
+PEER_LINE = (
+    b"cifar10_multi_gpu_train.py: error: lost the cluster after 38 local "
+    b"steps (DeadlineExceededError): unreachable: worker task 1 "
+    b"(127.0.0.1:29432)\n"
+)
 OUR_LINE = (
     b"cifar10_multi_gpu_train.py: error: lost the cluster: unreachable: ps "
     b"task 0 (127.0.0.1:29421)\n"
@@ -52,6 +71,10 @@ def test_a_worker_that_lost_its_ps_shows_only_our_line():
 
 def test_a_worker_that_lost_its_ps_in_a_step_shows_only_our_line():
     assert filtered(LOST_PS_IN_A_STEP + OUR_LINE) == OUR_LINE
+
+
+def test_a_worker_that_lost_a_peer_worker_shows_only_our_line():
+    assert filtered(LOST_PEER + PEER_LINE) == PEER_LINE
 
 
 def test_another_grpc_warning_is_still_shown():
