@@ -28,9 +28,11 @@ _TRAINING_OUTPUT = (
     " pretrained_model_checkpoint_path fine_tune"
 ).split()
 # The flags of a run that trains, which --dry_run (it builds the graph and
-# prints its plan, with no session, data or files) would ignore.
+# prints its plan, with no session, data or files) would ignore. Its
+# folders (--train_dir, --data_dir) are taken, as a command line that is
+# planned before it is run names them.
 DRY_RUN_UNUSED = (
-    "max_steps num_epochs eval_only cpu_towers fake_data data_dir data_url"
+    "max_steps num_epochs eval_only cpu_towers fake_data data_url"
 ).split() + _TRAINING_OUTPUT
 # The flags of MNIST's training, its session and its cluster, which
 # --eval_only (it scores the newest checkpoint of --train_dir on the test
