@@ -79,6 +79,8 @@ flags.DEFINE_integer(
 common_flags.define_fake_data_flag()
 common_flags.define_session_flags()
 common_flags.define_model_flag()
+# The trainers' --force_cpu_bfloat16, to evaluate in the dtype they trained in.
+common_flags.define_force_cpu_bfloat16_flag()
 flags.adopt_module_key_flags(common_flags)
 # --batch_size, --data_dir and --use_fp16 are the tutorial's, in cifar10.
 flags.adopt_module_key_flags(cifar10)
@@ -363,7 +365,9 @@ def main(argv):
         data_dir=FLAGS.data_dir,
         batch_size=FLAGS.batch_size,
         num_examples=FLAGS.num_examples,
-        compute_dtype=placement.compute_dtype(FLAGS.use_fp16, devices),
+        compute_dtype=placement.compute_dtype(
+            FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+        ),
         model=model,
     )
     try:

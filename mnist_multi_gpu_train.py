@@ -88,7 +88,8 @@ flags.DEFINE_boolean(
     "eval_only",
     False,
     "Do not train: print the test accuracy of the newest checkpoint in "
-    "--train_dir.",
+    "--train_dir (with --data_dir, --batch_size, --fake_data; a flag only "
+    "training uses is refused).",
 )
 
 common_flags.define_trainer_flags("/tmp/mnist_train", log_frequency=100)

@@ -388,8 +388,8 @@ def _reported(build, flag):
         except Exception as e:
             if isinstance(e, model_variables.ModelVariableError):
                 raise
-            if any_model.needs_keras_2(e):
-                raise  # `any_model.call_model` says what to install.
+            if any_model.needs_keras_2(e) or any_model.is_batch_norm_bug(e):
+                raise  # `any_model.call_model` says what to install or do.
             raise ValueError(
                 "%s raised %s: %s"
                 % (flag, type(e).__name__, str(e).strip().split("\n")[0])

@@ -385,14 +385,7 @@ def define_fp16_flags():
     `placement.compute_dtype` and `loss_scaling_from_flags(FLAGS, ...)` to
     its graph.
     """
-    define_once(
-        flags.DEFINE_boolean,
-        "force_cpu_bfloat16",
-        False,
-        "With --use_fp16 on a CPU without bfloat16 instructions (AVX512_BF16 "
-        "or AMX), compute in bfloat16 anyway (emulated, about 10x slower) "
-        "instead of float32.",
-    )
+    define_force_cpu_bfloat16_flag()
     define_finite_float(
         "fp16_loss_scale",
         loss_scale.DEFAULT_LOSS_SCALE,
@@ -416,6 +409,18 @@ def define_fp16_flags():
         loss_scale.DEFAULT_INC_EVERY_N,
         "Good steps in a row before the dynamic loss scale doubles.",
         lower_bound=1,
+    )
+
+
+def define_force_cpu_bfloat16_flag():
+    """Defines --force_cpu_bfloat16, of the trainers and the eval."""
+    define_once(
+        flags.DEFINE_boolean,
+        "force_cpu_bfloat16",
+        False,
+        "With --use_fp16 on a CPU without bfloat16 instructions (AVX512_BF16 "
+        "or AMX), compute in bfloat16 anyway (emulated, about 10x slower) "
+        "instead of float32.",
     )
 
 

@@ -20,8 +20,13 @@ import re
 # aborts the step's rendezvous, then cancels the input), an allocation that
 # does not fit (the allocator's map of its memory), a port in use. A ps
 # looks for its chief between the waits for its workers' done tokens, and
-# each wait it ends is a queue warning. An error's continuation lines (the
-# '\t [[NODE]]' it struck in, a hint, a blank line) go with it. Grappler's
+# each wait it ends is a queue warning. A worker that loses a ps or a peer
+# cancels the tensors it was receiving from it (a warning each), echoes the
+# gRPC status of the last one, and its master logs the step's UNAVAILABLE
+# and that of the step's cleanup; in a cluster of workers only, its
+# collective ops log their abort (the task reports the loss in one line).
+# An error's continuation lines (the '\t [[NODE]]' it struck in, the
+# remote task's gRPC status, a hint, a blank line) go with it. Grappler's
 # notice that it leaves a cond's Merge with a control input unoptimised,
 # which the dry run's audit of the rewritten graph prints (the graph is the
 # same).
@@ -38,6 +43,15 @@ _DROPPED_LINE = re.compile(
     rb"|If the cause is memory fragmentation maybe the environment variable"
     rb"|Current allocation summary follows\."
     rb"|W\d{4} [^]]*\] done_queue\d+: Skipping cancelled dequeue attempt "
+    rb"|W\d{4} [^]]*grpc_worker_service\.cc:\d+\] RecvTensor cancelled for "
+    rb"|Additional GRPC error information from remote target "
+    rb"|:.*Error received from peer "
+    rb"|[EW]\d{4} [^]]*master_session\.cc:\d+\] (Cleanup partition error: )?"
+    rb"UNAVAILABLE: "
+    rb"|E\d{4} [^]]*ring_alg\.cc:\d+\] Aborting \w+ with UNAVAILABLE: "
+    rb"|E\d{4} [^]]*base_collective_executor\.cc:\d+\] "
+    rb"BaseCollectiveExecutor::StartAbort UNAVAILABLE: "
+    rb"|The error could be from a previous operation\. Restart your program "
     rb"|W\d{4} [^]]*loop_optimizer\.cc:\d+\] Skipping loop optimization "
     rb"|E\d{4} [^]]*\] Failed to add port to server: "
     rb"|E\d{4} [^]]*\] UNKNOWN: Could not start gRPC server"

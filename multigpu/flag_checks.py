@@ -21,6 +21,29 @@ LOSS_SCALE_FLAGS = (
 )
 # The flags of reduced precision, which do nothing without --use_fp16.
 FP16_FLAGS = ("force_cpu_bfloat16", *LOSS_SCALE_FLAGS)
+# The flags of what a run writes and prints as it trains.
+_TRAINING_OUTPUT = (
+    "clear_train_dir log_frequency log_device_placement save_checkpoint_steps"
+    " save_summaries_steps tb_logging profile_steps"
+    " pretrained_model_checkpoint_path fine_tune"
+).split()
+# The flags of a run that trains, which --dry_run (it builds the graph and
+# prints its plan, with no session, data or files) would ignore. Its
+# folders (--train_dir, --data_dir) are taken, as a command line that is
+# planned before it is run names them.
+DRY_RUN_UNUSED = (
+    "max_steps num_epochs eval_only cpu_towers fake_data data_url"
+).split() + _TRAINING_OUTPUT
+# The flags of MNIST's training, its session and its cluster, which
+# --eval_only (it scores the newest checkpoint of --train_dir on the test
+# set, in a session of its own) would ignore.
+EVAL_ONLY_UNUSED = (
+    "num_gpus cpu_towers variable_update all_reduce_spec "
+    "gradient_pack_bytes learning_rate num_epochs allow_growth "
+    "gpu_memory_fraction num_intra_threads num_inter_threads ps_hosts "
+    "worker_hosts job_name task_index sync_replicas replicas_to_aggregate "
+    "operation_timeout_secs"
+).split() + _TRAINING_OUTPUT
 
 
 def check_flags(flag_values, task=None):
@@ -34,6 +57,26 @@ def check_flags(flag_values, task=None):
     Raises:
       ValueError: one line naming the flags, what they need and what to do.
     """
+    _refuse_unused(
+        flag_values,
+        "dry_run",
+        DRY_RUN_UNUSED,
+        "builds the graph and prints its plan, with no session, no data and "
+        "no file written",
+    )
+    _refuse_unused(
+        flag_values,
+        "eval_only",
+        EVAL_ONLY_UNUSED,
+        "scores the newest checkpoint of --train_dir on the test set, "
+        "training nothing",
+    )
+    if _given(flag_values, "data_url") and flag_values.fake_data:
+        raise ValueError(
+            "%s is where the data set is downloaded from, and --fake_data "
+            "writes the built-in sample set instead, so it would be ignored; "
+            "drop --data_url (or --fake_data)" % _shown(flag_values, "data_url")
+        )
     _check_recipe(flag_values)
     _check_reduced_precision(flag_values)
     _check_variable_update(flag_values, task)
@@ -41,7 +84,6 @@ def check_flags(flag_values, task=None):
         _check_cluster(flag_values, task)
     _check_needs(flag_values, "fine_tune", "pretrained_model_checkpoint_path")
     _check_needs(flag_values, "save_summaries_steps", "tb_logging")
-    _check_profile_trains(flag_values)
     if _given(flag_values, "last_step") and flag_values.run_once:
         raise ValueError(
             "--last_step=%d ends a watch for new checkpoints, and --run_once "
@@ -83,16 +125,23 @@ def _check_needs(flag_values, name, needed):
         )
 
 
-def _check_profile_trains(flag_values):
-    """--profile_steps needs a run that trains: not --dry_run, --eval_only."""
-    if not _given(flag_values, "profile_steps"):
+def _refuse_unused(flag_values, mode, unused, what_it_does):
+    """Refuses a flag that boolean flag mode, when set, would ignore.
+
+    Args:
+      flag_values: the script's parsed flags.
+      mode: str, a boolean flag: 'dry_run' or 'eval_only'.
+      unused: strs, the flags that mode does not use.
+      what_it_does: str, what mode does instead, for the error.
+    """
+    if not (_given(flag_values, mode) and flag_values[mode].value):
         return
-    for mode in ("dry_run", "eval_only"):
-        if mode in flag_values and flag_values[mode].value:
+    for name in unused:
+        if name != mode and _given(flag_values, name):
             raise ValueError(
-                "%s profiles training steps, and --%s trains none, so it "
-                "would be ignored; drop one of them"
-                % (_shown(flag_values, "profile_steps"), mode)
+                "%s does not apply with --%s, which %s, so it would be "
+                "ignored; drop --%s (or --%s)"
+                % (_shown(flag_values, name), mode, what_it_does, name, mode)
             )
 
 

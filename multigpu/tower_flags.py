@@ -251,5 +251,7 @@ def define_dry_run_flag():
         "session and print the placement plan: ops and parameters per "
         "device, the bytes crossing devices per step, and any op placed on "
         "a GPU without a GPU kernel for its dtypes in this TensorFlow build "
-        "(exit 1 if one is found). Needs no data.",
+        "(exit 1 if one is found). Needs no data: a flag only training "
+        "uses (--fake_data, --profile_steps, --save_checkpoint_steps, ...) is "
+        "refused.",
     )

@@ -41,6 +41,16 @@ print(json.dumps(verdicts))
 CLUSTER = ["--ps_hosts=127.0.0.1:2222", "--worker_hosts=127.0.0.1:2223"]
 WORKERS_ONLY = "--worker_hosts=127.0.0.1:2223,127.0.0.1:2224"
 
+# Why --dry_run and MNIST's --eval_only refuse a flag of training.
+DRY_RUN_IGNORES = (
+    "which builds the graph and prints its plan, with no session, no data "
+    "and no file written, so it would be ignored; drop "
+)
+EVAL_ONLY_IGNORES = (
+    "which scores the newest checkpoint of --train_dir on the test set, "
+    "training nothing, so it would be ignored; drop "
+)
+
 # (script module, flags, the line check_flags gives, None when accepted).
 CASES = [
     ("cifar10_train", ["--learning_rate=0.1"], None),
@@ -234,6 +244,69 @@ CASES = [
         "workers: every tower of every worker all-reduces its gradients by "
         "TensorFlow's collective ops; drop --all_reduce_spec",
     ),
+    (
+        "cifar10_multi_gpu_train",
+        ["--dry_run", "--max_steps=5"],
+        "--max_steps=5 does not apply with --dry_run, "
+        + DRY_RUN_IGNORES
+        + "--max_steps (or --dry_run)",
+    ),
+    (
+        "cifar10_multi_gpu_train",
+        ["--dry_run", "--fake_data"],
+        "--fake_data does not apply with --dry_run, "
+        + DRY_RUN_IGNORES
+        + "--fake_data (or --dry_run)",
+    ),
+    (
+        "cifar10_multi_gpu_train",
+        ["--dry_run", "--num_gpus=8", "--use_fp16", "--train_dir=/tmp/t"],
+        None,
+    ),
+    (
+        "mnist_multi_gpu_train",
+        ["--dry_run", "--profile_steps=3,3"],
+        "--profile_steps=3,3 does not apply with --dry_run, "
+        + DRY_RUN_IGNORES
+        + "--profile_steps (or --dry_run)",
+    ),
+    (
+        "mnist_multi_gpu_train",
+        ["--eval_only", "--num_gpus=2"],
+        "--num_gpus=2 does not apply with --eval_only, "
+        + EVAL_ONLY_IGNORES
+        + "--num_gpus (or --eval_only)",
+    ),
+    (
+        "mnist_multi_gpu_train",
+        ["--eval_only", "--learning_rate=0.5"],
+        "--learning_rate=0.5 does not apply with --eval_only, "
+        + EVAL_ONLY_IGNORES
+        + "--learning_rate (or --eval_only)",
+    ),
+    (
+        "mnist_multi_gpu_train",
+        [*CLUSTER, "--job_name=worker", "--eval_only"],
+        "--ps_hosts=127.0.0.1:2222 does not apply with --eval_only, "
+        + EVAL_ONLY_IGNORES
+        + "--ps_hosts (or --eval_only)",
+    ),
+    ("mnist_multi_gpu_train", ["--eval_only", "--batch_size=10"], None),
+    (
+        "cifar10_train",
+        ["--fake_data", "--data_url=http://127.0.0.1:9/c.tar.gz"],
+        "--data_url=http://127.0.0.1:9/c.tar.gz is where the data set is "
+        "downloaded from, and --fake_data writes the built-in sample set "
+        "instead, so it would be ignored; drop --data_url (or --fake_data)",
+    ),
+    (
+        "cifar10_eval",
+        ["--force_cpu_bfloat16"],
+        "--force_cpu_bfloat16 applies only with --use_fp16, which is not "
+        "set, so it would be ignored; add --use_fp16 or drop "
+        "--force_cpu_bfloat16",
+    ),
+    ("cifar10_eval", ["--use_fp16", "--force_cpu_bfloat16"], None),
     (
         "cifar10_eval",
         ["--run_once", "--last_step=1000"],

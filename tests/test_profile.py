@@ -113,9 +113,10 @@ def test_profile_steps_with_a_dry_run_which_trains_nothing_is_refused(
     )
 
     assert line == (
-        "cifar10_multi_gpu_train.py: error: --profile_steps=2,3 profiles "
-        "training steps, and --dry_run trains none, so it would be ignored; "
-        "drop one of them"
+        "cifar10_multi_gpu_train.py: error: --profile_steps=2,3 does not "
+        "apply with --dry_run, which builds the graph and prints its plan, "
+        "with no session, no data and no file written, so it would be "
+        "ignored; drop --profile_steps (or --dry_run)"
     )
 
 

@@ -15,13 +15,30 @@ import warnings
 
 import tensorflow as tf
 
-from multigpu.graph import blocks, variable_update
+from multigpu.graph import blocks, float32_decay, variable_update
 
 # The dtypes the layers may compute in while the variables stay float32.
 REDUCED_DTYPES = (tf.float16, tf.bfloat16)
 
 # What to install for `tf.compat.v1.layers` on TensorFlow 2.16+ (Keras 2).
 LAYERS_EXTRA = 'pip install ".[layers]" (tf-keras~=2.21.0)'
+
+# TensorFlow's `tensorflow.python.layers.normalization` (tf-slim's
+# batch_norm) loads Keras 2's TF1 batch norm from this module, which tf-keras
+# ships as tf_keras.src.legacy_tf_layers: an upstream bug (seen on
+# TensorFlow 2.21 with tf-keras 2.21), which no install fixes;
+# tf.compat.v1.layers' batch norm is the same layer, where tf-keras has it.
+MISSING_BATCH_NORM_MODULE = "tf_keras.legacy_tf_layers"
+BATCH_NORM_BUG = (
+    "%s calls TensorFlow's TF1 batch norm (tf-slim's batch_norm is built "
+    "on it), which fails with \"No module named '"
+    + MISSING_BATCH_NORM_MODULE
+    + "'\" on TensorFlow %s, tf-keras installed or not: an upstream "
+    "bug (tensorflow/python/layers/normalization.py loads it from a path "
+    "tf-keras does not have); write the layer as "
+    "tf.compat.v1.layers.batch_normalization(inputs, training=is_training), "
+    "the same layer, with " + LAYERS_EXTRA
+)
 
 
 def call_model(
@@ -36,10 +53,12 @@ def call_model(
 
     Variables the model asks for in float16 or bfloat16 are made float32
     and handed to its layers as a cast, so checkpoints hold float32 only;
-    batch-norm statistics, float32 in the layers, stay so. The non-trainable
-    variables the model creates (batch-norm moving statistics) join the
-    MOVING_AVERAGE_VARIABLES collection, so that the weights' moving average
-    covers them and the eval restores their averages too.
+    batch-norm statistics, float32 in the layers, stay so. Weight decay
+    acts on the float32 variables, whatever made the regularizer
+    (`float32_decay`). The non-trainable variables the model creates
+    (batch-norm moving statistics) join the MOVING_AVERAGE_VARIABLES
+    collection, so that the weights' moving average covers them and the
+    eval restores their averages too.
 
     Args:
       model_fn: callable(images, is_training) -> logits.
@@ -53,19 +72,24 @@ def call_model(
       logits: float32 [batch, num_classes].
 
     Raises:
-      ValueError: the model calls `tf.compat.v1.layers` without tf-keras,
-        creates variables outside `tf.compat.v1.get_variable`, or returns
-        no float tensor of shape [batch, num_classes].
+      ValueError: the model calls `tf.compat.v1.layers` without tf-keras
+        or TensorFlow's TF1 batch norm (`BATCH_NORM_BUG`), creates
+        variables outside `tf.compat.v1.get_variable`, or returns no float
+        tensor of shape [batch, num_classes].
     """
-    with _float32_variables() as (created, got), _quiet_tf1_layers():
+    with (
+        _float32_variables() as (created, got, float32_of),
+        (
+            float32_decay.layers_regularize_float32(float32_of)
+            if compute_dtype in REDUCED_DTYPES
+            else contextlib.nullcontext()
+        ),
+        _quiet_tf1_layers(),
+    ):
         try:
             logits = model_fn(tf.cast(images, compute_dtype), is_training)
         except (AttributeError, ImportError) as e:
-            if needs_keras_2(e):
-                raise ValueError(
-                    "%s calls tf.compat.v1.layers, which needs Keras 2 on "
-                    "TensorFlow 2.16+: %s" % (name, LAYERS_EXTRA)
-                ) from None
+            _refuse_missing_layers(e, name)
             raise
     _refuse_other_variables(created, got, name)
     for var in created:
@@ -76,6 +100,17 @@ def call_model(
             )
     _check_logits(logits, [images.shape[0], num_classes], name)
     return tf.cast(logits, tf.float32)
+
+
+def _refuse_missing_layers(error, name):
+    """Raises one line for the TF1 layers that this install cannot build."""
+    if needs_keras_2(error):
+        raise ValueError(
+            "%s calls tf.compat.v1.layers, which needs Keras 2 on "
+            "TensorFlow 2.16+: %s" % (name, LAYERS_EXTRA)
+        ) from None
+    if is_batch_norm_bug(error):
+        raise ValueError(BATCH_NORM_BUG % (name, tf.__version__)) from None
 
 
 @contextlib.contextmanager
@@ -89,8 +124,9 @@ def _float32_variables():
     Yields:
       created: list, the variables created in the scope.
       got: set, the op names of the variables get_variable returned.
+      float32_of: dict, each cast's `ref()` -> the float32 variable.
     """
-    created, got = [], set()
+    created, got, float32_of = [], set(), {}
 
     def record_creation(next_creator, **kwargs):
         var = next_creator(**kwargs)
@@ -101,7 +137,11 @@ def _float32_variables():
         reduced = dtype in REDUCED_DTYPES
         var = getter(*args, dtype=tf.float32 if reduced else dtype, **kwargs)
         got.add(var.op.name)
-        return tf.cast(var, dtype) if reduced else var
+        if not reduced:
+            return var
+        cast = tf.cast(var, dtype)
+        float32_of[cast.ref()] = var
+        return cast
 
     with (
         tf.variable_creator_scope(record_creation),
@@ -111,7 +151,7 @@ def _float32_variables():
             auxiliary_name_scope=False,
         ),
     ):
-        yield created, got
+        yield created, got, float32_of
 
 
 class _KerasDeprecations(logging.Filter):
@@ -150,6 +190,12 @@ def needs_keras_2(error):
     return isinstance(error, (AttributeError, ImportError)) and (
         "Keras" in str(error)
     )
+
+
+def is_batch_norm_bug(error):
+    """Whether an exception is TensorFlow's TF1 batch norm's missing module
+    (`BATCH_NORM_BUG`)."""
+    return getattr(error, "name", None) == MISSING_BATCH_NORM_MODULE
 
 
 def _refuse_other_variables(created, got, name):

@@ -229,10 +229,19 @@ def compute_dtype(
     Returns:
       tf.float32; with use_fp16, tf.float16 on GPUs and tf.bfloat16 on CPUs
       that have bfloat16 instructions (CPUs have no fast float16 kernels).
+
+    Raises:
+      ValueError: force_cpu_bfloat16 with GPU devices (one line).
     """
     if not use_fp16:
         return tf.float32
     if devices[0].startswith("/gpu"):
+        if force_cpu_bfloat16:
+            raise ValueError(
+                "--force_cpu_bfloat16 applies only to towers on the CPU, and "
+                "this run computes on GPUs, in float16, so it would be "
+                "ignored; drop --force_cpu_bfloat16"
+            )
         print(
             "--use_fp16: computing in float16 on the GPUs (variables stay "
             "float32)"

@@ -85,8 +85,9 @@ def regularization_losses(scope):
     the variables, once, in the first tower, which the other towers then
     count too (the Inception trainer adds them to every tower's loss). A
     tower that made its own term of a variable (its copy's, in replicated
-    mode; a layer's term of the cast it received, in reduced precision)
-    counts that one instead.
+    mode; a TF1 layer's, which takes it again in every tower in reduced
+    precision, of the float32 variable: `float32_decay`) counts that one
+    instead.
 
     Args:
       scope: str, the tower's name scope, e.g. 'towers/tower_1/'; '' for a
