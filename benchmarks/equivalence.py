@@ -167,7 +167,7 @@ def batches(case, seed=0):
     return images, labels
 
 
-def _steps_of(*arrays):
+def steps_of(*arrays):
     """get_next() of one tf.data iterator over arrays' first dimension."""
     dataset = tf.data.Dataset.from_tensor_slices(arrays)
     return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
@@ -179,7 +179,7 @@ def one_device_graph(case, images, labels):
     model = model_of(case.model)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     whole = [STEPS, case.towers * PER_TOWER_BATCH]
-    batch_images, batch_labels = _steps_of(
+    batch_images, batch_labels = steps_of(
         images.reshape(whole + IMAGE_SHAPE), labels.reshape(whole)
     )()
     before = tf.compat.v1.global_variables()
@@ -275,7 +275,7 @@ def tower_graph(case, images, labels, devices):
         case.update, devices, "cpu", case.all_reduce or "auto"
     )
     per_tower = iter(
-        [_steps_of(images[:, i], labels[:, i]) for i in range(case.towers)]
+        [steps_of(images[:, i], labels[:, i]) for i in range(case.towers)]
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
         lambda: next(per_tower)(),
