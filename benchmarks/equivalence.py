@@ -59,6 +59,7 @@ from benchmarks import (
     equivalence_tolerance,
 )
 from benchmarks.equivalence_table import (
+    Case,
     Result,
     print_header,
     print_row,
@@ -92,12 +93,6 @@ PRECISIONS = {
 TOWER_COUNTS = (1, 2, 4)
 # The name ExponentialMovingAverage gives a variable's moving average.
 SHADOW = "/ExponentialMovingAverage"
-
-Case = collections.namedtuple(
-    "Case", "update all_reduce model precision towers"
-)
-Case.__doc__ = """One cell: --variable_update, --all_reduce_spec (None for
-parameter_server), a key of MODELS, a key of PRECISIONS, the tower count."""
 
 
 def updates(on_gpus):
