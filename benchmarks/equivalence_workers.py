@@ -16,7 +16,11 @@ device's last slice.
 
 The asynchronous ps cluster is not here: each worker applies its own
 gradient to variables the other moved meanwhile, so it trains what no one
-device trains (docs/cluster.md).
+device trains (docs/cluster.md). Nor is the synchronous one
+(--sync_replicas): SyncReplicasOptimizer averages any replicas_to_aggregate
+fresh gradients per step, whichever workers give them (its tokens are not
+per worker), so a step is one device's on the global batch only when each
+worker happened to give one.
 """
 
 import itertools
