@@ -106,7 +106,7 @@ def _initialise(sess, task):
     sess.run(variable_update.local_init_op())
 
 
-def _free_hosts(count):
+def free_hosts(count):
     """count HOST:PORT of free ports on 127.0.0.1."""
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:
@@ -125,8 +125,8 @@ def start_variant(variant, args):
       piped, and the other processes to end at the end.
     """
     mode, _ = variant
-    workers_hosts = _free_hosts(NUM_WORKERS)
-    ps_hosts = _free_hosts(1) if mode == "parameter_server" else []
+    workers_hosts = free_hosts(NUM_WORKERS)
+    ps_hosts = free_hosts(1) if mode == "parameter_server" else []
     others = []
     if ps_hosts:
         spec = "{'ps': %r, 'worker': %r}" % (ps_hosts, workers_hosts)

@@ -9,9 +9,12 @@ trains STEPS steps from one start on the same examples through the
 multi-GPU trainer's own `build_graph`, and compares every variable of the
 model, its optimizer slots, its moving averages, the losses' averages and
 the loss scale's variables with one device that trains on the whole
-batch. `--models` takes the suite's models and a user's MODULE:FUNCTION,
-as the trainers' --model does. On a machine with GPUs the towers are the GPUs
-(NCCL joins the all-reduces); without, virtual CPU devices.
+batch. The cells of update `workers_only` are a cluster of 2 worker
+processes on 127.0.0.1, their gradients all-reduced across them
+(benchmarks/equivalence_workers.py). `--models` takes the suite's models
+and a user's MODULE:FUNCTION, as the trainers' --model does. On a machine
+with GPUs the towers are the GPUs (NCCL joins the all-reduces); without,
+virtual CPU devices.
 
 The one device computes each tower's slice of the batch in turn in one
 graph (the same ops on the same shapes as a tower), takes the mean of the
@@ -57,8 +60,10 @@ from benchmarks import (
     equivalence_models,
     equivalence_reference,
     equivalence_tolerance,
+    equivalence_workers,
 )
 from benchmarks.equivalence_table import (
+    Case,
     Result,
     print_header,
     print_row,
@@ -93,12 +98,6 @@ TOWER_COUNTS = (1, 2, 4)
 # The name ExponentialMovingAverage gives a variable's moving average.
 SHADOW = "/ExponentialMovingAverage"
 
-Case = collections.namedtuple(
-    "Case", "update all_reduce model precision towers"
-)
-Case.__doc__ = """One cell: --variable_update, --all_reduce_spec (None for
-parameter_server), a key of MODELS, a key of PRECISIONS, the tower count."""
-
 
 def updates(on_gpus):
     """The (update, all-reduce) pairs of the product."""
@@ -110,7 +109,10 @@ def updates(on_gpus):
 
 
 def product(on_gpus, models=tuple(MODELS)):
-    """Every cell; with one tower the all-reduce is moot, so one of each."""
+    """Every cell; with one tower the all-reduce is moot, so one of each.
+
+    Then the cells across workers (`equivalence_workers.cells`).
+    """
     cells = []
     for (update, spec), model, precision, count in itertools.product(
         updates(on_gpus), models, PRECISIONS, TOWER_COUNTS
@@ -118,11 +120,13 @@ def product(on_gpus, models=tuple(MODELS)):
         if count == 1 and spec not in (None, "collective"):
             continue
         cells.append(Case(update, spec, model, precision, count))
-    return cells
+    return cells + equivalence_workers.cells(models, PRECISIONS)
 
 
 def fast_slice(models=None):
     """Every mode and precision at least once, every model but the ResNet.
+
+    Its last cell crosses workers: 2 worker processes of 2 towers each.
 
     Args:
       models: None, or a list of names (`model_of`): then the same cells,
@@ -135,6 +139,9 @@ def fast_slice(models=None):
         Case("parameter_server", None, "layers", "float16 fixed", 2),
         Case("replicated", "collective", "get_variable", "float32", 4),
         Case("parameter_server", None, "get_variable", "float32", 4),
+        Case(
+            equivalence_workers.UPDATE, "collective", "tutorial", "float32", 4
+        ),
     ]
     if models is None:
         return cells
@@ -167,7 +174,7 @@ def batches(case, seed=0):
     return images, labels
 
 
-def _steps_of(*arrays):
+def steps_of(*arrays):
     """get_next() of one tf.data iterator over arrays' first dimension."""
     dataset = tf.data.Dataset.from_tensor_slices(arrays)
     return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
@@ -179,7 +186,7 @@ def one_device_graph(case, images, labels):
     model = model_of(case.model)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     whole = [STEPS, case.towers * PER_TOWER_BATCH]
-    batch_images, batch_labels = _steps_of(
+    batch_images, batch_labels = steps_of(
         images.reshape(whole + IMAGE_SHAPE), labels.reshape(whole)
     )()
     before = tf.compat.v1.global_variables()
@@ -275,7 +282,7 @@ def tower_graph(case, images, labels, devices):
         case.update, devices, "cpu", case.all_reduce or "auto"
     )
     per_tower = iter(
-        [_steps_of(images[:, i], labels[:, i]) for i in range(case.towers)]
+        [steps_of(images[:, i], labels[:, i]) for i in range(case.towers)]
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
         lambda: next(per_tower)(),
@@ -374,16 +381,11 @@ def run_cell(case, initial=None, reference=None):
     devices = placement.tower_devices(case.towers, cpu_towers=True)
     if reference is None:
         reference = measured_reference(case, initial, images, labels, devices)
-    values, copy_gaps = train(
-        lambda: tower_graph(case, images, labels, devices), initial, devices
-    )
-    errors = equivalence_tolerance.errors(
-        values, reference.values, reference.spread
-    )
-    name = max(errors, key=errors.get, default="(nothing compared)")
-    worst = errors[name] if errors else float("inf")
-    if errors and name not in values:
-        name += " (missing on the towers)"
+    try:
+        values, copy_gaps = train_towers(case, images, labels, initial, devices)
+        worst, name = _worst(values, reference)
+    except equivalence_workers.WorkerFailed as e:
+        copy_gaps, worst, name = [0.0], float("inf"), str(e)
     moved = any(
         np.any(reference.values[name] != initial[name])
         for name in reference.weights
@@ -391,6 +393,34 @@ def run_cell(case, initial=None, reference=None):
     seconds = time.time() - start
     result = Result(case, worst, name, max(copy_gaps), seconds, moved)
     return result, reference
+
+
+def train_towers(case, images, labels, initial, devices):
+    """The cell's towers trained: in this process, or in worker processes.
+
+    Returns:
+      `train`'s values and copy_gaps.
+
+    Raises:
+      equivalence_workers.WorkerFailed: a worker process failed.
+    """
+    if case.update == equivalence_workers.UPDATE:
+        return equivalence_workers.train(case, images, labels, initial)
+    return train(
+        lambda: tower_graph(case, images, labels, devices), initial, devices
+    )
+
+
+def _worst(values, reference):
+    """The largest error in tolerances (inf: nothing compared) and where."""
+    errors = equivalence_tolerance.errors(
+        values, reference.values, reference.spread
+    )
+    name = max(errors, key=errors.get, default="(nothing compared)")
+    worst = errors[name] if errors else float("inf")
+    if errors and name not in values:
+        name += " (missing on the towers)"
+    return worst, name
 
 
 Reference = collections.namedtuple("Reference", "values spread weights")

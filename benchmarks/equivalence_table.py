@@ -1,8 +1,15 @@
-"""The equivalence runner's results: each cell's outcome, its row."""
+"""The equivalence runner's cells and results: each cell's outcome, its row."""
 
 import collections
 
 from benchmarks import common
+
+Case = collections.namedtuple(
+    "Case", "update all_reduce model precision towers"
+)
+Case.__doc__ = """One cell: --variable_update, --all_reduce_spec (None for
+parameter_server), a key of the runner's MODELS and of its PRECISIONS, the
+tower count."""
 
 Result = collections.namedtuple(
     "Result", "case worst name copy_gap seconds moved"

@@ -10,7 +10,8 @@ The rules, which docs/testing.md states for writers of the pages:
   `python -m pytest ...` (.ci/run runs the README's; checked below); a
   command that names `--num_gpus` gets the flags of the `<!-- test: FLAGS -->`
   comment right before the block (a GPU block's CPU variant);
-  `--max_steps=N` becomes N/100, rounded up; `python SCRIPT.py` runs the
+  `--max_steps=N` (and the eval's `--last_step=N`) becomes N/100, rounded
+  up; `python SCRIPT.py` runs the
   repository's script with each of its folder flags whose default is under
   /tmp/ given first, explicitly (a flag the command names comes later and
   wins); then /tmp/ becomes the page's folder, and a port `localhost:22NN` a
@@ -123,8 +124,8 @@ def runnable(line, test_flags, folder, ports):
         command, background = re.fullmatch(r"(.*?)( &)?", line).groups()
         line = "%s %s%s" % (command, test_flags, background or "")
     line = re.sub(
-        r"--max_steps=(\d+)",
-        lambda m: "--max_steps=%d" % math.ceil(int(m.group(1)) / 100),
+        r"--(max_steps|last_step)=(\d+)",
+        lambda m: "--%s=%d" % (m.group(1), math.ceil(int(m.group(2)) / 100)),
         line,
     )
     # The page's /tmp/ only: the repository may itself live under /tmp/.

@@ -15,7 +15,12 @@ import tensorflow as tf
 from conftest import REPO, SCRIPT_ENV
 
 import cifar10_multi_gpu_train
-from benchmarks import equivalence, equivalence_models, equivalence_table
+from benchmarks import (
+    equivalence,
+    equivalence_models,
+    equivalence_table,
+    equivalence_workers,
+)
 from multigpu.graph import (
     any_model,
     loss_scale,
@@ -25,6 +30,7 @@ from multigpu.graph import (
 )
 
 Case = equivalence.Case
+WORKERS = equivalence_workers.UPDATE
 
 
 def _cell(case, *marks):
@@ -33,7 +39,11 @@ def _cell(case, *marks):
 
 @pytest.mark.parametrize(
     "case",
-    [_cell(case) for case in equivalence.fast_slice()]
+    [
+        # A cell across workers starts two processes: a minute, slow.
+        _cell(case, *([pytest.mark.slow] if case.update == WORKERS else []))
+        for case in equivalence.fast_slice()
+    ]
     + [_cell(equivalence.RESNET_CELL, pytest.mark.slow)],
 )
 def test_each_cell_of_the_fast_slice_trains_what_one_device_trains(case):
@@ -259,6 +269,7 @@ USER_MODEL = re.compile(
 )
 
 
+@pytest.mark.slow
 def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
     page = (REPO / "docs" / "models.md").read_text()
     (tmp_path / "my_model.py").write_text(USER_MODEL.search(page).group(1))
@@ -280,7 +291,7 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
     rows = [
         line.split()
         for line in run.stdout.splitlines()
-        if line.startswith(("parameter_server ", "replicated "))
+        if line.startswith(("parameter_server ", "replicated ", WORKERS))
     ]
     cells = [
         (row[0], row[1], " ".join(row[3:-5]), int(row[-5])) for row in rows
@@ -291,5 +302,5 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
     ]
     assert {(row[2], row[-1]) for row in rows} == {("my_model:small_net", "ok")}
     assert run.stdout.splitlines()[-1].startswith(
-        "6 cell(s), 0 out of tolerance; slowest "
+        "7 cell(s), 0 out of tolerance; slowest "
     )

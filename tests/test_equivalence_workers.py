@@ -1,0 +1,91 @@
+"""The equivalence runner's cells across workers: processes on 127.0.0.1.
+
+A cell across workers trains two worker processes of a cluster of workers
+only (benchmarks/equivalence_workers.py) and holds the chief to one device
+on the global batch; the passing cell is the fast slice's
+(tests/test_equivalence.py). Here, bugs that only the cluster's
+all-reduce can make, planted in the workers' processes through a
+sitecustomize module on their PYTHONPATH (the runner's own process, where
+the one device trains, is left as it is).
+"""
+
+import os
+
+import pytest
+
+from benchmarks import equivalence, equivalence_workers
+
+# One tower per worker: the cheapest cell that crosses the workers.
+CASE = equivalence.Case(
+    equivalence_workers.UPDATE, "collective", "layers", "float32", 2
+)
+
+# Every worker sums the workers' means instead of averaging them: the same
+# numbers on every worker, so the copies stay equal and the settings agree.
+SUMMED_ACROSS_WORKERS = """
+from multigpu.distributed import collectives
+
+mean = collectives.all_reduce_mean
+
+
+def summed(tower_grads, devices, num_workers, keys, pack_bytes=0):
+    return [
+        [(None if g is None else g * num_workers, v) for g, v in tower]
+        for tower in mean(tower_grads, devices, num_workers, keys, pack_bytes)
+    ]
+
+
+collectives.all_reduce_mean = summed
+"""
+
+# Only the other worker would train another number of steps: the settings
+# differ, and the agreement ends both workers before step 1.
+OTHER_STEPS_ON_WORKER_1 = """
+import sys
+
+if sys.argv[2:3] == ["1"]:
+    # The worker's folder, which python -m puts on the path after this.
+    sys.path.insert(0, "")
+    from benchmarks import equivalence
+
+    equivalence.STEPS = 2
+"""
+
+
+def _plant(monkeypatch, tmp_path, source):
+    (tmp_path / "sitecustomize.py").write_text(source)
+    path = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))
+
+
+@pytest.mark.slow
+def test_workers_summing_instead_of_averaging_are_far_out(
+    monkeypatch, tmp_path
+):
+    _plant(monkeypatch, tmp_path, SUMMED_ACROSS_WORKERS)
+
+    result, _ = equivalence.run_cell(CASE)
+
+    # Measured: 1,659,258 tolerances (180 in float16 with a fixed loss
+    # scale, 2,250,799 on the tutorial net on 2 x 2 towers); the copies
+    # stayed equal.
+    assert result.worst > 20, result
+    assert result.copy_gap == 0.0, result
+
+
+@pytest.mark.slow
+def test_a_worker_started_with_other_settings_fails_the_cell_naming_it(
+    monkeypatch, tmp_path
+):
+    _plant(monkeypatch, tmp_path, OTHER_STEPS_ON_WORKER_1)
+
+    result, _ = equivalence.run_cell(CASE)
+
+    assert result.worst == float("inf")
+    assert result.name == "; ".join(
+        "worker task %d exited 1: benchmarks.equivalence_worker: error: "
+        "--max_steps differs between the workers: worker task 0 has 3, "
+        "worker task 1 has 2; start every worker with the same --max_steps "
+        "(docs/cluster.md)" % task
+        for task in (0, 1)
+    )
