@@ -126,7 +126,9 @@ def build_graph(
     tower_losses, tower_grads, put_ops, scope = _build_towers(
         plan, get_next, scaled, model, compute_dtype, xla, prefetch
     )
-    _refuse_sync_statistics(task, scope, model)
+    cluster.refuse_sync_statistics(
+        task, towers.batch_norm_updates(scope), model.name
+    )
     loss_averages_op = loss_summaries.add_loss_summaries(
         tower_losses[-1], global_step, scope
     )
@@ -153,26 +155,6 @@ def _optimizer(model, global_step, examples_per_step, loss_scaling):
     with tf.name_scope(blocks.UPDATE + "/"):
         lr = model.learning_rate(global_step, examples_per_step)
         return loss_scale.wrap(model.optimizer(lr), loss_scaling)
-
-
-def _refuse_sync_statistics(task, scope, model):
-    """Refuses --sync_replicas for a model with batch-norm statistics.
-
-    A sync worker's step sends its gradients and ends; the statistics of
-    its batch would be committed by every worker's step, several times per
-    global step, each worker's own.
-
-    Raises:
-      ValueError: --sync_replicas and the towers of scope have statistics.
-    """
-    if task.sync_replicas and towers.batch_norm_updates(scope):
-        raise ValueError(
-            "--sync_replicas: --model=%s has batch-norm statistics, which "
-            "every worker would commit from its own batch, several times per"
-            " global step; drop --sync_replicas (or train it in a cluster of"
-            " workers only: --variable_update=replicated, no --ps_hosts)"
-            % model.name
-        )
 
 
 def _apply(update, plan, optimizer, reduced, global_step, scope):
