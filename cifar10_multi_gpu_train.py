@@ -121,10 +121,13 @@ def build_graph(
     update = update or variable_update.parameter_server(devices)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples = batch_size * len(devices) * task.replicas_per_step
-    scaled, opt = _optimizers(model, global_step, examples, loss_scaling, task)
+    scaled = _optimizer(model, global_step, examples, loss_scaling)
     plan = variable_update.tower_plan(update)
     tower_losses, tower_grads, put_ops, scope = _build_towers(
-        plan, get_next, opt, model, compute_dtype, xla, prefetch
+        plan, get_next, scaled, model, compute_dtype, xla, prefetch
+    )
+    cluster.refuse_sync_statistics(
+        task, towers.batch_norm_updates(scope), model.name
     )
     loss_averages_op = loss_summaries.add_loss_summaries(
         tower_losses[-1], global_step, scope
@@ -135,11 +138,10 @@ def build_graph(
         reduced = loss_scale.skip_unless_finite(scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     with tf.name_scope(blocks.UPDATE + "/"):
-        train_op = tf.group(
-            _apply(update, plan, (scaled, opt), reduced, global_step, scope),
-            loss_averages_op,
-            *put_ops,
+        apply_op, opt = _apply(
+            update, plan, (scaled, task), reduced, global_step, scope
         )
+        train_op = tf.group(apply_op, loss_averages_op, *put_ops)
     summaries.add_histograms(reduced[0])
     hooks = cluster.sync_hooks(opt, task)
     if put_ops:
@@ -147,45 +149,58 @@ def build_graph(
     return loss, train_op, summaries.last_tower_summaries(scope), hooks
 
 
-def _optimizers(model, global_step, examples_per_step, loss_scaling, task):
-    """The model's optimizer at its learning rate, in the update block.
-
-    Returns:
-      (the optimizer wrapped for loss scaling, that one wrapped for sync
-      replicas in a sync cluster or itself).
-    """
+def _optimizer(model, global_step, examples_per_step, loss_scaling):
+    """The model's optimizer at its learning rate, in the update block,
+    wrapped for loss scaling."""
     with tf.name_scope(blocks.UPDATE + "/"):
         lr = model.learning_rate(global_step, examples_per_step)
-        scaled = loss_scale.wrap(model.optimizer(lr), loss_scaling)
-        return scaled, cluster.sync_optimizer(scaled, task)
+        return loss_scale.wrap(model.optimizer(lr), loss_scaling)
 
 
-def _apply(update, plan, optimizers, reduced, global_step, scope):
+def _apply(update, plan, optimizer, reduced, global_step, scope):
     """Applies the reduced gradients once, then the moving averages.
 
+    With --sync_replicas each worker's step only sends its gradients: the
+    chief applies the gradients of a global step, then the moving averages,
+    once (`moving_averages.AveragedOptimizer`).
+
     Args:
-      optimizers: (the loss-scaled optimizer, the one the towers used: it
-        or its sync wrapper).
+      optimizer: (the loss-scaled optimizer the towers used, this process's
+        `cluster.ClusterTask`).
       scope: str, the last tower's name scope, whose batch-norm statistics
         are committed.
 
     Returns:
-      The op that updates the variables and then their moving averages.
+      (the op that updates the variables and then their moving averages,
+      the optimizer that applied the gradients: the loss-scaled one or its
+      sync wrapper).
     """
-    scaled, opt = optimizers
+    scaled, task = optimizer
     applied = loss_scale.step_applied(scaled)
+    if task.sync_replicas:
+        opt = cluster.sync_optimizer(
+            moving_averages.AveragedOptimizer(
+                scaled, cifar10.MOVING_AVERAGE_DECAY
+            ),
+            task,
+        )
+        apply_op = variable_update.apply_gradients(
+            update, plan, opt, reduced, global_step, [], applied
+        )
+        return apply_op, opt
     apply_op = variable_update.apply_gradients(
         update,
         plan,
-        opt,
+        scaled,
         reduced,
         global_step,
         towers.batch_norm_updates(scope),
         applied,
     )
-    return moving_averages.average_variables(
+    averages = moving_averages.average_variables(
         [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
     )
+    return averages, scaled
 
 
 def _build_towers(plan, get_next, opt, model, compute_dtype, xla, prefetch):

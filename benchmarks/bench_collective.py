@@ -9,6 +9,9 @@ and kept up, so that the rounds interleave (A, B, C, A, B, C, ...):
   gradient all-reduced by itself (--gradient_pack_bytes=0);
 - replicated_packed_<N>: the same, gradients packed in pieces of about N
   bytes (the candidates for the flag's default);
+- replicated_with_stop: packed as the flag's default, and each step also
+  all-reduces the workers' signal numbers, as the trainers' steps do in a
+  cluster of workers only (`preemption.stop_signals`);
 - ps_cluster: 1 ps task and 2 workers, --variable_update=parameter_server
   (asynchronous, the TF1 default: each worker reads every variable and
   sends its gradients to the ps every step).
@@ -28,7 +31,9 @@ run prices the network (`network_plan`).
 Measured on 2 shared cores (Intel Xeon, AVX-512, no bfloat16; load 8 to
 16), --steps=10 --rounds=3, batch 32 per worker: replicated unpacked 811
 examples/s, packed 256 KiB 639, 1 MiB 716, 4 MiB 892; the ps cluster 452.
-Replicated / ps cluster 1.80x wall, 1.17x per CPU second.
+Replicated / ps cluster 1.80x wall, 1.17x per CPU second. The stop
+all-reduce (AMD EPYC, AVX2, load 21): replicated_with_stop / packed 4 MiB
+1.006x per CPU second (wall 0.84x, in the noise of that load).
 """
 
 import json
@@ -41,8 +46,9 @@ import tensorflow as tf
 
 import cifar10_multi_gpu_train
 from benchmarks import common
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, collectives
 from multigpu.graph import placement, variable_update
+from multigpu.run import preemption
 
 NAME = "collective"
 NUM_WORKERS = 2
@@ -63,7 +69,7 @@ def worker_main(variant, hosts, index, batch_size, steps):
         placement.session_config(devices, operation_timeout_secs=300), task
     )
     server = tf.distribute.Server(task.cluster, "worker", index, config=config)
-    mode, pack_bytes = variant
+    mode, pack_bytes, with_stop = variant
     with (
         tf.Graph().as_default(),
         tf.compat.v1.device(cluster.device_setter(task)),
@@ -79,14 +85,17 @@ def worker_main(variant, hosts, index, batch_size, steps):
             task=task,
             update=update,
         )
+        step = [train_op]
+        if with_stop:
+            step.append(preemption.stop_signals(task)[1])
         with tf.compat.v1.Session(server.target, config=config) as sess:
             _initialise(sess, task)
             for line in sys.stdin:
                 if line.strip() != "go":
                     break
-                common.run_steps(sess, train_op, common.WARMUP_STEPS)
+                common.run_steps(sess, step, common.WARMUP_STEPS)
                 result = common.timed(
-                    lambda: common.run_steps(sess, train_op, steps),
+                    lambda: common.run_steps(sess, step, steps),
                     steps * batch_size,
                 )
                 print(json.dumps(result), flush=True)
@@ -124,7 +133,7 @@ def start_variant(variant, args):
       (workers, others): the workers' `subprocess.Popen`, stdin and stdout
       piped, and the other processes to end at the end.
     """
-    mode, _ = variant
+    mode = variant[0]
     workers_hosts = free_hosts(NUM_WORKERS)
     ps_hosts = free_hosts(1) if mode == "parameter_server" else []
     others = []
@@ -191,13 +200,16 @@ def round_variant(workers):
 def main():
     """Starts every variant's cluster, interleaves their rounds, reports."""
     args = common.parse_args(NAME, __doc__, steps=10, batch_size=32)
-    variants = {"replicated_unpacked": ("replicated", 0)}
+    variants = {"replicated_unpacked": ("replicated", 0, False)}
     for pack_bytes in PACK_BYTES:
         variants["replicated_packed_%d" % pack_bytes] = (
             "replicated",
             pack_bytes,
+            False,
         )
-    variants["ps_cluster"] = ("parameter_server", 0)
+    default = collectives.PACK_BYTES_DEFAULT
+    variants["replicated_with_stop"] = ("replicated", default, True)
+    variants["ps_cluster"] = ("parameter_server", 0, False)
     started = {name: start_variant(v, args) for name, v in variants.items()}
     try:
         rates = common.interleave(
@@ -220,6 +232,10 @@ def main():
         "%s / unpacked" % best: common.ratio(
             rates[best], rates["replicated_unpacked"]
         ),
+        "with the stop all-reduce / without": common.ratio(
+            rates["replicated_with_stop"],
+            rates["replicated_packed_%d" % default],
+        ),
     }
     common.report(
         args,
@@ -237,9 +253,8 @@ def _worker_from_argv(argv):
     """Runs `worker_main` from --worker=I --variant=JSON --ps_hosts=...
     --worker_hosts=... --steps=N --batch_size=B."""
     options = dict(a[2:].split("=", 1) for a in argv)
-    mode, pack_bytes = json.loads(options["variant"])
     worker_main(
-        (mode, pack_bytes),
+        tuple(json.loads(options["variant"])),
         (options["ps_hosts"], options["worker_hosts"]),
         int(options["worker"]),
         int(options["batch_size"]),

@@ -22,12 +22,12 @@ PATIENT_SECS = 150
 IMPATIENT_SECS = 5
 
 
-def test_the_first_differing_setting_is_named_with_every_tasks_value():
-    line = agreement.first_difference(
+def test_a_differing_setting_is_named_with_every_tasks_value():
+    line = agreement.difference(
         [
             {"batch_size": 4, "learning_rate": 0.1, "model": "tutorial"},
             {"batch_size": 4, "learning_rate": 0.01, "model": "tutorial"},
-            {"batch_size": 4, "learning_rate": 0.1, "model": "resnet20"},
+            {"batch_size": 4, "learning_rate": 0.1, "model": "tutorial"},
         ]
     )
     assert line == (
@@ -39,7 +39,7 @@ def test_the_first_differing_setting_is_named_with_every_tasks_value():
 
 def test_equal_settings_agree():
     settings = {"clip_gradients": 0.0, agreement.VARIABLES: "2 variables"}
-    assert agreement.first_difference([settings, dict(settings)]) is None
+    assert agreement.difference([settings, dict(settings)]) is None
 
 
 def test_settings_cross_the_cluster_as_codes_and_come_back_equal():

@@ -66,13 +66,13 @@ def agree(target, task, settings, wait_secs):
 
     Raises:
       errors.TrainingError: a peer's port did not answer within wait_secs.
-      ValueError: a setting differs between workers (`first_difference`).
+      ValueError: a setting differs between workers (`difference`).
     """
     wait_for_peers(task, wait_secs)
     gathered = _all_gather(target, task, encode(settings), wait_secs)
-    difference = first_difference([decode(codes) for codes in gathered])
-    if difference is not None:
-        raise ValueError(difference)
+    line = difference([decode(codes) for codes in gathered])
+    if line is not None:
+        raise ValueError(line)
 
 
 def wait_for_peers(task, wait_secs):
@@ -143,8 +143,12 @@ def _all_gather(target, task, codes, wait_secs):
     return np.split(flat, num_workers)
 
 
-def first_difference(settings_of_tasks):
-    """The line naming the first setting that differs between workers.
+def difference(settings_of_tasks):
+    """The line naming every flag that differs between workers.
+
+    The model's variables are named only when every flag agrees: a
+    different --model or model flag changes them too, and the flags are
+    what to fix.
 
     Args:
       settings_of_tasks: list of dicts, worker task by worker task.
@@ -152,24 +156,38 @@ def first_difference(settings_of_tasks):
     Returns:
       str, e.g. "--learning_rate differs between the workers: worker task
       0 has 0.1, worker task 1 has 0.01; start every worker with the same
-      --learning_rate (docs/cluster.md)", or None when all agree.
+      --learning_rate (docs/cluster.md)", or for several flags "2 flags
+      differ between the workers: --batch_size (worker task 0 has 4, ...),
+      --learning_rate (...); start every worker with the same flags
+      (docs/cluster.md)"; None when all agree.
     """
     names = sorted(set().union(*settings_of_tasks))
+    differing = {}
     for name in names:
         values = [json.dumps(s.get(name)) for s in settings_of_tasks]
-        if len(set(values)) == 1:
-            continue
-        each = ", ".join(
-            "worker task %d has %s" % (i, value)
-            for i, value in enumerate(values)
-        )
-        if name == VARIABLES:
-            return (
-                "%s differ between the workers: %s; every worker must run "
-                "the same model code (docs/cluster.md)" % (name, each)
+        if len(set(values)) > 1:
+            differing[name] = ", ".join(
+                "worker task %d has %s" % (i, value)
+                for i, value in enumerate(values)
             )
+    variables = differing.pop(VARIABLES, None)
+    if len(differing) > 1:
+        listed = ", ".join(
+            "--%s (%s)" % (name, values) for name, values in differing.items()
+        )
+        return (
+            "%d flags differ between the workers: %s; start every worker "
+            "with the same flags (docs/cluster.md)" % (len(differing), listed)
+        )
+    if differing:
+        [(name, values)] = differing.items()
         return (
             "--%s differs between the workers: %s; start every worker with "
-            "the same --%s (docs/cluster.md)" % (name, each, name)
+            "the same --%s (docs/cluster.md)" % (name, values, name)
+        )
+    if variables is not None:
+        return (
+            "%s differ between the workers: %s; every worker must run "
+            "the same model code (docs/cluster.md)" % (VARIABLES, variables)
         )
     return None

@@ -247,6 +247,31 @@ def sync_optimizer(opt, task):
     )
 
 
+def refuse_sync_statistics(task, statistics_updates, model_name):
+    """Refuses --sync_replicas for a model with batch-norm statistics.
+
+    A sync worker's step sends its gradients and ends; the statistics of
+    its batch would be committed by every worker's step, several times per
+    global step, each worker's own.
+
+    Args:
+      task: the `ClusterTask`.
+      statistics_updates: the ops that update the last tower's statistics.
+      model_name: str, --model.
+
+    Raises:
+      ValueError: --sync_replicas and statistics_updates.
+    """
+    if task.sync_replicas and statistics_updates:
+        raise ValueError(
+            "--sync_replicas: --model=%s has batch-norm statistics, which "
+            "every worker would commit from its own batch, several times per"
+            " global step; drop --sync_replicas (or train it in a cluster of"
+            " workers only: --variable_update=replicated, no --ps_hosts)"
+            % model_name
+        )
+
+
 def sync_hooks(opt, task):
     """The session hooks a `SyncReplicasOptimizer` needs on every worker.
 

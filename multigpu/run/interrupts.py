@@ -30,16 +30,19 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
     """Asks the session to stop after a SIGINT or SIGTERM; then knows the step.
 
     Install it with `installed()` around the session, in the main thread
-    (Python runs signal handlers there only).
+    (Python runs signal handlers there only). With stops_itself=False it
+    only remembers the signal: in a cluster of workers only the
+    `preemption.PreemptionHook` stops every worker at one step.
 
     Attributes:
       signum: int, the signal received, None while none came.
       step: int, the global step at the end of the session (set by `end`).
     """
 
-    def __init__(self):
+    def __init__(self, stops_itself=True):
         self.signum = None
         self.step = None
+        self._stops_itself = stops_itself
 
     def begin(self):
         self._global_step = tf.compat.v1.train.get_global_step()
@@ -53,11 +56,11 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         # A signal during the restore: stop before the first step.
-        if self.signum is not None:
+        if self._stops_itself and self.signum is not None:
             coord.request_stop()
 
     def after_run(self, run_context, run_values):
-        if self.signum is not None:
+        if self._stops_itself and self.signum is not None:
             run_context.request_stop()
 
     def end(self, session):

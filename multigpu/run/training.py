@@ -14,6 +14,7 @@ from multigpu.run import (
     failures,
     interrupts,
     loop_hooks,
+    preemption,
     sessions,
     train_dirs,
 )
@@ -72,7 +73,7 @@ def run_training(
     """
     task = task or cluster.LOCAL_TASK
     config = cluster.task_config(config, task)
-    watched = _watched(loss, examples_per_step, log_frequency, train_dir)
+    watched = _watched(loss, examples_per_step, log_frequency, train_dir, task)
     scaffold, histograms = _scaffold(summary_op)
     hooks = _session_hooks(watched, loss, hooks, max_steps)
     if task.is_chief:
@@ -91,15 +92,24 @@ class _Watched(NamedTuple):
     interrupt: interrupts.InterruptHook  # the signal that stopped the run
     saves: loop_hooks.SaveWatcher  # the step of the checkpoint being saved
     events: event_files.EventFileHook  # the event file, to cut back
+    # The step every worker of a cluster of workers only stopped at after
+    # one's signal; None elsewhere.
+    preemption: preemption.PreemptionHook | None
 
 
-def _watched(loss, examples_per_step, log_frequency, train_dir):
-    """The step logger, the signal handler, the save and event watchers."""
+def _watched(loss, examples_per_step, log_frequency, train_dir, task):
+    """The step logger, the signal handlers, the save and event watchers."""
+    # In a cluster of workers only a signal stops every worker at one step.
+    interrupt = interrupts.InterruptHook(stops_itself=not task.workers_only)
+    agreed = None
+    if task.workers_only:
+        agreed = preemption.PreemptionHook(task, interrupt)
     return _Watched(
         loop_hooks.StepLoggerHook(loss, examples_per_step, log_frequency),
-        interrupts.InterruptHook(),
+        interrupt,
         loop_hooks.SaveWatcher(train_dir),
         event_files.EventFileHook(train_dir),
+        agreed,
     )
 
 
@@ -134,6 +144,7 @@ def _session_hooks(watched, loss, hooks, max_steps):
         watched.logger,
         tf.compat.v1.train.NanTensorHook(loss),
         watched.interrupt,
+        *([watched.preemption] if watched.preemption else []),
         *hooks,
     ]
     if max_steps is not None:
@@ -237,6 +248,10 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
         if server:
             cluster.report_done(
                 server, done_ops, task, watched.logger.runs, config
+            )
+        if watched.preemption and watched.preemption.signals:
+            raise preemption.interrupted(
+                watched.preemption, train_dir, task.is_chief
             )
         if watched.interrupt.signum is not None:
             raise interrupts.interrupted(

@@ -1,0 +1,51 @@
+"""The agreement's line names every flag that differs, each task's value.
+
+The model's variables are named only when every flag agrees: a flag such
+as --model changes them too, and the flags are what to fix.
+"""
+
+import pytest
+
+from multigpu.distributed import agreement
+
+VARIABLES = agreement.VARIABLES
+
+
+@pytest.mark.parametrize(
+    "settings_of_tasks, line",
+    [
+        (
+            [
+                {"batch_size": 4, "learning_rate": 0.1, "model": "tutorial"},
+                {"batch_size": 8, "learning_rate": 0.1, "model": "resnet20"},
+            ],
+            "2 flags differ between the workers: --batch_size (worker task 0 "
+            "has 4, worker task 1 has 8), --model (worker task 0 has "
+            '"tutorial", worker task 1 has "resnet20"); start every worker '
+            "with the same flags (docs/cluster.md)",
+        ),
+        (
+            [
+                {"model": "tutorial", VARIABLES: "10 variables"},
+                {"model": "resnet20", VARIABLES: "65 variables"},
+            ],
+            '--model differs between the workers: worker task 0 has "tutorial"'
+            ', worker task 1 has "resnet20"; start every worker with the same '
+            "--model (docs/cluster.md)",
+        ),
+        (
+            [
+                {"model": "mine:logits", VARIABLES: "10 variables"},
+                {"model": "mine:logits", VARIABLES: "12 variables"},
+            ],
+            "the model's variables differ between the workers: worker task 0 "
+            'has "10 variables", worker task 1 has "12 variables"; every '
+            "worker must run the same model code (docs/cluster.md)",
+        ),
+    ],
+    ids=["two_flags", "a_flag_and_the_variables", "the_variables_alone"],
+)
+def test_the_line_names_every_differing_flag_or_else_the_variables(
+    settings_of_tasks, line
+):
+    assert agreement.difference(settings_of_tasks) == line

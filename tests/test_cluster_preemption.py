@@ -1,0 +1,145 @@
+"""A signal to any worker of a cluster of workers only costs one step.
+
+Two workers of one CPU tower each on 127.0.0.1; SIGTERM to one of them at
+step k: every worker stops at one agreed step (>= k - 1), the chief saves
+it, both exit 143 with the same line, and the same commands resume from it
+to --max_steps.
+"""
+
+import os
+import re
+import signal
+import time
+
+import pytest
+from conftest import checkpoint_steps, free_port, start_script
+
+SCRIPT = "cifar10_multi_gpu_train.py"
+WORKERS = 2
+# The steps of each run: far enough past the signal that the stop is the
+# agreed one, not --max_steps.
+MAX_STEPS = 20
+# The step whose log line the signal follows.
+SIGNAL_STEP = 5
+# Generous bounds on a loaded machine (steps of 8 s were seen at a load of
+# 21 on 2 cores): a worker's start-up and first steps; its end once every
+# worker stopped (a save and the session's close); the resumed run.
+START_BOUND_SECS = 240
+EXIT_BOUND_SECS = 180
+RESUME_BOUND_SECS = 600
+
+
+class _Workers:
+    """Two workers of the same command but --task_index, and their logs."""
+
+    def __init__(self, tmp_path, data_dir):
+        hosts = ",".join("127.0.0.1:%d" % free_port() for _ in range(WORKERS))
+        self.tmp_path = tmp_path
+        self.flags = [
+            "--job_name=worker",
+            "--worker_hosts=%s" % hosts,
+            "--variable_update=replicated",
+            # One tower each: the agreement is between workers.
+            "--num_gpus=1",
+            "--cpu_towers",
+            "--fake_data",
+            "--data_dir=%s" % data_dir,
+            "--batch_size=8",
+            "--log_frequency=1",
+            "--max_steps=%d" % MAX_STEPS,
+            # No periodic checkpoint: the one after step 0 is the signal's.
+            "--save_checkpoint_steps=100000",
+            "--operation_timeout_secs=60",
+        ]
+        self.processes = []
+
+    def train_dir(self, index):
+        return self.tmp_path / ("train%d" % index)
+
+    def log_path(self, index, run):
+        return self.tmp_path / ("worker%d_run%d.log" % (index, run))
+
+    def start(self, run):
+        """Starts every worker, the chief last, as docs/cluster.md does."""
+        self.processes = [None] * WORKERS
+        for index in reversed(range(WORKERS)):
+            self.processes[index] = start_script(
+                SCRIPT,
+                *self.flags,
+                "--task_index=%d" % index,
+                "--train_dir=%s" % self.train_dir(index),
+                log_path=self.log_path(index, run),
+            )
+
+    def wait_for_step(self, index, run, step):
+        """Waits for the log line of step on a worker; returns the newest
+        step its log shows."""
+        deadline = time.monotonic() + START_BOUND_SECS
+        while step not in self.steps(index, run):
+            assert self.processes[index].poll() is None, self.log(index, run)
+            assert time.monotonic() < deadline, self.log(index, run)
+            time.sleep(0.05)
+        return max(self.steps(index, run))
+
+    def steps(self, index, run):
+        return [
+            int(s) for s in re.findall(r": step (\d+), ", self.log(index, run))
+        ]
+
+    def log(self, index, run):
+        return self.log_path(index, run).read_text()
+
+    def wait_all(self, bound_secs):
+        """Every worker's exit code, each within bound_secs."""
+        return [p.wait(timeout=bound_secs) for p in self.processes]
+
+    def kill_all(self):
+        for process in self.processes:
+            if process is not None and process.poll() is None:
+                process.kill()
+            if process is not None:
+                process.wait(timeout=30)
+
+
+@pytest.fixture
+def workers(tmp_path, cifar10_data_dir):
+    started = _Workers(tmp_path, cifar10_data_dir)
+    yield started
+    started.kill_all()
+
+
+def _last_line(text):
+    return text.strip().split("\n")[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signalled", [1, 0], ids=["non-chief", "chief"])
+def test_a_sigterm_to_one_worker_saves_one_agreed_step_and_resumes(
+    workers, signalled
+):
+    workers.start(run=0)
+    workers.wait_for_step(signalled, 0, SIGNAL_STEP)
+    os.kill(workers.processes[signalled].pid, signal.SIGTERM)
+    # The step in flight when the signal came, at the latest.
+    signal_step = max(workers.steps(signalled, 0)) + 1
+
+    assert workers.wait_all(EXIT_BOUND_SECS) == [143, 143]
+    saved = checkpoint_steps(workers.train_dir(0))
+    assert saved[-1] >= signal_step - 1
+    assert saved[-1] < MAX_STEPS
+    head = "%s: worker task %d got SIGTERM: every worker stopped at step %d; "
+    head %= (SCRIPT, signalled, saved[-1])
+    tail = "; run the same commands on every worker to resume"
+    assert _last_line(workers.log(0, 0)) == head + "saved %s%s" % (
+        workers.train_dir(0) / ("model.ckpt-%d" % saved[-1]),
+        tail,
+    )
+    assert _last_line(workers.log(1, 0)) == head + (
+        "the chief (worker task 0) saved the checkpoint of step %d%s"
+        % (saved[-1], tail)
+    )
+
+    workers.start(run=1)
+    assert workers.wait_all(RESUME_BOUND_SECS) == [0, 0], workers.log(0, 1)
+    assert "training from step %d" % saved[-1] in workers.log(0, 1)
+    assert checkpoint_steps(workers.train_dir(0))[-1] == MAX_STEPS
