@@ -251,17 +251,9 @@ def _reduce(update, tower_grads, clip_norm, loss_averages_op):
         reduced = [towers.clip_gradients(grads, clip_norm) for grads in reduced]
     with tf.control_dependencies([loss_averages_op]):
         return [
-            [(_identity_beside(grad), var) for grad, var in grads]
+            [(towers.identity_beside(grad), var) for grad, var in grads]
             for grads in reduced
         ]
-
-
-def _identity_beside(grad):
-    """An identity of grad on grad's device (None for None)."""
-    if grad is None:
-        return None
-    with tf.device(grad.device):
-        return tf.identity(grad)
 
 
 def main(argv):

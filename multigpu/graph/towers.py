@@ -280,3 +280,11 @@ class WarmUpHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         session.run(self._ops)
+
+
+def identity_beside(grad):
+    """An identity of grad on grad's device (None for None)."""
+    if grad is None:
+        return None
+    with tf.device(grad.device):
+        return tf.identity(grad)
