@@ -25,6 +25,7 @@ from helpers.checkpoints import (  # noqa: E402, F401
     checkpoint_steps,
     eval_scores_in_numpy,
 )
+from helpers.cluster import SCRIPT, Cluster  # noqa: E402
 from helpers.data_files import (  # noqa: E402, F401
     folder_contents,
     write_cifar10_files,
@@ -165,3 +166,26 @@ def watched_training(cifar10_data_dir, tmp_path_factory):
         (root / "eval.log").read_text(),
         evaluator.returncode,
     )
+
+
+@pytest.fixture
+def make_cluster(tmp_path, cifar10_data_dir):
+    clusters = []
+
+    def make(num_workers, *flags, script=SCRIPT, num_ps=1):
+        if script == SCRIPT:
+            flags = (
+                "--fake_data",
+                "--data_dir=%s" % cifar10_data_dir,
+                "--batch_size=16",
+                "--log_frequency=5",
+                *flags,
+            )
+        clusters.append(
+            Cluster(tmp_path, script, num_workers, *flags, num_ps=num_ps)
+        )
+        return clusters[-1]
+
+    yield make
+    for each in clusters:
+        each.stop_all()

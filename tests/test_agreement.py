@@ -7,10 +7,7 @@ by the test, every wait is bounded.
 import time
 
 import pytest
-from test_cluster import (
-    FAULT_EXIT_BOUND_SECS,
-    make_cluster,  # noqa: F401 (a fixture)
-)
+from helpers.cluster import FAULT_EXIT_BOUND_SECS
 
 from multigpu.distributed import agreement
 

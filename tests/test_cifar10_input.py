@@ -4,20 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import write_cifar10_files
+from helpers.cifar10_images import _standardize, _views
 
 import cifar10_input
 from data_sets import cifar10_batches, cifar10_data
-
-CROP = cifar10_input.IMAGE_SIZE
-# Crop offsets per axis (0..8) times the two flips: every distorted view.
-OFFSETS = range(32 - CROP + 1)
-
-
-def _standardize(image):
-    """NumPy `tf.image.per_image_standardization` of one image."""
-    image = image.astype(np.float64)
-    floor = 1.0 / np.sqrt(image.size)
-    return (image - image.mean()) / max(image.std(), floor)
 
 
 def _run_to_end(tensors, init_op=None):
@@ -153,17 +143,6 @@ def test_each_tower_reads_its_own_batch_from_one_shared_iterator(
     # In one step the reads took different batches (random crops of random
     # grey images never coincide).
     assert not np.array_equal(values[0], values[1])
-
-
-def _views(image):
-    """Every standardised crop of image: {(row, column, flipped): view}."""
-    views = {}
-    for row in OFFSETS:
-        for column in OFFSETS:
-            crop = image[row : row + CROP, column : column + CROP]
-            views[row, column, False] = _standardize(crop)
-            views[row, column, True] = _standardize(crop[:, ::-1])
-    return views
 
 
 def test_crops_and_flips_vary_between_epochs(gray_data_dir):

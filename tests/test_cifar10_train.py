@@ -14,8 +14,9 @@ from conftest import (
     training_error,
     write_cifar10_files,
 )
+from helpers.scripts import _eval
+from helpers.tutorial_checkpoints import _write_infinite_checkpoint
 
-import cifar10
 import cifar10_input
 
 MAX_STEPS = 200
@@ -31,18 +32,6 @@ def _train(data_dir, train_dir, *flags, **kwargs):
         "--data_dir=%s" % data_dir,
         "--train_dir=%s" % train_dir,
         "--batch_size=%d" % BATCH_SIZE,
-        *flags,
-        **kwargs,
-    )
-
-
-def _eval(data_dir, checkpoint_dir, eval_dir, *flags, **kwargs):
-    return run_script(
-        "cifar10_eval.py",
-        "--run_once",
-        "--data_dir=%s" % data_dir,
-        "--checkpoint_dir=%s" % checkpoint_dir,
-        "--eval_dir=%s" % eval_dir,
         *flags,
         **kwargs,
     )
@@ -228,28 +217,6 @@ def test_eval_run_once_without_a_checkpoint_says_so(cifar10_data_dir, tmp_path):
         "cifar10_eval.py: error: no checkpoint found in --checkpoint_dir=%s"
         % tmp_path
     )
-
-
-def _write_infinite_checkpoint(train_dir, step):
-    """Saves the trainer's variables at `step`, every weight infinite.
-
-    Returns:
-      str, the checkpoint path.
-    """
-    with tf.Graph().as_default():
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        images = tf.zeros([BATCH_SIZE, 24, 24, 3])
-        labels = tf.zeros([BATCH_SIZE], tf.int32)
-        total_loss = cifar10.loss(cifar10.inference(images), labels)
-        cifar10.train(total_loss, global_step, batch_size=BATCH_SIZE)
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for var in tf.compat.v1.trainable_variables():
-                var.load(np.full(var.shape, np.inf, np.float32), sess)
-            global_step.load(step, sess)
-            return tf.compat.v1.train.Saver().save(
-                sess, os.path.join(str(train_dir), "model.ckpt"), step
-            )
 
 
 @pytest.mark.slow

@@ -19,133 +19,27 @@ from conftest import (
     checkpoint_steps,
     remapper_fuses_bfloat16,
     run_script,
-    start_script,
 )
-from test_towers import cifar10_step, cifar10_step_graph
+from helpers.cluster import (
+    FAULT_EXIT_BOUND_SECS,
+    FAULT_TIMEOUT_SECS,
+    SCRIPT,
+    TASK_DEADLINE_SECS,
+    _free_ports,
+    _run_to_the_end,
+    _wait_for_step,
+)
+from helpers.towers import cifar10_step, cifar10_step_graph
 
 from multigpu import errors
 from multigpu.distributed import cluster, ps, watchdog
 from multigpu.graph import placement
 from multigpu.run import checkpoints, sessions
 
-SCRIPT = "cifar10_multi_gpu_train.py"
-# Seconds a test waits for a task to end before it fails.
-TASK_DEADLINE_SECS = 180
-# The operation timeout of the fault tests: a dead peer must end a run
-# within it (plus start-up and the probe of the peers).
-FAULT_TIMEOUT_SECS = 15
 # The async run: enough examples to learn the sample set despite stale
 # gradients.
 ASYNC_BATCH_SIZE = 32
 ASYNC_MAX_STEPS = 200
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-class Cluster:
-    """Starts the tasks of one cluster and ends them all at the end."""
-
-    def __init__(self, tmp_path, script, num_workers, *flags, num_ps=1):
-        ps_ports = _free_ports(num_ps + num_workers)
-        ps_ports, worker_ports = ps_ports[:num_ps], ps_ports[num_ps:]
-        self.script = script
-        self.ps_address = ",".join("127.0.0.1:%d" % p for p in ps_ports)
-        self.worker_addresses = ["127.0.0.1:%d" % p for p in worker_ports]
-        self.tmp_path = tmp_path
-        self.flags = [
-            "--ps_hosts=%s" % self.ps_address,
-            "--worker_hosts=%s" % ",".join(self.worker_addresses),
-            "--cpu_towers",
-            "--fake_data",
-            *flags,
-        ]
-        self.processes = {}
-
-    def train_dir(self, index):
-        return self.tmp_path / ("train%d" % index)
-
-    def start(self, job_name, index, *flags):
-        name = "%s%d" % (job_name, index)
-        self.processes[name] = start_script(
-            self.script,
-            *self.flags,
-            "--job_name=%s" % job_name,
-            "--task_index=%d" % index,
-            "--train_dir=%s" % self.train_dir(index),
-            *flags,
-            log_path=self.log_path(name),
-        )
-        return self.processes[name]
-
-    def log_path(self, name):
-        return self.tmp_path / ("%s.log" % name)
-
-    def log(self, name):
-        return self.log_path(name).read_text()
-
-    def wait(self, name):
-        """Waits for a task to end; returns (exit code, seconds waited)."""
-        start = time.time()
-        code = self.processes[name].wait(timeout=TASK_DEADLINE_SECS)
-        return code, time.time() - start
-
-    def stop_all(self):
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.kill()
-            process.wait(timeout=30)
-
-
-@pytest.fixture
-def make_cluster(tmp_path, cifar10_data_dir):
-    clusters = []
-
-    def make(num_workers, *flags, script=SCRIPT, num_ps=1):
-        if script == SCRIPT:
-            flags = (
-                "--fake_data",
-                "--data_dir=%s" % cifar10_data_dir,
-                "--batch_size=16",
-                "--log_frequency=5",
-                *flags,
-            )
-        clusters.append(
-            Cluster(tmp_path, script, num_workers, *flags, num_ps=num_ps)
-        )
-        return clusters[-1]
-
-    yield make
-    for each in clusters:
-        each.stop_all()
-
-
-def _local_steps(log):
-    """(local steps, global step) from 'Worker task N ran R local steps...'."""
-    found = re.search(r"ran (\d+) local steps; global step (\d+)\.", log)
-    assert found, log[-3000:]
-    return int(found[1]), int(found[2])
-
-
-def _run_to_the_end(cluster, num_workers):
-    cluster.start("ps", 0)
-    for index in range(num_workers):
-        cluster.start("worker", index)
-    for index in range(num_workers):
-        code, _ = cluster.wait("worker%d" % index)
-        assert code == 0, cluster.log("worker%d" % index)[-3000:]
-    code, _ = cluster.wait("ps0")
-    assert code == 0, cluster.log("ps0")[-3000:]
-    return [
-        _local_steps(cluster.log("worker%d" % i)) for i in range(num_workers)
-    ]
 
 
 @pytest.mark.slow
@@ -274,11 +168,6 @@ def test_mnist_workers_each_train_their_epochs_in_the_cluster(
     assert "test accuracy" not in cluster.log("worker1")
 
 
-# A lost peer ends the run after --operation_timeout_secs, not never; the
-# bound leaves room for a machine loaded by other tests (37.7 s seen once).
-FAULT_EXIT_BOUND_SECS = 4 * FAULT_TIMEOUT_SECS
-
-
 # A ps in the fault tests waits for its workers to start as long as a test
 # waits for a task (the workers' --operation_timeout_secs is short).
 PS_PATIENCE = "--operation_timeout_secs=%d" % TASK_DEADLINE_SECS
@@ -286,18 +175,6 @@ PS_PATIENCE = "--operation_timeout_secs=%d" % TASK_DEADLINE_SECS
 
 def _fault_flags():
     return ("--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,)
-
-
-def _wait_for_step(cluster, name, step):
-    """Waits until the task has logged a global step of at least step."""
-    deadline = time.time() + TASK_DEADLINE_SECS
-    while (
-        max(map(int, re.findall(r"step (\d+),", cluster.log(name))), default=0)
-        < step
-    ):
-        assert time.time() < deadline, cluster.log(name)[-3000:]
-        assert cluster.processes[name].poll() is None, cluster.log(name)
-        time.sleep(0.5)
 
 
 @pytest.mark.slow

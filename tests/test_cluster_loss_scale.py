@@ -7,7 +7,7 @@ ended by the test, every wait is bounded.
 import numpy as np
 import pytest
 from conftest import run_snippets
-from test_cluster import TASK_DEADLINE_SECS, _free_ports
+from helpers.cluster import TASK_DEADLINE_SECS, _free_ports
 
 from multigpu.graph import loss_scale
 

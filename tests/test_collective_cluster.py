@@ -16,16 +16,15 @@ from conftest import (
     run_script,
     run_snippets,
 )
-from test_cifar10_train import _eval
-from test_cluster import (
+from helpers.cluster import (
     FAULT_EXIT_BOUND_SECS,
     FAULT_TIMEOUT_SECS,
     TASK_DEADLINE_SECS,
     _free_ports,
     _wait_for_step,
-    make_cluster,  # noqa: F401 (a fixture)
 )
-from test_dry_run import CIFAR10_PARAMETERS
+from helpers.model_sizes import CIFAR10_PARAMETERS
+from helpers.scripts import _eval
 
 from benchmarks import equivalence
 from multigpu.distributed import cluster, collectives

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import REPO
-from test_output import _user_env
+from helpers.scripts import _user_env
 
 # A line the filter drops (INFO), then a line it keeps: a failed CHECK, as
 # TensorFlow's C++ side writes it before it aborts.

@@ -38,7 +38,7 @@ import sys
 
 import pytest
 from conftest import REPO, SCRIPT_ENV, free_port, run_script
-from test_mnist_input import random_split, write_idx
+from helpers.mnist_files import random_split, write_idx
 
 from data_sets import mnist_data
 

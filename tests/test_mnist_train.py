@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from conftest import REPO, help_words, run_script
 from tensorboard.backend.event_processing import event_accumulator
-from test_mnist_input import record_offset
+from helpers.mnist_files import record_offset
 
 import mnist_model
 from data_sets import mnist_data

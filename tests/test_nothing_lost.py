@@ -22,6 +22,7 @@ from conftest import (
     trainer_flags,
     wait_for_log,
 )
+from helpers.data_files import _fill
 
 from data_sets import cifar10_data, mnist_data
 from multigpu.run import checkpoints, restore, trace, train_dirs
@@ -261,19 +262,6 @@ def test_clear_train_dir_deletes_traces_and_the_leftovers_of_broken_writes(
     )
     train_dirs.clear(str(tmp_path))
     assert os.listdir(str(tmp_path)) == []
-
-
-def _fill(disk):
-    """Writes disk/filler until the disk is full; returns its path."""
-    filler = disk / "filler"
-    with open(str(filler), "wb") as f:
-        try:
-            while True:
-                f.write(bytes(2**16))
-                f.flush()
-        except OSError:
-            pass
-    return filler
 
 
 # The run's line, whichever write of the event file failed first.

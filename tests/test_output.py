@@ -9,7 +9,8 @@ import sys
 
 import pytest
 from conftest import REPO, read_events
-from test_cifar10_train import _write_infinite_checkpoint
+from helpers.scripts import _user_env
+from helpers.tutorial_checkpoints import _write_infinite_checkpoint
 
 import cifar10_input
 from cifar10_models import registry
@@ -44,13 +45,6 @@ COMMANDS = {
 INTERNAL_NAME = re.compile(
     r"`\w+\.\w+`|\b(tests|multigpu|data_sets)/|\b(towers|checkpoints)\.\w"
 )
-
-
-def _user_env():
-    """The environment of a user who set no TensorFlow log level."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-    return env
 
 
 def _run_as_user(script, *args):

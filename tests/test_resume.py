@@ -16,9 +16,9 @@ from conftest import (
     read_events,
     run_script,
 )
-from test_cifar10_train import _eval as cifar10_eval
-from test_cluster import _run_to_the_end, make_cluster  # noqa: F401
-from test_restore import (
+from helpers.cluster import _run_to_the_end
+from helpers.scripts import _eval as cifar10_eval
+from helpers.tutorial_checkpoints import (
     TUTORIAL_ONE_DEVICE_NAMES,
     TUTORIAL_STEP,
     TUTORIAL_WEIGHTS,

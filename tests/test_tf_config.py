@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from conftest import REPO, SCRIPT_ENV, checkpoint_steps
-from test_cluster import _free_ports
+from helpers.cluster import _free_ports
 
 from multigpu.distributed import cluster, tf_config
 

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 from conftest import REPO, SCRIPT_ENV, write_cifar10_files
-from test_cifar10_input import _standardize, _views
+from helpers.cifar10_images import _standardize, _views
 
 import cifar10
 import cifar10_input

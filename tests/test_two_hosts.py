@@ -16,7 +16,7 @@ import time
 
 import pytest
 from conftest import start_script
-from test_cluster import (
+from helpers.cluster import (
     FAULT_EXIT_BOUND_SECS,
     FAULT_TIMEOUT_SECS,
     TASK_DEADLINE_SECS,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import SHADOW, assert_values_kept, run_script
-from test_restore import _values
+from helpers.tutorial_checkpoints import _values
 
 # What a warm start starts afresh: the step, the optimizer's slots, the
 # loss averages.

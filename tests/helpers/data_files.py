@@ -43,3 +43,16 @@ def folder_contents(folder):
             with open(path, "rb") as f:
                 found[os.path.relpath(path, str(folder))] = f.read()
     return found
+
+
+def _fill(disk):
+    """Writes disk/filler until the disk is full; returns its path."""
+    filler = disk / "filler"
+    with open(str(filler), "wb") as f:
+        try:
+            while True:
+                f.write(bytes(2**16))
+                f.flush()
+        except OSError:
+            pass
+    return filler

@@ -165,3 +165,38 @@ def wait_for_log(process, log_path, text, timeout):
         assert process.poll() is None, log_path.read_text()[-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def _eval(data_dir, checkpoint_dir, eval_dir, *flags, **kwargs):
+    return run_script(
+        "cifar10_eval.py",
+        "--run_once",
+        "--data_dir=%s" % data_dir,
+        "--checkpoint_dir=%s" % checkpoint_dir,
+        "--eval_dir=%s" % eval_dir,
+        *flags,
+        **kwargs,
+    )
+
+
+def _user_env():
+    """The environment of a user who set no TensorFlow log level."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    return env
+
+
+def run_code(code, *args):
+    """Runs Python code with flags in a subprocess in the repository.
+
+    Returns:
+      The `subprocess.CompletedProcess`, stdout and stderr as text.
+    """
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=SCRIPT_ENV,
+        cwd=REPO,
+    )
