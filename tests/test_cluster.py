@@ -25,9 +25,9 @@ from helpers.cluster import (
     FAULT_TIMEOUT_SECS,
     SCRIPT,
     TASK_DEADLINE_SECS,
-    _free_ports,
-    _run_to_the_end,
-    _wait_for_step,
+    free_ports,
+    run_to_the_end,
+    wait_for_step,
 )
 from helpers.towers import cifar10_step, cifar10_step_graph
 
@@ -55,7 +55,7 @@ def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
         # loss jump now and then; clipping keeps the run learning.
         "--clip_gradients=5",
     )
-    steps = _run_to_the_end(cluster, 2)
+    steps = run_to_the_end(cluster, 2)
 
     # Each worker updates on its own: the local steps add up to the global
     # step, which each worker may pass by the one step it had under way.
@@ -96,7 +96,7 @@ def _bfloat16_conv_in_a_worker_session(config):
     with graph.as_default():
         init = tf.compat.v1.global_variables_initializer()
     server = tf.distribute.Server(
-        {"worker": ["127.0.0.1:%d" % _free_ports(1)[0]]}, "worker", 0
+        {"worker": ["127.0.0.1:%d" % free_ports(1)[0]]}, "worker", 0
     )
     with tf.compat.v1.Session(server.target, graph, config) as sess:
         sess.run(init)
@@ -123,7 +123,7 @@ def test_a_cluster_trains_in_bfloat16_where_one_process_does(make_cluster):
     cluster_run = make_cluster(
         1, "--max_steps=3", "--use_fp16", "--force_cpu_bfloat16"
     )
-    [(local_steps, global_step)] = _run_to_the_end(cluster_run, 1)
+    [(local_steps, global_step)] = run_to_the_end(cluster_run, 1)
     assert (local_steps, global_step) == (3, 3)
     assert checkpoint_steps(cluster_run.train_dir(0))[-1] == 3
 
@@ -131,7 +131,7 @@ def test_a_cluster_trains_in_bfloat16_where_one_process_does(make_cluster):
 @pytest.mark.slow
 def test_sync_workers_aggregate_both_gradients_every_step(make_cluster):
     cluster = make_cluster(2, "--max_steps=40", "--sync_replicas")
-    steps = _run_to_the_end(cluster, 2)
+    steps = run_to_the_end(cluster, 2)
 
     global_step = max(g for _, g in steps)
     assert global_step == 40
@@ -154,7 +154,7 @@ def test_mnist_workers_each_train_their_epochs_in_the_cluster(
         "--num_epochs=2",
         script="mnist_multi_gpu_train.py",
     )
-    steps = _run_to_the_end(cluster, 2)
+    steps = run_to_the_end(cluster, 2)
 
     # Each worker reads two epochs of the 3,000 sample images by itself:
     # floor(6000 / 11) = 545 steps.
@@ -187,7 +187,7 @@ def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
     cluster.start("ps", 0, PS_PATIENCE)
     cluster.start("worker", 0)
     cluster.start("worker", 1)
-    _wait_for_step(cluster, "worker0", 10)
+    wait_for_step(cluster, "worker0", 10)
     cluster.processes["worker1"].kill()
 
     code, seconds = cluster.wait("worker0")
@@ -208,7 +208,7 @@ def test_a_killed_ps_ends_the_worker_with_a_message_naming_it(make_cluster):
     cluster = make_cluster(1, "--max_steps=100000", *_fault_flags())
     cluster.start("ps", 0, PS_PATIENCE)
     cluster.start("worker", 0)
-    _wait_for_step(cluster, "worker0", 10)
+    wait_for_step(cluster, "worker0", 10)
     cluster.processes["ps0"].kill()
 
     code, seconds = cluster.wait("worker0")
@@ -247,7 +247,7 @@ def test_a_ps_ends_once_its_chief_is_done_naming_the_killed_worker(
         assert time.time() < deadline
         time.sleep(0.5)
     cluster.start("ps", 0, "--operation_timeout_secs=10")
-    _wait_for_step(cluster, "worker1", 5)
+    wait_for_step(cluster, "worker1", 5)
     cluster.processes["worker1"].kill()
 
     code, _ = cluster.wait("worker0")
@@ -295,7 +295,7 @@ def test_a_restarted_chief_resumes_from_its_checkpoint(make_cluster):
     )
     cluster.start("ps", 0, PS_PATIENCE)
     cluster.start("worker", 0)
-    _wait_for_step(cluster, "worker0", 10)
+    wait_for_step(cluster, "worker0", 10)
     cluster.processes["worker0"].kill()
     cluster.wait("worker0")
     saved = checkpoint_steps(cluster.train_dir(0))[-1]
@@ -352,7 +352,7 @@ class _SilentSession:
 
 
 def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
-    ps_port, *worker_ports = _free_ports(3)
+    ps_port, *worker_ports = free_ports(3)
     task = cluster.cluster_task(
         "127.0.0.1:%d" % ps_port,
         ",".join("127.0.0.1:%d" % port for port in worker_ports),
@@ -380,7 +380,7 @@ def test_one_host_port_for_two_tasks_is_refused():
 
 
 def test_a_server_says_it_listens_on_all_interfaces_unauthenticated(capsys):
-    ps_port, worker_port = _free_ports(2)
+    ps_port, worker_port = free_ports(2)
     task = cluster.cluster_task(
         "127.0.0.1:%d" % ps_port, "127.0.0.1:%d" % worker_port, "worker", 0
     )
@@ -401,7 +401,7 @@ def test_a_port_in_use_is_one_line_naming_it():
         taken.listen()
         port = taken.getsockname()[1]
         task = cluster.cluster_task(
-            "127.0.0.1:%d" % port, "127.0.0.1:%d" % _free_ports(1)[0], "ps", 0
+            "127.0.0.1:%d" % port, "127.0.0.1:%d" % free_ports(1)[0], "ps", 0
         )
         with pytest.raises(ValueError) as error:
             cluster.start_server(task, None)
@@ -517,7 +517,7 @@ def _two_sync_workers_step(images, labels):
       before, after: dict variable name -> array, read from the ps before
       and after the step; 'global_step' is among them.
     """
-    ps_port, *worker_ports = _free_ports(3)
+    ps_port, *worker_ports = free_ports(3)
     ps_hosts = "127.0.0.1:%d" % ps_port
     worker_hosts = ",".join("127.0.0.1:%d" % p for p in worker_ports)
     servers = _start_servers(ps_hosts, worker_hosts)

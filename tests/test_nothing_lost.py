@@ -22,7 +22,7 @@ from conftest import (
     trainer_flags,
     wait_for_log,
 )
-from helpers.data_files import _fill
+from helpers.data_files import fill_disk
 
 from data_sets import cifar10_data, mnist_data
 from multigpu.run import checkpoints, restore, trace, train_dirs
@@ -310,7 +310,7 @@ def test_a_disk_that_fills_stops_the_run_with_one_line_and_readable_events(
     )
     try:
         wait_for_log(trainer, log_path, "step 10, loss", 120)
-        filler = _fill(disk)
+        filler = fill_disk(disk)
         trainer.wait(timeout=120)
     finally:
         trainer.kill()

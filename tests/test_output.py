@@ -9,8 +9,8 @@ import sys
 
 import pytest
 from conftest import REPO, read_events
-from helpers.scripts import _user_env
-from helpers.tutorial_checkpoints import _write_infinite_checkpoint
+from helpers.scripts import user_env
+from helpers.tutorial_checkpoints import write_infinite_checkpoint
 
 import cifar10_input
 from cifar10_models import registry
@@ -48,13 +48,13 @@ INTERNAL_NAME = re.compile(
 
 
 def _run_as_user(script, *args):
-    """Runs a script with the environment of `_user_env`."""
+    """Runs a script with the environment of `user_env`."""
     return subprocess.run(
         [sys.executable, str(REPO / script), *args],
         capture_output=True,
         text=True,
         timeout=300,
-        env=_user_env(),
+        env=user_env(),
         cwd=REPO,
     )
 
@@ -305,7 +305,7 @@ def test_a_real_tensorflow_warning_still_reaches_the_user(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env=_user_env(),
+        env=user_env(),
         cwd=REPO,
     )
     assert result.stdout == "not found\n", result.stderr
@@ -409,7 +409,7 @@ def test_the_lines_that_echo_a_one_line_error_are_dropped():
 
 @pytest.mark.slow
 def test_a_diverged_run_is_reported_in_one_line(cifar10_data_dir, tmp_path):
-    _write_infinite_checkpoint(tmp_path, 50)
+    write_infinite_checkpoint(tmp_path, 50)
     result = _run_as_user(
         "cifar10_train.py",
         "--fake_data",
@@ -448,7 +448,7 @@ def test_a_user_set_log_level_is_kept_as_it_is():
         capture_output=True,
         text=True,
         timeout=60,
-        env=dict(_user_env(), TF_CPP_MIN_LOG_LEVEL="0"),
+        env=dict(user_env(), TF_CPP_MIN_LOG_LEVEL="0"),
         cwd=REPO,
     )
     assert result.stdout == "0\n", result.stderr
@@ -463,7 +463,7 @@ def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
         capture_output=True,
         text=True,
         timeout=120,
-        env=_user_env(),
+        env=user_env(),
         cwd=REPO,
     )
     script, groups = COMMANDS[command]
@@ -495,7 +495,7 @@ def test_the_mnist_converter_is_an_installed_command():
         capture_output=True,
         text=True,
         timeout=120,
-        env=_user_env(),
+        env=user_env(),
     )
     assert result.returncode == 0, result.stderr
     assert "--idx_dir" in result.stdout and "--data_dir" in result.stdout

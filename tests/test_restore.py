@@ -10,9 +10,9 @@ import tensorflow as tf
 from helpers.tutorial_checkpoints import (
     TUTORIAL_ONE_DEVICE_NAMES,
     TUTORIAL_STEP,
-    _build_tutorial_one_device_variables,
-    _values,
-    _write_tutorial_multi_gpu_checkpoint,
+    build_tutorial_one_device_variables,
+    saved_values,
+    write_tutorial_multi_gpu_checkpoint,
 )
 
 import cifar10
@@ -34,10 +34,10 @@ def test_a_checkpoint_of_the_tutorials_one_device_trainer_restores_whole(
     tmp_path, capsys
 ):
     with tf.Graph().as_default():
-        _build_tutorial_one_device_variables()
+        build_tutorial_one_device_variables()
         checkpoint = _save_initialised_graph(tmp_path, TUTORIAL_STEP)
     restored = _resume_cifar10_graph(checkpoint)
-    saved = _values(checkpoint)
+    saved = saved_values(checkpoint)
     assert set(restored) == set(saved) == TUTORIAL_ONE_DEVICE_NAMES
     for name, value in saved.items():
         np.testing.assert_array_equal(restored[name], value, name)
@@ -76,7 +76,7 @@ def _resume_error(checkpoint):
 
 
 def test_a_cifar100_sized_head_is_an_error_naming_its_shape(tmp_path):
-    _write_tutorial_multi_gpu_checkpoint(tmp_path, num_classes=100)
+    write_tutorial_multi_gpu_checkpoint(tmp_path, num_classes=100)
     checkpoint = tf.train.latest_checkpoint(str(tmp_path))
     assert _resume_error(checkpoint) == (
         "checkpoint %s does not fit this model: it holds "

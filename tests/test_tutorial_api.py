@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 from conftest import REPO, SCRIPT_ENV, write_cifar10_files
-from helpers.cifar10_images import _standardize, _views
+from helpers.cifar10_images import crop_views, standardize
 
 import cifar10
 import cifar10_input
@@ -221,7 +221,7 @@ def test_tutorial_distorted_inputs_are_crops_and_flips_of_their_records(
         assert [t.shape.as_list() for t in tensors] == [[6, 24, 24, 3], [6]]
         assert [t.dtype for t in tensors] == [tf.float32, tf.int32]
         batches = _run_queue_batches(tensors, 3)
-    views = [_views(image) for image in images]
+    views = [crop_views(image) for image in images]
     for batch_images, batch_labels in batches:
         for image, label in zip(batch_images, batch_labels):
             errors = [np.abs(image - v).max() for v in views[label].values()]
@@ -242,7 +242,7 @@ def test_tutorial_inputs_read_the_test_file_in_order_when_eval_data_is_true(
     # Three batches of four: the six records twice, in file order.
     read_labels = np.concatenate([b_labels for _, b_labels in test_batches])
     assert read_labels.tolist() == labels.tolist() * 2
-    expected = [_standardize(image[4:28, 4:28]) for image in images]
+    expected = [standardize(image[4:28, 4:28]) for image in images]
     read_images = np.concatenate([b_images for b_images, _ in test_batches])
     np.testing.assert_allclose(read_images, expected * 2, atol=1e-4)
     # False reads data_batch_1.bin, then data_batch_2.bin.

@@ -13,8 +13,11 @@ from conftest import (
     run_script,
 )
 from helpers.model_sizes import CIFAR10_PARAMETERS, cifar10_batch_bytes
-from helpers.scripts import _eval
-from helpers.tutorial_checkpoints import TUTORIAL_ONE_DEVICE_NAMES, _values
+from helpers.scripts import eval_once
+from helpers.tutorial_checkpoints import (
+    TUTORIAL_ONE_DEVICE_NAMES,
+    saved_values,
+)
 
 # The trainers' graph builders (their flags are defined once per process).
 import cifar10_multi_gpu_train
@@ -193,7 +196,7 @@ def _multi(data_dir, train_dir, num_gpus, mode, max_steps):
 
 
 def _checkpoint_names(train_dir):
-    return set(_values(tf.train.latest_checkpoint(str(train_dir))))
+    return set(saved_values(tf.train.latest_checkpoint(str(train_dir))))
 
 
 @pytest.mark.slow
@@ -220,6 +223,8 @@ def test_a_checkpoint_goes_replicated_2_to_parameter_server_4_to_replicated_1(
     assert checkpoint_steps(train_dir)[-1] == 9
     assert _checkpoint_names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
 
-    _eval(cifar10_data_dir, train_dir, tmp_path / "eval", "--num_examples=20")
+    eval_once(
+        cifar10_data_dir, train_dir, tmp_path / "eval", "--num_examples=20"
+    )
     [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
     assert precision.step == 9

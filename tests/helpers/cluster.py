@@ -4,7 +4,9 @@ import re
 import socket
 import time
 
-from helpers.scripts import start_script
+import numpy as np
+
+from helpers.scripts import run_snippets, start_script
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # Seconds a test waits for a task to end before it fails.
@@ -14,7 +16,7 @@ TASK_DEADLINE_SECS = 180
 FAULT_TIMEOUT_SECS = 15
 
 
-def _free_ports(count):
+def free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:
         s.bind(("127.0.0.1", 0))
@@ -28,7 +30,7 @@ class Cluster:
     """Starts the tasks of one cluster and ends them all at the end."""
 
     def __init__(self, tmp_path, script, num_workers, *flags, num_ps=1):
-        ps_ports = _free_ports(num_ps + num_workers)
+        ps_ports = free_ports(num_ps + num_workers)
         ps_ports, worker_ports = ps_ports[:num_ps], ps_ports[num_ps:]
         self.script = script
         self.ps_address = ",".join("127.0.0.1:%d" % p for p in ps_ports)
@@ -85,7 +87,7 @@ def _local_steps(log):
     return int(found[1]), int(found[2])
 
 
-def _run_to_the_end(cluster, num_workers):
+def run_to_the_end(cluster, num_workers):
     cluster.start("ps", 0)
     for index in range(num_workers):
         cluster.start("worker", index)
@@ -104,7 +106,7 @@ def _run_to_the_end(cluster, num_workers):
 FAULT_EXIT_BOUND_SECS = 4 * FAULT_TIMEOUT_SECS
 
 
-def _wait_for_step(cluster, name, step):
+def wait_for_step(cluster, name, step):
     """Waits until the task has logged a global step of at least step."""
     deadline = time.time() + TASK_DEADLINE_SECS
     while (
@@ -114,3 +116,24 @@ def _wait_for_step(cluster, name, step):
         assert time.time() < deadline, cluster.log(name)[-3000:]
         assert cluster.processes[name].poll() is None, cluster.log(name)
         time.sleep(0.5)
+
+
+def run_workers(snippet, num_workers, tmp_path, *args):
+    """Runs `python -c snippet HOSTS INDEX OUTPUT *args` per worker at once.
+
+    HOSTS lists the workers' addresses on 127.0.0.1 (comma-separated),
+    INDEX is the worker's task index and OUTPUT the .npz file
+    tmp_path/workerINDEX.npz that the snippet writes.
+
+    Returns:
+      A list (one per worker) of dicts name -> array, the OUTPUT files.
+    """
+    hosts = ",".join("127.0.0.1:%d" % p for p in free_ports(num_workers))
+    outputs = [tmp_path / ("worker%d.npz" % i) for i in range(num_workers)]
+    codes = run_snippets(
+        snippet,
+        [(hosts, i, out, *args) for i, out in enumerate(outputs)],
+        TASK_DEADLINE_SECS,
+    )
+    assert codes == [0] * num_workers
+    return [dict(np.load(out)) for out in outputs]

@@ -45,7 +45,7 @@ def folder_contents(folder):
     return found
 
 
-def _fill(disk):
+def fill_disk(disk):
     """Writes disk/filler until the disk is full; returns its path."""
     filler = disk / "filler"
     with open(str(filler), "wb") as f:

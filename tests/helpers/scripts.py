@@ -167,7 +167,7 @@ def wait_for_log(process, log_path, text, timeout):
         time.sleep(0.1)
 
 
-def _eval(data_dir, checkpoint_dir, eval_dir, *flags, **kwargs):
+def eval_once(data_dir, checkpoint_dir, eval_dir, *flags, **kwargs):
     return run_script(
         "cifar10_eval.py",
         "--run_once",
@@ -179,21 +179,27 @@ def _eval(data_dir, checkpoint_dir, eval_dir, *flags, **kwargs):
     )
 
 
-def _user_env():
+def user_env():
     """The environment of a user who set no TensorFlow log level."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)
     return env
 
 
-def run_code(code, *args):
+def run_code(code, *args, input=None):
     """Runs Python code with flags in a subprocess in the repository.
+
+    Args:
+      code: str, the program (`python -c code`).
+      *args: its command-line arguments, str.
+      input: str written to its stdin, or None.
 
     Returns:
       The `subprocess.CompletedProcess`, stdout and stderr as text.
     """
     return subprocess.run(
         [sys.executable, "-c", code, *args],
+        input=input,
         capture_output=True,
         text=True,
         timeout=300,

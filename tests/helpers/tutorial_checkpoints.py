@@ -8,7 +8,7 @@ import tensorflow as tf
 import cifar10
 from multigpu.run import restore
 
-# The batch of the trainer's graph that _write_infinite_checkpoint saves.
+# The batch of the trainer's graph that write_infinite_checkpoint saves.
 BATCH_SIZE = 32
 
 
@@ -54,7 +54,7 @@ TUTORIAL_ONE_DEVICE_NAMES = (
 TUTORIAL_STEP = 4
 
 
-def _values(checkpoint):
+def saved_values(checkpoint):
     """dict name -> numpy value of every variable of the checkpoint."""
     reader = tf.train.load_checkpoint(str(checkpoint))
     return {
@@ -63,7 +63,7 @@ def _values(checkpoint):
     }
 
 
-def _build_tutorial_one_device_variables():
+def build_tutorial_one_device_variables():
     """The variables of the tutorial's one-device trainer, in the graph."""
     weights = [
         tf.compat.v1.get_variable(name, shape)
@@ -77,10 +77,10 @@ def _build_tutorial_one_device_variables():
     tf.compat.v1.train.ExponentialMovingAverage(0.9, name="avg").apply(losses)
 
 
-def _restore_in_tutorial_graph(checkpoint):
+def restore_in_tutorial_graph(checkpoint):
     """Restores the checkpoint into the tutorial's one-device variables."""
     with tf.Graph().as_default():
-        _build_tutorial_one_device_variables()
+        build_tutorial_one_device_variables()
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as sess:
             # Restores every variable or fails.
@@ -89,7 +89,7 @@ def _restore_in_tutorial_graph(checkpoint):
     assert step == int(checkpoint.rsplit("-", 1)[1])
 
 
-def _write_tutorial_multi_gpu_checkpoint(train_dir, num_classes=10):
+def write_tutorial_multi_gpu_checkpoint(train_dir, num_classes=10):
     """Writes what the tutorial's multi-GPU trainer saves, at TUTORIAL_STEP.
 
     Its weights and their moving averages, a float32 global_step, no loss
@@ -122,12 +122,12 @@ def _write_tutorial_multi_gpu_checkpoint(train_dir, num_classes=10):
             tf.compat.v1.train.Saver().save(
                 sess, str(train_dir / "model.ckpt"), global_step=TUTORIAL_STEP
             )
-    values = _values(tf.train.latest_checkpoint(str(train_dir)))
+    values = saved_values(tf.train.latest_checkpoint(str(train_dir)))
     assert values["global_step"].dtype == np.float32
     return values
 
 
-def _write_infinite_checkpoint(train_dir, step):
+def write_infinite_checkpoint(train_dir, step):
     """Saves the trainer's variables at `step`, every weight infinite.
 
     Returns:
