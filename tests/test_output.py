@@ -1,14 +1,13 @@
 """What a user sees: each line once, no C++ start-up notices, installed
 commands that explain their flags, defaults that run without a GPU."""
 
-import ast
-import os
 import re
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO, read_events
+from helpers.output_lines import _run_as_user, _tensorflow_lines
 from helpers.scripts import user_env
 from helpers.tutorial_checkpoints import write_infinite_checkpoint
 
@@ -16,76 +15,11 @@ import cifar10_input
 from cifar10_models import registry
 from multigpu import cpp_log_filter
 
-# The installed commands (pyproject.toml): the script each one runs, and the
-# groups of its --help, in order.
-COMMANDS = {
-    "cifar10-train": (
-        "cifar10_train.py",
-        ["Data and batches", "Model", "Training", "GPUs and devices"]
-        + ["Reduced precision", "Output"],
-    ),
-    "cifar10-multi-gpu-train": (
-        "cifar10_multi_gpu_train.py",
-        ["Data and batches", "Model", "Training", "GPUs and devices"]
-        + ["Reduced precision", "Cluster", "Output"],
-    ),
-    "cifar10-eval": (
-        "cifar10_eval.py",
-        ["Data and batches", "Model", "Evaluation", "GPUs and devices"]
-        + ["Reduced precision"],
-    ),
-    "mnist-multi-gpu-train": (
-        "mnist_multi_gpu_train.py",
-        ["Data and batches", "Training", "Evaluation", "GPUs and devices"]
-        + ["Cluster", "Output"],
-    ),
-}
-# What a --help must not name: the suite's modules and functions
-# ('towers.build_towers'), its packages, its tests.
-INTERNAL_NAME = re.compile(
-    r"`\w+\.\w+`|\b(tests|multigpu|data_sets)/|\b(towers|checkpoints)\.\w"
-)
 
-
-def _run_as_user(script, *args):
-    """Runs a script with the environment of `user_env`."""
-    return subprocess.run(
-        [sys.executable, str(REPO / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=user_env(),
-        cwd=REPO,
-    )
-
-
-def _flag_groups(help_text):
-    """The group titles of a --help, after the description."""
-    flags_part = help_text.split("\n\nData and batches:\n", 1)[1]
-    return ["Data and batches"] + re.findall(r"^(\w[\w ]+):$", flags_part, re.M)
-
-
-# Lines of TensorFlow's rather than ours: C++ log lines ('E0000 00:00:...',
-# 'W1124 ...'), its Python logger's, absl's start-up notice, the second line
-# of the CPU-instructions notice, deprecation notices.
-TENSORFLOW_LINE = re.compile(
-    r"^([EFIW]\d{4} \d\d:\d\d:\d\d|(INFO|WARNING|ERROR):tensorflow|"
-    r"WARNING: All log messages before absl|To enable the following)"
-    r"|deprecat",
-    re.IGNORECASE,
-)
 # A timestamp as our progress lines start, '2026-11-24 22:58:39.275894'.
 DATE = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+"
 # The run of `user_run`: steps, batch, checkpoint interval.
 USER_RUN_STEPS, USER_RUN_BATCH, USER_RUN_SAVE_STEPS = 60, 8, 50
-
-
-def _tensorflow_lines(result):
-    return [
-        line
-        for line in (result.stdout + result.stderr).splitlines()
-        if TENSORFLOW_LINE.search(line)
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -454,56 +388,6 @@ def test_a_user_set_log_level_is_kept_as_it_is():
     assert result.stdout == "0\n", result.stderr
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
-    path = os.path.join(os.path.dirname(sys.executable), command)
-    assert os.path.exists(path), "not installed: pip install -e ."
-    installed = subprocess.run(
-        [path, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=user_env(),
-        cwd=REPO,
-    )
-    script, groups = COMMANDS[command]
-    assert installed.returncode == 0, installed.stderr
-    from_script = _run_as_user(script, "--help")
-    assert installed.stderr == ""
-    # The same help, the commands named as installed: cifar10-eval, not
-    # python cifar10_eval.py.
-    description = ast.get_docstring(ast.parse((REPO / script).read_text()))
-    assert from_script.stdout.startswith(description + "\n\nData and batches:")
-    assert re.findall(r"python \w+\.py", installed.stdout) == []
-    assert len(re.findall(r"^  %s " % command, installed.stdout, re.M)) == (
-        len(re.findall(r"^  python %s\b" % script, description, re.M))
-    )
-    assert installed.stdout.count("\n") == from_script.stdout.count("\n")
-    assert (
-        installed.stdout.split("\n\nData and batches:")[1]
-        == (from_script.stdout.split("\n\nData and batches:")[1])
-    )
-    assert _flag_groups(installed.stdout) == groups
-    assert INTERNAL_NAME.findall(installed.stdout) == []
-    assert _tensorflow_lines(installed) == _tensorflow_lines(from_script) == []
-
-
-def test_the_mnist_converter_is_an_installed_command():
-    path = os.path.join(os.path.dirname(sys.executable), "mnist-convert")
-    result = subprocess.run(
-        [path, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=user_env(),
-    )
-    assert result.returncode == 0, result.stderr
-    assert "--idx_dir" in result.stdout and "--data_dir" in result.stdout
-    assert result.stderr == ""
-    from_script = _run_as_user("mnist_input.py", "--help")
-    assert (from_script.stdout, from_script.stderr) == (result.stdout, "")
-
-
 @pytest.mark.slow
 def test_the_mnist_trainer_runs_its_one_tower_on_the_cpu_by_default(
     tmp_path,
@@ -536,23 +420,3 @@ def test_the_dry_run_of_the_multi_gpu_trainer_prints_only_our_lines():
     assert (result.stderr, _tensorflow_lines(result)) == ("", [])
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_a_help_text_names_only_the_scripts_own_flags(command):
-    script, _ = COMMANDS[command]
-    help_text = _run_as_user(script, "--help").stdout
-    flags_part = help_text.split("\n\nData and batches:\n", 1)[1]
-    own = set(re.findall(r"^  --(?:\[no\])?(\w+) \(", flags_part, re.M))
-    # A flag of the trainer, named in the eval's help as such, is not its.
-    named = re.findall(r"(?<!trainer's )--(?:no)?(\w+)", flags_part)
-    assert sorted(set(named) - own - {"helpfull", "verbosity"}) == []
-
-
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_the_pages_and_sections_a_help_text_points_to_exist(command):
-    script, _ = COMMANDS[command]
-    help_text = " ".join(_run_as_user(script, "--help").stdout.split())
-    readme = (REPO / "README.md").read_text()
-    pages = re.findall(r"\bdocs/[\w-]+\.md", help_text)
-    sections = re.findall(r'README, "([^"]+)"', help_text)
-    assert [page for page in pages if not (REPO / page).is_file()] == []
-    assert [each for each in sections if "## " + each not in readme] == []

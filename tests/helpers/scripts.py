@@ -206,3 +206,23 @@ def run_code(code, *args, input=None):
         env=SCRIPT_ENV,
         cwd=REPO,
     )
+
+
+def run_user_script(folder, name, text, *args):
+    """Writes a user's script into folder and runs it from there.
+
+    Returns:
+      The `subprocess.CompletedProcess`, stdout and stderr as text.
+    """
+    (folder / name).write_text(text)
+    env = dict(SCRIPT_ENV, PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        [sys.executable, name, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=folder,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    return result

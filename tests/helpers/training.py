@@ -1,6 +1,8 @@
-"""The fault tests' trainer flags, and a training run that must fail."""
+"""The fault tests' trainers and flags, and a training run that must fail."""
 
 import pytest
+
+from helpers.scripts import run_script
 
 
 # Small steps: the faults are under test, not the learning. At batches of
@@ -48,3 +50,20 @@ def training_error(train_op, loss, train_dir, **kwargs):
             **kwargs,
         )
     return str(error.value)
+
+
+# The trainers, as (script, flags): one device, and two towers on the CPU.
+SINGLE = ("cifar10_train.py",)
+
+
+MULTI = ("cifar10_multi_gpu_train.py", "--num_gpus=2", "--cpu_towers")
+
+
+def _train(trainer, data_dir, train_dir, *flags, **kwargs):
+    script, *script_flags = trainer
+    return run_script(
+        script,
+        *script_flags,
+        *trainer_flags(data_dir, train_dir, *flags),
+        **kwargs,
+    )

@@ -1,0 +1,38 @@
+"""The lines a user sees: a script run as theirs, and TensorFlow's lines."""
+
+import re
+import subprocess
+import sys
+
+from helpers.scripts import REPO, user_env
+
+
+def _run_as_user(script, *args):
+    """Runs a script with the environment of `user_env`."""
+    return subprocess.run(
+        [sys.executable, str(REPO / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=user_env(),
+        cwd=REPO,
+    )
+
+
+# Lines of TensorFlow's rather than ours: C++ log lines ('E0000 00:00:...',
+# 'W1124 ...'), its Python logger's, absl's start-up notice, the second line
+# of the CPU-instructions notice, deprecation notices.
+TENSORFLOW_LINE = re.compile(
+    r"^([EFIW]\d{4} \d\d:\d\d:\d\d|(INFO|WARNING|ERROR):tensorflow|"
+    r"WARNING: All log messages before absl|To enable the following)"
+    r"|deprecat",
+    re.IGNORECASE,
+)
+
+
+def _tensorflow_lines(result):
+    return [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if TENSORFLOW_LINE.search(line)
+    ]
