@@ -31,13 +31,13 @@ from helpers.data_files import (  # noqa: E402, F401
     write_cifar10_files,
 )
 from helpers.events import read_events  # noqa: E402, F401
+from helpers.output_lines import help_words  # noqa: E402, F401
 from helpers.scripts import (  # noqa: E402, F401
     REPO,
     SCRIPT_ENV,
     UNSTARTED_WORKER_FLAGS,
     error_line,
     free_port,
-    help_words,
     run_script,
     run_snippets,
     start_script,

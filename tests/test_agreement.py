@@ -46,7 +46,7 @@ def test_settings_cross_the_cluster_as_codes_and_come_back_equal():
     assert agreement.decode(codes) == settings
 
 
-def _workers(make_cluster, timeout_secs):  # noqa: F811
+def _workers(make_cluster, timeout_secs):
     return make_cluster(
         2,
         "--variable_update=replicated",
@@ -85,7 +85,7 @@ def _workers(make_cluster, timeout_secs):  # noqa: F811
     ids=["learning_rate", "num_gpus", "model"],
 )
 def test_a_setting_that_differs_ends_every_worker_naming_it(
-    make_cluster,  # noqa: F811
+    make_cluster,
     flag,
     found,
 ):
@@ -110,7 +110,7 @@ def test_a_setting_that_differs_ends_every_worker_naming_it(
     ids=["never_started", "cannot_build"],
 )
 def test_a_worker_whose_peer_never_listens_ends_naming_it(
-    make_cluster,  # noqa: F811
+    make_cluster,
     peer_flags,
 ):
     cluster = _workers(make_cluster, IMPATIENT_SECS)

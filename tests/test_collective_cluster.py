@@ -261,7 +261,7 @@ def test_the_pack_plan_splits_each_dtype_into_pieces_of_pack_bytes():
     ]
 
 
-def _workers_cluster(make_cluster, *flags):  # noqa: F811
+def _workers_cluster(make_cluster, *flags):
     """A cluster of WORKERS workers only, replicated, TOWERS CPU towers."""
     return make_cluster(
         WORKERS,
@@ -286,7 +286,7 @@ def _workers_cluster(make_cluster, *flags):  # noqa: F811
     ids=["killed", "frozen"],
 )
 def test_a_killed_or_frozen_worker_ends_the_other_naming_it(
-    make_cluster,  # noqa: F811
+    make_cluster,
     fault,
     found,
 ):
@@ -319,7 +319,7 @@ def test_a_killed_or_frozen_worker_ends_the_other_naming_it(
 
 @pytest.mark.slow
 def test_a_run_resumes_across_topologies_to_the_eval(
-    make_cluster,  # noqa: F811
+    make_cluster,
     cifar10_data_dir,
     tmp_path,
 ):

@@ -37,8 +37,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SCRIPT_ENV, free_port, run_script
+from conftest import REPO, SCRIPT_ENV, free_port
 from helpers.mnist_files import random_split, write_idx
+from helpers.output_lines import script_help
 
 from data_sets import mnist_data
 
@@ -99,7 +100,7 @@ def help_defaults(script):
     return dict(
         re.findall(
             r"^  --(?:\[no\])?(\w+) \(default: ([^;)]*)",
-            run_script(script, "--help").stdout,
+            script_help(script).stdout,
             re.M,
         )
     )

@@ -23,8 +23,8 @@ from conftest import (
     start_script,
     trainer_flags,
 )
-from helpers.events import _event_files, _summary_steps
-from helpers.training import MULTI, SINGLE, _train
+from helpers.events import run_event_files, summary_steps
+from helpers.training import MULTI, SINGLE, run_trainer
 
 from multigpu.run import checkpoints
 
@@ -97,7 +97,7 @@ def _kill_mid_run_and_resume(trainer, data_dir, train_dir):
         lambda: _newest_step(train_dir) >= 2 * SAVE_STEPS,
     )
     saved = _newest_step(train_dir)
-    _train(trainer, data_dir, train_dir, *flags)
+    run_trainer(trainer, data_dir, train_dir, *flags)
     return saved
 
 
@@ -107,7 +107,7 @@ def single_runs(cifar10_data_dir, tmp_path_factory):
     train_dir = tmp_path_factory.mktemp("killed") / "train"
     _kill_when(
         _start(SINGLE, cifar10_data_dir, train_dir),
-        lambda: _event_files(train_dir),
+        lambda: run_event_files(train_dir),
     )
     saved_before_first_kill = _newest_step(train_dir)
     return KilledRuns(
@@ -130,10 +130,10 @@ def test_a_trainer_killed_before_its_first_save_starts_again_at_step_0(
     single_runs,
 ):
     assert single_runs.saved_before_first_kill == -1
-    killed, restarted, _ = _event_files(single_runs.train_dir)
-    assert _summary_steps(killed) == []
+    killed, restarted, _ = run_event_files(single_runs.train_dir)
+    assert summary_steps(killed) == []
     # A run's first summary is of its first step: global step 0 + 1.
-    assert _summary_steps(restarted)[0] == 1
+    assert summary_steps(restarted)[0] == 1
 
 
 @pytest.mark.slow
@@ -143,10 +143,10 @@ def test_a_trainer_killed_mid_run_resumes_from_its_newest_checkpoint(
 ):
     runs = request.getfixturevalue(runs)
     assert runs.saved_before_kill >= 2 * SAVE_STEPS
-    *_, killed, resumed = _event_files(runs.train_dir)
+    *_, killed, resumed = run_event_files(runs.train_dir)
     # The killed run's file reads (its last summaries may not be flushed).
-    assert all(step <= MAX_STEPS for step in _summary_steps(killed))
-    assert _summary_steps(resumed)[0] == runs.saved_before_kill + 1
+    assert all(step <= MAX_STEPS for step in summary_steps(killed))
+    assert summary_steps(resumed)[0] == runs.saved_before_kill + 1
     assert checkpoint_steps(runs.train_dir)[-1] == MAX_STEPS
 
 
@@ -197,7 +197,7 @@ def test_a_full_disk_stops_training_with_a_message_and_resume_works_later(
     disk = small_disk("30M")
     train_dir = disk / "train"
     flags = ("--max_steps=%d" % MAX_STEPS, "--save_checkpoint_steps=50")
-    full = _train(
+    full = run_trainer(
         SINGLE, cifar10_data_dir, train_dir, *flags, expect_success=False
     )
     newest = _newest_step(train_dir)
@@ -224,9 +224,9 @@ def test_a_full_disk_stops_training_with_a_message_and_resume_works_later(
     assert glob.glob(str(train_dir / "*_temp")) == []
 
     subprocess.run(["mount", "-o", "remount,size=200M", str(disk)], check=True)
-    _train(SINGLE, cifar10_data_dir, train_dir, *flags)
-    *_, resumed = _event_files(train_dir)
-    assert _summary_steps(resumed)[0] == newest + 1
+    run_trainer(SINGLE, cifar10_data_dir, train_dir, *flags)
+    *_, resumed = run_event_files(train_dir)
+    assert summary_steps(resumed)[0] == newest + 1
     assert checkpoint_steps(train_dir)[-1] == MAX_STEPS
 
 
@@ -258,7 +258,7 @@ def test_a_diverged_multi_tower_model_stops_with_a_message(
     checkpoint = _write_infinite_copy(
         tf.train.latest_checkpoint(str(multi_runs.train_dir)), tmp_path
     )
-    diverged = _train(
+    diverged = run_trainer(
         MULTI,
         cifar10_data_dir,
         tmp_path,

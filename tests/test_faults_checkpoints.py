@@ -12,8 +12,8 @@ import shutil
 import pytest
 import tensorflow as tf
 from conftest import checkpoint_steps, read_events, run_script
-from helpers.events import _event_files, _summary_steps
-from helpers.training import SINGLE, _train
+from helpers.events import run_event_files, summary_steps
+from helpers.training import SINGLE, run_trainer
 
 from multigpu import errors
 from multigpu.run import checkpoints
@@ -131,11 +131,11 @@ def test_trainer_and_eval_skip_a_truncated_newest_checkpoint(
     [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
     assert precision.step == before
 
-    trained = _train(
+    trained = run_trainer(
         SINGLE, cifar10_data_dir, train_dir, "--max_steps=%d" % (newest + 5)
     )
     # Named once, though the trainer checks for a finished run first.
     assert trained.stderr.count(warning) == 1
-    [resumed] = _event_files(train_dir)
-    assert _summary_steps(resumed)[0] == before + 1
+    [resumed] = run_event_files(train_dir)
+    assert summary_steps(resumed)[0] == before + 1
     assert checkpoint_steps(train_dir)[-1] == newest + 5

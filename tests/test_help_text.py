@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from conftest import REPO
-from helpers.output_lines import _run_as_user, _tensorflow_lines
+from helpers.output_lines import script_help, tensorflow_lines
 from helpers.scripts import user_env
 
 
@@ -65,7 +65,7 @@ def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
     )
     script, groups = COMMANDS[command]
     assert installed.returncode == 0, installed.stderr
-    from_script = _run_as_user(script, "--help")
+    from_script = script_help(script)
     assert installed.stderr == ""
     # The same help, the commands named as installed: cifar10-eval, not
     # python cifar10_eval.py.
@@ -82,7 +82,7 @@ def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
     )
     assert _flag_groups(installed.stdout) == groups
     assert INTERNAL_NAME.findall(installed.stdout) == []
-    assert _tensorflow_lines(installed) == _tensorflow_lines(from_script) == []
+    assert tensorflow_lines(installed) == tensorflow_lines(from_script) == []
 
 
 def test_the_mnist_converter_is_an_installed_command():
@@ -97,14 +97,14 @@ def test_the_mnist_converter_is_an_installed_command():
     assert result.returncode == 0, result.stderr
     assert "--idx_dir" in result.stdout and "--data_dir" in result.stdout
     assert result.stderr == ""
-    from_script = _run_as_user("mnist_input.py", "--help")
+    from_script = script_help("mnist_input.py")
     assert (from_script.stdout, from_script.stderr) == (result.stdout, "")
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_help_text_names_only_the_scripts_own_flags(command):
     script, _ = COMMANDS[command]
-    help_text = _run_as_user(script, "--help").stdout
+    help_text = script_help(script).stdout
     flags_part = help_text.split("\n\nData and batches:\n", 1)[1]
     own = set(re.findall(r"^  --(?:\[no\])?(\w+) \(", flags_part, re.M))
     # A flag of the trainer, named in the eval's help as such, is not its.
@@ -115,7 +115,7 @@ def test_a_help_text_names_only_the_scripts_own_flags(command):
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_the_pages_and_sections_a_help_text_points_to_exist(command):
     script, _ = COMMANDS[command]
-    help_text = " ".join(_run_as_user(script, "--help").stdout.split())
+    help_text = " ".join(script_help(script).stdout.split())
     readme = (REPO / "README.md").read_text()
     pages = re.findall(r"\bdocs/[\w-]+\.md", help_text)
     sections = re.findall(r'README, "([^"]+)"', help_text)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from conftest import REPO, read_events
-from helpers.output_lines import _run_as_user, _tensorflow_lines
+from helpers.output_lines import run_as_user, tensorflow_lines
 from helpers.scripts import user_env
 from helpers.tutorial_checkpoints import write_infinite_checkpoint
 
@@ -30,7 +30,7 @@ def user_run(cifar10_data_dir, tmp_path_factory):
       (train_dir, data_dir, `subprocess.CompletedProcess`).
     """
     train_dir = tmp_path_factory.mktemp("user_run") / "train"
-    result = _run_as_user(
+    result = run_as_user(
         "cifar10_train.py",
         "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
@@ -87,7 +87,7 @@ def test_every_line_of_a_training_run_is_ours(user_run):
         for line in middle
     ), result.stdout
     assert lines[-4:] == _closing_report(train_dir, data_dir)
-    assert _tensorflow_lines(result) == []
+    assert tensorflow_lines(result) == []
 
 
 def _form(line):
@@ -192,9 +192,9 @@ def test_the_eval_command_of_the_report_runs_as_printed(user_run):
     train_dir, data_dir, result = user_run
     command = result.stdout.splitlines()[-2].split()
     assert command[:2] == ["python", "cifar10_eval.py"]
-    evaluated = _run_as_user(*command[1:])
+    evaluated = run_as_user(*command[1:])
     assert evaluated.returncode == 0, evaluated.stderr
-    assert _tensorflow_lines(evaluated) == []
+    assert tensorflow_lines(evaluated) == []
     scores = evaluated.stdout.splitlines()[-2:]
     assert [
         re.fullmatch(r"%s: %s = \d\.\d{3}" % (DATE, score), line) is not None
@@ -208,7 +208,7 @@ def test_the_eval_command_of_the_report_runs_as_printed(user_run):
 @pytest.mark.slow
 def test_verbosity_brings_back_the_lines_of_tensorflow(user_run):
     train_dir, data_dir, _ = user_run
-    result = _run_as_user(
+    result = run_as_user(
         "cifar10_train.py",
         "--data_dir=%s" % data_dir,
         "--train_dir=%s" % train_dir,
@@ -344,7 +344,7 @@ def test_the_lines_that_echo_a_one_line_error_are_dropped():
 @pytest.mark.slow
 def test_a_diverged_run_is_reported_in_one_line(cifar10_data_dir, tmp_path):
     write_infinite_checkpoint(tmp_path, 50)
-    result = _run_as_user(
+    result = run_as_user(
         "cifar10_train.py",
         "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
@@ -392,7 +392,7 @@ def test_a_user_set_log_level_is_kept_as_it_is():
 def test_the_mnist_trainer_runs_its_one_tower_on_the_cpu_by_default(
     tmp_path,
 ):
-    result = _run_as_user(
+    result = run_as_user(
         "mnist_multi_gpu_train.py",
         "--fake_data",
         "--data_dir=%s" % (tmp_path / "data"),
@@ -401,7 +401,7 @@ def test_the_mnist_trainer_runs_its_one_tower_on_the_cpu_by_default(
         "--batch_size=500",
     )
     assert result.returncode == 0, result.stderr
-    assert _tensorflow_lines(result) == []
+    assert tensorflow_lines(result) == []
     assert (
         result.stdout.count(
             "No GPU visible: the one tower runs on the CPU (/cpu:0)\n"
@@ -413,10 +413,10 @@ def test_the_mnist_trainer_runs_its_one_tower_on_the_cpu_by_default(
 
 
 def test_the_dry_run_of_the_multi_gpu_trainer_prints_only_our_lines():
-    result = _run_as_user(
+    result = run_as_user(
         "cifar10_multi_gpu_train.py", "--dry_run", "--num_gpus=2"
     )
     assert result.returncode == 0, result.stderr
-    assert (result.stderr, _tensorflow_lines(result)) == ("", [])
+    assert (result.stderr, tensorflow_lines(result)) == ("", [])
 
 

@@ -120,7 +120,7 @@ def mnist_run(tmp_path_factory):
 def test_a_checkpoint_goes_from_2_to_4_towers_to_one_device_to_a_cluster(
     two_towers,
     cifar10_data_dir,
-    make_cluster,  # noqa: F811
+    make_cluster,
     tmp_path,
 ):
     cluster = make_cluster(

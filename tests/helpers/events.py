@@ -24,14 +24,14 @@ def read_events(logdir):
     return events
 
 
-def _event_files(logdir):
+def run_event_files(logdir):
     """The event files of logdir, one per run, oldest first."""
     files = glob.glob(os.path.join(str(logdir), "events.out.tfevents.*"))
     # events.out.tfevents.SECONDS.HOST: a run's start time.
     return sorted(files, key=lambda f: int(os.path.basename(f).split(".")[3]))
 
 
-def _summary_steps(event_file):
+def summary_steps(event_file):
     """The steps at which a run wrote summaries, read as TensorBoard does.
 
     TensorBoard's loader stops quietly at a record cut short by a kill.

@@ -1,5 +1,6 @@
 """The lines a user sees: a script run as theirs, and TensorFlow's lines."""
 
+import functools
 import re
 import subprocess
 import sys
@@ -7,7 +8,7 @@ import sys
 from helpers.scripts import REPO, user_env
 
 
-def _run_as_user(script, *args):
+def run_as_user(script, *args):
     """Runs a script with the environment of `user_env`."""
     return subprocess.run(
         [sys.executable, str(REPO / script), *args],
@@ -30,9 +31,30 @@ TENSORFLOW_LINE = re.compile(
 )
 
 
-def _tensorflow_lines(result):
+def tensorflow_lines(result):
     return [
         line
         for line in (result.stdout + result.stderr).splitlines()
         if TENSORFLOW_LINE.search(line)
     ]
+
+
+@functools.lru_cache(maxsize=None)
+def script_help(script):
+    """A script's --help as `run_as_user` runs it, once a test session.
+
+    Returns:
+      The `subprocess.CompletedProcess`, stdout and stderr as text; callers
+      only read it.
+    """
+    return run_as_user(script, "--help")
+
+
+def help_words(script):
+    """A script's --help, each run of spaces and line breaks made one space.
+
+    absl wraps a flag's help at its own width; a phrase is found whole.
+    """
+    result = script_help(script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return " ".join(result.stdout.split())

@@ -44,14 +44,6 @@ def run_script(script, *args, timeout=600, expect_success=True, env=None):
     return result
 
 
-def help_words(script):
-    """A script's --help, each run of spaces and line breaks made one space.
-
-    absl wraps a flag's help at its own width; a phrase is found whole.
-    """
-    return " ".join(run_script(script, "--help").stdout.split())
-
-
 # Worker 0 of a cluster that is never started, on CPU towers and the sample
 # set: for what a trainer refuses in cluster mode before it starts a server.
 UNSTARTED_WORKER_FLAGS = (

@@ -59,7 +59,7 @@ SINGLE = ("cifar10_train.py",)
 MULTI = ("cifar10_multi_gpu_train.py", "--num_gpus=2", "--cpu_towers")
 
 
-def _train(trainer, data_dir, train_dir, *flags, **kwargs):
+def run_trainer(trainer, data_dir, train_dir, *flags, **kwargs):
     script, *script_flags = trainer
     return run_script(
         script,
