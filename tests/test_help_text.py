@@ -51,11 +51,15 @@ def _flag_groups(help_text):
     return ["Data and batches"] + re.findall(r"^(\w[\w ]+):$", flags_part, re.M)
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
+def _installed_help(command):
+    """`COMMAND --help` of the installed command, as a user runs it.
+
+    Returns:
+      The `subprocess.CompletedProcess`, stdout and stderr as text.
+    """
     path = os.path.join(os.path.dirname(sys.executable), command)
     assert os.path.exists(path), "not installed: pip install -e ."
-    installed = subprocess.run(
+    return subprocess.run(
         [path, "--help"],
         capture_output=True,
         text=True,
@@ -63,6 +67,11 @@ def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
         env=user_env(),
         cwd=REPO,
     )
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
+    installed = _installed_help(command)
     script, groups = COMMANDS[command]
     assert installed.returncode == 0, installed.stderr
     from_script = script_help(script)
@@ -86,14 +95,7 @@ def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
 
 
 def test_the_mnist_converter_is_an_installed_command():
-    path = os.path.join(os.path.dirname(sys.executable), "mnist-convert")
-    result = subprocess.run(
-        [path, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=user_env(),
-    )
+    result = _installed_help("mnist-convert")
     assert result.returncode == 0, result.stderr
     assert "--idx_dir" in result.stdout and "--data_dir" in result.stdout
     assert result.stderr == ""
