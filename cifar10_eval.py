@@ -36,7 +36,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import common_flags, errors, flag_checks, folders
-from multigpu.graph import op_kernels, placement
+from multigpu.graph import op_kernels, placement, top_k_hits
 from multigpu.run import checkpoints, event_files, restore, train_dirs
 
 # Seconds between the watching eval's lines saying what it waits for.
@@ -104,7 +104,7 @@ def build_graph(
 
     Returns:
       hits: bool [2, <= batch_size], whether each example's label is the
-        top prediction (row 0) or among the top 5 (row 1).
+        top prediction (row 0) or among the top 5 (row 1): `top_k_hits`.
       init_op: rewinds the input to its first example.
     """
     with tf.device("/cpu:0"):
@@ -112,10 +112,7 @@ def build_graph(
             eval_data, data_dir, batch_size, num_examples
         )
     logits = registry.logits(model, images, False, compute_dtype)
-    hits = [
-        tf.nn.in_top_k(predictions=logits, targets=labels, k=k) for k in (1, 5)
-    ]
-    return tf.stack(hits), init_op
+    return top_k_hits.top_k_hits(logits, labels), init_op
 
 
 def eval_once(checkpoint, saver, event_file, hits, init_op, summary_op, config):

@@ -7,10 +7,7 @@ by the test, every wait is bounded.
 import time
 
 import pytest
-from test_cluster import (
-    FAULT_EXIT_BOUND_SECS,
-    make_cluster,  # noqa: F401 (a fixture)
-)
+from helpers.cluster import FAULT_EXIT_BOUND_SECS
 
 from multigpu.distributed import agreement
 
@@ -49,7 +46,7 @@ def test_settings_cross_the_cluster_as_codes_and_come_back_equal():
     assert agreement.decode(codes) == settings
 
 
-def _workers(make_cluster, timeout_secs):  # noqa: F811
+def _workers(make_cluster, timeout_secs):
     return make_cluster(
         2,
         "--variable_update=replicated",
@@ -88,7 +85,7 @@ def _workers(make_cluster, timeout_secs):  # noqa: F811
     ids=["learning_rate", "num_gpus", "model"],
 )
 def test_a_setting_that_differs_ends_every_worker_naming_it(
-    make_cluster,  # noqa: F811
+    make_cluster,
     flag,
     found,
 ):
@@ -113,7 +110,7 @@ def test_a_setting_that_differs_ends_every_worker_naming_it(
     ids=["never_started", "cannot_build"],
 )
 def test_a_worker_whose_peer_never_listens_ends_naming_it(
-    make_cluster,  # noqa: F811
+    make_cluster,
     peer_flags,
 ):
     cluster = _workers(make_cluster, IMPATIENT_SECS)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from test_towers import cifar10_step_graph
+from helpers.towers import cifar10_step_graph
 
 from cifar10_models import registry
 from multigpu.graph import (

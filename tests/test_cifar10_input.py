@@ -4,20 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import write_cifar10_files
+from helpers.cifar10_images import crop_views, standardize
 
 import cifar10_input
 from data_sets import cifar10_batches, cifar10_data
-
-CROP = cifar10_input.IMAGE_SIZE
-# Crop offsets per axis (0..8) times the two flips: every distorted view.
-OFFSETS = range(32 - CROP + 1)
-
-
-def _standardize(image):
-    """NumPy `tf.image.per_image_standardization` of one image."""
-    image = image.astype(np.float64)
-    floor = 1.0 / np.sqrt(image.size)
-    return (image - image.mean()) / max(image.std(), floor)
 
 
 def _run_to_end(tensors, init_op=None):
@@ -69,7 +59,7 @@ def test_eval_input_yields_every_example_once_in_file_order(tmp_path):
     read_labels = np.concatenate([b_labels for _, b_labels in batches])
     assert read_labels.tolist() == labels.tolist()
     # The central 24x24 crop of each 32x32 image, standardised.
-    expected = [_standardize(image[4:28, 4:28]) for image in images]
+    expected = [standardize(image[4:28, 4:28]) for image in images]
     read_images = np.concatenate([b_images for b_images, _ in batches])
     np.testing.assert_allclose(read_images, expected, atol=1e-4)
 
@@ -155,22 +145,11 @@ def test_each_tower_reads_its_own_batch_from_one_shared_iterator(
     assert not np.array_equal(values[0], values[1])
 
 
-def _views(image):
-    """Every standardised crop of image: {(row, column, flipped): view}."""
-    views = {}
-    for row in OFFSETS:
-        for column in OFFSETS:
-            crop = image[row : row + CROP, column : column + CROP]
-            views[row, column, False] = _standardize(crop)
-            views[row, column, True] = _standardize(crop[:, ::-1])
-    return views
-
-
 def test_crops_and_flips_vary_between_epochs(gray_data_dir):
     data_dir, images = gray_data_dir
     # Ten epochs of the ten records.
     batches = _distorted_batches(data_dir, 10, 10)
-    views = [_views(image) for image in images]
+    views = [crop_views(image) for image in images]
     seen = {label: [] for label in range(10)}
     for batch_images, batch_labels in batches:
         for image, label in zip(batch_images, batch_labels):
@@ -195,7 +174,7 @@ def test_crops_and_flips_vary_between_epochs(gray_data_dir):
 @pytest.mark.filterwarnings("ignore:Seed 5 from outer graph")
 def test_each_image_of_a_batch_gets_its_own_crop_and_flip(gray_data_dir):
     data_dir, images = gray_data_dir
-    views = [_views(image) for image in images]
+    views = [crop_views(image) for image in images]
     [(batch_images, batch_labels)] = _distorted_batches(data_dir, 10, 1, 5)
     keys = []
     for image, label in zip(batch_images, batch_labels):

@@ -4,7 +4,12 @@ import re
 
 import pytest
 import tensorflow as tf
-from conftest import UNSTARTED_WORKER_FLAGS, help_words, run_script
+from conftest import (
+    UNSTARTED_WORKER_FLAGS,
+    checkpoint_steps,
+    help_words,
+    run_script,
+)
 from tensorboard.backend.event_processing import event_accumulator
 
 import cifar10
@@ -32,15 +37,10 @@ def two_tower_run(cifar10_data_dir, tmp_path_factory):
     return train_dir, result.stdout
 
 
-def _checkpoint_steps(train_dir):
-    state = tf.train.get_checkpoint_state(str(train_dir))
-    return [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths]
-
-
 @pytest.mark.slow
 def test_two_towers_checkpoint_every_n_steps_and_at_the_last(two_tower_run):
     train_dir, stdout = two_tower_run
-    assert _checkpoint_steps(train_dir) == [0, 100, 200]
+    assert checkpoint_steps(train_dir) == [0, 100, 200]
     assert "No GPU used: 2 tower(s) on virtual CPU devices /cpu:0, /cpu:1" in (
         stdout
     )
@@ -148,7 +148,7 @@ def test_xla_variables_on_the_tower_and_staged_input_train_and_resume(
     )
     # The checkpoint holds no trace of the options: resume without them.
     second = run_script(*common, "--max_steps=6", "--noprefetch_to_device")
-    assert _checkpoint_steps(tmp_path) == [0, 4, 6]
+    assert checkpoint_steps(tmp_path) == [0, 4, 6]
     assert re.findall(r"step (\d+), loss", first.stdout) == ["2", "4"]
     assert "training from step 4" in second.stdout
     assert re.findall(r"step (\d+), loss", second.stdout) == ["6"]

@@ -14,8 +14,9 @@ from conftest import (
     training_error,
     write_cifar10_files,
 )
+from helpers.scripts import eval_once
+from helpers.tutorial_checkpoints import write_infinite_checkpoint
 
-import cifar10
 import cifar10_input
 
 MAX_STEPS = 200
@@ -36,20 +37,8 @@ def _train(data_dir, train_dir, *flags, **kwargs):
     )
 
 
-def _eval(data_dir, checkpoint_dir, eval_dir, *flags, **kwargs):
-    return run_script(
-        "cifar10_eval.py",
-        "--run_once",
-        "--data_dir=%s" % data_dir,
-        "--checkpoint_dir=%s" % checkpoint_dir,
-        "--eval_dir=%s" % eval_dir,
-        *flags,
-        **kwargs,
-    )
-
-
 def _error(run, *args):
-    """Runs `_train` or `_eval`, which must fail within seconds.
+    """Runs `_train` or `eval_once`, which must fail within seconds.
 
     Returns:
       str, the one-line error the script printed last on stderr.
@@ -76,7 +65,7 @@ def trained(cifar10_data_dir, tmp_path_factory):
 def evaluated(trained, cifar10_data_dir, tmp_path_factory):
     """Scores the newest checkpoint of `trained`; returns the eval_dir."""
     eval_dir = tmp_path_factory.mktemp("cifar10_eval")
-    _eval(cifar10_data_dir, trained, eval_dir, "--num_examples=1000")
+    eval_once(cifar10_data_dir, trained, eval_dir, "--num_examples=1000")
     return eval_dir
 
 
@@ -187,7 +176,7 @@ def test_missing_files_without_a_download_say_what_to_fetch(tmp_path):
 
 
 def test_eval_without_the_test_file_names_it(tmp_path):
-    error = _error(_eval, tmp_path, tmp_path, tmp_path / "eval")
+    error = _error(eval_once, tmp_path, tmp_path, tmp_path / "eval")
     assert error == (
         "cifar10_eval.py: error: CIFAR-10 files missing in %s: "
         "test_batch.bin. Download %s and extract it in %s, or pass "
@@ -223,33 +212,11 @@ def test_a_label_outside_0_to_9_is_an_error_naming_file_and_record(tmp_path):
 
 
 def test_eval_run_once_without_a_checkpoint_says_so(cifar10_data_dir, tmp_path):
-    error = _error(_eval, cifar10_data_dir, tmp_path, tmp_path / "eval")
+    error = _error(eval_once, cifar10_data_dir, tmp_path, tmp_path / "eval")
     assert error == (
         "cifar10_eval.py: error: no checkpoint found in --checkpoint_dir=%s"
         % tmp_path
     )
-
-
-def _write_infinite_checkpoint(train_dir, step):
-    """Saves the trainer's variables at `step`, every weight infinite.
-
-    Returns:
-      str, the checkpoint path.
-    """
-    with tf.Graph().as_default():
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        images = tf.zeros([BATCH_SIZE, 24, 24, 3])
-        labels = tf.zeros([BATCH_SIZE], tf.int32)
-        total_loss = cifar10.loss(cifar10.inference(images), labels)
-        cifar10.train(total_loss, global_step, batch_size=BATCH_SIZE)
-        with tf.compat.v1.Session() as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            for var in tf.compat.v1.trainable_variables():
-                var.load(np.full(var.shape, np.inf, np.float32), sess)
-            global_step.load(step, sess)
-            return tf.compat.v1.train.Saver().save(
-                sess, os.path.join(str(train_dir), "model.ckpt"), step
-            )
 
 
 @pytest.mark.slow
@@ -262,7 +229,7 @@ def test_the_eval_scores_are_numpys_counts_on_the_moving_averages_logits(
     # runs: 0.59 and 0.80 against 0.44 and 0.86; 0.51 and 0.80 against 0.50
     # and 0.85).
     _train(cifar10_data_dir, train_dir, "--fake_data", "--max_steps=20")
-    result = _eval(
+    result = eval_once(
         cifar10_data_dir,
         train_dir,
         tmp_path / "eval",
@@ -290,7 +257,7 @@ def test_the_eval_scores_are_numpys_counts_on_the_moving_averages_logits(
 def test_a_diverged_model_stops_training_and_keeps_the_last_checkpoint(
     cifar10_data_dir, tmp_path
 ):
-    checkpoint = _write_infinite_checkpoint(tmp_path, 50)
+    checkpoint = write_infinite_checkpoint(tmp_path, 50)
     # A checkpoint every step: the diverged step 51 must still not be saved.
     error = _error(
         _train,

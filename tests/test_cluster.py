@@ -19,133 +19,23 @@ from conftest import (
     checkpoint_steps,
     remapper_fuses_bfloat16,
     run_script,
-    start_script,
 )
-from test_towers import cifar10_step, cifar10_step_graph
+from helpers.cluster import (
+    SCRIPT,
+    TASK_DEADLINE_SECS,
+    free_ports,
+    run_to_the_end,
+)
+from helpers.towers import cifar10_step, cifar10_step_graph
 
-from multigpu import errors
-from multigpu.distributed import cluster, ps, watchdog
+from multigpu.distributed import cluster, watchdog
 from multigpu.graph import placement
 from multigpu.run import checkpoints, sessions
 
-SCRIPT = "cifar10_multi_gpu_train.py"
-# Seconds a test waits for a task to end before it fails.
-TASK_DEADLINE_SECS = 180
-# The operation timeout of the fault tests: a dead peer must end a run
-# within it (plus start-up and the probe of the peers).
-FAULT_TIMEOUT_SECS = 15
 # The async run: enough examples to learn the sample set despite stale
 # gradients.
 ASYNC_BATCH_SIZE = 32
 ASYNC_MAX_STEPS = 200
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-class Cluster:
-    """Starts the tasks of one cluster and ends them all at the end."""
-
-    def __init__(self, tmp_path, script, num_workers, *flags, num_ps=1):
-        ps_ports = _free_ports(num_ps + num_workers)
-        ps_ports, worker_ports = ps_ports[:num_ps], ps_ports[num_ps:]
-        self.script = script
-        self.ps_address = ",".join("127.0.0.1:%d" % p for p in ps_ports)
-        self.worker_addresses = ["127.0.0.1:%d" % p for p in worker_ports]
-        self.tmp_path = tmp_path
-        self.flags = [
-            "--ps_hosts=%s" % self.ps_address,
-            "--worker_hosts=%s" % ",".join(self.worker_addresses),
-            "--cpu_towers",
-            "--fake_data",
-            *flags,
-        ]
-        self.processes = {}
-
-    def train_dir(self, index):
-        return self.tmp_path / ("train%d" % index)
-
-    def start(self, job_name, index, *flags):
-        name = "%s%d" % (job_name, index)
-        self.processes[name] = start_script(
-            self.script,
-            *self.flags,
-            "--job_name=%s" % job_name,
-            "--task_index=%d" % index,
-            "--train_dir=%s" % self.train_dir(index),
-            *flags,
-            log_path=self.log_path(name),
-        )
-        return self.processes[name]
-
-    def log_path(self, name):
-        return self.tmp_path / ("%s.log" % name)
-
-    def log(self, name):
-        return self.log_path(name).read_text()
-
-    def wait(self, name):
-        """Waits for a task to end; returns (exit code, seconds waited)."""
-        start = time.time()
-        code = self.processes[name].wait(timeout=TASK_DEADLINE_SECS)
-        return code, time.time() - start
-
-    def stop_all(self):
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.kill()
-            process.wait(timeout=30)
-
-
-@pytest.fixture
-def make_cluster(tmp_path, cifar10_data_dir):
-    clusters = []
-
-    def make(num_workers, *flags, script=SCRIPT, num_ps=1):
-        if script == SCRIPT:
-            flags = (
-                "--fake_data",
-                "--data_dir=%s" % cifar10_data_dir,
-                "--batch_size=16",
-                "--log_frequency=5",
-                *flags,
-            )
-        clusters.append(
-            Cluster(tmp_path, script, num_workers, *flags, num_ps=num_ps)
-        )
-        return clusters[-1]
-
-    yield make
-    for each in clusters:
-        each.stop_all()
-
-
-def _local_steps(log):
-    """(local steps, global step) from 'Worker task N ran R local steps...'."""
-    found = re.search(r"ran (\d+) local steps; global step (\d+)\.", log)
-    assert found, log[-3000:]
-    return int(found[1]), int(found[2])
-
-
-def _run_to_the_end(cluster, num_workers):
-    cluster.start("ps", 0)
-    for index in range(num_workers):
-        cluster.start("worker", index)
-    for index in range(num_workers):
-        code, _ = cluster.wait("worker%d" % index)
-        assert code == 0, cluster.log("worker%d" % index)[-3000:]
-    code, _ = cluster.wait("ps0")
-    assert code == 0, cluster.log("ps0")[-3000:]
-    return [
-        _local_steps(cluster.log("worker%d" % i)) for i in range(num_workers)
-    ]
 
 
 @pytest.mark.slow
@@ -161,7 +51,7 @@ def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
         # loss jump now and then; clipping keeps the run learning.
         "--clip_gradients=5",
     )
-    steps = _run_to_the_end(cluster, 2)
+    steps = run_to_the_end(cluster, 2)
 
     # Each worker updates on its own: the local steps add up to the global
     # step, which each worker may pass by the one step it had under way.
@@ -202,7 +92,7 @@ def _bfloat16_conv_in_a_worker_session(config):
     with graph.as_default():
         init = tf.compat.v1.global_variables_initializer()
     server = tf.distribute.Server(
-        {"worker": ["127.0.0.1:%d" % _free_ports(1)[0]]}, "worker", 0
+        {"worker": ["127.0.0.1:%d" % free_ports(1)[0]]}, "worker", 0
     )
     with tf.compat.v1.Session(server.target, graph, config) as sess:
         sess.run(init)
@@ -229,7 +119,7 @@ def test_a_cluster_trains_in_bfloat16_where_one_process_does(make_cluster):
     cluster_run = make_cluster(
         1, "--max_steps=3", "--use_fp16", "--force_cpu_bfloat16"
     )
-    [(local_steps, global_step)] = _run_to_the_end(cluster_run, 1)
+    [(local_steps, global_step)] = run_to_the_end(cluster_run, 1)
     assert (local_steps, global_step) == (3, 3)
     assert checkpoint_steps(cluster_run.train_dir(0))[-1] == 3
 
@@ -237,7 +127,7 @@ def test_a_cluster_trains_in_bfloat16_where_one_process_does(make_cluster):
 @pytest.mark.slow
 def test_sync_workers_aggregate_both_gradients_every_step(make_cluster):
     cluster = make_cluster(2, "--max_steps=40", "--sync_replicas")
-    steps = _run_to_the_end(cluster, 2)
+    steps = run_to_the_end(cluster, 2)
 
     global_step = max(g for _, g in steps)
     assert global_step == 40
@@ -260,7 +150,7 @@ def test_mnist_workers_each_train_their_epochs_in_the_cluster(
         "--num_epochs=2",
         script="mnist_multi_gpu_train.py",
     )
-    steps = _run_to_the_end(cluster, 2)
+    steps = run_to_the_end(cluster, 2)
 
     # Each worker reads two epochs of the 3,000 sample images by itself:
     # floor(6000 / 11) = 545 steps.
@@ -272,165 +162,6 @@ def test_mnist_workers_each_train_their_epochs_in_the_cluster(
     # Chance is 0.1; the sample digits are learned in far fewer steps.
     assert float(accuracy[1]) > 0.5
     assert "test accuracy" not in cluster.log("worker1")
-
-
-# A lost peer ends the run after --operation_timeout_secs, not never; the
-# bound leaves room for a machine loaded by other tests (37.7 s seen once).
-FAULT_EXIT_BOUND_SECS = 4 * FAULT_TIMEOUT_SECS
-
-
-# A ps in the fault tests waits for its workers to start as long as a test
-# waits for a task (the workers' --operation_timeout_secs is short).
-PS_PATIENCE = "--operation_timeout_secs=%d" % TASK_DEADLINE_SECS
-
-
-def _fault_flags():
-    return ("--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,)
-
-
-def _wait_for_step(cluster, name, step):
-    """Waits until the task has logged a global step of at least step."""
-    deadline = time.time() + TASK_DEADLINE_SECS
-    while (
-        max(map(int, re.findall(r"step (\d+),", cluster.log(name))), default=0)
-        < step
-    ):
-        assert time.time() < deadline, cluster.log(name)[-3000:]
-        assert cluster.processes[name].poll() is None, cluster.log(name)
-        time.sleep(0.5)
-
-
-@pytest.mark.slow
-def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
-    make_cluster,
-):
-    cluster = make_cluster(
-        2, "--max_steps=100000", "--sync_replicas", *_fault_flags()
-    )
-    cluster.start("ps", 0, PS_PATIENCE)
-    cluster.start("worker", 0)
-    cluster.start("worker", 1)
-    _wait_for_step(cluster, "worker0", 10)
-    cluster.processes["worker1"].kill()
-
-    code, seconds = cluster.wait("worker0")
-    assert code == 1
-    assert seconds < FAULT_EXIT_BOUND_SECS
-    assert (
-        "cifar10_multi_gpu_train.py: error: lost the cluster after"
-        in cluster.log("worker0")
-    )
-    assert (
-        "(DeadlineExceededError): unreachable: worker task 1 (%s)"
-        % cluster.worker_addresses[1]
-    ) in cluster.log("worker0")
-
-
-@pytest.mark.slow
-def test_a_killed_ps_ends_the_worker_with_a_message_naming_it(make_cluster):
-    cluster = make_cluster(1, "--max_steps=100000", *_fault_flags())
-    cluster.start("ps", 0, PS_PATIENCE)
-    cluster.start("worker", 0)
-    _wait_for_step(cluster, "worker0", 10)
-    cluster.processes["ps0"].kill()
-
-    code, seconds = cluster.wait("worker0")
-    assert code == 1
-    assert seconds < FAULT_EXIT_BOUND_SECS
-    assert "unreachable: ps task 0 (%s)" % cluster.ps_address in (
-        cluster.log("worker0")
-    )
-
-
-@pytest.mark.slow
-def test_a_ps_whose_workers_never_start_gives_up_naming_them(make_cluster):
-    cluster = make_cluster(2, "--operation_timeout_secs=3")
-    cluster.start("ps", 0)
-
-    code, _ = cluster.wait("ps0")
-    assert code == 1
-    assert cluster.log("ps0").strip().split("\n")[-1] == (
-        "cifar10_multi_gpu_train.py: error: no connection from worker task 0 "
-        "(%s), worker task 1 (%s) within --operation_timeout_secs=3; start "
-        "every worker task, or raise the timeout"
-        % tuple(cluster.worker_addresses)
-    )
-
-
-@pytest.mark.slow
-def test_a_ps_ends_once_its_chief_is_done_naming_the_killed_worker(
-    make_cluster,
-):
-    cluster = make_cluster(2, "--max_steps=40")
-    cluster.start("worker", 0)
-    cluster.start("worker", 1)
-    # The ps gives its workers 10 s to start: they are up before it.
-    deadline = time.time() + TASK_DEADLINE_SECS
-    while not all(map(watchdog.answers, cluster.worker_addresses)):
-        assert time.time() < deadline
-        time.sleep(0.5)
-    cluster.start("ps", 0, "--operation_timeout_secs=10")
-    _wait_for_step(cluster, "worker1", 5)
-    cluster.processes["worker1"].kill()
-
-    code, _ = cluster.wait("worker0")
-    assert code == 0, cluster.log("worker0")[-3000:]
-    code, seconds = cluster.wait("ps0")
-    assert code == 1
-    assert seconds < 10 + 3 * watchdog.WATCHDOG_INTERVAL_SECS
-    assert cluster.log("ps0").strip().split("\n")[-1] == (
-        "cifar10_multi_gpu_train.py: error: ps task 0: the chief (worker "
-        "task 0) is done, and worker task 1 (%s) did not say it was done "
-        "within --operation_timeout_secs=10; the ps stops"
-        % cluster.worker_addresses[1]
-    )
-
-
-@pytest.mark.slow
-def test_a_ps_that_looks_only_after_its_workers_finished_ends_normally(
-    make_cluster, capsys
-):
-    tasks = make_cluster(2, "--max_steps=4", "--batch_size=2")
-    ps_task = cluster.cluster_task(
-        tasks.ps_address, ",".join(tasks.worker_addresses), "ps", 0
-    )
-    config = cluster.task_config(placement.session_config(), ps_task)
-    # The ps's server serves the workers; the ps looks at them only once
-    # both have finished, their ports closed.
-    server = cluster.start_server(ps_task, config)
-    for index in range(2):
-        tasks.start("worker", index)
-    for index in range(2):
-        code, _ = tasks.wait("worker%d" % index)
-        assert code == 0, tasks.log("worker%d" % index)[-3000:]
-    assert not any(map(watchdog.answers, tasks.worker_addresses))
-    capsys.readouterr()
-    start = time.time()
-    ps.serve_until_done(ps_task, server, config, timeout_secs=5)
-    assert capsys.readouterr().out == "ps task 0: all 2 workers done.\n"
-    assert time.time() - start < 5
-
-
-@pytest.mark.slow
-def test_a_restarted_chief_resumes_from_its_checkpoint(make_cluster):
-    cluster = make_cluster(
-        1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
-    )
-    cluster.start("ps", 0, PS_PATIENCE)
-    cluster.start("worker", 0)
-    _wait_for_step(cluster, "worker0", 10)
-    cluster.processes["worker0"].kill()
-    cluster.wait("worker0")
-    saved = checkpoint_steps(cluster.train_dir(0))[-1]
-    assert saved >= 5
-
-    cluster.start("worker", 0, "--max_steps=%d" % (saved + 5))
-    code, _ = cluster.wait("worker0")
-    assert code == 0, cluster.log("worker0")[-3000:]
-    assert "training from step %d" % saved in cluster.log("worker0")
-    assert checkpoint_steps(cluster.train_dir(0))[-1] == saved + 5
-    code, _ = cluster.wait("ps0")
-    assert code == 0
 
 
 @pytest.mark.parametrize(
@@ -466,33 +197,6 @@ def test_bad_cluster_flags_are_errors_with_their_own_message(flags, message):
     )
 
 
-class _SilentSession:
-    """A ps session in which no worker ever says it is done."""
-
-    def run(self, fetches, options=None):
-        time.sleep(0.1)
-        raise tf.errors.DeadlineExceededError(None, None, "no token")
-
-
-def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
-    ps_port, *worker_ports = _free_ports(3)
-    task = cluster.cluster_task(
-        "127.0.0.1:%d" % ps_port,
-        ",".join("127.0.0.1:%d" % port for port in worker_ports),
-        "ps",
-        0,
-    )
-    start = time.time()
-    with pytest.raises(errors.TrainingError) as error:
-        ps._wait_for_done(task, _SilentSession(), None, timeout_secs=1)
-    assert time.time() - start < 3
-    assert str(error.value) == (
-        "ps task 0: the chief, worker task 0 (127.0.0.1:%d), is gone: its "
-        "port has not answered for --operation_timeout_secs=1, and no word "
-        "from worker task 1 (127.0.0.1:%d); the ps stops" % tuple(worker_ports)
-    )
-
-
 def test_one_host_port_for_two_tasks_is_refused():
     with pytest.raises(ValueError) as error:
         cluster.cluster_task("127.0.0.1:2222", "127.0.0.1:2222", "worker", 0)
@@ -503,7 +207,7 @@ def test_one_host_port_for_two_tasks_is_refused():
 
 
 def test_a_server_says_it_listens_on_all_interfaces_unauthenticated(capsys):
-    ps_port, worker_port = _free_ports(2)
+    ps_port, worker_port = free_ports(2)
     task = cluster.cluster_task(
         "127.0.0.1:%d" % ps_port, "127.0.0.1:%d" % worker_port, "worker", 0
     )
@@ -524,7 +228,7 @@ def test_a_port_in_use_is_one_line_naming_it():
         taken.listen()
         port = taken.getsockname()[1]
         task = cluster.cluster_task(
-            "127.0.0.1:%d" % port, "127.0.0.1:%d" % _free_ports(1)[0], "ps", 0
+            "127.0.0.1:%d" % port, "127.0.0.1:%d" % free_ports(1)[0], "ps", 0
         )
         with pytest.raises(ValueError) as error:
             cluster.start_server(task, None)
@@ -640,7 +344,7 @@ def _two_sync_workers_step(images, labels):
       before, after: dict variable name -> array, read from the ps before
       and after the step; 'global_step' is among them.
     """
-    ps_port, *worker_ports = _free_ports(3)
+    ps_port, *worker_ports = free_ports(3)
     ps_hosts = "127.0.0.1:%d" % ps_port
     worker_hosts = ",".join("127.0.0.1:%d" % p for p in worker_ports)
     servers = _start_servers(ps_hosts, worker_hosts)

@@ -4,10 +4,8 @@ Worker tasks as processes on 127.0.0.1; every process the test starts is
 ended by the test, every wait is bounded.
 """
 
-import numpy as np
 import pytest
-from conftest import run_snippets
-from test_cluster import TASK_DEADLINE_SECS, _free_ports
+from helpers.cluster import run_workers
 
 from multigpu.graph import loss_scale
 
@@ -77,15 +75,7 @@ np.savez(
 
 def _one_step_each(tmp_path):
     """Runs the workers; returns one dict of their .npz per worker."""
-    hosts = ",".join("127.0.0.1:%d" % p for p in _free_ports(WORKERS))
-    outputs = [tmp_path / ("worker%d.npz" % i) for i in range(WORKERS)]
-    codes = run_snippets(
-        _WORKER,
-        [(hosts, i, out, INITIAL_SCALE) for i, out in enumerate(outputs)],
-        TASK_DEADLINE_SECS,
-    )
-    assert codes == [0] * WORKERS
-    return [dict(np.load(out)) for out in outputs]
+    return run_workers(_WORKER, WORKERS, tmp_path, INITIAL_SCALE)
 
 
 @pytest.mark.slow

@@ -11,21 +11,16 @@ import signal
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import (
-    checkpoint_steps,
-    run_script,
-    run_snippets,
-)
-from test_cifar10_train import _eval
-from test_cluster import (
+from conftest import checkpoint_steps, run_script
+from helpers.cluster import (
     FAULT_EXIT_BOUND_SECS,
     FAULT_TIMEOUT_SECS,
-    TASK_DEADLINE_SECS,
-    _free_ports,
-    _wait_for_step,
-    make_cluster,  # noqa: F401 (a fixture)
+    free_ports,
+    run_workers,
+    wait_for_step,
 )
-from test_dry_run import CIFAR10_PARAMETERS
+from helpers.model_sizes import CIFAR10_PARAMETERS
+from helpers.scripts import eval_once
 
 from benchmarks import equivalence
 from multigpu.distributed import cluster, collectives
@@ -57,7 +52,7 @@ from benchmarks import equivalence
 from multigpu.distributed import cluster
 from multigpu.graph import placement, variable_update
 
-hosts, index, inputs, output = sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]
+hosts, index, output, inputs = sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]
 data = dict(np.load(inputs))
 task = cluster.cluster_task("", hosts, "worker", index)
 images, labels = data.pop("images"), data.pop("labels")
@@ -128,15 +123,7 @@ def _cluster_train(tmp_path, images, labels, initial, pack_bytes):
     """
     inputs = tmp_path / "inputs.npz"
     np.savez(inputs, images=images, labels=labels, pack=pack_bytes, **initial)
-    hosts = ",".join("127.0.0.1:%d" % p for p in _free_ports(WORKERS))
-    outputs = [tmp_path / ("worker%d.npz" % i) for i in range(WORKERS)]
-    codes = run_snippets(
-        _WORKER,
-        [(hosts, i, inputs, out) for i, out in enumerate(outputs)],
-        TASK_DEADLINE_SECS,
-    )
-    assert codes == [0] * WORKERS
-    return [dict(np.load(out)) for out in outputs]
+    return run_workers(_WORKER, WORKERS, tmp_path, inputs)
 
 
 # The ring's order of summation is not the one device's: after one step
@@ -274,7 +261,7 @@ def test_the_pack_plan_splits_each_dtype_into_pieces_of_pack_bytes():
     ]
 
 
-def _workers_cluster(make_cluster, *flags):  # noqa: F811
+def _workers_cluster(make_cluster, *flags):
     """A cluster of WORKERS workers only, replicated, TOWERS CPU towers."""
     return make_cluster(
         WORKERS,
@@ -299,7 +286,7 @@ def _workers_cluster(make_cluster, *flags):  # noqa: F811
     ids=["killed", "frozen"],
 )
 def test_a_killed_or_frozen_worker_ends_the_other_naming_it(
-    make_cluster,  # noqa: F811
+    make_cluster,
     fault,
     found,
 ):
@@ -310,7 +297,7 @@ def test_a_killed_or_frozen_worker_ends_the_other_naming_it(
     )
     cluster.start("worker", 0)
     cluster.start("worker", 1)
-    _wait_for_step(cluster, "worker0", 5)
+    wait_for_step(cluster, "worker0", 5)
     os.kill(cluster.processes["worker1"].pid, fault)
 
     code, seconds = cluster.wait("worker0")
@@ -332,7 +319,7 @@ def test_a_killed_or_frozen_worker_ends_the_other_naming_it(
 
 @pytest.mark.slow
 def test_a_run_resumes_across_topologies_to_the_eval(
-    make_cluster,  # noqa: F811
+    make_cluster,
     cifar10_data_dir,
     tmp_path,
 ):
@@ -378,7 +365,7 @@ def test_a_run_resumes_across_topologies_to_the_eval(
     )
     assert "training from step 8" in result.stdout
     assert checkpoint_steps(train_dir)[-1] == 10
-    result = _eval(
+    result = eval_once(
         cifar10_data_dir, train_dir, tmp_path / "eval", "--num_examples=100"
     )
     assert re.search(r"precision @ 1 = [\d.]+", result.stdout), result.stdout
@@ -390,7 +377,7 @@ def test_the_dry_run_prices_the_bytes_of_each_worker_over_the_network():
     # A ring of 4 devices: each sends 2 x 3/4 of the gradients, and one of
     # a worker's 2 ring links leaves its machine.
     ring = 2 * 3 * gradient_bytes // 4
-    hosts = ",".join("127.0.0.1:%d" % p for p in _free_ports(WORKERS))
+    hosts = ",".join("127.0.0.1:%d" % p for p in free_ports(WORKERS))
 
     result = run_script(
         SCRIPT,

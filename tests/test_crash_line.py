@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import REPO
-from test_output import _user_env
+from helpers.scripts import user_env
 
 # A line the filter drops (INFO), then a line it keeps: a failed CHECK, as
 # TensorFlow's C++ side writes it before it aborts.
@@ -52,7 +52,7 @@ def _run_with_the_filter(code):
     Returns:
       The `subprocess.CompletedProcess`, stdout and stderr as bytes.
     """
-    env = _user_env()
+    env = user_env()
     env.pop("PYTHONFAULTHANDLER", None)
     return subprocess.run(
         [sys.executable, "-c", "from multigpu import quiet_cpp_logs\n" + code],
@@ -115,7 +115,7 @@ def test_ctrl_c_while_tensorflow_loads_is_one_line_with_the_filter_on(
         [sys.executable, "cifar10_train.py", "--train_dir=%s" % tmp_path],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=_user_env(),
+        env=user_env(),
         cwd=REPO,
     )
     # The filter started, so the Ctrl-C handler is set within microseconds;

@@ -38,8 +38,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SCRIPT_ENV, free_port, run_script
-from test_mnist_input import random_split, write_idx
+from conftest import REPO, SCRIPT_ENV, free_port
+from helpers.mnist_files import random_split, write_idx
+from helpers.output_lines import script_help
 
 from data_sets import mnist_data
 
@@ -100,7 +101,7 @@ def help_defaults(script):
     return dict(
         re.findall(
             r"^  --(?:\[no\])?(\w+) \(default: ([^;)]*)",
-            run_script(script, "--help").stdout,
+            script_help(script).stdout,
             re.M,
         )
     )

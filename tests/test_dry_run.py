@@ -5,7 +5,13 @@ import re
 import pytest
 import tensorflow as tf
 from conftest import bfloat16_conv_graph, remapper_fuses_bfloat16, run_script
-from test_session_options import run_code
+from helpers.model_sizes import (
+    CIFAR10_PARAMETERS,
+    FLOAT32_BYTES,
+    INT32_BYTES,
+    cifar10_batch_bytes,
+)
+from helpers.scripts import run_code
 
 # The trainers' graph builders (their flags are defined once per process;
 # the scripts themselves run as subprocesses below).
@@ -20,14 +26,6 @@ from multigpu.graph import (
     variable_update,
 )
 
-# The CIFAR-10 model's parameters, layer by layer (weights + biases).
-CIFAR10_PARAMETERS = (
-    (5 * 5 * 3 * 64 + 64)  # conv1
-    + (5 * 5 * 64 * 64 + 64)  # conv2
-    + (2304 * 384 + 384)  # local3
-    + (384 * 192 + 192)  # local4
-    + (192 * 10 + 10)  # softmax_linear
-)
 # The MNIST model's parameters, layer by layer.
 MNIST_PARAMETERS = (
     (5 * 5 * 1 * 32 + 32)  # conv1
@@ -36,12 +34,7 @@ MNIST_PARAMETERS = (
     + (1024 * 10 + 10)  # local4
     + (10 * 10 + 10)  # softmax_linear
 )
-FLOAT32_BYTES = INT32_BYTES = 4
 BATCH = 8
-
-
-def cifar10_batch_bytes(batch):
-    return batch * 24 * 24 * 3 * FLOAT32_BYTES + batch * INT32_BYTES
 
 
 def mnist_batch_bytes(batch):

@@ -259,10 +259,10 @@ def test_evals_started_together_on_one_eval_dir_keep_every_score(
 def test_an_eval_on_a_full_disk_is_one_line_and_leaves_no_file(
     cifar10_data_dir, source_run, small_disk
 ):
-    from test_nothing_lost import _fill
+    from helpers.data_files import fill_disk
 
     disk = small_disk("1m")
-    _fill(disk)
+    fill_disk(disk)
     line = error_line(*_eval_flags(cifar10_data_dir, source_run, disk))
     assert re.fullmatch(
         r"cifar10_eval.py: error: could not write the event file %s/(%s) "

@@ -7,10 +7,8 @@ process a test starts is killed and waited for by the test.
 
 import collections
 import glob
-import os
 import random
 import re
-import shutil
 import statistics
 import subprocess
 import time
@@ -22,18 +20,14 @@ from conftest import (
     WATCHED_MAX_STEPS,
     checkpoint_steps,
     read_events,
-    run_script,
     start_script,
     trainer_flags,
 )
-from tensorboard.backend.event_processing import event_file_loader
+from helpers.events import run_event_files, summary_steps
+from helpers.training import MULTI, SINGLE, run_trainer
 
-from multigpu import errors
 from multigpu.run import checkpoints
 
-# The trainers, as (script, flags): one device, and two towers on the CPU.
-SINGLE = ("cifar10_train.py",)
-MULTI = ("cifar10_multi_gpu_train.py", "--num_gpus=2", "--cpu_towers")
 MAX_STEPS = 200
 SAVE_STEPS = 25
 # Seconds a started trainer has to reach what a test waits for.
@@ -41,16 +35,6 @@ START_TIMEOUT_SECS = 120
 # TensorFlow's default number of checkpoints kept (Saver max_to_keep).
 MAX_TO_KEEP = 5
 KILLS = 20
-
-
-def _train(trainer, data_dir, train_dir, *flags, **kwargs):
-    script, *script_flags = trainer
-    return run_script(
-        script,
-        *script_flags,
-        *trainer_flags(data_dir, train_dir, *flags),
-        **kwargs,
-    )
 
 
 def _start(trainer, data_dir, train_dir, *flags):
@@ -93,22 +77,6 @@ def _newest_step(train_dir):
     return int(checkpoint.rsplit("-", 1)[1]) if checkpoint else -1
 
 
-def _event_files(logdir):
-    """The event files of logdir, one per run, oldest first."""
-    files = glob.glob(os.path.join(str(logdir), "events.out.tfevents.*"))
-    # events.out.tfevents.SECONDS.HOST: a run's start time.
-    return sorted(files, key=lambda f: int(os.path.basename(f).split(".")[3]))
-
-
-def _summary_steps(event_file):
-    """The steps at which a run wrote summaries, read as TensorBoard does.
-
-    TensorBoard's loader stops quietly at a record cut short by a kill.
-    """
-    loader = event_file_loader.LegacyEventFileLoader(event_file)
-    return [e.step for e in loader.Load() if e.summary.value]
-
-
 KilledRuns = collections.namedtuple(
     "KilledRuns", "train_dir saved_before_first_kill saved_before_kill"
 )
@@ -129,7 +97,7 @@ def _kill_mid_run_and_resume(trainer, data_dir, train_dir):
         lambda: _newest_step(train_dir) >= 2 * SAVE_STEPS,
     )
     saved = _newest_step(train_dir)
-    _train(trainer, data_dir, train_dir, *flags)
+    run_trainer(trainer, data_dir, train_dir, *flags)
     return saved
 
 
@@ -139,7 +107,7 @@ def single_runs(cifar10_data_dir, tmp_path_factory):
     train_dir = tmp_path_factory.mktemp("killed") / "train"
     _kill_when(
         _start(SINGLE, cifar10_data_dir, train_dir),
-        lambda: _event_files(train_dir),
+        lambda: run_event_files(train_dir),
     )
     saved_before_first_kill = _newest_step(train_dir)
     return KilledRuns(
@@ -162,10 +130,10 @@ def test_a_trainer_killed_before_its_first_save_starts_again_at_step_0(
     single_runs,
 ):
     assert single_runs.saved_before_first_kill == -1
-    killed, restarted, _ = _event_files(single_runs.train_dir)
-    assert _summary_steps(killed) == []
+    killed, restarted, _ = run_event_files(single_runs.train_dir)
+    assert summary_steps(killed) == []
     # A run's first summary is of its first step: global step 0 + 1.
-    assert _summary_steps(restarted)[0] == 1
+    assert summary_steps(restarted)[0] == 1
 
 
 @pytest.mark.slow
@@ -175,10 +143,10 @@ def test_a_trainer_killed_mid_run_resumes_from_its_newest_checkpoint(
 ):
     runs = request.getfixturevalue(runs)
     assert runs.saved_before_kill >= 2 * SAVE_STEPS
-    *_, killed, resumed = _event_files(runs.train_dir)
+    *_, killed, resumed = run_event_files(runs.train_dir)
     # The killed run's file reads (its last summaries may not be flushed).
-    assert all(step <= MAX_STEPS for step in _summary_steps(killed))
-    assert _summary_steps(resumed)[0] == runs.saved_before_kill + 1
+    assert all(step <= MAX_STEPS for step in summary_steps(killed))
+    assert summary_steps(resumed)[0] == runs.saved_before_kill + 1
     assert checkpoint_steps(runs.train_dir)[-1] == MAX_STEPS
 
 
@@ -221,126 +189,6 @@ def test_twenty_kills_during_saves_leave_the_named_checkpoint_whole(
             newest[folder] = _newest_step(folder)
 
 
-def _truncate(checkpoint):
-    """Cuts the largest data file of a checkpoint to half its size."""
-    data = max(glob.glob(checkpoint + ".data-*"), key=os.path.getsize)
-    os.truncate(data, os.path.getsize(data) // 2)
-
-
-def test_a_truncated_newest_checkpoint_gives_way_to_the_one_before(
-    three_checkpoints, capsys
-):
-    newest = str(three_checkpoints / "model.ckpt-30")
-    _truncate(newest)
-    found = checkpoints.newest_valid_checkpoint(str(three_checkpoints))
-    assert found == str(three_checkpoints / "model.ckpt-20")
-    assert capsys.readouterr().err == (
-        "WARNING: skipping checkpoint %s, it does not read (IndexError: Read "
-        "less bytes than requested)\n" % newest
-    )
-
-
-def test_a_deleted_newest_checkpoint_still_named_gives_way_to_the_one_before(
-    three_checkpoints, capsys
-):
-    newest = str(three_checkpoints / "model.ckpt-30")
-    for path in glob.glob(newest + ".*"):
-        os.remove(path)
-    found = checkpoints.newest_valid_checkpoint(str(three_checkpoints))
-    assert found == str(three_checkpoints / "model.ckpt-20")
-    assert capsys.readouterr().err == (
-        "WARNING: skipping checkpoint %s, it does not read (NotFoundError: "
-        "Unsuccessful TensorSliceReader constructor: Failed to find any "
-        "matching files for %s)\n" % (newest, newest)
-    )
-
-
-@pytest.mark.parametrize(
-    "state",
-    [b"", b"model_checkpoint_path: {{{", bytes(range(256))],
-    ids=["empty", "unparsable", "binary"],
-)
-def test_a_garbage_state_file_gives_way_to_the_newest_checkpoint(
-    three_checkpoints, capsys, state
-):
-    (three_checkpoints / "checkpoint").write_bytes(state)
-    found = checkpoints.newest_valid_checkpoint(str(three_checkpoints))
-    assert found == str(three_checkpoints / "model.ckpt-30")
-    assert capsys.readouterr().err == (
-        "WARNING: %s names no checkpoint; looking for the newest one\n"
-        % (three_checkpoints / "checkpoint")
-    )
-
-
-def test_checkpoints_of_which_none_reads_are_an_error_not_a_fresh_start(
-    three_checkpoints,
-):
-    for step in (10, 20, 30):
-        _truncate(str(three_checkpoints / ("model.ckpt-%d" % step)))
-    with pytest.raises(errors.TrainingError) as error:
-        checkpoints.newest_valid_checkpoint(str(three_checkpoints))
-    assert str(error.value) == (
-        "none of the 3 checkpoint(s) in %s reads (the newest is %s); move "
-        "them away to train from step 0"
-        % (three_checkpoints, three_checkpoints / "model.ckpt-30")
-    )
-
-
-def test_a_folder_without_checkpoints_is_a_fresh_start(tmp_path, capsys):
-    assert checkpoints.newest_valid_checkpoint(str(tmp_path)) is None
-    assert checkpoints.newest_valid_checkpoint(str(tmp_path / "new")) is None
-    assert capsys.readouterr().err == ""
-
-
-def _copy_checkpoints(train_dir, copy_dir):
-    """Copies the checkpoints of train_dir; the state file names the copies.
-
-    Returns:
-      list of int, the steps of the copies, oldest first.
-    """
-    os.makedirs(copy_dir)
-    for path in glob.glob(os.path.join(str(train_dir), "model.ckpt-*")):
-        shutil.copy(path, str(copy_dir))
-    steps = checkpoint_steps(train_dir)
-    names = ["model.ckpt-%d" % step for step in steps]
-    tf.compat.v1.train.update_checkpoint_state(str(copy_dir), names[-1], names)
-    return steps
-
-
-@pytest.mark.slow
-def test_trainer_and_eval_skip_a_truncated_newest_checkpoint(
-    single_runs, cifar10_data_dir, tmp_path
-):
-    train_dir = tmp_path / "train"
-    *_, before, newest = _copy_checkpoints(single_runs.train_dir, train_dir)
-    _truncate(str(train_dir / ("model.ckpt-%d" % newest)))
-    warning = (
-        "WARNING: skipping checkpoint %s/model.ckpt-%d, it does not read"
-        % (train_dir, newest)
-    )
-
-    evaluated = run_script(
-        "cifar10_eval.py",
-        "--run_once",
-        "--data_dir=%s" % cifar10_data_dir,
-        "--checkpoint_dir=%s" % train_dir,
-        "--eval_dir=%s" % (tmp_path / "eval"),
-        "--num_examples=100",
-    )
-    assert warning in evaluated.stderr
-    [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
-    assert precision.step == before
-
-    trained = _train(
-        SINGLE, cifar10_data_dir, train_dir, "--max_steps=%d" % (newest + 5)
-    )
-    # Named once, though the trainer checks for a finished run first.
-    assert trained.stderr.count(warning) == 1
-    [resumed] = _event_files(train_dir)
-    assert _summary_steps(resumed)[0] == before + 1
-    assert checkpoint_steps(train_dir)[-1] == newest + 5
-
-
 @pytest.mark.slow
 def test_a_full_disk_stops_training_with_a_message_and_resume_works_later(
     cifar10_data_dir, small_disk
@@ -349,7 +197,7 @@ def test_a_full_disk_stops_training_with_a_message_and_resume_works_later(
     disk = small_disk("30M")
     train_dir = disk / "train"
     flags = ("--max_steps=%d" % MAX_STEPS, "--save_checkpoint_steps=50")
-    full = _train(
+    full = run_trainer(
         SINGLE, cifar10_data_dir, train_dir, *flags, expect_success=False
     )
     newest = _newest_step(train_dir)
@@ -376,9 +224,9 @@ def test_a_full_disk_stops_training_with_a_message_and_resume_works_later(
     assert glob.glob(str(train_dir / "*_temp")) == []
 
     subprocess.run(["mount", "-o", "remount,size=200M", str(disk)], check=True)
-    _train(SINGLE, cifar10_data_dir, train_dir, *flags)
-    *_, resumed = _event_files(train_dir)
-    assert _summary_steps(resumed)[0] == newest + 1
+    run_trainer(SINGLE, cifar10_data_dir, train_dir, *flags)
+    *_, resumed = run_event_files(train_dir)
+    assert summary_steps(resumed)[0] == newest + 1
     assert checkpoint_steps(train_dir)[-1] == MAX_STEPS
 
 
@@ -410,7 +258,7 @@ def test_a_diverged_multi_tower_model_stops_with_a_message(
     checkpoint = _write_infinite_copy(
         tf.train.latest_checkpoint(str(multi_runs.train_dir)), tmp_path
     )
-    diverged = _train(
+    diverged = run_trainer(
         MULTI,
         cifar10_data_dir,
         tmp_path,

@@ -7,11 +7,10 @@ two scripts are run in full to read the exit code and the one line.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO, SCRIPT_ENV, error_line
+from conftest import error_line
+from helpers.scripts import run_code
 
 from multigpu import flag_checks
 
@@ -322,14 +321,8 @@ def verdicts():
     found = {}
     for module in sorted({case[0] for case in CASES}):
         argvs = [flags for each, flags, _ in CASES if each == module]
-        result = subprocess.run(
-            [sys.executable, "-c", _VERDICTS.format(module=module)],
-            input=json.dumps(argvs),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=SCRIPT_ENV,
-            cwd=REPO,
+        result = run_code(
+            _VERDICTS.format(module=module), input=json.dumps(argvs)
         )
         assert result.returncode == 0, result.stderr[-3000:]
         for flags, verdict in zip(argvs, json.loads(result.stdout)):

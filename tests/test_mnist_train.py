@@ -7,8 +7,8 @@ import shutil
 import pytest
 import tensorflow as tf
 from conftest import REPO, help_words, run_script
+from helpers.mnist_files import record_offset
 from tensorboard.backend.event_processing import event_accumulator
-from test_mnist_input import record_offset
 
 import mnist_model
 from data_sets import mnist_data
@@ -109,36 +109,39 @@ def test_tb_logging_writes_the_loss_summaries(two_tower_run):
     assert total_loss[-1].value < total_loss[0].value - 1.0
 
 
-@pytest.mark.slow
-def test_eval_only_scores_the_newest_checkpoint_without_training(
-    two_tower_run, mnist_data_dir
-):
-    train_dir, stdout = two_tower_run
-    result = run_script(
+@pytest.fixture(scope="module")
+def eval_only_stdout(two_tower_run, mnist_data_dir, tmp_path_factory):
+    """--eval_only on a copy of `two_tower_run` named as a pattern: stdout.
+
+    The copy is named 'mnist[1]', beside a folder its pattern would match.
+    """
+    train_dir, _ = two_tower_run
+    folder = tmp_path_factory.mktemp("eval_only")
+    shutil.copytree(train_dir, folder / "mnist[1]")
+    (folder / "mnist1").mkdir()
+    return run_script(
         "mnist_multi_gpu_train.py",
         "--eval_only",
         "--data_dir=%s" % mnist_data_dir,
-        "--train_dir=%s" % train_dir,
-    )
-    assert accuracy_lines(result.stdout) == accuracy_lines(stdout)
-    assert "Done training" not in result.stdout
+        "--train_dir=%s" % (folder / "mnist[1]"),
+    ).stdout
+
+
+@pytest.mark.slow
+def test_eval_only_scores_the_newest_checkpoint_without_training(
+    two_tower_run, eval_only_stdout
+):
+    _, stdout = two_tower_run
+    assert accuracy_lines(eval_only_stdout) == accuracy_lines(stdout)
+    assert "Done training" not in eval_only_stdout
 
 
 @pytest.mark.slow
 def test_a_train_dir_named_as_a_pattern_is_scored_from_its_own_files(
-    two_tower_run, mnist_data_dir, tmp_path
+    two_tower_run, eval_only_stdout
 ):
-    train_dir, stdout = two_tower_run
-    # A copy named 'mnist[1]', beside a folder its pattern would match.
-    shutil.copytree(train_dir, tmp_path / "mnist[1]")
-    (tmp_path / "mnist1").mkdir()
-    result = run_script(
-        "mnist_multi_gpu_train.py",
-        "--eval_only",
-        "--data_dir=%s" % mnist_data_dir,
-        "--train_dir=%s" % (tmp_path / "mnist[1]"),
-    )
-    assert accuracy_lines(result.stdout) == accuracy_lines(stdout)
+    _, stdout = two_tower_run
+    assert accuracy_lines(eval_only_stdout) == accuracy_lines(stdout)
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from conftest import (
     trainer_flags,
     wait_for_log,
 )
+from helpers.data_files import fill_disk
 
 from data_sets import cifar10_data, mnist_data
 from multigpu.run import checkpoints, restore, train_dirs
@@ -263,19 +264,6 @@ def test_clear_train_dir_deletes_traces_and_the_leftovers_of_broken_writes(
     assert os.listdir(str(tmp_path)) == []
 
 
-def _fill(disk):
-    """Writes disk/filler until the disk is full; returns its path."""
-    filler = disk / "filler"
-    with open(str(filler), "wb") as f:
-        try:
-            while True:
-                f.write(bytes(2**16))
-                f.flush()
-        except OSError:
-            pass
-    return filler
-
-
 # The run's line, whichever write of the event file failed first.
 DISK_FULL_LINE = (
     r"cifar10_train.py: error: could not write the event file (\S+) "
@@ -322,7 +310,7 @@ def test_a_disk_that_fills_stops_the_run_with_one_line_and_readable_events(
     )
     try:
         wait_for_log(trainer, log_path, "step 10, loss", 120)
-        filler = _fill(disk)
+        filler = fill_disk(disk)
         trainer.wait(timeout=120)
     finally:
         trainer.kill()

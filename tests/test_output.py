@@ -1,97 +1,24 @@
 """What a user sees: each line once, no C++ start-up notices, installed
 commands that explain their flags, defaults that run without a GPU."""
 
-import ast
-import os
 import re
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO, read_events
-from test_cifar10_train import _write_infinite_checkpoint
+from helpers.output_lines import run_as_user, tensorflow_lines
+from helpers.scripts import user_env
+from helpers.tutorial_checkpoints import write_infinite_checkpoint
 
 import cifar10_input
 from cifar10_models import registry
 from multigpu import cpp_log_filter
 
-# The installed commands (pyproject.toml): the script each one runs, and the
-# groups of its --help, in order.
-COMMANDS = {
-    "cifar10-train": (
-        "cifar10_train.py",
-        ["Data and batches", "Model", "Training", "GPUs and devices"]
-        + ["Reduced precision", "Output"],
-    ),
-    "cifar10-multi-gpu-train": (
-        "cifar10_multi_gpu_train.py",
-        ["Data and batches", "Model", "Training", "GPUs and devices"]
-        + ["Reduced precision", "Cluster", "Output"],
-    ),
-    "cifar10-eval": (
-        "cifar10_eval.py",
-        ["Data and batches", "Model", "Evaluation", "GPUs and devices"]
-        + ["Reduced precision"],
-    ),
-    "mnist-multi-gpu-train": (
-        "mnist_multi_gpu_train.py",
-        ["Data and batches", "Training", "Evaluation", "GPUs and devices"]
-        + ["Cluster", "Output"],
-    ),
-}
-# What a --help must not name: the suite's modules and functions
-# ('towers.build_towers'), its packages, its tests.
-INTERNAL_NAME = re.compile(
-    r"`\w+\.\w+`|\b(tests|multigpu|data_sets)/|\b(towers|checkpoints)\.\w"
-)
-
-
-def _user_env():
-    """The environment of a user who set no TensorFlow log level."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-    return env
-
-
-def _run_as_user(script, *args):
-    """Runs a script with the environment of `_user_env`."""
-    return subprocess.run(
-        [sys.executable, str(REPO / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_user_env(),
-        cwd=REPO,
-    )
-
-
-def _flag_groups(help_text):
-    """The group titles of a --help, after the description."""
-    flags_part = help_text.split("\n\nData and batches:\n", 1)[1]
-    return ["Data and batches"] + re.findall(r"^(\w[\w ]+):$", flags_part, re.M)
-
-
-# Lines of TensorFlow's rather than ours: C++ log lines ('E0000 00:00:...',
-# 'W1124 ...'), its Python logger's, absl's start-up notice, the second line
-# of the CPU-instructions notice, deprecation notices.
-TENSORFLOW_LINE = re.compile(
-    r"^([EFIW]\d{4} \d\d:\d\d:\d\d|(INFO|WARNING|ERROR):tensorflow|"
-    r"WARNING: All log messages before absl|To enable the following)"
-    r"|deprecat",
-    re.IGNORECASE,
-)
 # A timestamp as our progress lines start, '2026-11-24 22:58:39.275894'.
 DATE = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+"
 # The run of `user_run`: steps, batch, checkpoint interval.
 USER_RUN_STEPS, USER_RUN_BATCH, USER_RUN_SAVE_STEPS = 60, 8, 50
-
-
-def _tensorflow_lines(result):
-    return [
-        line
-        for line in (result.stdout + result.stderr).splitlines()
-        if TENSORFLOW_LINE.search(line)
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +29,7 @@ def user_run(cifar10_data_dir, tmp_path_factory):
       (train_dir, data_dir, `subprocess.CompletedProcess`).
     """
     train_dir = tmp_path_factory.mktemp("user_run") / "train"
-    result = _run_as_user(
+    result = run_as_user(
         "cifar10_train.py",
         "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
@@ -159,7 +86,7 @@ def test_every_line_of_a_training_run_is_ours(user_run):
         for line in middle
     ), result.stdout
     assert lines[-4:] == _closing_report(train_dir, data_dir)
-    assert _tensorflow_lines(result) == []
+    assert tensorflow_lines(result) == []
 
 
 def _form(line):
@@ -264,9 +191,9 @@ def test_the_eval_command_of_the_report_runs_as_printed(user_run):
     train_dir, data_dir, result = user_run
     command = result.stdout.splitlines()[-2].split()
     assert command[:2] == ["python", "cifar10_eval.py"]
-    evaluated = _run_as_user(*command[1:])
+    evaluated = run_as_user(*command[1:])
     assert evaluated.returncode == 0, evaluated.stderr
-    assert _tensorflow_lines(evaluated) == []
+    assert tensorflow_lines(evaluated) == []
     scores = evaluated.stdout.splitlines()[-2:]
     assert [
         re.fullmatch(r"%s: %s = \d\.\d{3}" % (DATE, score), line) is not None
@@ -280,7 +207,7 @@ def test_the_eval_command_of_the_report_runs_as_printed(user_run):
 @pytest.mark.slow
 def test_verbosity_brings_back_the_lines_of_tensorflow(user_run):
     train_dir, data_dir, _ = user_run
-    result = _run_as_user(
+    result = run_as_user(
         "cifar10_train.py",
         "--data_dir=%s" % data_dir,
         "--train_dir=%s" % train_dir,
@@ -311,7 +238,7 @@ def test_a_real_tensorflow_warning_still_reaches_the_user(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env=_user_env(),
+        env=user_env(),
         cwd=REPO,
     )
     assert result.stdout == "not found\n", result.stderr
@@ -415,8 +342,8 @@ def test_the_lines_that_echo_a_one_line_error_are_dropped():
 
 @pytest.mark.slow
 def test_a_diverged_run_is_reported_in_one_line(cifar10_data_dir, tmp_path):
-    _write_infinite_checkpoint(tmp_path, 50)
-    result = _run_as_user(
+    write_infinite_checkpoint(tmp_path, 50)
+    result = run_as_user(
         "cifar10_train.py",
         "--fake_data",
         "--data_dir=%s" % cifar10_data_dir,
@@ -454,67 +381,17 @@ def test_a_user_set_log_level_is_kept_as_it_is():
         capture_output=True,
         text=True,
         timeout=60,
-        env=dict(_user_env(), TF_CPP_MIN_LOG_LEVEL="0"),
+        env=dict(user_env(), TF_CPP_MIN_LOG_LEVEL="0"),
         cwd=REPO,
     )
     assert result.stdout == "0\n", result.stderr
-
-
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_an_installed_command_prints_the_grouped_help_of_its_script(command):
-    path = os.path.join(os.path.dirname(sys.executable), command)
-    assert os.path.exists(path), "not installed: pip install -e ."
-    installed = subprocess.run(
-        [path, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_user_env(),
-        cwd=REPO,
-    )
-    script, groups = COMMANDS[command]
-    assert installed.returncode == 0, installed.stderr
-    from_script = _run_as_user(script, "--help")
-    assert installed.stderr == ""
-    # The same help, the commands named as installed: cifar10-eval, not
-    # python cifar10_eval.py.
-    description = ast.get_docstring(ast.parse((REPO / script).read_text()))
-    assert from_script.stdout.startswith(description + "\n\nData and batches:")
-    assert re.findall(r"python \w+\.py", installed.stdout) == []
-    assert len(re.findall(r"^  %s " % command, installed.stdout, re.M)) == (
-        len(re.findall(r"^  python %s\b" % script, description, re.M))
-    )
-    assert installed.stdout.count("\n") == from_script.stdout.count("\n")
-    assert (
-        installed.stdout.split("\n\nData and batches:")[1]
-        == (from_script.stdout.split("\n\nData and batches:")[1])
-    )
-    assert _flag_groups(installed.stdout) == groups
-    assert INTERNAL_NAME.findall(installed.stdout) == []
-    assert _tensorflow_lines(installed) == _tensorflow_lines(from_script) == []
-
-
-def test_the_mnist_converter_is_an_installed_command():
-    path = os.path.join(os.path.dirname(sys.executable), "mnist-convert")
-    result = subprocess.run(
-        [path, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_user_env(),
-    )
-    assert result.returncode == 0, result.stderr
-    assert "--idx_dir" in result.stdout and "--data_dir" in result.stdout
-    assert result.stderr == ""
-    from_script = _run_as_user("mnist_input.py", "--help")
-    assert (from_script.stdout, from_script.stderr) == (result.stdout, "")
 
 
 @pytest.mark.slow
 def test_the_mnist_trainer_runs_its_one_tower_on_the_cpu_by_default(
     tmp_path,
 ):
-    result = _run_as_user(
+    result = run_as_user(
         "mnist_multi_gpu_train.py",
         "--fake_data",
         "--data_dir=%s" % (tmp_path / "data"),
@@ -523,7 +400,7 @@ def test_the_mnist_trainer_runs_its_one_tower_on_the_cpu_by_default(
         "--batch_size=500",
     )
     assert result.returncode == 0, result.stderr
-    assert _tensorflow_lines(result) == []
+    assert tensorflow_lines(result) == []
     assert (
         result.stdout.count(
             "No GPU visible: the one tower runs on the CPU (/cpu:0)\n"
@@ -535,30 +412,8 @@ def test_the_mnist_trainer_runs_its_one_tower_on_the_cpu_by_default(
 
 
 def test_the_dry_run_of_the_multi_gpu_trainer_prints_only_our_lines():
-    result = _run_as_user(
+    result = run_as_user(
         "cifar10_multi_gpu_train.py", "--dry_run", "--num_gpus=2"
     )
     assert result.returncode == 0, result.stderr
-    assert (result.stderr, _tensorflow_lines(result)) == ("", [])
-
-
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_a_help_text_names_only_the_scripts_own_flags(command):
-    script, _ = COMMANDS[command]
-    help_text = _run_as_user(script, "--help").stdout
-    flags_part = help_text.split("\n\nData and batches:\n", 1)[1]
-    own = set(re.findall(r"^  --(?:\[no\])?(\w+) \(", flags_part, re.M))
-    # A flag of the trainer, named in the eval's help as such, is not its.
-    named = re.findall(r"(?<!trainer's )--(?:no)?(\w+)", flags_part)
-    assert sorted(set(named) - own - {"helpfull", "verbosity"}) == []
-
-
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_the_pages_and_sections_a_help_text_points_to_exist(command):
-    script, _ = COMMANDS[command]
-    help_text = " ".join(_run_as_user(script, "--help").stdout.split())
-    readme = (REPO / "README.md").read_text()
-    pages = re.findall(r"\bdocs/[\w-]+\.md", help_text)
-    sections = re.findall(r'README, "([^"]+)"', help_text)
-    assert [page for page in pages if not (REPO / page).is_file()] == []
-    assert [each for each in sections if "## " + each not in readme] == []
+    assert (result.stderr, tensorflow_lines(result)) == ("", [])

@@ -16,15 +16,15 @@ from conftest import (
     read_events,
     run_script,
 )
-from test_cifar10_train import _eval as cifar10_eval
-from test_cluster import _run_to_the_end, make_cluster  # noqa: F401
-from test_restore import (
+from helpers.cluster import run_to_the_end
+from helpers.scripts import eval_once as cifar10_eval
+from helpers.tutorial_checkpoints import (
     TUTORIAL_ONE_DEVICE_NAMES,
     TUTORIAL_STEP,
     TUTORIAL_WEIGHTS,
-    _restore_in_tutorial_graph,
-    _values,
-    _write_tutorial_multi_gpu_checkpoint,
+    restore_in_tutorial_graph,
+    saved_values,
+    write_tutorial_multi_gpu_checkpoint,
 )
 
 import mnist_input
@@ -58,7 +58,7 @@ def _multi(data_dir, train_dir, num_gpus, *flags):
     )
 
 
-def _eval(data_dir, checkpoint_dir, eval_dir, **kwargs):
+def eval_once(data_dir, checkpoint_dir, eval_dir, **kwargs):
     return cifar10_eval(
         data_dir,
         checkpoint_dir,
@@ -84,7 +84,7 @@ def _mnist(data_dir, train_dir, *flags, **kwargs):
 
 
 def _names(train_dir):
-    return set(_values(tf.train.latest_checkpoint(str(train_dir))))
+    return set(saved_values(tf.train.latest_checkpoint(str(train_dir))))
 
 
 def _last_line(result):
@@ -120,7 +120,7 @@ def mnist_run(tmp_path_factory):
 def test_a_checkpoint_goes_from_2_to_4_towers_to_one_device_to_a_cluster(
     two_towers,
     cifar10_data_dir,
-    make_cluster,  # noqa: F811
+    make_cluster,
     tmp_path,
 ):
     cluster = make_cluster(
@@ -163,15 +163,15 @@ def test_a_checkpoint_goes_from_2_to_4_towers_to_one_device_to_a_cluster(
     # The names of the tutorial's one-device trainer, so that its graph
     # restores the checkpoint.
     assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
-    _restore_in_tutorial_graph(tf.train.latest_checkpoint(str(train_dir)))
+    restore_in_tutorial_graph(tf.train.latest_checkpoint(str(train_dir)))
 
-    steps = _run_to_the_end(cluster, 2)
+    steps = run_to_the_end(cluster, 2)
     assert "training from step 7" in cluster.log("worker0")
     assert max(global_step for _, global_step in steps) == 9
     assert checkpoint_steps(train_dir)[-1] == 9
     assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
 
-    _eval(cifar10_data_dir, train_dir, tmp_path / "eval")
+    eval_once(cifar10_data_dir, train_dir, tmp_path / "eval")
     [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
     assert precision.step == 9
 
@@ -182,8 +182,8 @@ def test_a_checkpoint_of_the_tutorials_multi_gpu_trainer_evaluates_and_resumes(
 ):
     train_dir = tmp_path / "tutorial"
     train_dir.mkdir()
-    _write_tutorial_multi_gpu_checkpoint(train_dir)
-    _eval(cifar10_data_dir, train_dir, tmp_path / "eval")
+    write_tutorial_multi_gpu_checkpoint(train_dir)
+    eval_once(cifar10_data_dir, train_dir, tmp_path / "eval")
     [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
     assert precision.step == TUTORIAL_STEP
 
@@ -200,7 +200,7 @@ def test_a_checkpoint_of_the_tutorials_multi_gpu_trainer_evaluates_and_resumes(
         "state): conv1/weight_loss/avg, conv2/weight_loss/avg, "
         "cross_entropy/avg and 4 more" in result.stdout
     )
-    saved = _values(tf.train.latest_checkpoint(str(train_dir)))
+    saved = saved_values(tf.train.latest_checkpoint(str(train_dir)))
     assert saved["global_step"] == TUTORIAL_STEP + 2
     assert saved["global_step"].dtype == np.int64
     assert set(saved) == TUTORIAL_ONE_DEVICE_NAMES
@@ -239,7 +239,7 @@ def test_warm_start_takes_the_weights_and_averages_of_another_tower_count(
     )
     # The saver writes the step the run starts at: the warm-started values.
     _assert_warm_started(
-        _values(source), _values(tmp_path / "warm" / "model.ckpt-0")
+        saved_values(source), saved_values(tmp_path / "warm" / "model.ckpt-0")
     )
 
 
@@ -262,8 +262,8 @@ def test_fine_tune_initialises_softmax_linear_afresh(
         "softmax_linear/weights (--fine_tune: the layer that makes the "
         "logits)" in result.stdout
     )
-    tuned = _values(tmp_path / "tuned" / "model.ckpt-0")
-    _assert_warm_started(_values(source), tuned, ["softmax_linear"])
+    tuned = saved_values(tmp_path / "tuned" / "model.ckpt-0")
+    _assert_warm_started(saved_values(source), tuned, ["softmax_linear"])
     # The biases start at 0 again, and each shadow at its weight.
     np.testing.assert_array_equal(tuned["softmax_linear/biases"], 0)
     np.testing.assert_array_equal(
@@ -297,7 +297,8 @@ def test_mnist_fine_tunes_from_an_mnist_checkpoint(mnist_run, tmp_path):
         "--pretrained_model_checkpoint_path=%s" % source,
         "--fine_tune",
     )
-    before, after = _values(source), _values(tmp_path / "tuned/model.ckpt-0")
+    before = saved_values(source)
+    after = saved_values(tmp_path / "tuned/model.ckpt-0")
     assert after["global_step"] == 0
     np.testing.assert_array_equal(
         after["local3/weights"], before["local3/weights"]
@@ -314,7 +315,7 @@ def test_an_mnist_checkpoint_in_the_cifar10_eval_is_one_line(
     mnist_run, cifar10_data_dir, tmp_path
 ):
     _, train_dir = mnist_run
-    result = _eval(
+    result = eval_once(
         cifar10_data_dir, train_dir, tmp_path / "eval", expect_success=False
     )
     assert result.returncode == 1

@@ -1,12 +1,10 @@
 """The session options of the TF1 notes: GPU memory and thread pools."""
 
-import subprocess
-import sys
-
 import pytest
 import tensorflow as tf
-from conftest import REPO, SCRIPT_ENV, run_script
+from conftest import run_script
 from google.protobuf import text_format
+from helpers.scripts import run_code
 
 from multigpu.graph import placement
 
@@ -26,22 +24,6 @@ placement_session_config = placement.session_config
 placement.session_config = print_config
 app.run(script.main, argv=sys.argv)
 """
-
-
-def run_code(code, *args):
-    """Runs Python code with flags in a subprocess in the repository.
-
-    Returns:
-      The `subprocess.CompletedProcess`, stdout and stderr as text.
-    """
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=SCRIPT_ENV,
-        cwd=REPO,
-    )
 
 
 def script_config(module, *args):

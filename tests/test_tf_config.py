@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from conftest import REPO, SCRIPT_ENV, checkpoint_steps
-from test_cluster import _free_ports
+from helpers.cluster import free_ports
 
 from multigpu.distributed import cluster, tf_config
 
@@ -200,7 +200,7 @@ def test_a_port_in_use_from_tf_config_is_blamed_on_tf_config():
         port = taken.getsockname()[1]
         config = {
             "cluster": {
-                "ps": ["127.0.0.1:%d" % _free_ports(1)[0]],
+                "ps": ["127.0.0.1:%d" % free_ports(1)[0]],
                 "chief": ["127.0.0.1:%d" % port],
             },
             "task": {"type": "chief", "index": 0},
@@ -221,7 +221,7 @@ def test_a_port_in_use_from_tf_config_is_blamed_on_tf_config():
 def test_a_ps_a_chief_and_a_worker_train_from_tf_config_alone(
     cifar10_data_dir, tmp_path
 ):
-    ps_port, chief_port, worker_port = _free_ports(3)
+    ps_port, chief_port, worker_port = free_ports(3)
     spec = {
         "ps": ["127.0.0.1:%d" % ps_port],
         "chief": ["127.0.0.1:%d" % chief_port],

@@ -16,13 +16,13 @@ import time
 
 import pytest
 from conftest import start_script
-from test_cluster import (
+from helpers.cluster import (
     FAULT_EXIT_BOUND_SECS,
     FAULT_TIMEOUT_SECS,
     TASK_DEADLINE_SECS,
     Cluster,
-    _free_ports,
-    _wait_for_step,
+    free_ports,
+    wait_for_step,
 )
 
 SCRIPT = "cifar10_multi_gpu_train.py"
@@ -69,7 +69,7 @@ class _Workers(Cluster):
     """Worker i of a cluster of workers only in host i's namespace."""
 
     def __init__(self, hosts, tmp_path, data_dir):
-        ports = _free_ports(len(hosts))
+        ports = free_ports(len(hosts))
         self.worker_addresses = [
             "%s:%d" % (address, port)
             for (_, _, address), port in zip(hosts, ports)
@@ -128,7 +128,7 @@ def test_a_link_set_down_mid_run_ends_both_workers_within_the_bound(
     workers, two_hosts
 ):
     workers.start_all(["--max_steps=100000"], ["--max_steps=100000"])
-    _wait_for_step(workers, "worker0", 5)
+    wait_for_step(workers, "worker0", 5)
     namespace, end, _ = two_hosts[0]
     _ip("-n", namespace, "link", "set", end, "down")
     start = time.time()

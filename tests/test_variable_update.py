@@ -5,7 +5,6 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-import test_dry_run
 from conftest import (
     UNSTARTED_WORKER_FLAGS,
     checkpoint_steps,
@@ -13,8 +12,12 @@ from conftest import (
     read_events,
     run_script,
 )
-from test_cifar10_train import _eval
-from test_restore import TUTORIAL_ONE_DEVICE_NAMES, _values
+from helpers.model_sizes import CIFAR10_PARAMETERS, cifar10_batch_bytes
+from helpers.scripts import eval_once
+from helpers.tutorial_checkpoints import (
+    TUTORIAL_ONE_DEVICE_NAMES,
+    saved_values,
+)
 
 # The trainers' graph builders (their flags are defined once per process).
 import cifar10_multi_gpu_train
@@ -155,7 +158,7 @@ def test_the_dry_run_counts_a_copy_per_gpu_and_the_ring_bytes(
 ):
     graph, plan = _replicated_dry_run(num_gpus, spec, capsys)
 
-    parameters = test_dry_run.CIFAR10_PARAMETERS
+    parameters = CIFAR10_PARAMETERS
     for i in range(num_gpus):
         assert re.search(
             r"/device:GPU:%d +\d+ ops +%s parameters" % (i, f"{parameters:,}"),
@@ -163,7 +166,7 @@ def test_the_dry_run_counts_a_copy_per_gpu_and_the_ring_bytes(
         ), plan
     # A ring: every GPU sends and receives 2 (N - 1) / N of the gradients.
     ring = 2 * (num_gpus - 1) * parameters * 4 // num_gpus
-    batch = test_dry_run.cifar10_batch_bytes(PER_TOWER_BATCH)
+    batch = cifar10_batch_bytes(PER_TOWER_BATCH)
     towers = re.findall(
         r"tower (\d) on /gpu:\d: host link in ([\d,]+) bytes \(input batch\);"
         r" GPU-to-GPU out ([\d,]+) \+ in ([\d,]+) bytes",
@@ -193,7 +196,7 @@ def _multi(data_dir, train_dir, num_gpus, mode, max_steps):
 
 
 def _checkpoint_names(train_dir):
-    return set(_values(tf.train.latest_checkpoint(str(train_dir))))
+    return set(saved_values(tf.train.latest_checkpoint(str(train_dir))))
 
 
 @pytest.mark.slow
@@ -220,6 +223,8 @@ def test_a_checkpoint_goes_replicated_2_to_parameter_server_4_to_replicated_1(
     assert checkpoint_steps(train_dir)[-1] == 9
     assert _checkpoint_names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
 
-    _eval(cifar10_data_dir, train_dir, tmp_path / "eval", "--num_examples=20")
+    eval_once(
+        cifar10_data_dir, train_dir, tmp_path / "eval", "--num_examples=20"
+    )
     [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
     assert precision.step == 9

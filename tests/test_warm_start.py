@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import SHADOW, assert_values_kept, run_script
-from test_restore import _values
+from helpers.tutorial_checkpoints import saved_values
 
 # What a warm start starts afresh: the step, the optimizer's slots, the
 # loss averages.
@@ -63,7 +63,7 @@ def _model_values(checkpoint):
     """The checkpoint's values but the step, the slots and loss averages."""
     return {
         name: value
-        for name, value in _values(checkpoint).items()
+        for name, value in saved_values(checkpoint).items()
         if not any(each in name for each in RUN_STATE)
     }
 

@@ -1,0 +1,1 @@
+"""Test helpers, one concern a module; tests/conftest.py re-exports them."""

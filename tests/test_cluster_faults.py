@@ -1,0 +1,190 @@
+"""Cluster mode's faults: a lost task ends its peers in one line naming it.
+
+Every process a test starts is ended by the test; every wait is bounded.
+"""
+
+import time
+
+import pytest
+import tensorflow as tf
+from conftest import checkpoint_steps
+from helpers.cluster import (
+    FAULT_EXIT_BOUND_SECS,
+    FAULT_TIMEOUT_SECS,
+    TASK_DEADLINE_SECS,
+    free_ports,
+    wait_for_step,
+)
+
+from multigpu import errors
+from multigpu.distributed import cluster, ps, watchdog
+from multigpu.graph import placement
+
+# A ps in the fault tests waits for its workers to start as long as a test
+# waits for a task (the workers' --operation_timeout_secs is short).
+PS_PATIENCE = "--operation_timeout_secs=%d" % TASK_DEADLINE_SECS
+
+
+def _fault_flags():
+    return ("--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,)
+
+
+@pytest.mark.slow
+def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
+    make_cluster,
+):
+
+    cluster = make_cluster(
+        2, "--max_steps=100000", "--sync_replicas", *_fault_flags()
+    )
+    cluster.start("ps", 0, PS_PATIENCE)
+    cluster.start("worker", 0)
+    cluster.start("worker", 1)
+    wait_for_step(cluster, "worker0", 10)
+    cluster.processes["worker1"].kill()
+
+    code, seconds = cluster.wait("worker0")
+    assert code == 1
+    assert seconds < FAULT_EXIT_BOUND_SECS
+    assert (
+        "cifar10_multi_gpu_train.py: error: lost the cluster after"
+        in cluster.log("worker0")
+    )
+    assert (
+        "(DeadlineExceededError): unreachable: worker task 1 (%s)"
+        % cluster.worker_addresses[1]
+    ) in cluster.log("worker0")
+
+
+@pytest.mark.slow
+def test_a_killed_ps_ends_the_worker_with_a_message_naming_it(make_cluster):
+    cluster = make_cluster(1, "--max_steps=100000", *_fault_flags())
+    cluster.start("ps", 0, PS_PATIENCE)
+    cluster.start("worker", 0)
+    wait_for_step(cluster, "worker0", 10)
+    cluster.processes["ps0"].kill()
+
+    code, seconds = cluster.wait("worker0")
+    assert code == 1
+    assert seconds < FAULT_EXIT_BOUND_SECS
+    assert "unreachable: ps task 0 (%s)" % cluster.ps_address in (
+        cluster.log("worker0")
+    )
+
+
+@pytest.mark.slow
+def test_a_ps_whose_workers_never_start_gives_up_naming_them(make_cluster):
+    cluster = make_cluster(2, "--operation_timeout_secs=3")
+    cluster.start("ps", 0)
+
+    code, _ = cluster.wait("ps0")
+    assert code == 1
+    assert cluster.log("ps0").strip().split("\n")[-1] == (
+        "cifar10_multi_gpu_train.py: error: no connection from worker task 0 "
+        "(%s), worker task 1 (%s) within --operation_timeout_secs=3; start "
+        "every worker task, or raise the timeout"
+        % tuple(cluster.worker_addresses)
+    )
+
+
+@pytest.mark.slow
+def test_a_ps_ends_once_its_chief_is_done_naming_the_killed_worker(
+    make_cluster,
+):
+    cluster = make_cluster(2, "--max_steps=40")
+    cluster.start("worker", 0)
+    cluster.start("worker", 1)
+    # The ps gives its workers 10 s to start: they are up before it.
+    deadline = time.time() + TASK_DEADLINE_SECS
+    while not all(map(watchdog.answers, cluster.worker_addresses)):
+        assert time.time() < deadline
+        time.sleep(0.5)
+    cluster.start("ps", 0, "--operation_timeout_secs=10")
+    wait_for_step(cluster, "worker1", 5)
+    cluster.processes["worker1"].kill()
+
+    code, _ = cluster.wait("worker0")
+    assert code == 0, cluster.log("worker0")[-3000:]
+    code, seconds = cluster.wait("ps0")
+    assert code == 1
+    assert seconds < 10 + 3 * watchdog.WATCHDOG_INTERVAL_SECS
+    assert cluster.log("ps0").strip().split("\n")[-1] == (
+        "cifar10_multi_gpu_train.py: error: ps task 0: the chief (worker "
+        "task 0) is done, and worker task 1 (%s) did not say it was done "
+        "within --operation_timeout_secs=10; the ps stops"
+        % cluster.worker_addresses[1]
+    )
+
+
+@pytest.mark.slow
+def test_a_ps_that_looks_only_after_its_workers_finished_ends_normally(
+    make_cluster, capsys
+):
+    tasks = make_cluster(2, "--max_steps=4", "--batch_size=2")
+    ps_task = cluster.cluster_task(
+        tasks.ps_address, ",".join(tasks.worker_addresses), "ps", 0
+    )
+    config = cluster.task_config(placement.session_config(), ps_task)
+    # The ps's server serves the workers; the ps looks at them only once
+    # both have finished, their ports closed.
+    server = cluster.start_server(ps_task, config)
+    for index in range(2):
+        tasks.start("worker", index)
+    for index in range(2):
+        code, _ = tasks.wait("worker%d" % index)
+        assert code == 0, tasks.log("worker%d" % index)[-3000:]
+    assert not any(map(watchdog.answers, tasks.worker_addresses))
+    capsys.readouterr()
+    start = time.time()
+    ps.serve_until_done(ps_task, server, config, timeout_secs=5)
+    assert capsys.readouterr().out == "ps task 0: all 2 workers done.\n"
+    assert time.time() - start < 5
+
+
+@pytest.mark.slow
+def test_a_restarted_chief_resumes_from_its_checkpoint(make_cluster):
+    cluster = make_cluster(
+        1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
+    )
+    cluster.start("ps", 0, PS_PATIENCE)
+    cluster.start("worker", 0)
+    wait_for_step(cluster, "worker0", 10)
+    cluster.processes["worker0"].kill()
+    cluster.wait("worker0")
+    saved = checkpoint_steps(cluster.train_dir(0))[-1]
+    assert saved >= 5
+
+    cluster.start("worker", 0, "--max_steps=%d" % (saved + 5))
+    code, _ = cluster.wait("worker0")
+    assert code == 0, cluster.log("worker0")[-3000:]
+    assert "training from step %d" % saved in cluster.log("worker0")
+    assert checkpoint_steps(cluster.train_dir(0))[-1] == saved + 5
+    code, _ = cluster.wait("ps0")
+    assert code == 0
+
+
+class _SilentSession:
+    """A ps session in which no worker ever says it is done."""
+
+    def run(self, fetches, options=None):
+        time.sleep(0.1)
+        raise tf.errors.DeadlineExceededError(None, None, "no token")
+
+
+def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
+    ps_port, *worker_ports = free_ports(3)
+    task = cluster.cluster_task(
+        "127.0.0.1:%d" % ps_port,
+        ",".join("127.0.0.1:%d" % port for port in worker_ports),
+        "ps",
+        0,
+    )
+    start = time.time()
+    with pytest.raises(errors.TrainingError) as error:
+        ps._wait_for_done(task, _SilentSession(), None, timeout_secs=1)
+    assert time.time() - start < 3
+    assert str(error.value) == (
+        "ps task 0: the chief, worker task 0 (127.0.0.1:%d), is gone: its "
+        "port has not answered for --operation_timeout_secs=1, and no word "
+        "from worker task 1 (127.0.0.1:%d); the ps stops" % tuple(worker_ports)
+    )
