@@ -19,8 +19,8 @@ import threading
 import urllib.request
 
 import pytest
-from browser import BROWSER_MARKS, chromium, wait_for_route
 from conftest import free_port, run_script, tensorboard_server, trainer_flags
+from helpers.browser import BROWSER_MARKS, chromium, wait_for_route
 
 pytestmark = BROWSER_MARKS
 

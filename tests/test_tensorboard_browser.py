@@ -11,9 +11,9 @@ import re
 import urllib.request
 
 import pytest
-from browser import BROWSER_MARKS, chromium, wait_for_route
 from conftest import run_script, tensorboard_server, trainer_flags
 from google.protobuf import text_format
+from helpers.browser import BROWSER_MARKS, chromium, wait_for_route
 from tensorflow.core.framework import graph_pb2
 
 pytestmark = BROWSER_MARKS
