@@ -20,9 +20,11 @@ from conftest import (
     WATCHED_MAX_STEPS,
     checkpoint_steps,
     read_events,
+    run_script,
     start_script,
     trainer_flags,
 )
+from helpers.checkpoints import copy_checkpoints, truncate_checkpoint
 from helpers.events import run_event_files, summary_steps
 from helpers.training import MULTI, SINGLE, run_trainer
 
@@ -361,3 +363,37 @@ def test_a_long_run_keeps_its_memory_and_five_checkpoints(
     assert checkpoint_steps(train_dir) == list(
         range(SOAK_STEPS - 400, SOAK_STEPS + 1, 100)
     )
+
+
+@pytest.mark.slow
+def test_trainer_and_eval_skip_a_truncated_newest_checkpoint(
+    single_runs, cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "train"
+    *_, before, newest = copy_checkpoints(single_runs.train_dir, train_dir)
+    truncate_checkpoint(str(train_dir / ("model.ckpt-%d" % newest)))
+    warning = (
+        "WARNING: skipping checkpoint %s/model.ckpt-%d, it does not read"
+        % (train_dir, newest)
+    )
+
+    evaluated = run_script(
+        "cifar10_eval.py",
+        "--run_once",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--checkpoint_dir=%s" % train_dir,
+        "--eval_dir=%s" % (tmp_path / "eval"),
+        "--num_examples=100",
+    )
+    assert warning in evaluated.stderr
+    [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
+    assert precision.step == before
+
+    trained = run_trainer(
+        SINGLE, cifar10_data_dir, train_dir, "--max_steps=%d" % (newest + 5)
+    )
+    # Named once, though the trainer checks for a finished run first.
+    assert trained.stderr.count(warning) == 1
+    [resumed] = run_event_files(train_dir)
+    assert summary_steps(resumed)[0] == before + 1
+    assert checkpoint_steps(train_dir)[-1] == newest + 5

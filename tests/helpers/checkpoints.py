@@ -1,5 +1,9 @@
 """Reading checkpoints: their steps, their values, their eval scores."""
 
+import glob
+import os
+import shutil
+
 import numpy as np
 
 
@@ -74,3 +78,26 @@ def eval_scores_in_numpy(
     own = all_logits[np.arange(examples), all_labels]
     above = np.sum(all_logits > own[:, np.newaxis], axis=1)
     return np.mean(above < 1), np.mean(above < 5)
+
+
+def truncate_checkpoint(checkpoint):
+    """Cuts the largest data file of a checkpoint to half its size."""
+    data = max(glob.glob(checkpoint + ".data-*"), key=os.path.getsize)
+    os.truncate(data, os.path.getsize(data) // 2)
+
+
+def copy_checkpoints(train_dir, copy_dir):
+    """Copies the checkpoints of train_dir; the state file names the copies.
+
+    Returns:
+      list of int, the steps of the copies, oldest first.
+    """
+    import tensorflow as tf
+
+    os.makedirs(copy_dir)
+    for path in glob.glob(os.path.join(str(train_dir), "model.ckpt-*")):
+        shutil.copy(path, str(copy_dir))
+    steps = checkpoint_steps(train_dir)
+    names = ["model.ckpt-%d" % step for step in steps]
+    tf.compat.v1.train.update_checkpoint_state(str(copy_dir), names[-1], names)
+    return steps
