@@ -143,10 +143,16 @@ def build_graph(
         )
         train_op = tf.group(apply_op, loss_averages_op, *put_ops)
     summaries.add_histograms(reduced[0])
+    hooks = _session_hooks(opt, task, put_ops)
+    return loss, train_op, summaries.last_tower_summaries(scope), hooks
+
+
+def _session_hooks(opt, task, put_ops):
+    """The hooks a sync optimizer needs, and the first staging (put_ops)."""
     hooks = cluster.sync_hooks(opt, task)
     if put_ops:
         hooks.append(towers.WarmUpHook(put_ops))
-    return loss, train_op, summaries.last_tower_summaries(scope), hooks
+    return hooks
 
 
 def _optimizer(model, global_step, examples_per_step, loss_scaling):
