@@ -46,8 +46,8 @@ import tensorflow as tf
 
 import cifar10_multi_gpu_train
 from benchmarks import common
-from multigpu.distributed import cluster, collectives
-from multigpu.graph import placement, variable_update
+from multigpu.distributed import cluster
+from multigpu.graph import collectives, placement, variable_update
 from multigpu.run import preemption
 
 NAME = "collective"

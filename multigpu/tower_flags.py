@@ -11,9 +11,9 @@ trainers adopt for their `--help`.
 from absl import flags
 
 from multigpu import common_flags
-from multigpu.distributed import collectives
 from multigpu.graph import (
     all_reduce,
+    collectives,
     placement,
     towers,
     variable_update,

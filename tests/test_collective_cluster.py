@@ -23,8 +23,8 @@ from helpers.model_sizes import CIFAR10_PARAMETERS
 from helpers.scripts import eval_once
 
 from benchmarks import equivalence
-from multigpu.distributed import cluster, collectives
-from multigpu.graph import all_reduce, placement
+from multigpu.distributed import cluster
+from multigpu.graph import all_reduce, collectives, placement
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 WORKERS, TOWERS = 2, 2

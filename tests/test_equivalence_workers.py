@@ -23,7 +23,7 @@ CASE = equivalence.Case(
 # Every worker sums the workers' means instead of averaging them: the same
 # numbers on every worker, so the copies stay equal and the settings agree.
 SUMMED_ACROSS_WORKERS = """
-from multigpu.distributed import collectives
+from multigpu.graph import collectives
 
 mean = collectives.all_reduce_mean
 

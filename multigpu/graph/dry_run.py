@@ -23,9 +23,9 @@ import functools
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import network_plan
 from multigpu.graph import (
     all_reduce,
+    network_plan,
     op_kernels,
     rewrite_audit,
     towers,

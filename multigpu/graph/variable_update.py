@@ -45,8 +45,7 @@ import re
 
 import tensorflow as tf
 
-from multigpu.distributed import collectives
-from multigpu.graph import all_reduce, placement, towers
+from multigpu.graph import all_reduce, collectives, placement, towers
 
 VARIABLE_UPDATES = ("parameter_server", "replicated")
 

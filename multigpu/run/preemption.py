@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import collectives
+from multigpu.graph import collectives
 from multigpu.run import checkpoints, interrupts
 
 # The keys of the stop collective: the graph's own allocator
