@@ -304,7 +304,7 @@ def _build_and_run(task, devices, options, model, train_dir):
       the dry run's exit code, or None once the run has trained.
     """
     plan = _tower_plan(devices, task, options)
-    batch_shapes = _batch_shapes(FLAGS.batch_size)
+    batch_shapes = cifar10_batches.batch_shapes(FLAGS.batch_size)
     data = None
     if not FLAGS.dry_run:
         cifar10_data.prepare_data_dir(
@@ -401,23 +401,6 @@ def _tower_plan(devices, task, options):
             "tower, their gradients all-reduced by %s" % update.all_reduce
         )
     return _TowerPlan(update, compute_dtype, config, loss_scaling)
-
-
-def _batch_shapes(batch_size):
-    """One tower's batch: images float32 [batch_size, 24, 24, 3] and labels
-    int32 [batch_size], as (shape, dtype) pairs."""
-    return [
-        (
-            [
-                batch_size,
-                cifar10_input.IMAGE_SIZE,
-                cifar10_input.IMAGE_SIZE,
-                3,
-            ],
-            tf.float32,
-        ),
-        ([batch_size], tf.int32),
-    ]
 
 
 def _check_plan(graph, batch_shapes, devices, model, task, plan):

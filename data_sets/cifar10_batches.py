@@ -8,6 +8,7 @@ every example once, in file order.
 import tensorflow as tf
 
 from cifar10_input import (
+    IMAGE_SIZE,
     check_files,
     data_files,
     decode_record,
@@ -157,3 +158,20 @@ def eval_inputs(eval_data, data_dir, batch_size, num_examples):
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
     images, labels = iterator.get_next()
     return images, labels, iterator.initializer
+
+
+def batch_shapes(batch_size):
+    """One tower's batch: images float32 [batch_size, 24, 24, 3] and labels
+    int32 [batch_size], as (shape, dtype) pairs."""
+    return [
+        (
+            [
+                batch_size,
+                IMAGE_SIZE,
+                IMAGE_SIZE,
+                3,
+            ],
+            tf.float32,
+        ),
+        ([batch_size], tf.int32),
+    ]
