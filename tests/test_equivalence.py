@@ -23,9 +23,9 @@ from benchmarks import (
 )
 from multigpu.graph import (
     any_model,
+    gradient_reduction,
     loss_scale,
     placement,
-    towers,
     variable_update,
 )
 
@@ -192,7 +192,7 @@ def test_a_cell_whose_weights_do_not_move_is_out(monkeypatch):
 
 
 def _summed(average_gradients):
-    """towers.average_gradients planted with a sum instead of the mean."""
+    """gradient_reduction.average_gradients planted with a sum, not the mean."""
 
     def summed(tower_grads, device):
         return [
@@ -228,7 +228,7 @@ def _one_tower_rate(build_graph):
 @pytest.mark.parametrize(
     "module, name, plant",
     [
-        (towers, "average_gradients", _summed),
+        (gradient_reduction, "average_gradients", _summed),
         (cifar10_multi_gpu_train, "build_graph", _one_tower_rate),
     ],
 )

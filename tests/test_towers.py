@@ -89,21 +89,6 @@ def test_each_tower_computes_on_its_own_device_under_its_own_scope():
     assert all(op.name.startswith("towers/tower_") for op in compute_ops)
 
 
-def test_average_gradients_is_the_mean_and_keeps_variables_without_one():
-    with tf.Graph().as_default():
-        a = tf.Variable(1.0)
-        b = tf.Variable(2.0)
-        tower_grads = [
-            [(tf.constant(1.0), a), (None, b)],
-            [(tf.constant(3.0), a), (None, b)],
-        ]
-        averaged = towers.average_gradients(tower_grads)
-        assert averaged[1] == (None, b)
-        assert averaged[0][1] is a
-        with tf.compat.v1.Session() as sess:
-            assert sess.run(averaged[0][0]) == 2.0
-
-
 def test_asking_for_more_gpus_than_visible_names_both_numbers():
     with pytest.raises(ValueError) as error:
         placement.tower_devices(3, cpu_towers=False)

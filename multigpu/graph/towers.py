@@ -217,42 +217,6 @@ def stage_on_device(tensors):
     return list(staged), put_op
 
 
-def average_gradients(tower_grads, device=placement.VARIABLE_DEVICE):
-    """Averages each variable's gradient over the towers.
-
-    This is the synchronisation point of the towers: no variable is updated
-    before every tower has computed its gradients.
-
-    Args:
-      tower_grads: list (one per tower) of lists of (gradient, variable),
-        all in the same variable order.
-      device: str, where to average: the variables' device.
-
-    Returns:
-      A list of (gradient, variable), the gradient the mean over the towers;
-      a variable that no tower has a gradient for keeps None.
-    """
-    average_grads = []
-    with tf.device(device):
-        for grads_and_var in zip(*tower_grads):
-            var = grads_and_var[0][1]
-            grads = [g for g, _ in grads_and_var if g is not None]
-            average_grads.append((_mean(grads), var))
-    return average_grads
-
-
-def _mean(grads):
-    """The mean of same-shaped gradients; None for none, one as it is.
-
-    A sum then one division: the tutorial's stack and reduce_mean first
-    copied every tower's gradient into one tensor, about 2 ms of CPU a
-    step of the tutorial net on 2 towers, 3.5 ms on 4.
-    """
-    if len(grads) <= 1:
-        return grads[0] if grads else None
-    return tf.math.add_n(grads) / len(grads)
-
-
 def clip_gradients(grads_and_vars, clip_norm):
     """Scales the gradients so that their global norm is at most clip_norm.
 

@@ -264,35 +264,6 @@ def trainable_variables(tower):
     ]
 
 
-def reduce_gradients(update, tower_grads):
-    """The synchronisation point: every tower's gradients, reduced.
-
-    Args:
-      update: the `VariableUpdate`.
-      tower_grads: list (one per tower) of lists of (gradient, variable),
-        in the same variable order.
-
-    Returns:
-      A list of lists of (gradient, variable), one per copy of the
-      variables: for parameter_server one list, the mean on
-      `variable_device`; for replicated one per tower, the mean on its own
-      device, paired with its own copy.
-    """
-    if update.mode == "parameter_server":
-        return [towers.average_gradients(tower_grads, update.variable_device)]
-    if update.task is not None:
-        return collectives.all_reduce_mean(
-            tower_grads,
-            update.devices,
-            update.task.num_workers,
-            update.keys,
-            update.pack_bytes,
-        )
-    return all_reduce.all_reduce_mean(
-        tower_grads, update.devices, update.all_reduce, update.keys
-    )
-
-
 def apply_gradients(
     update, plan, opt, reduced, global_step, statistics_updates, applied
 ):
