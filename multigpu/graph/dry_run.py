@@ -131,11 +131,11 @@ def check(graph, batch_shapes, title, update=None, config=None):
     """
     print(title)
     print(_device_table(graph))
-    if update is not None and update.mode == "replicated":
+    if update is not None and update.all_reduce is not None:
         print(_replicated_table(graph, batch_shapes, update))
     else:
         print(_transfer_table(transfer_plan(graph, batch_shapes), graph))
-    if update is not None and update.task is not None:
+    if update is not None and update.mode == variable_update.ACROSS_WORKERS:
         # A cluster of workers only: the all-reduce crosses the machines.
         print(
             network_plan.lines(

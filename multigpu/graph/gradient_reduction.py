@@ -1,43 +1,60 @@
 """The gradients' reduction: every tower's gradients, reduced for the update.
 
-The synchronisation point of a step (`reduce_gradients`): parameter_server
-averages them on the variable device (`average_gradients`), replicated
-all-reduces them between the towers (`all_reduce`) or across the workers
-of a cluster (`collectives`).
+The synchronisation point of a step, for every mode (`reduce_gradients`):
+parameter_server averages them on the variable device (`average_gradients`),
+replicated all-reduces them between the towers (`all_reduce`), and across
+the workers of a cluster of workers only (`collectives`).
 """
 
 import tensorflow as tf
 
-from multigpu.graph import all_reduce, collectives, placement
+from multigpu.graph import all_reduce, collectives, placement, variable_update
 
 
 def reduce_gradients(update, tower_grads):
     """The synchronisation point: every tower's gradients, reduced.
 
     Args:
-      update: the `VariableUpdate`.
+      update: the `variable_update.VariableUpdate`, whose mode picks the
+        reduction.
       tower_grads: list (one per tower) of lists of (gradient, variable),
         in the same variable order.
 
     Returns:
       A list of lists of (gradient, variable), one per copy of the
       variables: for parameter_server one list, the mean on
-      `variable_device`; for replicated one per tower, the mean on its own
-      device, paired with its own copy.
+      `variable_device`; for replicated (across the workers too) one per
+      tower, the mean on its own device, paired with its own copy.
     """
-    if update.mode == "parameter_server":
-        return [average_gradients(tower_grads, update.variable_device)]
-    if update.task is not None:
-        return collectives.all_reduce_mean(
-            tower_grads,
-            update.devices,
-            update.task.num_workers,
-            update.keys,
-            update.pack_bytes,
-        )
+    return _REDUCTIONS[update.mode](update, tower_grads)
+
+
+def _on_variable_device(update, tower_grads):
+    return [average_gradients(tower_grads, update.variable_device)]
+
+
+def _between_towers(update, tower_grads):
     return all_reduce.all_reduce_mean(
         tower_grads, update.devices, update.all_reduce, update.keys
     )
+
+
+def _across_workers(update, tower_grads):
+    return collectives.all_reduce_mean(
+        tower_grads,
+        update.devices,
+        update.task.num_workers,
+        update.keys,
+        update.pack_bytes,
+    )
+
+
+# The reduction of each row of the variable update's table.
+_REDUCTIONS = {
+    "parameter_server": _on_variable_device,
+    "replicated": _between_towers,
+    variable_update.ACROSS_WORKERS: _across_workers,
+}
 
 
 def average_gradients(tower_grads, device=placement.VARIABLE_DEVICE):

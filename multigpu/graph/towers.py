@@ -1,4 +1,4 @@
-"""Building the towers, their losses and gradients, and averaging them."""
+"""Building the towers, their losses and gradients."""
 
 import contextlib
 import re

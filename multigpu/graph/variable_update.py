@@ -8,7 +8,7 @@ A step calls it in the order the step runs, and it calls nothing back:
   plan = tower_plan(update)                      one `TowerVariables` a tower
   for each tower (`towers.towers(plan)`):        its device, scope and getter
     grads = opt.compute_gradients(loss, trainable_variables(tower))
-  reduced = reduce_gradients(update, tower_grads)     the synchronisation point
+  reduced = gradient_reduction.reduce_gradients(update, tower_grads)
   train_op = apply_gradients(update, plan, opt, reduced, global_step, ...)
 
 parameter_server (the TF1 design): one copy of every variable on
@@ -21,6 +21,10 @@ see); tower i > 0 holds its own copy of each, 'replica_i/<name>', on its
 device. The gradients are all-reduced (`all_reduce`) and each tower applies
 the mean to its own copy, in one `apply_gradients` call, so one global step
 and one loss-scale update count the step.
+
+ACROSS_WORKERS, replicated in a cluster of workers only: a copy on every
+tower of every worker, the gradients all-reduced across all (`collectives`),
+the chief's values at the start, the last worker's statistics committed.
 
 A copy is made by the model's own `get_variable` call, run again under the
 copy's name (a custom getter that passes on every argument the model gave:
@@ -48,6 +52,8 @@ import tensorflow as tf
 from multigpu.graph import all_reduce, collectives, placement, towers
 
 VARIABLE_UPDATES = ("parameter_server", "replicated")
+# The table's row of --variable_update=replicated in a cluster of workers only.
+ACROSS_WORKERS = "replicated_across_workers"
 
 # Tower i's copies are named towers/REPLICA_SCOPE_i/<the variable's name>.
 REPLICA_SCOPE = towers.REPLICA_SCOPE
@@ -59,15 +65,15 @@ VariableUpdate = collections.namedtuple(
 )
 VariableUpdate.__doc__ = """The variable update of a run.
 
-mode: one of VARIABLE_UPDATES.
+mode: the row of the table: one of VARIABLE_UPDATES, or ACROSS_WORKERS.
 devices: the tower device strings.
 variable_device: str, where the variables (tower 0's copy, if replicated)
   live.
 all_reduce: 'nccl', 'collective' or 'one_device' if replicated, else None.
 keys: the `all_reduce.CollectiveKeys` of the graph's collective ops.
-task: the `cluster.ClusterTask` of a cluster of workers only, whose
-  all-reduces join every tower of every worker (`collectives`); else None.
-pack_bytes: int, --gradient_pack_bytes (a cluster of workers only).
+task: the `cluster.ClusterTask` of ACROSS_WORKERS, whose all-reduces join
+  every tower of every worker (`collectives`); else None.
+pack_bytes: int, --gradient_pack_bytes (ACROSS_WORKERS only).
 """
 
 TowerVariables = collections.namedtuple(
@@ -113,27 +119,39 @@ def variable_update(
             "--variable_update must be one of %s, got %r"
             % (", ".join(VARIABLE_UPDATES), mode)
         )
-    if mode == "parameter_server":
-        return VariableUpdate(
-            mode,
-            devices,
-            placement.variable_device(variable_device_choice, devices, task),
-            None,
-            all_reduce.CollectiveKeys(),
-        )
-    if task is not None and task.workers_only:
-        return VariableUpdate(
-            mode,
-            devices,
-            devices[0],
-            "collective",
-            all_reduce.CollectiveKeys(),
-            task,
-            pack_bytes,
-        )
-    method = all_reduce.algorithm(all_reduce_spec, devices)
+    across = mode == "replicated" and task is not None and task.workers_only
+    make = _MODES[ACROSS_WORKERS if across else mode].make
+    return make(
+        devices, variable_device_choice, all_reduce_spec, task, pack_bytes
+    )
+
+
+def _parameter_server_update(devices, choice, spec, task, pack_bytes):
     return VariableUpdate(
-        mode, devices, devices[0], method, all_reduce.CollectiveKeys()
+        "parameter_server",
+        devices,
+        placement.variable_device(choice, devices, task),
+        None,
+        all_reduce.CollectiveKeys(),
+    )
+
+
+def _replicated_update(devices, choice, spec, task, pack_bytes):
+    method = all_reduce.algorithm(spec, devices)
+    return VariableUpdate(
+        "replicated", devices, devices[0], method, all_reduce.CollectiveKeys()
+    )
+
+
+def _across_workers_update(devices, choice, spec, task, pack_bytes):
+    return VariableUpdate(
+        ACROSS_WORKERS,
+        devices,
+        devices[0],
+        "collective",
+        all_reduce.CollectiveKeys(),
+        task,
+        pack_bytes,
     )
 
 
@@ -181,15 +199,6 @@ def _own_device(update, index):
 
 def _shared_device(update, index):
     return update.variable_device
-
-
-_Mode = collections.namedtuple("_Mode", "copies_weights variable_device")
-# The table of the modes: whether tower index copies the trainable
-# variables too, and where its variable ops go.
-_MODES = {
-    "parameter_server": _Mode(_copies_no_weights, _shared_device),
-    "replicated": _Mode(_copies_every_variable, _own_device),
-}
 
 
 def tower_plan(update):
@@ -290,11 +299,10 @@ def apply_gradients(
             [pair for grads in reduced for pair in grads],
             global_step=global_step,
         )
-    cluster = update if update.task is not None else None
     with tf.control_dependencies([apply_op, *statistics_updates]):
-        commit = _commit_statistics(plan, applied, cluster)
+        commit = _commit_statistics(update, plan, applied)
     tf.compat.v1.add_to_collection(
-        tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op(cluster)
+        tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op(update)
     )
     return tf.group(apply_op, commit, name="apply")
 
@@ -306,13 +314,12 @@ def _local_if_a_copy(next_creator, **kwargs):
     return next_creator(**kwargs)
 
 
-def _commit_statistics(plan, applied, cluster=None):
+def _commit_statistics(update, plan, applied):
     """The last tower's statistics, to the variables and every other copy.
 
     Call it after the last tower's statistics updates. Where the step is not
     applied the variables keep their values and every copy takes them back.
-    In a cluster of workers only (cluster, the `VariableUpdate`) the last
-    tower is the last worker's: every worker takes its values.
+    The values committed are the mode's (`_Mode.shared_statistics`).
     """
     variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
     names = [name for name in plan[-1].copies if not variables[name].trainable]
@@ -327,14 +334,7 @@ def _commit_statistics(plan, applied, cluster=None):
                     variable.read_value(),
                 )
             )
-    if cluster is not None and names:
-        values = collectives.broadcast(
-            values,
-            cluster.task.num_workers - 1,
-            cluster.task,
-            cluster.keys,
-            cluster.devices[0],
-        )
+    values = _MODES[update.mode].shared_statistics(update, values)
     assigns = []
     for name, value in zip(names, values):
         variable = variables[name]
@@ -348,24 +348,17 @@ def _commit_statistics(plan, applied, cluster=None):
     return tf.group(*assigns, name="commit_statistics")
 
 
-def _local_init_op(cluster=None):
+def _local_init_op(update):
     """Initialises the local variables, then copies the variables' values.
 
     The Scaffold takes the LOCAL_INIT_OP collection as its local init op,
     which a session runs after restoring or initialising the global
-    variables: every copy then equals what was restored. In a cluster of
-    workers only (cluster, the `VariableUpdate`) every worker first takes
-    the chief's values of the global variables.
+    variables (and then taking the mode's start values,
+    `_Mode.start_values`): every copy then equals what was restored.
     """
-    initialise = tf.compat.v1.train.Scaffold.default_local_init_op()
-    if cluster is not None:
-        with tf.control_dependencies([initialise]):
-            initialise = collectives.chief_values(
-                tf.compat.v1.global_variables(),
-                cluster.task,
-                cluster.keys,
-                cluster.devices[0],
-            )
+    initialise = _MODES[update.mode].start_values(
+        update, tf.compat.v1.train.Scaffold.default_local_init_op()
+    )
     variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
     assigns = []
     with tf.control_dependencies([initialise]):
@@ -379,27 +372,100 @@ def _local_init_op(cluster=None):
 
 def describe(update):
     """The dry run's lines of the update: a dict of name -> value."""
-    if update.mode == "parameter_server":
-        return {
-            "variable_update": update.mode,
-            "variable_device": update.variable_device,
-        }
-    if update.task is not None:
-        return {
-            "variable_update": "%s across %d workers (a copy on every tower "
-            "of every worker)" % (update.mode, update.task.num_workers),
-            "all_reduce": "collective ring of %d devices, gradients packed "
-            "in pieces of about %d bytes"
-            % (
-                update.task.num_workers * len(update.devices),
-                update.pack_bytes,
-            ),
-        }
+    return _MODES[update.mode].describe(update)
+
+
+def _own_values(update, values):
+    """Statistics of one machine: the last tower's values, as they are."""
+    return values
+
+
+def _last_workers_values(update, values):
+    """ACROSS_WORKERS: the last tower is the last worker's; every worker
+    takes its values."""
+    task = update.task
+    return collectives.broadcast(
+        values, task.num_workers - 1, task, update.keys, update.devices[0]
+    )
+
+
+def _own_start(update, initialise):
+    """One machine: the values restored or initialised (initialise)."""
+    return initialise
+
+
+def _chief_start(update, initialise):
+    """ACROSS_WORKERS: after initialise, every worker takes the chief's
+    values of the global variables."""
+    with tf.control_dependencies([initialise]):
+        return collectives.chief_values(
+            tf.compat.v1.global_variables(),
+            update.task,
+            update.keys,
+            update.devices[0],
+        )
+
+
+def _describe_parameter_server(update):
+    return {
+        "variable_update": update.mode,
+        "variable_device": update.variable_device,
+    }
+
+
+def _describe_replicated(update):
     return {
         "variable_update": "%s (tower 0's copy on %s, one on every tower)"
         % (update.mode, update.variable_device),
         "all_reduce": update.all_reduce,
     }
+
+
+def _describe_across_workers(update):
+    num_workers = update.task.num_workers
+    return {
+        "variable_update": "replicated across %d workers (a copy on every "
+        "tower of every worker)" % num_workers,
+        "all_reduce": "collective ring of %d devices, gradients packed in "
+        "pieces of about %d bytes"
+        % (num_workers * len(update.devices), update.pack_bytes),
+    }
+
+
+_Mode = collections.namedtuple(
+    "_Mode",
+    "make copies_weights variable_device shared_statistics start_values "
+    "describe",
+)
+# The table of the modes, a row each: its `VariableUpdate`; whether tower
+# index copies the weights, and where its variable ops go; the statistics
+# every copy takes; the copies' start; the dry run's lines.
+_MODES = {
+    "parameter_server": _Mode(
+        _parameter_server_update,
+        _copies_no_weights,
+        _shared_device,
+        _own_values,
+        _own_start,
+        _describe_parameter_server,
+    ),
+    "replicated": _Mode(
+        _replicated_update,
+        _copies_every_variable,
+        _own_device,
+        _own_values,
+        _own_start,
+        _describe_replicated,
+    ),
+    ACROSS_WORKERS: _Mode(
+        _across_workers_update,
+        _copies_every_variable,
+        _own_device,
+        _last_workers_values,
+        _chief_start,
+        _describe_across_workers,
+    ),
+}
 
 
 def model_variables_with_copies(graph):
