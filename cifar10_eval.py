@@ -89,6 +89,7 @@ FLAGS["batch_size"].help = "Examples classified per step."
 
 
 def build_graph(
+    *,
     eval_data,
     data_dir,
     batch_size,

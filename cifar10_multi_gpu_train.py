@@ -87,6 +87,7 @@ flags.adopt_module_key_flags(cifar10)
 
 
 def build_graph(
+    *,
     get_next,
     batch_size,
     devices,
@@ -327,17 +328,17 @@ def _build_and_run(task, devices, options, model, train_dir):
                     FLAGS.data_dir, FLAGS.batch_size
                 )
         graph_ops = build_graph(
-            get_next,
-            FLAGS.batch_size,
-            devices,
-            plan.compute_dtype,
-            FLAGS.clip_gradients,
-            task,
-            plan.update,
-            FLAGS.xla,
-            FLAGS.prefetch_to_device,
-            plan.loss_scaling,
-            model,
+            get_next=get_next,
+            batch_size=FLAGS.batch_size,
+            devices=devices,
+            compute_dtype=plan.compute_dtype,
+            clip_norm=FLAGS.clip_gradients,
+            task=task,
+            update=plan.update,
+            xla=FLAGS.xla,
+            prefetch=FLAGS.prefetch_to_device,
+            loss_scaling=plan.loss_scaling,
+            model=model,
         )
         op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
         if FLAGS.dry_run:
@@ -377,10 +378,10 @@ def _tower_plan(devices, task, options):
     update = variable_update.variable_update(
         FLAGS.variable_update,
         devices,
-        FLAGS.variable_device,
-        FLAGS.all_reduce_spec,
-        task,
-        FLAGS.gradient_pack_bytes,
+        variable_device_choice=FLAGS.variable_device,
+        all_reduce_spec=FLAGS.all_reduce_spec,
+        task=task,
+        pack_bytes=FLAGS.gradient_pack_bytes,
     )
     compute_dtype = placement.compute_dtype(
         FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16

@@ -40,6 +40,7 @@ flags.adopt_module_key_flags(cifar10)
 
 
 def build_graph(
+    *,
     data_dir,
     batch_size,
     compute_dtype,
@@ -113,13 +114,13 @@ def main(argv):
     print(placement.describe_devices(devices))
     with tf.Graph().as_default():
         loss, train_op = build_graph(
-            FLAGS.data_dir,
-            FLAGS.batch_size,
-            compute_dtype,
-            FLAGS.clip_gradients,
-            loss_scaling,
-            devices[0],
-            model,
+            data_dir=FLAGS.data_dir,
+            batch_size=FLAGS.batch_size,
+            compute_dtype=compute_dtype,
+            clip_norm=FLAGS.clip_gradients,
+            loss_scaling=loss_scaling,
+            device=devices[0],
+            model=model,
         )
         op_kernels.refuse_bfloat16_without_cpu_kernel(
             tf.compat.v1.get_default_graph(), compute_dtype

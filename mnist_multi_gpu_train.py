@@ -98,7 +98,7 @@ flags.adopt_module_key_flags(common_flags)
 
 
 def build_graph(
-    data_dir, batch_size, num_epochs, devices, learning_rate, task, update
+    *, data_dir, batch_size, num_epochs, devices, learning_rate, task, update
 ):
     """Builds the shared input and the towers' training step.
 
@@ -160,10 +160,10 @@ def _variable_update(devices, task):
     return variable_update.variable_update(
         FLAGS.variable_update,
         devices,
-        "cpu",
-        FLAGS.all_reduce_spec,
-        task,
-        FLAGS.gradient_pack_bytes,
+        variable_device_choice="cpu",
+        all_reduce_spec=FLAGS.all_reduce_spec,
+        task=task,
+        pack_bytes=FLAGS.gradient_pack_bytes,
     )
 
 
@@ -263,13 +263,13 @@ def _train(train_file, devices, config, task, data, profiling):
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         loss, train_op, summary_op, hooks = build_graph(
-            FLAGS.data_dir,
-            FLAGS.batch_size,
-            FLAGS.num_epochs,
-            devices,
-            FLAGS.learning_rate,
-            task,
-            _variable_update(devices, task),
+            data_dir=FLAGS.data_dir,
+            batch_size=FLAGS.batch_size,
+            num_epochs=FLAGS.num_epochs,
+            devices=devices,
+            learning_rate=FLAGS.learning_rate,
+            task=task,
+            update=_variable_update(devices, task),
         )
         closing = report.RunReportHook(loss)
         # A corrupt record stops the run with an error naming the file.

@@ -78,10 +78,10 @@ def worker_main(variant, hosts, index, batch_size, steps):
             mode, devices, task=task, pack_bytes=pack_bytes
         )
         _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-            common.synthetic_input(batch_size),
-            batch_size,
-            devices,
-            tf.float32,
+            get_next=common.synthetic_input(batch_size),
+            batch_size=batch_size,
+            devices=devices,
+            compute_dtype=tf.float32,
             task=task,
             update=update,
         )

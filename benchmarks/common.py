@@ -388,12 +388,12 @@ def tower_graph(
     graph = tf.Graph()
     with graph.as_default():
         loss, train_op, summary_op, hooks = cifar10_multi_gpu_train.build_graph(
-            make_input(batch_size),
-            batch_size,
-            devices,
-            compute_dtype,
+            get_next=make_input(batch_size),
+            batch_size=batch_size,
+            devices=devices,
+            compute_dtype=compute_dtype,
             update=variable_update.variable_update(
-                update_mode, devices, variable_device
+                update_mode, devices, variable_device_choice=variable_device
             ),
             xla=xla,
             prefetch=prefetch,

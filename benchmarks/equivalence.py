@@ -279,16 +279,19 @@ def tower_graph(case, images, labels, devices):
     """The trainer's step on the towers; returns its train op."""
     compute_dtype, scaling = PRECISIONS[case.precision]
     update = variable_update.variable_update(
-        case.update, devices, "cpu", case.all_reduce or "auto"
+        case.update,
+        devices,
+        variable_device_choice="cpu",
+        all_reduce_spec=case.all_reduce or "auto",
     )
     per_tower = iter(
         [steps_of(images[:, i], labels[:, i]) for i in range(case.towers)]
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        lambda: next(per_tower)(),
-        PER_TOWER_BATCH,
-        devices,
-        compute_dtype,
+        get_next=lambda: next(per_tower)(),
+        batch_size=PER_TOWER_BATCH,
+        devices=devices,
+        compute_dtype=compute_dtype,
         update=update,
         loss_scaling=scaling,
         model=model_of(case.model),

@@ -62,10 +62,10 @@ def build(case, task, images, labels, devices):
         "replicated", devices, all_reduce_spec=case.all_reduce, task=task
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        lambda: next(per_tower)(),
-        equivalence.PER_TOWER_BATCH,
-        devices,
-        compute_dtype,
+        get_next=lambda: next(per_tower)(),
+        batch_size=equivalence.PER_TOWER_BATCH,
+        devices=devices,
+        compute_dtype=compute_dtype,
         task=task,
         update=update,
         loss_scaling=scaling,

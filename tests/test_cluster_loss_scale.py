@@ -47,7 +47,8 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
     update = variable_update.variable_update("replicated", devices, task=task)
     scaling = loss_scale.LossScaling(float(sys.argv[4]), True, 1000)
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next, 2, devices, tf.float32, task=task, update=update,
+        get_next=get_next, batch_size=2, devices=devices,
+        compute_dtype=tf.float32, task=task, update=update,
         loss_scaling=scaling,
     )
     # All but the averages of the worker's own losses.

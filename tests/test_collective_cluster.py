@@ -73,8 +73,9 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
         "replicated", devices, task=task, pack_bytes=int(data.pop("pack"))
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        lambda: next(batches)(), equivalence.PER_TOWER_BATCH, devices,
-        tf.float32, task=task, update=update,
+        get_next=lambda: next(batches)(),
+        batch_size=equivalence.PER_TOWER_BATCH, devices=devices,
+        compute_dtype=tf.float32, task=task, update=update,
     )
     # All but the averages of the worker's own losses, for its summaries.
     graph_variables = {

@@ -57,9 +57,9 @@ def cifar10_plan(
     with tf.Graph().as_default() as graph:
         with tf.compat.v1.device(cluster.device_setter(task)):
             cifar10_multi_gpu_train.build_graph(
-                dry_run.synthetic_batches(cifar10_batch_shapes(BATCH)),
-                BATCH,
-                devices,
+                get_next=dry_run.synthetic_batches(cifar10_batch_shapes(BATCH)),
+                batch_size=BATCH,
+                devices=devices,
                 task=task,
                 update=variable_update.variable_update(
                     "parameter_server", devices, variable_device, task=task

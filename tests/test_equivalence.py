@@ -206,19 +206,14 @@ def _summed(average_gradients):
 def _one_tower_rate(build_graph):
     """build_graph planted with a rate counted from one tower's batch."""
 
-    def planted(get_next, batch_size, devices, *args, model, **kwargs):
+    def planted(*, devices, model, **kwargs):
         recipe = model.learning_rate
 
         def rate(global_step, examples):
             return recipe(global_step, examples // len(devices))
 
         return build_graph(
-            get_next,
-            batch_size,
-            devices,
-            *args,
-            model=model._replace(learning_rate=rate),
-            **kwargs,
+            devices=devices, model=model._replace(learning_rate=rate), **kwargs
         )
 
     return planted

@@ -138,10 +138,10 @@ def _replicated_dry_run(num_gpus, spec, capsys):
     ]
     with tf.Graph().as_default() as graph:
         cifar10_multi_gpu_train.build_graph(
-            dry_run.synthetic_batches(batch_shapes),
-            PER_TOWER_BATCH,
-            devices,
-            tf.float32,
+            get_next=dry_run.synthetic_batches(batch_shapes),
+            batch_size=PER_TOWER_BATCH,
+            devices=devices,
+            compute_dtype=tf.float32,
             update=update,
         )
         capsys.readouterr()

@@ -55,10 +55,10 @@ def cifar10_step_graph(
         return tf.constant(tower_images), tf.constant(tower_labels)
 
     loss, train_op, _, hooks = cifar10_multi_gpu_train.build_graph(
-        get_next,
-        len(images) // num_towers,
-        devices,
-        compute_dtype,
+        get_next=get_next,
+        batch_size=len(images) // num_towers,
+        devices=devices,
+        compute_dtype=compute_dtype,
         task=task,
         update=variable_update.parameter_server(devices, variable_device),
         xla=xla,
