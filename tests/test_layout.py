@@ -145,3 +145,20 @@ def test_no_module_of_the_product_is_longer_than_500_lines():
         if len(path.read_text().splitlines()) > MAX_MODULE_LINES
     }
     assert long_modules == {}
+
+
+def test_the_graph_package_imports_nothing_from_distributed_or_run():
+    graph = import_graph(ROOT)
+    upward = sorted(
+        (module, other)
+        for module, imports in graph.items()
+        if module.startswith("multigpu.graph.")
+        for other in imports
+        if other.split(".")[:2]
+        in (["multigpu", "distributed"], ["multigpu", "run"])
+    )
+    assert upward == []
+    # The check sees the package's own imports, so it is not vacuous.
+    assert (
+        "multigpu.graph.collectives" in graph["multigpu.graph.variable_update"]
+    )
