@@ -4,12 +4,12 @@ Run it from the repository root:
   python -m benchmarks.bench_towers [--steps=8] [--rounds=3]
 
 The graph of cifar10_multi_gpu_train.py (towers.build_towers,
-average_gradients, cifar10.apply_gradients) on virtual CPU devices
-(placement.session_config), fed one random batch held in the graph so that
-only the towers are compared: 1 x 128, 2 x 64 and 4 x 32 examples. On one
-machine the towers share the same 2 cores, so more towers cannot be faster;
-the ratio to 1 tower is what splitting the batch and averaging the
-gradients cost (goal: >= 0.97 for 2 and 4 towers).
+gradient_reduction.average_gradients, cifar10.apply_gradients) on virtual CPU
+devices (placement.session_config), fed one random batch held in the graph so
+that only the towers are compared: 1 x 128, 2 x 64 and 4 x 32 examples. On one
+machine the towers share the same 2 cores, so more towers cannot be faster; the
+ratio to 1 tower is what splitting the batch and averaging the gradients cost
+(goal: >= 0.97 for 2 and 4 towers).
 """
 
 from benchmarks import common

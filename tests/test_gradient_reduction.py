@@ -2,7 +2,8 @@
 
 import tensorflow as tf
 
-from multigpu.graph import gradient_reduction
+from multigpu.distributed import cluster
+from multigpu.graph import gradient_reduction, variable_update
 
 
 def test_average_gradients_is_the_mean_and_keeps_variables_without_one():
@@ -18,3 +19,59 @@ def test_average_gradients_is_the_mean_and_keeps_variables_without_one():
         assert averaged[0][1] is a
         with tf.compat.v1.Session() as sess:
             assert sess.run(averaged[0][0]) == 2.0
+
+
+def _reductions(mode, task):
+    """The reduction ops of two towers' gradients of one float32 [3]
+    variable in the mode's row: (op type, device, group size) each."""
+    devices = ["/cpu:0", "/cpu:1"]
+    update = variable_update.variable_update(mode, devices, task=task)
+    with tf.Graph().as_default() as graph:
+        var = tf.Variable(tf.zeros([3]))
+        tower_grads = [[(tf.ones([3]), var)] for _ in devices]
+        reduced = gradient_reduction.reduce_gradients(update, tower_grads)
+    ops = [
+        op
+        for op in graph.get_operations()
+        if op.type in ("AddN", "CollectiveReduceV2")
+    ]
+    # CollectiveReduceV2's second input is its group size.
+    return (
+        update.mode,
+        len(reduced),
+        [
+            (op.type, op.device, int(tf.get_static_value(op.inputs[1])))
+            if op.type == "CollectiveReduceV2"
+            else (op.type, op.device, None)
+            for op in ops
+        ],
+    )
+
+
+def test_each_row_of_the_variable_update_table_has_its_own_reduction():
+    workers = cluster.cluster_task(
+        "", "127.0.0.1:2222,127.0.0.1:2223", "worker", 1
+    )
+
+    assert _reductions("parameter_server", None) == (
+        "parameter_server",
+        1,
+        [("AddN", "/device:CPU:0", None)],
+    )
+    assert _reductions("replicated", None) == (
+        "replicated",
+        2,
+        [
+            ("CollectiveReduceV2", "/device:CPU:0", 2),
+            ("CollectiveReduceV2", "/device:CPU:1", 2),
+        ],
+    )
+    # One ring of the 4 towers of the 2 workers.
+    assert _reductions("replicated", workers) == (
+        "replicated_across_workers",
+        2,
+        [
+            ("CollectiveReduceV2", "/device:CPU:0", 4),
+            ("CollectiveReduceV2", "/device:CPU:1", 4),
+        ],
+    )

@@ -282,7 +282,8 @@ def apply_gradients(
       update: the `VariableUpdate`.
       plan: the `tower_plan` the towers were built with.
       opt: the optimizer; its `apply_gradients` increments global_step once.
-      reduced: the lists of `reduce_gradients` (each maybe clipped).
+      reduced: the lists of `gradient_reduction.reduce_gradients` (each
+        maybe clipped).
       global_step: int64 scalar variable.
       statistics_updates: the ops that update the last tower's statistics
         (`towers.batch_norm_updates` of its scope).
