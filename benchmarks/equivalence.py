@@ -80,9 +80,9 @@ STEPS = 3  # Steps of every cell: enough for momentum and the averages.
 PER_TOWER_BATCH = 2  # Examples per tower per step.
 IMAGE_SHAPE = [24, 24, 3]  # The CIFAR-10 trainer's crops.
 
+# Every model the trainers' --model names, and two that use other APIs.
 MODELS = {
-    "tutorial": registry.TUTORIAL,
-    "resnet20": registry.MODELS["resnet20"],
+    **registry.MODELS,
     "layers": equivalence_models.LAYERS_MODEL,
     "get_variable": equivalence_models.GET_VARIABLE_MODEL,
 }

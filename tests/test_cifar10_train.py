@@ -278,7 +278,7 @@ def test_a_diverged_model_stops_training_and_keeps_the_last_checkpoint(
     assert np.isposinf(weights).all()
 
 
-def test_a_nan_loss_on_a_checkpoint_step_is_not_saved(tmp_path):
+def test_a_nan_loss_on_a_checkpoint_step_is_not_saved(tmp_path, caplog):
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         # Finite for global steps 0, 1 and 2; NaN from step 3 on.
@@ -294,3 +294,7 @@ def test_a_nan_loss_on_a_checkpoint_step_is_not_saved(tmp_path):
         "it, the newest checkpoint is %s" % newest
     )
     assert checkpoint_steps(tmp_path) == [0, 1, 2, 3]
+    # The error above says it once: no ERROR line of TensorFlow's before.
+    assert [
+        r.getMessage() for r in caplog.records if r.levelname == "ERROR"
+    ] == []

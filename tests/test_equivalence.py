@@ -299,3 +299,23 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
     assert run.stdout.splitlines()[-1].startswith(
         "7 cell(s), 0 out of tolerance; slowest "
     )
+
+
+def test_the_runner_takes_every_model_the_trainers_take():
+    # The user's environment: the runner quiets TensorFlow itself.
+    env = {k: v for k, v in SCRIPT_ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.equivalence", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO,
+    )
+
+    assert (run.returncode, run.stderr) == (0, "")
+    assert (
+        "the models, comma-separated: tutorial, resnet20, resnet56, layers, "
+        "get_variable or a MODULE:FUNCTION of yours"
+        in " ".join(run.stdout.split())
+    ), run.stdout

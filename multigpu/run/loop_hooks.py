@@ -1,10 +1,11 @@
-"""The training loop's own hooks: the step log, the summaries and the
-checkpoints, and the watch on what each save writes."""
+"""The training loop's own hooks: the step log, the NaN check, the
+summaries and the checkpoints, and the watch on what each save writes."""
 
 import datetime
 import os
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from multigpu.run import checkpoints, event_files
@@ -62,6 +63,26 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
                 ),
                 flush=True,
             )
+
+
+class NanLossHook(tf.compat.v1.train.SessionRunHook):
+    """Stops training at the first step whose loss is NaN.
+
+    As `tf.compat.v1.train.NanTensorHook` with `fail_on_nan_loss`, without
+    its "Model diverged" ERROR line: the trainer's own error line says it
+    once, with the step and the newest checkpoint (`failures`).
+    """
+
+    def __init__(self, loss):
+        """loss: float32 scalar, the step's loss."""
+        self._loss = loss
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._loss)
+
+    def after_run(self, run_context, run_values):
+        if np.isnan(run_values.results):
+            raise tf.compat.v1.train.NanLossDuringTrainingError
 
 
 class SummarySaverHook(tf.compat.v1.train.SummarySaverHook):

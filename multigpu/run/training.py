@@ -142,7 +142,7 @@ def _session_hooks(watched, loss, hooks, max_steps):
     # NaN hook runs before the checkpoint saver, so that step is never saved.
     hooks = [
         watched.logger,
-        tf.compat.v1.train.NanTensorHook(loss),
+        loop_hooks.NanLossHook(loss),
         watched.interrupt,
         *([watched.preemption] if watched.preemption else []),
         *hooks,
