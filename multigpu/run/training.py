@@ -13,6 +13,7 @@ from multigpu.run import (
     event_files,
     failures,
     interrupts,
+    last_step,
     loop_hooks,
     preemption,
     sessions,
@@ -192,7 +193,8 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
                 train_op, train_dir, session, server, done_ops, start, watched
             )
         except (tf.errors.OpError, RuntimeError) as e:
-            failed, cause = failures.failure(e, watched, task, train_dir)
+            saved = _save_reached(e, server, session, train_dir, watched)
+            failed, cause = failures.failure(e, watched, task, train_dir, saved)
             if failed is None:
                 raise
             raise failed from cause
@@ -204,6 +206,22 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         if task.is_chief and watched.logger.runs == 0:
             train_dirs.put_back(train_dir, as_found)
         raise
+
+
+def _save_reached(error, server, session, train_dir, watched):
+    """The chief's checkpoint of its last step, when a cluster of workers
+    only is lost after a step (`last_step.save_reached`), else None."""
+    task = session.task
+    if not (
+        task.workers_only
+        and task.is_chief
+        and watched.logger.runs
+        and failures.lost_cluster(error)
+    ):
+        return None
+    return last_step.save_reached(
+        server, session.config, session.scaffold.saver, train_dir
+    )
 
 
 def _agree(server, session):
