@@ -272,9 +272,7 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
                 watched.preemption, train_dir, task.is_chief
             )
         if watched.interrupt.signum is not None:
-            raise interrupts.interrupted(
-                watched.interrupt, train_dir, task.is_chief
-            )
+            raise interrupts.interrupted(watched.interrupt, train_dir, task)
 
 
 def _prepare(train_dir, task, start):
