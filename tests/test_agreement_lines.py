@@ -49,3 +49,15 @@ def test_the_line_names_every_differing_flag_or_else_the_variables(
     settings_of_tasks, line
 ):
     assert agreement.difference(settings_of_tasks) == line
+
+
+def test_a_ps_cluster_worker_is_named_by_its_own_task_index():
+    # A ps-cluster worker compares itself with its chief alone.
+    line = agreement.difference(
+        [{"learning_rate": 0.1}, {"learning_rate": 0.05}], tasks=[0, 2]
+    )
+    assert line == (
+        "--learning_rate differs between the workers: worker task 0 has 0.1,"
+        " worker task 2 has 0.05; start every worker with the same "
+        "--learning_rate (docs/cluster.md)"
+    )

@@ -305,12 +305,17 @@ def test_a_killed_or_frozen_worker_ends_the_other_naming_it(
     lines = cluster.log("worker0").strip().split("\n")
     assert code == 1, lines[-20:]
     assert seconds < FAULT_EXIT_BOUND_SECS
-    assert re.fullmatch(
+    saved = re.fullmatch(
         re.escape(SCRIPT + ": error: lost the cluster after ")
         + r"\d+ local steps \(\w+Error\): "
-        + re.escape(found % cluster.worker_addresses[1]),
+        + re.escape(found % cluster.worker_addresses[1])
+        + r"; saved (\S+-(\d+)); run the same commands on every worker to "
+        "resume from it",
         lines[-1],
-    ), lines[-1]
+    )
+    assert saved, lines[-1]
+    # The chief saved the last step it completed: at least the one it logged.
+    assert checkpoint_steps(cluster.train_dir(0))[-1] == int(saved[2]) >= 5
     if fault == signal.SIGSTOP:
         # Woken, the frozen worker finds its peer gone and ends by itself.
         os.kill(cluster.processes["worker1"].pid, signal.SIGCONT)

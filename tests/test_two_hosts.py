@@ -15,7 +15,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import start_script
+import tensorflow as tf
+from conftest import checkpoint_steps, start_script
 from helpers.cluster import (
     FAULT_EXIT_BOUND_SECS,
     FAULT_TIMEOUT_SECS,
@@ -26,6 +27,10 @@ from helpers.cluster import (
 )
 
 SCRIPT = "cifar10_multi_gpu_train.py"
+NAMES = ("worker0", "worker1")
+# The step the resume test's commands train to: its link goes down at
+# about step 5 (a step takes about 0.1 s on 2 loaded cores).
+MAX_STEPS = 150
 # The two hosts: namespace, link end, address (a /30 of 198.18.0.0/15).
 HOSTS = (("a", "198.18.0.1"), ("b", "198.18.0.2"))
 
@@ -124,26 +129,66 @@ def test_workers_on_two_hosts_that_differ_end_both_naming_the_flag(workers):
 
 
 @pytest.mark.slow
-def test_a_link_set_down_mid_run_ends_both_workers_within_the_bound(
+def test_a_link_set_down_ends_both_workers_the_chief_saves_and_they_resume(
     workers, two_hosts
 ):
-    workers.start_all(["--max_steps=100000"], ["--max_steps=100000"])
+    commands = (["--max_steps=%d" % MAX_STEPS],) * 2
+    workers.start_all(*commands)
     wait_for_step(workers, "worker0", 5)
     namespace, end, _ = two_hosts[0]
     _ip("-n", namespace, "link", "set", end, "down")
     start = time.time()
 
-    for index, (name, process) in enumerate(workers.processes.items()):
-        code = process.wait(timeout=TASK_DEADLINE_SECS)
-        last = workers.log(name).strip().split("\n")[-1]
-        assert code == 1, workers.log(name)[-3000:]
-        assert re.fullmatch(
-            re.escape(SCRIPT + ": error: lost the cluster after ")
-            + r"\d+ local steps \(DeadlineExceededError\): "
-            + re.escape(
-                "unreachable: worker task %d (%s)"
-                % (1 - index, workers.worker_addresses[1 - index])
-            ),
-            last,
-        ), last
+    for process in workers.processes.values():
+        assert process.wait(timeout=TASK_DEADLINE_SECS) == 1
     assert time.time() - start < FAULT_EXIT_BOUND_SECS
+    last = {name: workers.log(name).strip().split("\n")[-1] for name in NAMES}
+    saved = re.fullmatch(
+        _lost(workers, 1)
+        + r"; saved (\S+); run the same commands on every worker to resume "
+        "from it",
+        last["worker0"],
+    )
+    assert saved, last["worker0"]
+    assert re.fullmatch(
+        _lost(workers, 0)
+        + re.escape(
+            "; run the same commands on every worker to resume from the "
+            "chief's newest checkpoint"
+        ),
+        last["worker1"],
+    ), last["worker1"]
+    # The chief saved the last step it completed: the last it logged or
+    # the one in flight, whose all-reduce finished before the link went.
+    step = int(tf.train.load_checkpoint(saved[1]).get_tensor("global_step"))
+    logged = max(map(int, re.findall(r"step (\d+),", workers.log("worker0"))))
+    assert saved[1] == str(workers.train_dir(0) / ("model.ckpt-%d" % step))
+    assert logged <= step <= logged + 1 < MAX_STEPS
+
+    _ip("-n", namespace, "link", "set", end, "up")
+    workers.start_all(*commands)
+    for name, process in workers.processes.items():
+        assert process.wait(timeout=TASK_DEADLINE_SECS) == 0, workers.log(name)
+    resumed = workers.log("worker0")
+    assert ": training from step %d\n" % step in resumed
+    assert (
+        "ran %d local steps; global step %d."
+        % (
+            MAX_STEPS - step,
+            MAX_STEPS,
+        )
+        in resumed
+    )
+    assert checkpoint_steps(workers.train_dir(0))[-1] == MAX_STEPS
+
+
+def _lost(workers, index):
+    """The pattern of the line of a worker that lost worker task index."""
+    return (
+        re.escape(SCRIPT + ": error: lost the cluster after ")
+        + r"\d+ local steps \(DeadlineExceededError\): "
+        + re.escape(
+            "unreachable: worker task %d (%s)"
+            % (index, workers.worker_addresses[index])
+        )
+    )

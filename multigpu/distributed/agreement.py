@@ -143,7 +143,7 @@ def _all_gather(target, task, codes, wait_secs):
     return np.split(flat, num_workers)
 
 
-def difference(settings_of_tasks):
+def difference(settings_of_tasks, tasks=None):
     """The line naming every flag that differs between workers.
 
     The model's variables are named only when every flag agrees: a
@@ -152,6 +152,7 @@ def difference(settings_of_tasks):
 
     Args:
       settings_of_tasks: list of dicts, worker task by worker task.
+      tasks: the worker task index of each dict; None for 0, 1, ...
 
     Returns:
       str, e.g. "--learning_rate differs between the workers: worker task
@@ -162,13 +163,14 @@ def difference(settings_of_tasks):
       (docs/cluster.md)"; None when all agree.
     """
     names = sorted(set().union(*settings_of_tasks))
+    tasks = range(len(settings_of_tasks)) if tasks is None else tasks
     differing = {}
     for name in names:
         values = [json.dumps(s.get(name)) for s in settings_of_tasks]
         if len(set(values)) > 1:
             differing[name] = ", ".join(
                 "worker task %d has %s" % (i, value)
-                for i, value in enumerate(values)
+                for i, value in zip(tasks, values)
             )
     variables = differing.pop(VARIABLES, None)
     if len(differing) > 1:

@@ -40,13 +40,29 @@ def _between_towers(update, tower_grads):
 
 
 def _across_workers(update, tower_grads):
-    return collectives.all_reduce_mean(
-        tower_grads,
-        update.devices,
-        update.task.num_workers,
-        update.keys,
-        update.pack_bytes,
+    # Every copy waits for every pack's all-reduce: a step a lost peer cuts
+    # short changes no copy, so the chief can save the last step it
+    # completed (`run/last_step.py`).
+    return _all_or_none(
+        collectives.all_reduce_mean(
+            tower_grads,
+            update.devices,
+            update.task.num_workers,
+            update.keys,
+            update.pack_bytes,
+        )
     )
+
+
+def _all_or_none(reduced):
+    """reduced (lists of (gradient, variable)), each gradient available only
+    once every gradient of every list is (a None gradient stays None)."""
+    present = [g for grads in reduced for g, _ in grads if g is not None]
+    gated = iter(tf.tuple(present))
+    return [
+        [(g if g is None else next(gated), v) for g, v in grads]
+        for grads in reduced
+    ]
 
 
 # The reduction of each row of the variable update's table.

@@ -11,7 +11,7 @@ from multigpu.distributed import watchdog
 from multigpu.run import checkpoints, train_dirs
 
 
-def failure(error, watched, task, train_dir):
+def failure(error, watched, task, train_dir, saved=None):
     """The run's error for an error of its session, or None to raise it.
 
     Args:
@@ -20,6 +20,8 @@ def failure(error, watched, task, train_dir):
         watcher and event file hook.
       task: the `cluster.ClusterTask`.
       train_dir: str.
+      saved: str or None, the checkpoint the chief of a lost cluster of
+        workers only saved (`last_step.save_reached`).
 
     Returns:
       (exception or None, exception or None): the error to raise, and its
@@ -39,10 +41,8 @@ def failure(error, watched, task, train_dir):
         if found is None:
             return None, None
         return _diverged(logger.step + 1, found.group(0), train_dir), error
-    if isinstance(
-        error, (tf.errors.DeadlineExceededError, tf.errors.UnavailableError)
-    ):
-        return _lost_cluster(error, logger.runs, task), error
+    if lost_cluster(error):
+        return _lost_cluster(error, logger.runs, task, saved), error
     events.cut_back()
     if isinstance(error, tf.errors.OpError):
         if watched.saves.step is not None:
@@ -57,11 +57,28 @@ def failure(error, watched, task, train_dir):
     ), None
 
 
-def _lost_cluster(error, runs, task):
-    return errors.TrainingError(
-        "lost the cluster after %d local steps (%s): %s"
-        % (runs, type(error).__name__, watchdog.unreachable_tasks(task.cluster))
+def lost_cluster(error):
+    """Whether error is the session's for a peer it lost."""
+    return isinstance(
+        error, (tf.errors.DeadlineExceededError, tf.errors.UnavailableError)
     )
+
+
+def _lost_cluster(error, runs, task, saved):
+    line = "lost the cluster after %d local steps (%s): %s" % (
+        runs,
+        type(error).__name__,
+        watchdog.unreachable_tasks(task.cluster),
+    )
+    if saved:
+        line += "; saved %s; run the same commands on every worker to " % saved
+        line += "resume from it"
+    elif task.workers_only:
+        line += (
+            "; run the same commands on every worker to resume from the "
+            "chief's newest checkpoint"
+        )
+    return errors.TrainingError(line)
 
 
 # A file error of TensorFlow: 'PATH; REASON', e.g. '.../graph.pbtxt.tmpHEX;

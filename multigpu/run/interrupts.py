@@ -97,20 +97,40 @@ class _Handlers:
         return False
 
 
-def interrupted(hook, train_dir, is_chief):
+def interrupted(hook, train_dir, task):
     """The `errors.Interrupted` of a run the hook stopped.
 
     Args:
       hook: the `InterruptHook` of the run, after its session ended.
       train_dir: str, where the chief saved the step reached.
-      is_chief: bool, whether this process saved it.
+      task: the run's `cluster.ClusterTask`: the chief saved the step
+        reached; another worker of the ps cluster leaves it, and the
+        others train on without it (the ps holds the variables).
     """
-    if is_chief:
-        saved = "saved %s" % checkpoints.latest_checkpoint(train_dir)
-    else:
-        saved = "the chief saves the checkpoints"
+    if not task.is_chief:
+        # SyncReplicasOptimizer takes any worker's gradients: each global
+        # step still averages replicas_to_aggregate, from the workers left.
+        sync = (
+            ", each global step averaging --replicas_to_aggregate=%d "
+            "gradients of the workers left" % task.replicas_to_aggregate
+            if task.sync_replicas
+            else ""
+        )
+        return errors.Interrupted(
+            "worker task %d interrupted (%s) at global step %d and left the "
+            "cluster; the chief (worker task 0) and the other workers train "
+            "on without it%s, and the chief saves the checkpoints; run the "
+            "same command to rejoin"
+            % (task.task_index, hook.signal_name(), hook.step, sync),
+            hook.exit_code(),
+        )
     return errors.Interrupted(
-        "interrupted (%s) at step %d; %s; run the same command to resume"
-        % (hook.signal_name(), hook.step, saved),
+        "interrupted (%s) at step %d; saved %s; run the same command to "
+        "resume"
+        % (
+            hook.signal_name(),
+            hook.step,
+            checkpoints.latest_checkpoint(train_dir),
+        ),
         hook.exit_code(),
     )

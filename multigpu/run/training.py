@@ -5,7 +5,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import agreement, cluster, watchdog
+from multigpu.distributed import agreement, cluster, ps_agreement, watchdog
 from multigpu.graph import blocks, summaries
 from multigpu.run import (
     checkpoints,
@@ -13,6 +13,7 @@ from multigpu.run import (
     event_files,
     failures,
     interrupts,
+    last_step,
     loop_hooks,
     preemption,
     sessions,
@@ -184,6 +185,8 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     server = cluster.start_server(task, session.config)
     if task.workers_only:
         _agree(server, session)
+    elif task.cluster is not None:
+        session = _with_ps_agreement(session)
     done_ops = cluster.done_signals(task)
     as_found = train_dirs.contents(train_dir)
     try:
@@ -192,7 +195,8 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
                 train_op, train_dir, session, server, done_ops, start, watched
             )
         except (tf.errors.OpError, RuntimeError) as e:
-            failed, cause = failures.failure(e, watched, task, train_dir)
+            saved = _save_reached(e, server, session, train_dir, watched)
+            failed, cause = failures.failure(e, watched, task, train_dir, saved)
             if failed is None:
                 raise
             raise failed from cause
@@ -206,18 +210,50 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         raise
 
 
+def _save_reached(error, server, session, train_dir, watched):
+    """The chief's checkpoint of its last step, when a cluster of workers
+    only is lost after a step (`last_step.save_reached`), else None."""
+    task = session.task
+    if not (
+        task.workers_only
+        and task.is_chief
+        and watched.logger.runs
+        and failures.lost_cluster(error)
+    ):
+        return None
+    return last_step.save_reached(
+        server, session.config, session.scaffold.saver, train_dir
+    )
+
+
 def _agree(server, session):
     """Every worker's settings and model variables equal, or an error."""
-    settings = dict(session.settings or {})
-    settings[agreement.VARIABLES] = agreement.variables_digest(
-        tf.compat.v1.global_variables()
-    )
     agreement.agree(
         server.target,
         session.task,
-        settings,
+        _with_variables(session.settings),
         sessions.timeout_secs(session.config),
     )
+
+
+def _with_ps_agreement(session):
+    """session, its hooks led by the one that compares a ps cluster
+    worker's settings with its chief's before step 1 (`ps_agreement`)."""
+    agreed = ps_agreement.PsAgreementHook(
+        session.task,
+        _with_variables(session.settings),
+        sessions.timeout_secs(session.config),
+    )
+    return session._replace(hooks=[agreed, *session.hooks])
+
+
+def _with_variables(settings):
+    """settings (a dict, or None) and the digest of the model's variables."""
+    settings = dict(settings or {})
+    settings[agreement.VARIABLES] = agreement.variables_digest(
+        tf.compat.v1.global_variables()
+    )
+    return settings
 
 
 def _train(train_op, train_dir, session, server, done_ops, start, watched):
@@ -254,9 +290,7 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
                 watched.preemption, train_dir, task.is_chief
             )
         if watched.interrupt.signum is not None:
-            raise interrupts.interrupted(
-                watched.interrupt, train_dir, task.is_chief
-            )
+            raise interrupts.interrupted(watched.interrupt, train_dir, task)
 
 
 def _prepare(train_dir, task, start):

@@ -1,0 +1,87 @@
+"""Agreement before step 1 in the ps cluster: each worker against its chief.
+
+The workers of a ps cluster share the variables on the ps, but each builds
+its own graph from its own flags: a worker started with another
+--learning_rate or --batch_size would move the shared variables its own
+way, silently. Once its session is made, the chief publishes its settings
+(JSON) in a string variable on ps task 0; every other worker, once its own
+session is made and before its first step, reads them (waiting for the
+chief at most the start-up wait) and compares them with its own. A worker
+that differs tells the ps it is done and ends with `agreement.difference`'s
+line, exit 1; the chief and the workers that agree train on, as they would
+without it (asynchronous training needs no one worker). The variable is in
+no collection: no checkpoint holds it, no init op sets it, and a chief that
+starts again publishes its settings again.
+"""
+
+import json
+import time
+
+import tensorflow as tf
+
+from multigpu import errors
+from multigpu.distributed import agreement, cluster
+
+# Seconds between two looks at the chief's settings while it starts.
+POLL_SECS = 0.5
+# The name of the chief's settings on ps task 0.
+VARIABLE_NAME = "chief_settings"
+
+
+class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
+    """Publishes the chief's settings; checks another worker's against them.
+
+    Args:
+      task: the worker's `cluster.ClusterTask`, in a cluster with ps tasks.
+      settings: dict of str -> JSON value (`agreement.agree`'s).
+      wait_secs: float, how long a worker waits for the chief's settings
+        (0: no bound, as --operation_timeout_secs=0).
+    """
+
+    def __init__(self, task, settings, wait_secs):
+        self._task = task
+        self._settings = settings
+        self._wait_secs = wait_secs
+
+    def begin(self):
+        text = json.dumps(self._settings, sort_keys=True)
+        with tf.device("/job:ps/task:0"):
+            self._published = tf.compat.v1.Variable(
+                text,
+                name=VARIABLE_NAME,
+                collections=[],
+                trainable=False,
+                use_resource=False,
+            )
+            self._ready = tf.compat.v1.is_variable_initialized(self._published)
+        self._publish = self._published.initializer
+        self._read = self._published.read_value()
+        self._done = cluster.done_signals(self._task)
+
+    def after_create_session(self, session, coord):
+        if self._task.is_chief:
+            session.run(self._publish)
+            return
+        chief = json.loads(self._wait_for_chief(session).decode())
+        line = agreement.difference(
+            [chief, self._settings], tasks=[0, self._task.task_index]
+        )
+        if line is not None:
+            # The ps need not wait for a worker that leaves.
+            session.run(self._done)
+            raise ValueError(line)
+
+    def _wait_for_chief(self, session):
+        """The chief's settings, bytes of JSON, once it has published them."""
+        deadline = time.time() + self._wait_secs
+        while not session.run(self._ready):
+            if self._wait_secs and time.time() > deadline:
+                raise errors.TrainingError(
+                    "worker task %d: the chief (worker task 0) did not "
+                    "publish its settings on ps task 0 within %d s "
+                    "(--operation_timeout_secs); start the chief, or look "
+                    "in its output for why it ended"
+                    % (self._task.task_index, self._wait_secs)
+                )
+            time.sleep(POLL_SECS)
+        return session.run(self._read)

@@ -1,0 +1,47 @@
+"""The ps cluster's agreement before step 1: each worker against its chief.
+
+A ps and two workers on 127.0.0.1, worker 1 started with another
+--learning_rate: it ends before its first step with one line naming the
+flag and both values, exit 1; the chief and the ps train on and exit 0.
+"""
+
+import re
+
+import pytest
+from conftest import checkpoint_steps
+
+SCRIPT = "cifar10_multi_gpu_train.py"
+MAX_STEPS = 20
+# A generous bound, from its start, on the differing worker's end (its
+# start-up, the chief's session, one read of the chief's settings) on a
+# loaded machine.
+EXIT_BOUND_SECS = 120
+
+
+@pytest.mark.slow
+def test_a_ps_cluster_worker_with_another_learning_rate_ends_naming_it(
+    make_cluster,
+):
+    cluster = make_cluster(
+        2,
+        "--max_steps=%d" % MAX_STEPS,
+        "--operation_timeout_secs=60",
+    )
+    cluster.start("ps", 0)
+    cluster.start("worker", 0, "--learning_rate=0.1")
+    cluster.start("worker", 1, "--learning_rate=0.05")
+
+    code, seconds = cluster.wait("worker1")
+    log = cluster.log("worker1")
+    assert code == 1, log[-3000:]
+    assert seconds < EXIT_BOUND_SECS
+    assert log.strip().split("\n")[-1] == (
+        SCRIPT + ": error: --learning_rate differs between the workers: "
+        "worker task 0 has 0.1, worker task 1 has 0.05; start every worker "
+        "with the same --learning_rate (docs/cluster.md)"
+    )
+    assert not re.search(r"step \d+,", log), log[-3000:]
+    for name in ("worker0", "ps0"):
+        code, _ = cluster.wait(name)
+        assert code == 0, cluster.log(name)[-3000:]
+    assert checkpoint_steps(cluster.train_dir(0))[-1] == MAX_STEPS

@@ -1,0 +1,76 @@
+"""A signal to a worker of the ps cluster other than the chief.
+
+A ps and two workers on 127.0.0.1; SIGTERM to worker 1 at step 10: it
+exits 143 with one line saying that it left and that the chief trains on,
+and the chief and the ps go on to --max_steps and exit 0, asynchronous or
+with --sync_replicas (whose steps then take the chief's gradients only).
+"""
+
+import os
+import re
+import signal
+import time
+
+import pytest
+from conftest import checkpoint_steps
+from helpers.cluster import wait_for_step
+
+SCRIPT = "cifar10_multi_gpu_train.py"
+MAX_STEPS = 100
+# The global step after which worker 1 gets its signal.
+SIGNAL_STEP = 10
+# A generous bound on the signalled worker's end (it ends its step, says
+# it is done to the ps and closes its session), on a loaded machine.
+EXIT_BOUND_SECS = 60
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags, sync",
+    [
+        ((), ""),
+        (
+            ("--sync_replicas",),
+            ", each global step averaging --replicas_to_aggregate=2 "
+            "gradients of the workers left",
+        ),
+    ],
+    ids=["async", "sync_replicas"],
+)
+def test_sigterm_to_a_ps_cluster_worker_ends_it_alone(
+    make_cluster, flags, sync
+):
+    cluster = make_cluster(
+        2,
+        "--max_steps=%d" % MAX_STEPS,
+        "--log_frequency=1",
+        "--operation_timeout_secs=60",
+        *flags,
+    )
+    cluster.start("ps", 0)
+    cluster.start("worker", 0)
+    cluster.start("worker", 1)
+    wait_for_step(cluster, "worker1", SIGNAL_STEP)
+    os.kill(cluster.processes["worker1"].pid, signal.SIGTERM)
+    start = time.time()
+
+    code, _ = cluster.wait("worker1")
+    assert code == 128 + signal.SIGTERM, cluster.log("worker1")[-3000:]
+    assert time.time() - start < EXIT_BOUND_SECS
+    last = cluster.log("worker1").strip().split("\n")[-1]
+    left = re.fullmatch(
+        re.escape(SCRIPT + ": worker task 1 interrupted (SIGTERM) at global ")
+        + r"step (\d+)"
+        + re.escape(
+            " and left the cluster; the chief (worker task 0) and the other "
+            "workers train on without it%s, and the chief saves the "
+            "checkpoints; run the same command to rejoin" % sync
+        ),
+        last,
+    )
+    assert left, last
+    assert SIGNAL_STEP <= int(left[1]) < MAX_STEPS
+    for name in ("worker0", "ps0"):
+        code, _ = cluster.wait(name)
+        assert code == 0, cluster.log(name)[-3000:]
+    assert checkpoint_steps(cluster.train_dir(0))[-1] == MAX_STEPS
