@@ -21,6 +21,24 @@ from cifar10_input import (
 RECORDS_PER_DECODE = 1000  # Records per decode op, reading into memory.
 
 
+def _map(dataset, function):
+    """`dataset.map(function)`, the function traced as written.
+
+    The functions mapped here hold no Python control flow on tensors, so
+    autograph's conversion would make the very same ops; skipping it takes
+    the first build of a trainer's input from 0.6-0.9 s to 0.2-0.3 s (2
+    loaded cores), in every trainer process.
+
+    Args:
+      dataset: a `tf.data.Dataset`.
+      function: callable of the dataset's element, as `map` takes it.
+
+    Returns:
+      The mapped `tf.data.Dataset`.
+    """
+    return dataset.map(tf.autograph.experimental.do_not_convert(function))
+
+
 def decoded_set(filenames, num_records):
     """The whole split decoded once, as a dataset of one element.
 
@@ -36,7 +54,7 @@ def decoded_set(filenames, num_records):
       int32 [num_records]).
     """
     dataset = read_records(filenames).batch(RECORDS_PER_DECODE)
-    return dataset.map(decode_record).rebatch(num_records)
+    return _map(dataset, decode_record).rebatch(num_records)
 
 
 def epoch_orders(num_records, batch_size):
@@ -55,7 +73,7 @@ def epoch_orders(num_records, batch_size):
       0..num_records - 1.
     """
     orders = tf.data.Dataset.from_tensors(tf.range(num_records)).repeat()
-    return orders.map(tf.random.shuffle).rebatch(
+    return _map(orders, tf.random.shuffle).rebatch(
         batch_size, drop_remainder=True
     )
 
@@ -88,7 +106,7 @@ def distorted_dataset(data_dir, batch_size):
         return distort_batch(images, *parameters), tf.gather(labels, order)
 
     # One batch at a time: a parallel map took 20-50% more CPU per image.
-    dataset = tf.data.Dataset.zip((training_set, orders)).map(distort)
+    dataset = _map(tf.data.Dataset.zip((training_set, orders)), distort)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -151,8 +169,9 @@ def eval_inputs(eval_data, data_dir, batch_size, num_examples):
         )
     dataset = read_records(filenames).take(num_examples).batch(batch_size)
     # Whole batches: one decode, one crop and one standardisation each.
-    dataset = dataset.map(decode_record).map(
-        lambda images, labels: (eval_image(images), labels)
+    dataset = _map(
+        _map(dataset, decode_record),
+        lambda images, labels: (eval_image(images), labels),
     )
     dataset = dataset.prefetch(tf.data.AUTOTUNE)
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)

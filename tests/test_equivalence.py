@@ -40,9 +40,11 @@ def _cell(case, *marks):
 @pytest.mark.parametrize(
     "case",
     [
-        # A cell across workers starts two processes: a minute, slow.
-        _cell(case, *([pytest.mark.slow] if case.update == WORKERS else []))
+        # The cell across workers (two processes, a minute) runs in the
+        # fast slice of docs/replicated.md, which tests/test_docs.py runs.
+        _cell(case)
         for case in equivalence.fast_slice()
+        if case.update != WORKERS
     ]
     + [_cell(equivalence.RESNET_CELL, pytest.mark.slow)],
 )

@@ -2,8 +2,9 @@
 
 A cell across workers trains two worker processes of a cluster of workers
 only (benchmarks/equivalence_workers.py) and holds the chief to one device
-on the global batch; the passing cell is the fast slice's
-(tests/test_equivalence.py). Here, bugs that only the cluster's
+on the global batch; the passing cell is the fast slice's, which
+docs/replicated.md runs (`python -m benchmarks.equivalence --fast`, run by
+tests/test_docs.py). Here, bugs that only the cluster's
 all-reduce can make, planted in the workers' processes through a
 sitecustomize module on their PYTHONPATH (the runner's own process, where
 the one device trains, is left as it is).
