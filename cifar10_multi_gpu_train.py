@@ -115,8 +115,7 @@ def build_graph(
       model: the `registry.Model` of every tower, and its recipe.
 
     Returns:
-      loss: float32 scalar, the mean of the towers' total losses.
-      train_op: the op of one training step.
+      loss, train_op: float32 scalar, the towers' mean total loss; the step.
       summary_op: the summaries of the last tower and of the update.
       hooks: the session hooks the optimizer and the staging need.
     """
