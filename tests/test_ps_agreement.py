@@ -3,12 +3,16 @@
 A ps and two workers on 127.0.0.1, worker 1 started with another
 --learning_rate: it ends before its first step with one line naming the
 flag and both values, exit 1; the chief and the ps train on and exit 0.
+The agreement's graph holds the worker's done signals once.
 """
 
 import re
 
 import pytest
+import tensorflow as tf
 from conftest import checkpoint_steps
+
+from multigpu.distributed import cluster, ps_agreement
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 MAX_STEPS = 20
@@ -45,3 +49,18 @@ def test_a_ps_cluster_worker_with_another_learning_rate_ends_naming_it(
         code, _ = cluster.wait(name)
         assert code == 0, cluster.log(name)[-3000:]
     assert checkpoint_steps(cluster.train_dir(0))[-1] == MAX_STEPS
+
+
+def test_a_ps_cluster_workers_graph_holds_one_done_signal_per_ps_task():
+    task = cluster.cluster_task(
+        "127.0.0.1:1,127.0.0.1:2", "127.0.0.1:3,127.0.0.1:4", "worker", 1
+    )
+    with tf.Graph().as_default() as graph:
+        done_ops = cluster.done_signals(task)
+        ps_agreement.PsAgreementHook(task, {}, 60, done_ops).begin()
+    enqueues = [
+        op.device
+        for op in graph.get_operations()
+        if op.type == "QueueEnqueueV2"
+    ]
+    assert enqueues == ["/job:ps/task:0", "/job:ps/task:1"]

@@ -20,7 +20,7 @@ import time
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import agreement, cluster
+from multigpu.distributed import agreement
 
 # Seconds between two looks at the chief's settings while it starts.
 POLL_SECS = 0.5
@@ -36,12 +36,15 @@ class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
       settings: dict of str -> JSON value (`agreement.agree`'s).
       wait_secs: float, how long a worker waits for the chief's settings
         (0: no bound, as --operation_timeout_secs=0).
+      done_ops: the worker's enqueue ops, one per ps task, that tell the ps
+        it is done (`cluster.done_signals`); a worker that differs runs them.
     """
 
-    def __init__(self, task, settings, wait_secs):
+    def __init__(self, task, settings, wait_secs, done_ops):
         self._task = task
         self._settings = settings
         self._wait_secs = wait_secs
+        self._done = done_ops
 
     def begin(self):
         text = json.dumps(self._settings, sort_keys=True)
@@ -56,7 +59,6 @@ class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
             self._ready = tf.compat.v1.is_variable_initialized(self._published)
         self._publish = self._published.initializer
         self._read = self._published.read_value()
-        self._done = cluster.done_signals(self._task)
 
     def after_create_session(self, session, coord):
         if self._task.is_chief:

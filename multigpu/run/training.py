@@ -183,11 +183,11 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     """
     task = session.task
     server = cluster.start_server(task, session.config)
+    done_ops = cluster.done_signals(task)
     if task.workers_only:
         _agree(server, session)
     elif task.cluster is not None:
-        session = _with_ps_agreement(session)
-    done_ops = cluster.done_signals(task)
+        session = _with_ps_agreement(session, done_ops)
     as_found = train_dirs.contents(train_dir)
     try:
         try:
@@ -236,13 +236,15 @@ def _agree(server, session):
     )
 
 
-def _with_ps_agreement(session):
+def _with_ps_agreement(session, done_ops):
     """session, its hooks led by the one that compares a ps cluster
-    worker's settings with its chief's before step 1 (`ps_agreement`)."""
+    worker's settings with its chief's before step 1 (`ps_agreement`); a
+    worker that differs runs done_ops, the worker's `cluster.done_signals`."""
     agreed = ps_agreement.PsAgreementHook(
         session.task,
         _with_variables(session.settings),
         sessions.timeout_secs(session.config),
+        done_ops,
     )
     return session._replace(hooks=[agreed, *session.hooks])
 
