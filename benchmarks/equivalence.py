@@ -71,6 +71,7 @@ from benchmarks.equivalence_table import (
 )
 from cifar10_models import registry
 from multigpu.graph import (
+    copy_names,
     loss_scale,
     placement,
     variable_update,
@@ -351,9 +352,9 @@ def largest_copy_gap(sess, graph_variables):
     """The largest |copy - variable| over the towers' copies (0 for none)."""
     pairs = sess.run(
         [
-            (copy, graph_variables[variable_update.primary_name(copy.op.name)])
+            (copy, graph_variables[copy_names.primary_name(copy.op.name)])
             for copy in tf.compat.v1.local_variables()
-            if variable_update.primary_name(copy.op.name)
+            if copy_names.primary_name(copy.op.name)
         ]
     )
     return max(

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 import cifar10_multi_gpu_train
 from multigpu.distributed import cluster
-from multigpu.graph import loss_scale, placement, variable_update
+from multigpu.graph import copy_names, loss_scale, placement, variable_update
 
 hosts, index, output = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 task = cluster.cluster_task("", hosts, "worker", index)
@@ -57,7 +57,7 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
         if not v.op.name.endswith("/avg")
     ] + [
         v for v in tf.compat.v1.local_variables()
-        if variable_update.primary_name(v.op.name)
+        if copy_names.primary_name(v.op.name)
     ]
     with tf.compat.v1.Session(server.target, config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())

@@ -50,7 +50,7 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from benchmarks import equivalence
 from multigpu.distributed import cluster
-from multigpu.graph import placement, variable_update
+from multigpu.graph import copy_names, placement, variable_update
 
 hosts, index, output, inputs = sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]
 data = dict(np.load(inputs))
@@ -90,7 +90,7 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
         if equivalence.SHADOW not in name
     ] + [
         v for v in tf.compat.v1.local_variables()
-        if variable_update.primary_name(v.op.name)
+        if copy_names.primary_name(v.op.name)
     ]
     with tf.compat.v1.Session(server.target, config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())

@@ -25,6 +25,7 @@ import mnist_model
 from multigpu.distributed import cluster
 from multigpu.graph import (
     all_reduce,
+    copy_names,
     dry_run,
     placement,
     variable_update,
@@ -81,7 +82,7 @@ def test_a_replicated_run_resumes_every_copy_and_its_slots_from_the_checkpoint(
         # What its checkpoints hold: one copy of the weights and slots.
         assert global_names == set(restored)
         assert local_names == {
-            variable_update.replica_name(1, name)
+            copy_names.replica_name(1, name)
             for name in global_names - {"global_step"}
         }
         # The trainers' own session: restore, then the local init op.
@@ -94,7 +95,7 @@ def test_a_replicated_run_resumes_every_copy_and_its_slots_from_the_checkpoint(
         )
         with tf.compat.v1.train.MonitoredSession(creator) as sess:
             for var in tf.compat.v1.local_variables():
-                name = variable_update.primary_name(var.op.name)
+                name = copy_names.primary_name(var.op.name)
                 np.testing.assert_array_equal(sess.run(var), restored[name])
 
 

@@ -15,7 +15,7 @@ import warnings
 
 import tensorflow as tf
 
-from multigpu.graph import blocks, float32_decay, variable_update
+from multigpu.graph import blocks, copy_names, float32_decay
 
 # The dtypes the layers may compute in while the variables stay float32.
 REDUCED_DTYPES = (tf.float16, tf.bfloat16)
@@ -94,7 +94,7 @@ def call_model(
     _refuse_other_variables(created, got, name)
     for var in created:
         # The towers' copies (local variables) are not the model's own.
-        if not var.trainable and not variable_update.primary_name(var.op.name):
+        if not var.trainable and not copy_names.primary_name(var.op.name):
             tf.compat.v1.add_to_collection(
                 tf.compat.v1.GraphKeys.MOVING_AVERAGE_VARIABLES, var
             )
@@ -200,7 +200,7 @@ def is_batch_norm_bug(error):
 
 def _refuse_other_variables(created, got, name):
     # A tower's copy is returned instead of the variable it copies.
-    made = got | {variable_update.primary_name(each) for each in got}
+    made = got | {copy_names.primary_name(each) for each in got}
     others = [
         blocks.without_blocks(var.op.name)
         for var in created

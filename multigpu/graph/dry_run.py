@@ -25,6 +25,7 @@ import tensorflow as tf
 from multigpu import errors
 from multigpu.graph import (
     all_reduce,
+    copy_names,
     network_plan,
     op_kernels,
     rewrite_audit,
@@ -190,7 +191,7 @@ def _device_table(graph):
     """Lines 'DEVICE  N ops  P parameters' for each device of graph."""
     ops = collections.Counter(_device_name(op) for op in graph.get_operations())
     params = collections.Counter()
-    for var in variable_update.model_variables_with_copies(graph):
+    for var in copy_names.model_variables_with_copies(graph):
         params[_device_name(var.op)] += var.shape.num_elements()
     lines = [
         "Placement plan: ops and trainable parameters per device\n"

@@ -14,7 +14,7 @@ import contextlib
 
 import tensorflow as tf
 
-from multigpu.graph import blocks, towers, variable_update
+from multigpu.graph import blocks, copy_names, towers
 
 # The names of the suite's own variables: the step counter and the float16
 # loss scale (`loss_scale.LossScaleOptimizer`).
@@ -96,10 +96,10 @@ def _problem(name, kwargs):
             "ending in /%s); rename it"
             % (", ".join(SUITE_VARIABLES), " or /".join(SUITE_SUFFIXES))
         )
-    if variable_update.primary_name(name) is not None:
+    if copy_names.primary_name(name) is not None:
         return (
             "is named like the copy %s/%s_N/... that --variable_update="
             "replicated makes of each variable; rename its scope"
-            % (towers.TOWERS_SCOPE, variable_update.REPLICA_SCOPE)
+            % (towers.TOWERS_SCOPE, copy_names.REPLICA_SCOPE)
         )
     return None

@@ -45,18 +45,14 @@ every statistic as it was.
 """
 
 import collections
-import re
 
 import tensorflow as tf
 
-from multigpu.graph import all_reduce, collectives, placement, towers
+from multigpu.graph import all_reduce, collectives, copy_names, placement
 
 VARIABLE_UPDATES = ("parameter_server", "replicated")
 # The table's row of --variable_update=replicated in a cluster of workers only.
 ACROSS_WORKERS = "replicated_across_workers"
-
-# Tower i's copies are named towers/REPLICA_SCOPE_i/<the variable's name>.
-REPLICA_SCOPE = towers.REPLICA_SCOPE
 
 VariableUpdate = collections.namedtuple(
     "VariableUpdate",
@@ -166,23 +162,6 @@ def parameter_server(devices, variable_device=placement.VARIABLE_DEVICE):
     )
 
 
-def replica_name(index, name):
-    """'towers/replica_<index>/<name>': the name of tower index's copy of
-    name, in the graph's towers block."""
-    return "%s/%s_%d/%s" % (towers.TOWERS_SCOPE, REPLICA_SCOPE, index, name)
-
-
-def primary_name(name):
-    """The name of the variable a copy copies, or None for no copy."""
-    match = _COPY_NAME.match(name)
-    return match.group(1) if match else None
-
-
-_COPY_NAME = re.compile(
-    "%s/%s_[0-9]+/(.+)" % (towers.TOWERS_SCOPE, REPLICA_SCOPE)
-)
-
-
 def _copies_every_variable(index):
     """Replicated: every tower after the first copies every variable."""
     return index > 0
@@ -255,7 +234,7 @@ def _copying_getter(index, weights, copies):
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
             reuse=tf.compat.v1.AUTO_REUSE,
         )
-        copy = getter(replica_name(index, name), *args, **kwargs)
+        copy = getter(copy_names.replica_name(index, name), *args, **kwargs)
         copies[variable.op.name] = copy
         return copy
 
@@ -309,7 +288,7 @@ def apply_gradients(
 
 
 def _local_if_a_copy(next_creator, **kwargs):
-    if primary_name(kwargs.get("name") or "") is not None:
+    if copy_names.primary_name(kwargs.get("name") or "") is not None:
         kwargs["collections"] = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
         kwargs["trainable"] = False
     return next_creator(**kwargs)
@@ -364,7 +343,7 @@ def _local_init_op(update):
     assigns = []
     with tf.control_dependencies([initialise]):
         for copy in tf.compat.v1.local_variables():
-            name = primary_name(copy.op.name)
+            name = copy_names.primary_name(copy.op.name)
             if name is not None:
                 with tf.device(copy.device):
                     assigns.append(copy.assign(variables[name].read_value()))
@@ -467,18 +446,6 @@ _MODES = {
         _describe_across_workers,
     ),
 }
-
-
-def model_variables_with_copies(graph):
-    """The trainable variables and the towers' copies of them."""
-    trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
-    names = {var.op.name for var in trainable}
-    copies = [
-        var
-        for var in graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES)
-        if primary_name(var.op.name) in names
-    ]
-    return trainable + copies
 
 
 def initialise(session):
