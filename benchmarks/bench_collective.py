@@ -48,7 +48,7 @@ import cifar10_multi_gpu_train
 from benchmarks import common
 from multigpu.distributed import cluster
 from multigpu.graph import collectives, placement, variable_update
-from multigpu.run import preemption
+from multigpu.run import preemption, sessions
 
 NAME = "collective"
 NUM_WORKERS = 2
@@ -107,12 +107,12 @@ def _initialise(sess, task):
     initialises and the other waits for it."""
     if task.workers_only or task.is_chief:
         sess.run(tf.compat.v1.global_variables_initializer())
-        sess.run(variable_update.local_init_op())
+        sess.run(sessions.local_init_op())
         return
     uninitialised = tf.compat.v1.report_uninitialized_variables()
     while len(sess.run(uninitialised)):
         time.sleep(0.5)
-    sess.run(variable_update.local_init_op())
+    sess.run(sessions.local_init_op())
 
 
 def free_hosts(count):

@@ -37,6 +37,7 @@ from benchmarks.machine import RESULTS_DIR, cpu_info
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.graph import placement, summaries, variable_update
+from multigpu.run import sessions
 
 CIFAR10_DATA_DIR = os.path.join(RESULTS_DIR, "cifar10_data")
 
@@ -427,7 +428,7 @@ def start_session(model, config=None):
     sess.run(model.init_op)
     with model.graph.as_default():
         # Then the copies of replicated towers take tower 0's values.
-        sess.run(variable_update.local_init_op())
+        sess.run(sessions.local_init_op())
     for hook in model.hooks:
         hook.after_create_session(sess, None)
     return sess

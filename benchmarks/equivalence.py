@@ -76,6 +76,7 @@ from multigpu.graph import (
     placement,
     variable_update,
 )
+from multigpu.run import sessions
 
 STEPS = 3  # Steps of every cell: enough for momentum and the averages.
 PER_TOWER_BATCH = 2  # Examples per tower per step.
@@ -340,7 +341,7 @@ def train(graph_fn, initial, devices):
                     if name.replace(SHADOW, "") in initial
                 ]
             )
-            sess.run(variable_update.local_init_op())
+            sess.run(sessions.local_init_op())
             copy_gaps = []
             for _ in range(STEPS):
                 sess.run(train_op)

@@ -35,6 +35,7 @@ from benchmarks import equivalence
 from multigpu import errors
 from multigpu.distributed import agreement, cluster
 from multigpu.graph import placement, variable_update
+from multigpu.run import sessions
 
 # Seconds a worker waits for its peer (start-up, the agreement, any op): a
 # bound for a loaded machine, not an expected time.
@@ -91,7 +92,7 @@ def train(server, config, task, train_op, initial):
                 if value is not None:
                     var.load(value, sess)
         # The other worker takes the chief's values here.
-        sess.run(variable_update.local_init_op())
+        sess.run(sessions.local_init_op())
         gaps = []
         for _ in range(equivalence.STEPS):
             sess.run(train_op)

@@ -12,9 +12,8 @@ from multigpu.graph import (
     blocks,
     placement,
     towers,
-    variable_update,
 )
-from multigpu.run import checkpoints
+from multigpu.run import checkpoints, sessions
 
 # The L2 factor of the test models' kernels, large enough to show in a loss.
 WEIGHT_DECAY = 1e-2
@@ -139,7 +138,7 @@ def test_the_moving_mean_follows_the_last_towers_batch_with_every_step():
         layers_model, ["/cpu:1", "/cpu:2"], "/cpu:0"
     )
     with graph.as_default(), three_cpu_session() as sess:
-        variable_update.initialise(sess)
+        sessions.initialise(sess)
         moving_mean = variable(graph, "bn/moving_mean")
         last_conv = graph.get_tensor_by_name("towers/tower_1/conv/BiasAdd:0")
         first_conv = graph.get_tensor_by_name("towers/tower_0/conv/BiasAdd:0")
@@ -167,7 +166,7 @@ def test_the_last_towers_loss_is_its_cross_entropy_plus_the_l2_terms():
         layers_model, ["/cpu:1", "/cpu:2"], "/cpu:0"
     )
     with graph.as_default(), three_cpu_session() as sess:
-        variable_update.initialise(sess)
+        sessions.initialise(sess)
         # 'total_loss' is the last tower's, as its summary shows it.
         last, mean, cross_entropies, conv, dense = sess.run(
             [
@@ -197,7 +196,7 @@ def test_in_bfloat16_a_layers_model_trains_and_saves_float32_only(tmp_path):
     convolutions = [op for op in graph.get_operations() if op.type == "Conv2D"]
     assert [op.get_attr("T") for op in convolutions] == [tf.bfloat16] * 2
     with graph.as_default(), three_cpu_session() as sess:
-        variable_update.initialise(sess)
+        sessions.initialise(sess)
         kernel = variable(graph, "conv/kernel")
         before = sess.run(kernel)
         losses = [sess.run([loss, train_op])[0] for _ in range(3)]

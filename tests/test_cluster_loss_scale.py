@@ -27,6 +27,7 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from multigpu.distributed import cluster
 from multigpu.graph import copy_names, loss_scale, placement, variable_update
+from multigpu.run import sessions
 
 hosts, index, output = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 task = cluster.cluster_task("", hosts, "worker", index)
@@ -61,7 +62,7 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
     ]
     with tf.compat.v1.Session(server.target, config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
-        sess.run(variable_update.local_init_op())
+        sess.run(sessions.local_init_op())
         before = sess.run(variables)
         sess.run(train_op)
         after = sess.run(variables)

@@ -51,6 +51,7 @@ import cifar10_multi_gpu_train
 from benchmarks import equivalence
 from multigpu.distributed import cluster
 from multigpu.graph import copy_names, placement, variable_update
+from multigpu.run import sessions
 
 hosts, index, output, inputs = sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]
 data = dict(np.load(inputs))
@@ -98,7 +99,7 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
             value = data.get(name.replace(equivalence.SHADOW, ""))
             if task.is_chief and value is not None:
                 var.load(value, sess)
-        sess.run(variable_update.local_init_op())
+        sess.run(sessions.local_init_op())
         gaps, states = [], []
         for step in range(len(images)):
             sess.run(train_op)

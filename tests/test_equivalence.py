@@ -26,8 +26,8 @@ from multigpu.graph import (
     gradient_reduction,
     loss_scale,
     placement,
-    variable_update,
 )
+from multigpu.run import sessions
 
 Case = equivalence.Case
 WORKERS = equivalence_workers.UPDATE
@@ -142,7 +142,7 @@ def _skipped_step(update, spec):
         with tf.compat.v1.Session(
             config=placement.session_config(devices)
         ) as sess:
-            variable_update.initialise(sess)
+            sessions.initialise(sess)
             # Averages away from their variables: a decay would move them.
             for var in variables:
                 if var.op.name.endswith(equivalence.SHADOW):

@@ -446,21 +446,3 @@ _MODES = {
         _describe_across_workers,
     ),
 }
-
-
-def initialise(session):
-    """Initialises the variables as a `MonitoredSession` does, in a plain
-    `Session` (tests, benchmarks): the global variables, then the local init
-    op (which gives the copies the variables' values).
-    """
-    session.run(tf.compat.v1.global_variables_initializer())
-    session.run(local_init_op())
-
-
-def local_init_op():
-    """The op a `Scaffold` runs as its local init op, as it would choose."""
-    return tf.compat.v1.train.Scaffold.get_or_default(
-        "local_init_op",
-        tf.compat.v1.GraphKeys.LOCAL_INIT_OP,
-        tf.compat.v1.train.Scaffold.default_local_init_op,
-    )

@@ -1,4 +1,8 @@
-"""Session creators: the chief restores, workers wait, both bounded."""
+"""Session creators: the chief restores, workers wait, both bounded.
+
+And a plain `Session` initialised as theirs are (`initialise`,
+`local_init_op`), for tests and benchmarks.
+"""
 
 import time
 
@@ -188,3 +192,21 @@ class BoundedSessionCreator(tf.compat.v1.train.SessionCreator):
 def timeout_secs(config):
     timeout_ms = config.operation_timeout_in_ms if config else 0
     return timeout_ms / 1000 if timeout_ms > 0 else 7200
+
+
+def initialise(session):
+    """Initialises the variables as a `MonitoredSession` does, in a plain
+    `Session` (tests, benchmarks): the global variables, then the local init
+    op (which gives the copies the variables' values).
+    """
+    session.run(tf.compat.v1.global_variables_initializer())
+    session.run(local_init_op())
+
+
+def local_init_op():
+    """The op a `Scaffold` runs as its local init op, as it would choose."""
+    return tf.compat.v1.train.Scaffold.get_or_default(
+        "local_init_op",
+        tf.compat.v1.GraphKeys.LOCAL_INIT_OP,
+        tf.compat.v1.train.Scaffold.default_local_init_op,
+    )

@@ -9,7 +9,7 @@ import cifar10_multi_gpu_train
 from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import placement, variable_update
-from multigpu.run import checkpoints
+from multigpu.run import checkpoints, sessions
 
 
 def cifar10_step_graph(
@@ -101,7 +101,7 @@ def cifar10_step(num_towers, images, labels, initial_values, **options):
             if initial_values is not None:
                 for var in variables:
                     var.load(initial_values[checkpoints.saved_name(var)], sess)
-            sess.run(variable_update.local_init_op())
+            sess.run(sessions.local_init_op())
             metadata = tf.compat.v1.RunMetadata()
             loss_value, _ = sess.run(
                 [loss, train_op],
