@@ -62,7 +62,6 @@ from multigpu.distributed import cluster, ps
 from multigpu.graph import (
     blocks,
     dry_run,
-    gradient_reduction,
     loss_scale,
     loss_summaries,
     moving_averages,
@@ -253,7 +252,7 @@ def _reduce(update, tower_grads, clip_norm, loss_averages_op):
     averages, which read it. Only the gradients wait: the optimizer's own
     ops (a sync optimizer's queues and init ops) must not.
     """
-    reduced = gradient_reduction.reduce_gradients(update, tower_grads)
+    reduced = variable_update.reduce_gradients(update, tower_grads)
     if clip_norm > 0:
         reduced = [towers.clip_gradients(grads, clip_norm) for grads in reduced]
     with tf.control_dependencies([loss_averages_op]):

@@ -16,7 +16,6 @@ import tensorflow as tf
 import mnist_input
 from multigpu.distributed import cluster
 from multigpu.graph import (
-    gradient_reduction,
     placement,
     summaries,
     towers,
@@ -178,7 +177,7 @@ def train(
     # Synchronisation point: every tower's gradients, averaged on the CPU
     # or all-reduced onto every tower's copy.
     with tf.name_scope("reduce"):
-        reduced = gradient_reduction.reduce_gradients(update, tower_grads)
+        reduced = variable_update.reduce_gradients(update, tower_grads)
     with tf.name_scope("update"):
         train_op = variable_update.apply_gradients(
             update, plan, opt, reduced, global_step, [], tf.constant(True)

@@ -29,7 +29,7 @@ def _reductions(mode, task):
     with tf.Graph().as_default() as graph:
         var = tf.Variable(tf.zeros([3]))
         tower_grads = [[(tf.ones([3]), var)] for _ in devices]
-        reduced = gradient_reduction.reduce_gradients(update, tower_grads)
+        reduced = variable_update.reduce_gradients(update, tower_grads)
     ops = [
         op
         for op in graph.get_operations()

@@ -162,3 +162,17 @@ def test_the_graph_package_imports_nothing_from_distributed_or_run():
     assert (
         "multigpu.graph.collectives" in graph["multigpu.graph.variable_update"]
     )
+
+
+def test_the_modes_table_names_the_reductions_which_import_it_not():
+    graph = import_graph(ROOT)
+    # One table: each row's reduction is a column of variable_update's
+    # modes, so no second table keyed by the same rows.
+    assert (
+        "multigpu.graph.gradient_reduction"
+        in graph["multigpu.graph.variable_update"]
+    )
+    assert (
+        "multigpu.graph.variable_update"
+        not in graph["multigpu.graph.gradient_reduction"]
+    )

@@ -1,45 +1,55 @@
 """The gradients' reduction: every tower's gradients, reduced for the update.
 
-The synchronisation point of a step, for every mode (`reduce_gradients`):
-parameter_server averages them on the variable device (`average_gradients`),
-replicated all-reduces them between the towers (`all_reduce`), and across
-the workers of a cluster of workers only (`collectives`).
+The synchronisation point of a step, one function per mode, which the
+`reduce` column of `variable_update`'s table names (tf_cnn_benchmarks'
+variable manager owns its mode's reduction the same way):
+parameter_server averages them on the variable device (`on_variable_device`,
+`average_gradients`), replicated all-reduces them between the towers
+(`between_towers`, `all_reduce`), and across the workers of a cluster of
+workers only (`across_workers`, `collectives`).
 """
 
 import tensorflow as tf
 
-from multigpu.graph import all_reduce, collectives, placement, variable_update
+from multigpu.graph import all_reduce, collectives, placement
 
 
-def reduce_gradients(update, tower_grads):
-    """The synchronisation point: every tower's gradients, reduced.
+def on_variable_device(update, tower_grads):
+    """parameter_server: the towers' mean on update.variable_device.
 
     Args:
-      update: the `variable_update.VariableUpdate`, whose mode picks the
-        reduction.
+      update: the `variable_update.VariableUpdate`.
       tower_grads: list (one per tower) of lists of (gradient, variable),
         in the same variable order.
 
     Returns:
-      A list of lists of (gradient, variable), one per copy of the
-      variables: for parameter_server one list, the mean on
-      `variable_device`; for replicated (across the workers too) one per
-      tower, the mean on its own device, paired with its own copy.
+      [list of (gradient, variable)]: one list, `average_gradients`'.
     """
-    return _REDUCTIONS[update.mode](update, tower_grads)
-
-
-def _on_variable_device(update, tower_grads):
     return [average_gradients(tower_grads, update.variable_device)]
 
 
-def _between_towers(update, tower_grads):
+def between_towers(update, tower_grads):
+    """replicated: the towers' mean, all-reduced onto every tower's copy.
+
+    Args: as `on_variable_device`'s.
+
+    Returns:
+      A list (one per tower) of lists of (gradient, variable): the mean on
+      the tower's device, paired with the tower's own copy.
+    """
     return all_reduce.all_reduce_mean(
         tower_grads, update.devices, update.all_reduce, update.keys
     )
 
 
-def _across_workers(update, tower_grads):
+def across_workers(update, tower_grads):
+    """replicated across the workers: the mean of every tower of every
+    worker, on each tower's copy, every gradient available only once all
+    of them are (`_all_or_none`).
+
+    Args, Returns: as `between_towers`'s; update.task is the worker's
+    `cluster.ClusterTask`.
+    """
     # Every copy waits for every pack's all-reduce: a step a lost peer cuts
     # short changes no copy, so the chief can save the last step it
     # completed (`run/last_step.py`).
@@ -63,14 +73,6 @@ def _all_or_none(reduced):
         [(g if g is None else next(gated), v) for g, v in grads]
         for grads in reduced
     ]
-
-
-# The reduction of each row of the variable update's table.
-_REDUCTIONS = {
-    "parameter_server": _on_variable_device,
-    "replicated": _between_towers,
-    variable_update.ACROSS_WORKERS: _across_workers,
-}
 
 
 def average_gradients(tower_grads, device=placement.VARIABLE_DEVICE):

@@ -8,7 +8,7 @@ A step calls it in the order the step runs, and it calls nothing back:
   plan = tower_plan(update)                      one `TowerVariables` a tower
   for each tower (`towers.towers(plan)`):        its device, scope and getter
     grads = opt.compute_gradients(loss, trainable_variables(tower))
-  reduced = gradient_reduction.reduce_gradients(update, tower_grads)
+  reduced = reduce_gradients(update, tower_grads)  the mode's reduction
   train_op = apply_gradients(update, plan, opt, reduced, global_step, ...)
 
 parameter_server (the TF1 design): one copy of every variable on
@@ -48,7 +48,13 @@ import collections
 
 import tensorflow as tf
 
-from multigpu.graph import all_reduce, collectives, copy_names, placement
+from multigpu.graph import (
+    all_reduce,
+    collectives,
+    copy_names,
+    gradient_reduction,
+    placement,
+)
 
 VARIABLE_UPDATES = ("parameter_server", "replicated")
 # The table's row of --variable_update=replicated in a cluster of workers only.
@@ -252,6 +258,23 @@ def trainable_variables(tower):
     ]
 
 
+def reduce_gradients(update, tower_grads):
+    """The synchronisation point: every tower's gradients, reduced.
+
+    Args:
+      update: the `VariableUpdate`, whose mode's row picks the reduction.
+      tower_grads: list (one per tower) of lists of (gradient, variable),
+        in the same variable order.
+
+    Returns:
+      A list of lists of (gradient, variable), one per copy of the
+      variables: for parameter_server one list, the mean on
+      `variable_device`; for replicated (across the workers too) one per
+      tower, the mean on its own device, paired with its own copy.
+    """
+    return _MODES[update.mode].reduce(update, tower_grads)
+
+
 def apply_gradients(
     update, plan, opt, reduced, global_step, statistics_updates, applied
 ):
@@ -261,8 +284,7 @@ def apply_gradients(
       update: the `VariableUpdate`.
       plan: the `tower_plan` the towers were built with.
       opt: the optimizer; its `apply_gradients` increments global_step once.
-      reduced: the lists of `gradient_reduction.reduce_gradients` (each
-        maybe clipped).
+      reduced: the lists of `reduce_gradients` (each maybe clipped).
       global_step: int64 scalar variable.
       statistics_updates: the ops that update the last tower's statistics
         (`towers.batch_norm_updates` of its scope).
@@ -414,17 +436,19 @@ def _describe_across_workers(update):
 
 _Mode = collections.namedtuple(
     "_Mode",
-    "make copies_weights variable_device shared_statistics start_values "
-    "describe",
+    "make copies_weights variable_device reduce shared_statistics "
+    "start_values describe",
 )
 # The table of the modes, a row each: its `VariableUpdate`; whether tower
-# index copies the weights, and where its variable ops go; the statistics
-# every copy takes; the copies' start; the dry run's lines.
+# index copies the weights, and where its variable ops go; the gradients'
+# reduction (`gradient_reduction`); the statistics every copy takes; the
+# copies' start; the dry run's lines.
 _MODES = {
     "parameter_server": _Mode(
         _parameter_server_update,
         _copies_no_weights,
         _shared_device,
+        gradient_reduction.on_variable_device,
         _own_values,
         _own_start,
         _describe_parameter_server,
@@ -433,6 +457,7 @@ _MODES = {
         _replicated_update,
         _copies_every_variable,
         _own_device,
+        gradient_reduction.between_towers,
         _own_values,
         _own_start,
         _describe_replicated,
@@ -441,6 +466,7 @@ _MODES = {
         _across_workers_update,
         _copies_every_variable,
         _own_device,
+        gradient_reduction.across_workers,
         _last_workers_values,
         _chief_start,
         _describe_across_workers,

@@ -3,7 +3,7 @@
 Every worker holds its own copies of the variables, equal after every step.
 When a peer, or the link to it, is lost, the step in flight fails in its
 all-reduce before any copy is updated (every copy waits for every reduced
-gradient, `gradient_reduction.reduce_gradients`), so the chief's copies are
+gradient, `gradient_reduction.across_workers`), so the chief's copies are
 still those of the last step it completed: it saves them, and the same
 commands resume from that step once the cluster is whole again. Without
 this a link that goes down costs every step since the last periodic
