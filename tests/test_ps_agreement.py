@@ -3,14 +3,17 @@
 A ps and two workers on 127.0.0.1, worker 1 started with another
 --learning_rate: it ends before its first step with one line naming the
 flag and both values, exit 1; the chief and the ps train on and exit 0.
-The agreement's graph holds the worker's done signals once.
+The agreement's graph holds the worker's done signals once, and a chief
+ends without TensorFlow's 'Object was never used' block.
 """
 
 import re
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
-from conftest import checkpoint_steps
+from conftest import REPO, SCRIPT_ENV, checkpoint_steps
 
 from multigpu.distributed import cluster, ps_agreement
 
@@ -20,6 +23,18 @@ MAX_STEPS = 20
 # start-up, the chief's session, one read of the chief's settings) on a
 # loaded machine.
 EXIT_BOUND_SECS = 120
+# A chief's agreement hook, built and then collected, as at a trainer's end.
+COLLECTED_CHIEF_HOOK = """
+from multigpu import quiet_cpp_logs
+import gc
+import tensorflow as tf
+from multigpu.distributed import cluster, ps_agreement
+task = cluster.cluster_task("127.0.0.1:1", "127.0.0.1:2", "worker", 0)
+with tf.Graph().as_default():
+    done_ops = cluster.done_signals(task)
+    ps_agreement.PsAgreementHook(task, {}, 60, done_ops).begin()
+gc.collect()
+"""
 
 
 @pytest.mark.slow
@@ -64,3 +79,19 @@ def test_a_ps_cluster_workers_graph_holds_one_done_signal_per_ps_task():
         if op.type == "QueueEnqueueV2"
     ]
     assert enqueues == ["/job:ps/task:0", "/job:ps/task:1"]
+
+
+def test_a_ps_cluster_chief_ends_without_an_object_never_used_error():
+    result = subprocess.run(
+        [sys.executable, "-c", COLLECTED_CHIEF_HOOK],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # As a user runs it: quiet_cpp_logs hides TensorFlow's C++ notices.
+        env={
+            k: v for k, v in SCRIPT_ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"
+        },
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""

@@ -56,7 +56,10 @@ class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
                 trainable=False,
                 use_resource=False,
             )
-            self._ready = tf.compat.v1.is_variable_initialized(self._published)
+            # The raw op: tf.compat.v1.is_variable_initialized's tensor,
+            # which a chief never runs, logs an 'Object was never used'
+            # ERROR block at the chief's end once the hook is collected.
+            self._ready = tf.raw_ops.IsVariableInitialized(ref=self._published)
         self._publish = self._published.initializer
         self._read = self._published.read_value()
 
