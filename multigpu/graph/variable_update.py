@@ -8,7 +8,7 @@ A step calls it in the order the step runs, and it calls nothing back:
   plan = tower_plan(update)                      one `TowerVariables` a tower
   for each tower (`towers.towers(plan)`):        its device, scope and getter
     grads = opt.compute_gradients(loss, trainable_variables(tower))
-  reduced = reduce_gradients(update, tower_grads)  the mode's reduction
+  reduced = reduce_gradients(update, tower_grads)
   train_op = apply_gradients(update, plan, opt, reduced, global_step, ...)
 
 parameter_server (the TF1 design): one copy of every variable on
