@@ -41,17 +41,17 @@ gc.collect()
 def test_a_ps_cluster_worker_with_another_learning_rate_ends_naming_it(
     make_cluster,
 ):
-    cluster = make_cluster(
+    running = make_cluster(
         2,
         "--max_steps=%d" % MAX_STEPS,
         "--operation_timeout_secs=60",
     )
-    cluster.start("ps", 0)
-    cluster.start("worker", 0, "--learning_rate=0.1")
-    cluster.start("worker", 1, "--learning_rate=0.05")
+    running.start("ps", 0)
+    running.start("worker", 0, "--learning_rate=0.1")
+    running.start("worker", 1, "--learning_rate=0.05")
 
-    code, seconds = cluster.wait("worker1")
-    log = cluster.log("worker1")
+    code, seconds = running.wait("worker1")
+    log = running.log("worker1")
     assert code == 1, log[-3000:]
     assert seconds < EXIT_BOUND_SECS
     assert log.strip().split("\n")[-1] == (
@@ -61,9 +61,9 @@ def test_a_ps_cluster_worker_with_another_learning_rate_ends_naming_it(
     )
     assert not re.search(r"step \d+,", log), log[-3000:]
     for name in ("worker0", "ps0"):
-        code, _ = cluster.wait(name)
-        assert code == 0, cluster.log(name)[-3000:]
-    assert checkpoint_steps(cluster.train_dir(0))[-1] == MAX_STEPS
+        code, _ = running.wait(name)
+        assert code == 0, running.log(name)[-3000:]
+    assert checkpoint_steps(running.train_dir(0))[-1] == MAX_STEPS
 
 
 def test_a_ps_cluster_workers_graph_holds_one_done_signal_per_ps_task():
