@@ -53,6 +53,19 @@ from helpers.training import (  # noqa: E402, F401
 from data_sets import cifar10_data  # noqa: E402
 
 
+def pytest_configure(config):
+    """Drops what TensorFlow's C++ side printed as this file imported it.
+
+    Its start-up notices (no CUDA driver, the CPU's instructions) land in
+    pytest's capture of the start; a process that runs tests hands them to
+    its first test, but the controller of `-n 2`, which runs none, would
+    print them after the summary.
+    """
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.read_global_capture()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def scripts_take_ctrl_c():
     """Scripts start with Ctrl-C (SIGINT) enabled, as from a terminal.
