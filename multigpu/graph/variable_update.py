@@ -292,8 +292,9 @@ def apply_gradients(
         (`loss_scale.step_applied`).
 
     Returns:
-      The op of the update. Its local init op (`local_init_op`) is in the
-      LOCAL_INIT_OP collection, where a `Scaffold` finds it.
+      The op of the update. Its local init op (`_local_init_op`) is in the
+      LOCAL_INIT_OP collection, where a `Scaffold` (or, in a plain
+      `Session`, `sessions.local_init_op`) finds it.
     """
     # The optimizer's slots of a copy are the copy's: local variables.
     with tf.variable_creator_scope(_local_if_a_copy):
