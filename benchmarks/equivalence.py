@@ -45,7 +45,6 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 
 import argparse
 import collections
-import itertools
 import sys
 import time
 
@@ -57,13 +56,12 @@ import tensorflow as tf
 import cifar10
 import cifar10_multi_gpu_train
 from benchmarks import (
-    equivalence_models,
+    equivalence_cells,
     equivalence_reference,
     equivalence_tolerance,
     equivalence_workers,
 )
 from benchmarks.equivalence_table import (
-    Case,
     Result,
     print_header,
     print_row,
@@ -72,7 +70,6 @@ from benchmarks.equivalence_table import (
 from cifar10_models import registry
 from multigpu.graph import (
     copy_names,
-    loss_scale,
     placement,
     variable_update,
 )
@@ -82,89 +79,8 @@ STEPS = 3  # Steps of every cell: enough for momentum and the averages.
 PER_TOWER_BATCH = 2  # Examples per tower per step.
 IMAGE_SHAPE = [24, 24, 3]  # The CIFAR-10 trainer's crops.
 
-# Every model the trainers' --model names, and two that use other APIs.
-MODELS = {
-    **registry.MODELS,
-    "layers": equivalence_models.LAYERS_MODEL,
-    "get_variable": equivalence_models.GET_VARIABLE_MODEL,
-}
-# The reduced precision: float16 with a loss scale, as on GPUs; CPU towers
-# compute float16 too (slowly), so that the scaling runs here.
-REDUCED = tf.float16
-PRECISIONS = {
-    "float32": (tf.float32, None),
-    "float16 fixed": (REDUCED, loss_scale.LossScaling(128.0, False, 1000)),
-    "float16 dynamic": (REDUCED, loss_scale.LossScaling(128.0, True, 1000)),
-}
-TOWER_COUNTS = (1, 2, 4)
 # The name ExponentialMovingAverage gives a variable's moving average.
 SHADOW = "/ExponentialMovingAverage"
-
-
-def updates(on_gpus):
-    """The (update, all-reduce) pairs of the product."""
-    pairs = [("parameter_server", None)]
-    pairs += [("replicated", "collective"), ("replicated", "one_device")]
-    if on_gpus:
-        pairs.append(("replicated", "nccl"))
-    return pairs
-
-
-def product(on_gpus, models=tuple(MODELS)):
-    """Every cell; with one tower the all-reduce is moot, so one of each.
-
-    Then the cells across workers (`equivalence_workers.cells`).
-    """
-    cells = []
-    for (update, spec), model, precision, count in itertools.product(
-        updates(on_gpus), models, PRECISIONS, TOWER_COUNTS
-    ):
-        if count == 1 and spec not in (None, "collective"):
-            continue
-        cells.append(Case(update, spec, model, precision, count))
-    return cells + equivalence_workers.cells(models, PRECISIONS)
-
-
-def fast_slice(models=None):
-    """Every mode and precision at least once, every model but the ResNet.
-
-    Its last cell crosses workers: 2 worker processes of 2 towers each.
-
-    Args:
-      models: None, or a list of names (`model_of`): then the same cells,
-        each with each of those models instead.
-    """
-    cells = [
-        Case("parameter_server", None, "tutorial", "float32", 2),
-        Case("replicated", "collective", "tutorial", "float16 dynamic", 4),
-        Case("replicated", "one_device", "layers", "float32", 2),
-        Case("parameter_server", None, "layers", "float16 fixed", 2),
-        Case("replicated", "collective", "get_variable", "float32", 4),
-        Case("parameter_server", None, "get_variable", "float32", 4),
-        Case(
-            equivalence_workers.UPDATE, "collective", "tutorial", "float32", 4
-        ),
-    ]
-    if models is None:
-        return cells
-    return list(
-        dict.fromkeys(
-            case._replace(model=model) for model in models for case in cells
-        )
-    )
-
-
-def model_of(name):
-    """The `registry.Model` of a key of MODELS or a user's MODULE:FUNCTION.
-
-    Raises:
-      ValueError: neither (one line, as the trainers' --model says it).
-    """
-    return MODELS.get(name) or registry.user_model(name)
-
-
-# The ResNet's cell of the tests (a minute on 2 CPU cores).
-RESNET_CELL = Case("replicated", "collective", "resnet20", "float32", 2)
 
 
 def batches(case, seed=0):
@@ -184,8 +100,8 @@ def steps_of(*arrays):
 
 def one_device_graph(case, images, labels):
     """The reference step on one device; returns its train op."""
-    compute_dtype, scaling = PRECISIONS[case.precision]
-    model = model_of(case.model)
+    compute_dtype, scaling = equivalence_cells.PRECISIONS[case.precision]
+    model = equivalence_cells.model_of(case.model)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     whole = [STEPS, case.towers * PER_TOWER_BATCH]
     batch_images, batch_labels = steps_of(
@@ -279,7 +195,7 @@ def _losses(scope):
 
 def tower_graph(case, images, labels, devices):
     """The trainer's step on the towers; returns its train op."""
-    compute_dtype, scaling = PRECISIONS[case.precision]
+    compute_dtype, scaling = equivalence_cells.PRECISIONS[case.precision]
     update = variable_update.variable_update(
         case.update,
         devices,
@@ -296,7 +212,7 @@ def tower_graph(case, images, labels, devices):
         compute_dtype=compute_dtype,
         update=update,
         loss_scaling=scaling,
-        model=model_of(case.model),
+        model=equivalence_cells.model_of(case.model),
     )
     return train_op
 
@@ -436,7 +352,9 @@ names of its trainable variables (list of str)."""
 
 def measured_reference(case, initial, images, labels, devices):
     """The one device trained from initial, and from initial moved an ulp."""
-    compute_dtype = PRECISIONS[case.precision][0].as_numpy_dtype
+    compute_dtype = equivalence_cells.PRECISIONS[case.precision][
+        0
+    ].as_numpy_dtype
     moved = equivalence_tolerance.moved_by_one_ulp(initial, compute_dtype)
     weights = []
 
@@ -460,20 +378,23 @@ def main():
         "--models",
         help="the models, comma-separated: %s or a MODULE:FUNCTION of "
         "yours, as --model takes it (default: all of those; with --fast, "
-        "the slice's cells with these models)" % ", ".join(MODELS),
+        "the slice's cells with these models)"
+        % ", ".join(equivalence_cells.MODELS),
     )
     args = parser.parse_args()
     models = args.models.split(",") if args.models else None
     try:
         for name in models or ():
-            model_of(name)
+            equivalence_cells.model_of(name)
     except ValueError as e:
         parser.error("--models: %s" % e)
     if args.fast:
-        cells = fast_slice(models)
+        cells = equivalence_cells.fast_slice(models)
     else:
         on_gpus = bool(tf.config.list_physical_devices("GPU"))
-        cells = product(on_gpus, models or tuple(MODELS))
+        cells = equivalence_cells.product(
+            on_gpus, models or tuple(equivalence_cells.MODELS)
+        )
     print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
     starts, references, results = {}, {}, []
     for case in cells:

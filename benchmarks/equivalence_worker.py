@@ -5,7 +5,7 @@
 Started by benchmarks/equivalence_workers.py, one process per worker of a
 cluster of workers only on 127.0.0.1 (HOSTS, comma-separated HOST:PORT;
 INDEX, this worker's task). INPUTS is the .npz of the cell: 'case' (the
-`equivalence.Case`, as JSON), 'images' float32 [STEPS, towers, B, 24, 24,
+`equivalence_table.Case`, as JSON), 'images' float32 [STEPS, towers, B, 24, 24,
 3] and 'labels' int32 [STEPS, towers, B] of all the cluster's towers, and
 the model's initial values (name -> array). The worker builds the
 trainer's step (`cifar10_multi_gpu_train.build_graph`, replicated, its
@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 import cifar10_multi_gpu_train
-from benchmarks import equivalence
+from benchmarks import equivalence, equivalence_cells, equivalence_table
 from multigpu import errors
 from multigpu.distributed import agreement, cluster
 from multigpu.graph import placement, variable_update
@@ -46,12 +46,12 @@ def build(case, task, images, labels, devices):
     """This worker's share of the cell's step; returns its train op.
 
     Args:
-      case: the `equivalence.Case`; case.towers counts every worker's.
+      case: the `equivalence_table.Case`; case.towers counts every worker's.
       task: the worker's `cluster.ClusterTask`, workers_only.
       images, labels: the cell's batches, as INPUTS holds them.
       devices: this worker's tower device strings.
     """
-    compute_dtype, scaling = equivalence.PRECISIONS[case.precision]
+    compute_dtype, scaling = equivalence_cells.PRECISIONS[case.precision]
     first = task.task_index * len(devices)
     per_tower = iter(
         [
@@ -70,7 +70,7 @@ def build(case, task, images, labels, devices):
         task=task,
         update=update,
         loss_scaling=scaling,
-        model=equivalence.model_of(case.model),
+        model=equivalence_cells.model_of(case.model),
     )
     return train_op
 
@@ -102,7 +102,7 @@ def train(server, config, task, train_op, initial):
 
 def main(hosts, index, inputs, output):
     data = dict(np.load(inputs))
-    case = equivalence.Case(*json.loads(str(data.pop("case"))))
+    case = equivalence_table.Case(*json.loads(str(data.pop("case"))))
     images, labels = data.pop("images"), data.pop("labels")
     task = cluster.cluster_task("", hosts, "worker", int(index))
     devices = placement.tower_devices(

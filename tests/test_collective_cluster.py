@@ -22,7 +22,7 @@ from helpers.cluster import (
 from helpers.model_sizes import CIFAR10_PARAMETERS
 from helpers.scripts import eval_once
 
-from benchmarks import equivalence
+from benchmarks import equivalence, equivalence_table
 from multigpu.distributed import cluster
 from multigpu.graph import all_reduce, collectives, placement
 
@@ -31,7 +31,7 @@ WORKERS, TOWERS = 2, 2
 STEPS = 20
 # The equivalence runner's cell of the cluster: the tutorial's model on 2 x 2
 # towers, replicated, all-reduced by collective ops.
-CASE = equivalence.Case(
+CASE = equivalence_table.Case(
     "replicated", "collective", "tutorial", "float32", WORKERS * TOWERS
 )
 # Bytes per all-reduce of the cluster run: the 4.27 MB of the tutorial's

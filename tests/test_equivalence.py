@@ -17,6 +17,7 @@ from conftest import REPO, SCRIPT_ENV
 import cifar10_multi_gpu_train
 from benchmarks import (
     equivalence,
+    equivalence_cells,
     equivalence_models,
     equivalence_table,
     equivalence_workers,
@@ -29,7 +30,7 @@ from multigpu.graph import (
 )
 from multigpu.run import sessions
 
-Case = equivalence.Case
+Case = equivalence_table.Case
 WORKERS = equivalence_workers.UPDATE
 
 
@@ -43,10 +44,10 @@ def _cell(case, *marks):
         # The cell across workers (two processes, a minute) runs in the
         # fast slice of docs/replicated.md, which tests/test_docs.py runs.
         _cell(case)
-        for case in equivalence.fast_slice()
+        for case in equivalence_cells.fast_slice()
         if case.update != WORKERS
     ]
-    + [_cell(equivalence.RESNET_CELL, pytest.mark.slow)],
+    + [_cell(equivalence_cells.RESNET_CELL, pytest.mark.slow)],
 )
 def test_each_cell_of_the_fast_slice_trains_what_one_device_trains(case):
     initial = equivalence.initial_values(case)
@@ -105,7 +106,7 @@ def test_get_variable_regularizers_and_constraints_reach_every_copy(
 def test_loss_scaling_on_two_towers_equals_unscaled_to_the_bit(monkeypatch):
     # In float32 a power-of-two scale and its division are exact.
     monkeypatch.setitem(
-        equivalence.PRECISIONS,
+        equivalence_cells.PRECISIONS,
         "float32 scaled",
         (tf.float32, loss_scale.LossScaling(1024.0, True, 1000)),
     )
@@ -131,13 +132,13 @@ def _skipped_step(update, spec):
     # 2^24 times the loss overflows float16 (at most 65504).
     overflowing = (tf.float16, loss_scale.LossScaling(2.0**24, True, 1000))
     with tf.Graph().as_default():
-        equivalence.PRECISIONS["overflowing"] = overflowing
+        equivalence_cells.PRECISIONS["overflowing"] = overflowing
         try:
             train_op = equivalence.tower_graph(
                 case._replace(precision="overflowing"), images, labels, devices
             )
         finally:
-            del equivalence.PRECISIONS["overflowing"]
+            del equivalence_cells.PRECISIONS["overflowing"]
         variables = tf.compat.v1.global_variables()
         with tf.compat.v1.Session(
             config=placement.session_config(devices)
@@ -181,10 +182,10 @@ def test_a_skipped_step_leaves_every_variable_byte_identical(update, spec):
 
 
 def test_a_cell_whose_weights_do_not_move_is_out(monkeypatch):
-    layers = equivalence.MODELS["layers"]
+    layers = equivalence_cells.MODELS["layers"]
     # A rate of 0: only the batch-norm statistics and the averages move.
     frozen = layers._replace(learning_rate=lambda step, examples: 0.0)
-    monkeypatch.setitem(equivalence.MODELS, "layers", frozen)
+    monkeypatch.setitem(equivalence_cells.MODELS, "layers", frozen)
     case = Case("parameter_server", None, "layers", "float32", 2)
 
     result, _ = equivalence.run_cell(case)
@@ -295,7 +296,7 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
     ]
     assert cells == [
         (case.update, case.all_reduce or "-", case.precision, case.towers)
-        for case in equivalence.fast_slice()
+        for case in equivalence_cells.fast_slice()
     ]
     assert {(row[2], row[-1]) for row in rows} == {("my_model:small_net", "ok")}
     assert run.stdout.splitlines()[-1].startswith(

@@ -14,10 +14,10 @@ import os
 
 import pytest
 
-from benchmarks import equivalence, equivalence_workers
+from benchmarks import equivalence, equivalence_table, equivalence_workers
 
 # One tower per worker: the cheapest cell that crosses the workers.
-CASE = equivalence.Case(
+CASE = equivalence_table.Case(
     equivalence_workers.UPDATE, "collective", "layers", "float32", 2
 )
 

@@ -1,0 +1,96 @@
+"""The equivalence runner's product: the cells it trains and their options.
+
+Variable update x all-reduce x model x precision x towers, the slice of it
+that the tests run, and the models by name.
+"""
+
+import itertools
+
+import tensorflow as tf
+
+from benchmarks import equivalence_models, equivalence_workers
+from benchmarks.equivalence_table import Case
+from cifar10_models import registry
+from multigpu.graph import loss_scale
+
+# Every model the trainers' --model names, and two that use other APIs.
+MODELS = {
+    **registry.MODELS,
+    "layers": equivalence_models.LAYERS_MODEL,
+    "get_variable": equivalence_models.GET_VARIABLE_MODEL,
+}
+# The reduced precision: float16 with a loss scale, as on GPUs; CPU towers
+# compute float16 too (slowly), so that the scaling runs here.
+REDUCED = tf.float16
+PRECISIONS = {
+    "float32": (tf.float32, None),
+    "float16 fixed": (REDUCED, loss_scale.LossScaling(128.0, False, 1000)),
+    "float16 dynamic": (REDUCED, loss_scale.LossScaling(128.0, True, 1000)),
+}
+TOWER_COUNTS = (1, 2, 4)
+
+
+def updates(on_gpus):
+    """The (update, all-reduce) pairs of the product."""
+    pairs = [("parameter_server", None)]
+    pairs += [("replicated", "collective"), ("replicated", "one_device")]
+    if on_gpus:
+        pairs.append(("replicated", "nccl"))
+    return pairs
+
+
+def product(on_gpus, models=tuple(MODELS)):
+    """Every cell; with one tower the all-reduce is moot, so one of each.
+
+    Then the cells across workers (`equivalence_workers.cells`).
+    """
+    cells = []
+    for (update, spec), model, precision, count in itertools.product(
+        updates(on_gpus), models, PRECISIONS, TOWER_COUNTS
+    ):
+        if count == 1 and spec not in (None, "collective"):
+            continue
+        cells.append(Case(update, spec, model, precision, count))
+    return cells + equivalence_workers.cells(models, PRECISIONS)
+
+
+def fast_slice(models=None):
+    """Every mode and precision at least once, every model but the ResNet.
+
+    Its last cell crosses workers: 2 worker processes of 2 towers each.
+
+    Args:
+      models: None, or a list of names (`model_of`): then the same cells,
+        each with each of those models instead.
+    """
+    cells = [
+        Case("parameter_server", None, "tutorial", "float32", 2),
+        Case("replicated", "collective", "tutorial", "float16 dynamic", 4),
+        Case("replicated", "one_device", "layers", "float32", 2),
+        Case("parameter_server", None, "layers", "float16 fixed", 2),
+        Case("replicated", "collective", "get_variable", "float32", 4),
+        Case("parameter_server", None, "get_variable", "float32", 4),
+        Case(
+            equivalence_workers.UPDATE, "collective", "tutorial", "float32", 4
+        ),
+    ]
+    if models is None:
+        return cells
+    return list(
+        dict.fromkeys(
+            case._replace(model=model) for model in models for case in cells
+        )
+    )
+
+
+def model_of(name):
+    """The `registry.Model` of a key of MODELS or a user's MODULE:FUNCTION.
+
+    Raises:
+      ValueError: neither (one line, as the trainers' --model says it).
+    """
+    return MODELS.get(name) or registry.user_model(name)
+
+
+# The ResNet's cell of the tests (a minute on 2 CPU cores).
+RESNET_CELL = Case("replicated", "collective", "resnet20", "float32", 2)
