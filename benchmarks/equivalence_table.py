@@ -12,7 +12,7 @@ parameter_server), a key of the runner's MODELS and of its PRECISIONS, the
 tower count."""
 
 Result = collections.namedtuple(
-    "Result", "case worst name copy_gap seconds moved"
+    "Result", "case worst name copy_gap seconds moved runs settled"
 )
 Result.__doc__ = """A cell's outcome.
 
@@ -24,6 +24,8 @@ copy_gap: float, the largest difference between a tower's copy and the
   variable it copies after any step (0 where the copies stay equal).
 seconds: float, the cell's wall time.
 moved: bool, whether the steps moved a weight of the one device.
+runs: int, the one device's measuring runs (`equivalence.measured_reference`).
+settled: bool, whether the last of them fitted the tolerance of the others.
 """
 
 
@@ -32,7 +34,7 @@ def within(result):
     return result.moved and result.worst <= 1.0 and result.copy_gap == 0.0
 
 
-ROW = "%-16s %-10s %-18s %-15s %6s %9s %9s %7s  %s"
+ROW = "%-16s %-10s %-18s %-15s %6s %9s %4s %9s %7s  %s"
 
 
 def print_header(steps, per_tower_batch, multiple):
@@ -45,7 +47,9 @@ def print_header(steps, per_tower_batch, multiple):
     print(
         "x tol: the largest |towers - one device| of a variable over its\n"
         "tolerance, %g times the spread of one device started one ulp away\n"
-        "(<= 1: ok)." % multiple
+        "(<= 1: ok). runs: how many such starts it took until one fitted the\n"
+        "tolerance of the others (over 2: the cell's own rounding tips its\n"
+        "steps, as a ReLU's sign, and its tolerance is that wide)." % multiple
     )
     print(
         ROW
@@ -56,6 +60,7 @@ def print_header(steps, per_tower_batch, multiple):
             "precision",
             "towers",
             "x tol",
+            "runs",
             "copy gap",
             "seconds",
             "result",
@@ -75,6 +80,7 @@ def print_row(result):
             case.precision,
             case.towers,
             "%.3f" % result.worst,
+            result.runs,
             "%.1e" % result.copy_gap,
             "%.1f" % result.seconds,
             _verdict(result),
@@ -88,7 +94,11 @@ def _verdict(result):
         return "OUT: no weight moved"
     if result.copy_gap:
         return "OUT: a copy differs from its variable"
-    return "ok" if within(result) else "OUT: " + result.name
+    if within(result):
+        return "ok"
+    if not result.settled:
+        return "OUT: %s (its tolerance unsettled)" % result.name
+    return "OUT: " + result.name
 
 
 def print_summary(results):

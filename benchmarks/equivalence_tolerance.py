@@ -2,7 +2,7 @@
 
 Two computations of a cell are equally correct when each rounds every
 value the towers compute with to one of its two neighbours in the compute
-dtype. The runner trains the one device twice: from the cell's start, and
+dtype. The runner trains the one device from the cell's start, and again
 from that start with every value moved by one unit in the last place of
 the compute dtype (up or down at random: `moved_by_one_ulp`). How far the
 second lands from the first, per variable (`spreads`), is what rounding
@@ -19,6 +19,17 @@ global step, the loss scale's counters) must be bit-identical on the
 towers; a float one may always differ by MULTIPLE float32 ulps of its
 largest value (the rounding of the value itself, which the measuring run
 can happen to repeat exactly: a loss average, the loss scale).
+
+One measuring run is not enough where the steps tip: a deep ReLU net
+(ResNet-56) has units within an ulp's effect of 0, and a move that flips
+one changes a gradient's sum over the batch by percents. Whether a given
+run flips one is a draw (ResNet-56 on 2 towers, 1 step: 7 of 8 seeds
+flip the same unit, seed 1 none), and the towers' summation order is one
+more draw. So the runner adds measuring runs, each moved with another
+seed, until one lies within the tolerance of those before it (`widened`),
+at most MAX_RUNS: the tolerance then holds an equally correct run it was
+not measured on. A smooth cell stops at 2. A cell that needs more proves
+less (its tolerance is as wide as a flip) and its row shows the count.
 """
 
 import numpy as np
@@ -32,6 +43,10 @@ import numpy as np
 # averages of ResNet-20 float16 on 4 towers, 4.5 (the closest);
 # the planted bugs 600 to 3,800,000 spreads.
 MULTIPLE = 8.0
+# Measuring runs at most: a cell that tips draws a flip in most runs
+# (7 of 8 above), so 8 runs all missing one that the towers draw is
+# unlikely; each costs one training of the one device.
+MAX_RUNS = 8
 
 
 def moved_by_one_ulp(values, compute_dtype, seed=1):
@@ -76,6 +91,27 @@ def spreads(reference, measuring):
                 result[name], float(np.spacing(np.float32(largest)))
             )
     return result
+
+
+def widened(reference, measuring, spread=None):
+    """The spreads with one more measuring run, and whether it fit them.
+
+    Args:
+      reference: dict name -> array, the one device's values.
+      measuring: dict name -> array, another measuring run's.
+      spread: the spreads of the measuring runs before it, or None.
+
+    Returns:
+      spread: dict name -> float, per variable the larger of the given
+        spread and this run's `spreads`.
+      fitted: bool, whether this run lies within the tolerance of the runs
+        before it (`errors` <= 1 everywhere); False for the first run.
+    """
+    more = spreads(reference, measuring)
+    if spread is None:
+        return more, False
+    fitted = max(errors(measuring, reference, spread).values(), default=0) <= 1
+    return {name: max(spread[name], more[name]) for name in more}, fitted
 
 
 def errors(values, reference, spread):

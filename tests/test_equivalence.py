@@ -292,7 +292,7 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
         if line.startswith(("parameter_server ", "replicated ", WORKERS))
     ]
     cells = [
-        (row[0], row[1], " ".join(row[3:-5]), int(row[-5])) for row in rows
+        (row[0], row[1], " ".join(row[3:-6]), int(row[-6])) for row in rows
     ]
     assert cells == [
         (case.update, case.all_reduce or "-", case.precision, case.towers)
