@@ -32,11 +32,11 @@ The tolerance is measured per cell and per variable: the one device is
 trained again from its start moved by one unit in the last place of the
 compute dtype (with other seeds, until a run lands within the tolerance
 of those before it), and the towers are held to a multiple of how far
-that lands (benchmarks/equivalence_tolerance.py says why). A regularization term
-or constraint lost on one tower moves a weight by WEIGHT_DECAY * learning
-rate = 5% of it per step, far outside it. Prints one row per cell and
-exits 1 if any cell moved no weight, is out of tolerance or has a copy
-that differs from the variable it copies.
+that lands (benchmarks/equivalence_tolerance.py says why). A
+regularization term or constraint lost on one tower moves a weight by
+WEIGHT_DECAY * learning rate = 5% of it per step, far outside it.
+Prints one row per cell and exits 1 if any cell moved no weight, is out
+of tolerance or has a copy that differs from the variable it copies.
 """
 
 # Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
