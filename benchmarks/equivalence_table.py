@@ -8,8 +8,8 @@ Case = collections.namedtuple(
     "Case", "update all_reduce model precision towers"
 )
 Case.__doc__ = """One cell: --variable_update, --all_reduce_spec (None for
-parameter_server), a key of the runner's MODELS and of its PRECISIONS, the
-tower count."""
+parameter_server), a model (`equivalence_cells.model_of`), a key of
+`equivalence_cells.PRECISIONS`, the tower count."""
 
 Result = collections.namedtuple(
     "Result", "case worst name copy_gap seconds moved runs settled"
