@@ -94,11 +94,10 @@ def _verdict(result):
         return "OUT: no weight moved"
     if result.copy_gap:
         return "OUT: a copy differs from its variable"
-    if within(result):
-        return "ok"
+    verdict = "ok" if within(result) else "OUT: " + result.name
     if not result.settled:
-        return "OUT: %s (its tolerance unsettled)" % result.name
-    return "OUT: " + result.name
+        verdict += " (its tolerance unsettled)"
+    return verdict
 
 
 def print_summary(results):

@@ -163,3 +163,24 @@ def test_a_row_out_of_an_unsettled_tolerance_says_so(capsys):
         "tolerance",
         "unsettled)",
     ]
+
+
+@pytest.mark.parametrize(
+    "worst, settled, verdict",
+    [
+        (0.5, True, "ok"),
+        (0.5, False, "ok (its tolerance unsettled)"),
+        (3.5, True, "OUT: model/w"),
+    ],
+)
+def test_a_row_says_whether_its_tolerance_settled_only_where_not(
+    capsys, worst, settled, verdict
+):
+    result = equivalence_table.Result(
+        CASE, worst, "model/w", 0.0, 12.0, True, tolerance.MAX_RUNS, settled
+    )
+
+    equivalence_table.print_row(result)
+
+    # The nine columns before the verdict, then the verdict whole.
+    assert capsys.readouterr().out.strip().split(None, 9)[9] == verdict
