@@ -1,4 +1,4 @@
-"""The equivalence runner's tolerance: measured spreads, errors in them."""
+"""The equivalence runner's tolerance: spreads, errors, the runs to settle."""
 
 import numpy as np
 import pytest
@@ -87,7 +87,7 @@ def test_a_measuring_run_within_the_tolerance_of_those_before_fits():
     assert (spread, fitted) == ({"w": 2.0}, True)
 
 
-def test_a_measuring_run_outside_that_tolerance_widens_it_and_does_not_fit():
+def test_a_measuring_run_outside_the_tolerance_widens_it_and_does_not_fit():
     reference = {"w": np.array([0.5, 2.0], np.float32), "count": np.array(3)}
     # One ulp of 2.0 (2^-22) times 8 is the tolerance; 0.25 is outside.
     measuring = {"w": np.array([0.25, 2.0], np.float32), "count": np.array(3)}
