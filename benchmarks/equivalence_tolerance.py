@@ -24,16 +24,16 @@ One measuring run is not enough where the steps tip: a deep ReLU net
 (ResNet-56) has units within an ulp's effect of 0, and a move that flips
 one changes a gradient's sum over the batch by percents. Whether a given
 run flips one is a draw (ResNet-56 on 2 towers, 1 step: 7 of 8 seeds
-flip the same unit, seed 1 none), and the towers' summation order is one
-more draw. So the runner adds measuring runs, each moved with another
-seed, until one lies within the tolerance of those before it (`widened`),
-at most MAX_RUNS: the tolerance then holds an equally correct run it was
-not measured on. A smooth cell stops at 2. A cell that needs more proves
-less (its tolerance is as wide as a flip) and its row shows the count.
-The spread is the largest over every run, the last included. It cannot
-grow to hide a bug of the towers: the measuring runs are the one
-device's alone. Stopping too early errs the safe way: runs that all
-missed a flip the towers drew leave the cell out, not a bug in.
+flip one, 6 of them the same, seed 1 none), and the towers' summation
+order is one more draw. So the runner adds measuring runs, each moved
+with another seed, until one lies within the tolerance of those before
+it (`widened`), at most MAX_RUNS: the tolerance then holds an equally
+correct run it was not measured on. A smooth cell stops at 2. A cell
+that needs more proves less (its tolerance is as wide as a flip) and its
+row shows the count. The spread is the largest over every run, the last
+included. It cannot grow to hide a bug of the towers: the measuring runs
+are the one device's alone. Stopping too early errs the safe way: runs
+that all missed a flip the towers drew leave the cell out, not a bug in.
 """
 
 import numpy as np
