@@ -31,9 +31,9 @@ it (`widened`), at most MAX_RUNS: the tolerance then holds an equally
 correct run it was not measured on. A smooth cell stops at 2. A cell
 that needs more proves less (its tolerance is as wide as a flip) and its
 row shows the count. The spread is the largest over every run, the last
-included. It cannot grow to hide a bug of the towers: the measuring runs
-are the one device's alone. Stopping too early errs the safe way: runs
-that all missed a flip the towers drew leave the cell out, not a bug in.
+included. No bug of the towers can widen it: the measuring runs are the
+one device's alone. Stopping too early errs the safe way: runs that all
+missed a flip the towers drew leave the cell out, not a bug in.
 """
 
 import numpy as np
