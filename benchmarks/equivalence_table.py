@@ -8,8 +8,8 @@ Case = collections.namedtuple(
     "Case", "update all_reduce model precision towers"
 )
 Case.__doc__ = """One cell: --variable_update, --all_reduce_spec (None for
-parameter_server), a key of the runner's MODELS and of its PRECISIONS, the
-tower count."""
+parameter_server), a model (`equivalence_cells.model_of`), a key of
+`equivalence_cells.PRECISIONS`, the tower count."""
 
 Result = collections.namedtuple(
     "Result", "case worst name copy_gap seconds moved runs settled"
@@ -25,7 +25,7 @@ copy_gap: float, the largest difference between a tower's copy and the
 seconds: float, the cell's wall time.
 moved: bool, whether the steps moved a weight of the one device.
 runs: int, the one device's measuring runs (`equivalence.measured_reference`).
-settled: bool, whether the last of them fitted the tolerance of the others.
+settled: bool, whether the last fitted the tolerance of those before it.
 """
 
 
@@ -46,10 +46,11 @@ def print_header(steps, per_tower_batch, multiple):
     )
     print(
         "x tol: the largest |towers - one device| of a variable over its\n"
-        "tolerance, %g times the spread of one device started one ulp away\n"
-        "(<= 1: ok). runs: how many such starts it took until one fitted the\n"
-        "tolerance of the others (over 2: the cell's own rounding tips its\n"
-        "steps, as a ReLU's sign, and its tolerance is that wide)." % multiple
+        "tolerance, %g times the largest spread of the one device started\n"
+        "one ulp away (<= 1: ok). runs: those starts, each with another seed,\n"
+        "until one landed within the tolerance of those before it; over 2\n"
+        "where one ulp tips the steps (a ReLU input near 0 changes sign),\n"
+        "and the tolerance is then as wide as that tip." % multiple
     )
     print(
         ROW
@@ -94,11 +95,10 @@ def _verdict(result):
         return "OUT: no weight moved"
     if result.copy_gap:
         return "OUT: a copy differs from its variable"
-    if within(result):
-        return "ok"
+    verdict = "ok" if within(result) else "OUT: " + result.name
     if not result.settled:
-        return "OUT: %s (its tolerance unsettled)" % result.name
-    return "OUT: " + result.name
+        verdict += " (its tolerance unsettled)"
+    return verdict
 
 
 def print_summary(results):

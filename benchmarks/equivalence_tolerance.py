@@ -24,12 +24,16 @@ One measuring run is not enough where the steps tip: a deep ReLU net
 (ResNet-56) has units within an ulp's effect of 0, and a move that flips
 one changes a gradient's sum over the batch by percents. Whether a given
 run flips one is a draw (ResNet-56 on 2 towers, 1 step: 7 of 8 seeds
-flip the same unit, seed 1 none), and the towers' summation order is one
-more draw. So the runner adds measuring runs, each moved with another
-seed, until one lies within the tolerance of those before it (`widened`),
-at most MAX_RUNS: the tolerance then holds an equally correct run it was
-not measured on. A smooth cell stops at 2. A cell that needs more proves
-less (its tolerance is as wide as a flip) and its row shows the count.
+flip one, 6 of them the same, seed 1 none), and the towers' summation
+order is one more draw. So the runner adds measuring runs, each moved
+with another seed, until one lies within the tolerance of those before
+it (`widened`), at most MAX_RUNS: the tolerance then holds an equally
+correct run it was not measured on. A smooth cell stops at 2. A cell
+that needs more proves less (its tolerance is as wide as a flip) and its
+row shows the count. The spread is the largest over every run, the last
+included. No bug of the towers can widen it: the measuring runs are the
+one device's alone. Stopping too early errs the safe way: runs that all
+missed a flip the towers drew leave the cell out, not a bug in.
 """
 
 import numpy as np
@@ -43,9 +47,11 @@ import numpy as np
 # averages of ResNet-20 float16 on 4 towers, 4.5 (the closest);
 # the planted bugs 600 to 3,800,000 spreads.
 MULTIPLE = 8.0
-# Measuring runs at most: a cell that tips draws a flip in most runs
-# (7 of 8 above), so 8 runs all missing one that the towers draw is
-# unlikely; each costs one training of the one device.
+# Measuring runs at most, each one more training of the one device. A
+# smooth cell settles at 2, one that tips at the run after the first that
+# draws the flip. A run that does not fit widens some spread more than
+# MULTIPLE-fold, so a cell unsettled after 8 has no spread its rounding
+# keeps to; its row says so.
 MAX_RUNS = 8
 
 

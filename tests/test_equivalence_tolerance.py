@@ -1,4 +1,4 @@
-"""The equivalence runner's tolerance: measured spreads, errors in them."""
+"""The equivalence runner's tolerance: spreads, errors, the runs to settle."""
 
 import numpy as np
 import pytest
@@ -87,7 +87,7 @@ def test_a_measuring_run_within_the_tolerance_of_those_before_fits():
     assert (spread, fitted) == ({"w": 2.0}, True)
 
 
-def test_a_measuring_run_outside_that_tolerance_widens_it_and_does_not_fit():
+def test_a_measuring_run_outside_the_tolerance_widens_it_and_does_not_fit():
     reference = {"w": np.array([0.5, 2.0], np.float32), "count": np.array(3)}
     # One ulp of 2.0 (2^-22) times 8 is the tolerance; 0.25 is outside.
     measuring = {"w": np.array([0.25, 2.0], np.float32), "count": np.array(3)}
@@ -163,3 +163,24 @@ def test_a_row_out_of_an_unsettled_tolerance_says_so(capsys):
         "tolerance",
         "unsettled)",
     ]
+
+
+@pytest.mark.parametrize(
+    "worst, settled, verdict",
+    [
+        (0.5, True, "ok"),
+        (0.5, False, "ok (its tolerance unsettled)"),
+        (3.5, True, "OUT: model/w"),
+    ],
+)
+def test_a_row_says_whether_its_tolerance_settled_only_where_not(
+    capsys, worst, settled, verdict
+):
+    result = equivalence_table.Result(
+        CASE, worst, "model/w", 0.0, 12.0, True, tolerance.MAX_RUNS, settled
+    )
+
+    equivalence_table.print_row(result)
+
+    # The nine columns before the verdict, then the verdict whole.
+    assert capsys.readouterr().out.strip().split(None, 9)[9] == verdict
