@@ -32,10 +32,11 @@ correct run it was not measured on. A smooth cell stops at 2. A cell
 that needs more proves less (its tolerance is as wide as a flip) and its
 row shows the count; it still sees the planted bugs: on ResNet-56
 float32, 2 towers (3 runs), gradients summed instead of averaged or a
-rate counted from one tower's batch land 589 to 625 tolerances out. The spread is the largest over every run, the last
-included. No bug of the towers can widen it: the measuring runs are the
-one device's alone. Stopping too early errs the safe way: runs that all
-missed a flip the towers drew leave the cell out, not a bug in.
+rate counted from one tower's batch land 589 to 625 tolerances out. The
+spread is the largest over every run, the last included. No bug of the
+towers can widen it: the measuring runs are the one device's alone.
+Stopping too early errs the safe way: runs that all missed a flip the
+towers drew leave the cell out, not a bug in.
 """
 
 import numpy as np
