@@ -44,10 +44,12 @@ from absl import flags
 import mnist_input
 import mnist_model
 from data_sets import mnist_data
-from multigpu import common_flags, errors, flag_checks, folders, tower_flags
+from multigpu import folders
 from multigpu.distributed import cluster, ps
+from multigpu.flags import common_flags, flag_checks, script, tower_flags
 from multigpu.graph import dry_run, placement, variable_update
-from multigpu.run import data_records, profile, report, training
+from multigpu.run import profile, report, training
+from multigpu.train_dir import data_records
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -317,7 +319,7 @@ def next_commands(train_dir, data_dir, tb_logging):
 
 
 def run():
-    errors.run_script(main)
+    script.run_script(main)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from multigpu import errors
 from multigpu.distributed import watchdog
-from multigpu.run import checkpoints, train_dirs
+from multigpu.train_dir import checkpoints, train_dirs
 
 
 def failure(error, watched, task, train_dir, saved=None):

@@ -5,7 +5,7 @@ A scheduler preempts a job with SIGTERM; a user stops it with Ctrl-C
 print a long traceback (or nothing). Here the first signal only sets a flag:
 the step running ends, the session stops, the chief's checkpoint saver
 writes the step reached (its `end`), and `run_training` raises
-`errors.Interrupted`, which `errors.run_script` turns into one line and the
+`errors.Interrupted`, which `script.run_script` turns into one line and the
 shell's exit status of that signal. A second signal ends the process at
 once, even in the middle of that save (the newest complete checkpoint stays
 the one the state file names).
@@ -16,7 +16,7 @@ import signal
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.run import checkpoints
+from multigpu.train_dir import checkpoints
 
 # The signals that stop a run with a save: Ctrl-C and a scheduler's stop.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)

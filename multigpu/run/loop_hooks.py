@@ -8,7 +8,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from multigpu.run import checkpoints, event_files
+from multigpu.train_dir import checkpoints, event_files
 
 
 class StepLoggerHook(tf.compat.v1.train.SessionRunHook):

@@ -9,7 +9,7 @@ import time
 import tensorflow as tf
 
 from multigpu.distributed import watchdog
-from multigpu.run import checkpoints, restore
+from multigpu.train_dir import checkpoints, restore
 
 
 def session_creator(

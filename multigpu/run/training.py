@@ -8,15 +8,17 @@ from multigpu import errors
 from multigpu.distributed import agreement, cluster, ps_agreement, watchdog
 from multigpu.graph import blocks, summaries
 from multigpu.run import (
-    checkpoints,
-    data_records,
-    event_files,
     failures,
     interrupts,
     last_step,
     loop_hooks,
     preemption,
     sessions,
+)
+from multigpu.train_dir import (
+    checkpoints,
+    data_records,
+    event_files,
     train_dirs,
 )
 
