@@ -184,7 +184,7 @@ def _apply(update, plan, optimizer, reduced, global_step, scope):
     """
     scaled, task = optimizer
     applied = loss_scale.step_applied(scaled)
-    if task.sync_replicas:
+    if task.kind.sync:
         opt = cluster.sync_optimizer(
             moving_averages.AveragedOptimizer(
                 scaled, cifar10.MOVING_AVERAGE_DECAY

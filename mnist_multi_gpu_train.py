@@ -231,7 +231,7 @@ def main(argv):
         data_records.refuse_other_data(FLAGS.train_dir, data, FLAGS.data_dir)
     profiling = profile.profile_hooks(FLAGS.profile_steps, FLAGS.train_dir)
     closing, steps = _train(train_file, devices, config, task, data, profiling)
-    if steps == 0 and task.cluster is None:
+    if steps == 0 and not task.kind.serves:
         _no_step(train_file, FLAGS.batch_size, FLAGS.num_gpus)
     print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
     if task.is_chief:

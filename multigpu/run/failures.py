@@ -73,11 +73,8 @@ def _lost_cluster(error, runs, task, saved):
     if saved:
         line += "; saved %s; run the same commands on every worker to " % saved
         line += "resume from it"
-    elif task.workers_only:
-        line += (
-            "; run the same commands on every worker to resume from the "
-            "chief's newest checkpoint"
-        )
+    else:
+        line += task.kind.lost_peer_advice
     return errors.TrainingError(line)
 
 

@@ -113,7 +113,7 @@ def interrupted(hook, train_dir, task):
         sync = (
             ", each global step averaging --replicas_to_aggregate=%d "
             "gradients of the workers left" % task.replicas_to_aggregate
-            if task.sync_replicas
+            if task.kind.sync
             else ""
         )
         return errors.Interrupted(

@@ -39,7 +39,8 @@ def stop_signals(task):
     """The stop collective of this worker.
 
     Args:
-      task: the worker's `cluster.ClusterTask`, workers_only.
+      task: the worker's `cluster.ClusterTask`, of a kind whose stop is
+        agreed.
 
     Returns:
       (received, signals): received, a float32 scalar placeholder (0 by

@@ -95,17 +95,17 @@ class _Watched(NamedTuple):
     interrupt: interrupts.InterruptHook  # the signal that stopped the run
     saves: loop_hooks.SaveWatcher  # the step of the checkpoint being saved
     events: event_files.EventFileHook  # the event file, to cut back
-    # The step every worker of a cluster of workers only stopped at after
-    # one's signal; None elsewhere.
+    # The step every worker stopped at after one's signal, where the kind
+    # of run agrees on it (`kinds.Kind.agreed_stop`); None elsewhere.
     preemption: preemption.PreemptionHook | None
 
 
 def _watched(loss, examples_per_step, log_frequency, train_dir, task):
     """The step logger, the signal handlers, the save and event watchers."""
-    # In a cluster of workers only a signal stops every worker at one step.
-    interrupt = interrupts.InterruptHook(stops_itself=not task.workers_only)
+    # Where a signal stops every worker at one step, the hook only takes it.
+    interrupt = interrupts.InterruptHook(stops_itself=not task.kind.agreed_stop)
     agreed = None
-    if task.workers_only:
+    if task.kind.agreed_stop:
         agreed = preemption.PreemptionHook(task, interrupt)
     return _Watched(
         loop_hooks.StepLoggerHook(loss, examples_per_step, log_frequency),
@@ -186,9 +186,9 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     task = session.task
     server = cluster.start_server(task, session.config)
     done_ops = cluster.done_signals(task)
-    if task.workers_only:
+    if task.kind.agreement == "collective":
         _agree(server, session)
-    elif task.cluster is not None:
+    elif task.kind.agreement == "ps":
         session = _with_ps_agreement(session, done_ops)
     as_found = train_dirs.contents(train_dir)
     try:
@@ -213,11 +213,12 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
 
 
 def _save_reached(error, server, session, train_dir, watched):
-    """The chief's checkpoint of its last step, when a cluster of workers
-    only is lost after a step (`last_step.save_reached`), else None."""
+    """The chief's checkpoint of its last step, when a peer is lost after a
+    step and the kind of run saves it (`last_step.save_reached`), else
+    None."""
     task = session.task
     if not (
-        task.workers_only
+        task.kind.lost_peer_save
         and task.is_chief
         and watched.logger.runs
         and failures.lost_cluster(error)
@@ -323,7 +324,7 @@ def _prepare(train_dir, task, start):
         data_records.record_data(train_dir, start.data)
     # Read once here: a damaged newest checkpoint is named once.
     newest = None
-    if task.cluster is None:
+    if task.kind.finished_check == "own":
         newest = checkpoints.newest_valid_checkpoint(train_dir)
         if _finished(newest, start.max_steps):
             return newest, True
