@@ -50,8 +50,10 @@ class Kind(NamedTuple):
     # the settings its chief published on the ps), or 'collective' (every
     # worker's settings gathered by every worker).
     agreement: str
-    # Whether a run already at --max_steps trains nothing: 'own' (the
-    # process reads its newest checkpoint before it starts), '' (no check).
+    # How a run already at --max_steps trains nothing: 'own' (the process
+    # reads its newest checkpoint and does not start), 'session' (the chief
+    # writes nothing, and every worker stops before step 1 as its session
+    # starts at that step: `loop_hooks.FinishedHook`).
     finished_check: str
     # A signal to one process stops every worker at one agreed step (False:
     # the process that took it stops alone).
@@ -180,7 +182,7 @@ PS = Kind(
     variable_updates=("parameter_server",),
     ps_tasks=True,
     agreement="ps",
-    finished_check="",
+    finished_check="session",
     agreed_stop=False,
     worker_session="wait",
     lost_peer_save=False,
@@ -204,7 +206,7 @@ WORKERS_ONLY = Kind(
     variable_updates=("replicated",),
     ps_tasks=False,
     agreement="collective",
-    finished_check="",
+    finished_check="session",
     agreed_stop=True,
     worker_session="own",
     lost_peer_save=True,

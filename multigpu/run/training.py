@@ -78,11 +78,16 @@ def run_training(
     config = cluster.task_config(config, task)
     watched = _watched(loss, examples_per_step, log_frequency, train_dir, task)
     scaffold, histograms = _scaffold(summary_op)
-    hooks = _session_hooks(watched, loss, hooks, max_steps)
+    hooks = _session_hooks(watched, loss, hooks, max_steps, task)
+    chief_hooks = []
     if task.is_chief:
         saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
-        hooks += _chief_hooks(train_dir, scaffold, saving, watched, histograms)
-    session = _Session(task, config, scaffold, hooks, pretrained, settings)
+        chief_hooks = _chief_hooks(
+            train_dir, scaffold, saving, watched, histograms
+        )
+    session = _Session(
+        task, config, scaffold, hooks, chief_hooks, pretrained, settings
+    )
     start = _Start(clear_train_dir, data_dirs, model_name, data, max_steps)
     _run_or_put_back(train_op, train_dir, session, start, watched)
     return watched.logger.runs
@@ -138,12 +143,17 @@ def _scaffold(summary_op):
     return scaffold, histograms
 
 
-def _session_hooks(watched, loss, hooks, max_steps):
-    """Every task's hooks: the logger, the NaN check, the signal handler,
-    hooks, and the stop at max_steps (unless None)."""
+def _session_hooks(watched, loss, hooks, max_steps, task):
+    """Every task's hooks: the finished check of a cluster, the logger, the
+    NaN check, the signal handler, hooks, and the stop at max_steps (unless
+    None)."""
+    finished = []
+    if max_steps is not None and task.kind.finished_check == "session":
+        finished = [loop_hooks.FinishedHook(max_steps, task.task_index)]
     # The logger runs first, so its step is the step that made the NaN; the
     # NaN hook runs before the checkpoint saver, so that step is never saved.
     hooks = [
+        *finished,
         watched.logger,
         loop_hooks.NanLossHook(loss),
         watched.interrupt,
@@ -162,6 +172,7 @@ class _Session(NamedTuple):
     config: tf.compat.v1.ConfigProto
     scaffold: tf.compat.v1.train.Scaffold
     hooks: list
+    chief_hooks: list  # the chief's savers, left out of a finished run's
     pretrained: tuple  # (str, bool): `restore.warm_start`'s arguments
     settings: dict | None  # what the workers compare (`agreement.agree`)
 
@@ -273,8 +284,9 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
         watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
     ):
         newest, finished = _prepare(train_dir, task, start)
-        if finished:
+        if finished and task.kind.finished_check == "own":
             return
+        hooks = session.hooks + ([] if finished else session.chief_hooks)
         creator = sessions.session_creator(
             task,
             server,
@@ -285,7 +297,7 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
             newest,
         )
         with watched.interrupt.installed():
-            _train_loop(train_op, session.hooks, creator)
+            _train_loop(train_op, hooks, creator)
         if server:
             cluster.report_done(
                 server, done_ops, task, watched.logger.runs, config
@@ -312,9 +324,11 @@ def _prepare(train_dir, task, start):
         `data_records.Data` or None); max_steps (int or None).
 
     Returns:
-      (str or None, bool): the newest checkpoint that reads (None in a
-      cluster: the chief's session finds it), and whether it is at
-      max_steps already (`_finished`).
+      (str or None, bool): the chief's newest checkpoint that reads (None
+      on the other workers of a cluster), and whether it is at max_steps
+      already (`_finished`): then the chief writes nothing, and one process
+      says so; a cluster's workers say so as their sessions start
+      (`loop_hooks.FinishedHook`).
     """
     if start.clear_train_dir and task.is_chief:
         train_dirs.clear(train_dir, start.data_dirs)
@@ -322,23 +336,28 @@ def _prepare(train_dir, task, start):
         train_dirs.record_model(train_dir, start.model_name)
     if start.data and task.is_chief:
         data_records.record_data(train_dir, start.data)
+    if not task.is_chief:
+        return None, False
     # Read once here: a damaged newest checkpoint is named once.
-    newest = None
-    if task.kind.finished_check == "own":
-        newest = checkpoints.newest_valid_checkpoint(train_dir)
-        if _finished(newest, start.max_steps):
-            return newest, True
-    if task.is_chief:
-        event_files.own_writer(train_dir)
+    newest = checkpoints.newest_valid_checkpoint(train_dir)
+    if _finished(newest, start.max_steps):
+        if task.kind.finished_check == "own":
+            print(
+                "%s is already at step %d, at or past --max_steps=%d; nothing"
+                " to train (raise --max_steps to train on)"
+                % (newest, checkpoints.global_step(newest), start.max_steps),
+                flush=True,
+            )
+        return newest, True
+    event_files.own_writer(train_dir)
     return newest, False
 
 
 def _finished(checkpoint, max_steps):
     """Whether checkpoint, train_dir's newest, is at max_steps or past it.
 
-    Such a run says so and trains nothing: without this check the session
-    would still train one step, save it and write an event file. Only for a
-    run in one process: the workers of a cluster wait for their chief.
+    Such a run trains nothing: without this check the session would still
+    train one step, save it and write an event file.
 
     Args:
       checkpoint: str, the newest checkpoint that reads, or None.
@@ -346,15 +365,7 @@ def _finished(checkpoint, max_steps):
     """
     if max_steps is None or checkpoint is None:
         return False
-    step = checkpoints.global_step(checkpoint)
-    if step < max_steps:
-        return False
-    print(
-        "%s is already at step %d, at or past --max_steps=%d; nothing to "
-        "train (raise --max_steps to train on)" % (checkpoint, step, max_steps),
-        flush=True,
-    )
-    return True
+    return checkpoints.global_step(checkpoint) >= max_steps
 
 
 def _train_loop(train_op, hooks, session_creator):
