@@ -105,8 +105,18 @@ def interrupted(hook, train_dir, task):
       train_dir: str, where the chief saved the step reached.
       task: the run's `cluster.ClusterTask`: the chief saved the step
         reached; another worker of the ps cluster leaves it, and the
-        others train on without it (the ps holds the variables).
+        others train on without it (the ps holds the variables); where the
+        stop is agreed, a signal that no step carried came in the last.
     """
+    if not task.is_chief and task.kind.agreed_stop:
+        # The job's last step ended before the signal went with a step.
+        return errors.Interrupted(
+            "worker task %d got %s in the job's last step: every worker "
+            "finished at global step %d, whose checkpoint the chief (worker "
+            "task 0) saved; nothing more to save"
+            % (task.task_index, hook.signal_name(), hook.step),
+            hook.exit_code(),
+        )
     if not task.is_chief:
         # SyncReplicasOptimizer takes any worker's gradients: each global
         # step still averages replicas_to_aggregate, from the workers left.

@@ -198,7 +198,9 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     server = cluster.start_server(task, session.config)
     done_ops = cluster.done_signals(task)
     if task.kind.agreement == "collective":
-        _agree(server, session)
+        # A signal meanwhile is kept, and stops every worker after step 1.
+        with watched.interrupt.installed():
+            _agree(server, session)
     elif task.kind.agreement == "ps":
         session = _with_ps_agreement(session, done_ops)
     as_found = train_dirs.contents(train_dir)
