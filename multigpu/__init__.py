@@ -7,6 +7,8 @@
     live (the one device function of a tower), the session's
     `ConfigProto`, the compute dtype.
   - `variables`: the variable helpers of both models.
+  - `model_variables`: the variables a user's model asks for, checked as
+    it asks for them.
   - `towers`: one tower per device under `tower_N`, each tower's loss
     (with the model's regularizers) and gradients, their average, the
     batch-norm updates, the staged input.
@@ -14,13 +16,24 @@
     compute dtype with float32 variables; what the towers refuse.
   - `variable_update`: --variable_update, one copy of the variables or
     one per tower; the gradients reduced and applied.
+  - `copy_names`: the names of the towers' copies of the variables.
+  - `gradient_reduction`: every mode's reduction of the towers' gradients.
   - `all_reduce`: the replicated towers' all-reduce (NCCL, collective ops,
     one device) and its bytes.
+  - `collectives`: across the workers: all-reduce, packing, broadcast.
+  - `moving_averages`: the moving averages of the weights and statistics.
   - `loss_scale`: float16 loss scaling, fixed or dynamic.
+  - `float32_decay`: weight decay of the float32 variables in reduced
+    precision.
+  - `top_k_hits`: the eval's hits of precision @ 1 and recall @ 5.
   - `summaries`: summaries tagged without `tower_N/`, the last tower's.
   - `loss_summaries`: the losses, raw and as averages that start at the
     first loss.
   - `dry_run`: the placement plan for N GPUs, without them.
+  - `network_plan`: the dry run's bytes on the network, and its scaling.
+  - `op_kernels`: the kernels this TensorFlow build registers.
+  - `rewrite_audit`: the ops Grappler writes into a graph, checked before
+    a session runs them.
 - `run/`: running it safely.
   - `training`: the training loop (`run_training`).
   - `failures`: the one line a failed run says (a NaN, a full disk, a
@@ -43,6 +56,9 @@
   - `data_records`: the data's record: a run on other data refused.
   - `event_files`: the event file checked every step; a failed write stops.
 - `distributed/`: beyond one machine.
+  - `kinds`: the kinds of run (one process, ps, ps with sync replicas,
+    workers only), a row each, and what differs between them, a column
+    each.
   - `cluster`: the cluster mode: tasks, servers, sync replicas.
   - `collective_cluster`: a cluster of workers only.
   - `agreement`, `ps_agreement`: the settings the workers compare before

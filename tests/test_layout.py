@@ -8,6 +8,7 @@ import cannot hide a circle.
 """
 
 import ast
+import re
 
 from helpers.modules import ROOT, project_modules
 
@@ -159,3 +160,24 @@ def test_the_modes_table_names_the_reductions_which_import_it_not():
         "multigpu.graph.variable_update"
         not in graph["multigpu.graph.gradient_reduction"]
     )
+
+
+def _named_in(text):
+    """The `name`s a page or docstring names in backquotes."""
+    return set(re.findall(r"`(\w+)`", text))
+
+
+def test_the_package_docstring_and_the_layout_page_name_every_module():
+    modules = {
+        path.stem
+        for path in (ROOT / "multigpu").rglob("*.py")
+        if path.stem != "__init__"
+    }
+    docstring = ast.get_docstring(
+        ast.parse((ROOT / "multigpu" / "__init__.py").read_text())
+    )
+    page = (ROOT / "docs" / "layout.md").read_text()
+    assert sorted(modules - _named_in(docstring)) == []
+    assert sorted(modules - _named_in(page)) == []
+    # The check reads the module list: a new module must be named.
+    assert "kinds" in modules

@@ -205,16 +205,7 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         session = _with_ps_agreement(session, done_ops)
     as_found = train_dirs.contents(train_dir)
     try:
-        try:
-            _train(
-                train_op, train_dir, session, server, done_ops, start, watched
-            )
-        except (tf.errors.OpError, RuntimeError) as e:
-            saved = _save_reached(e, server, session, train_dir, watched)
-            failed, cause = failures.failure(e, watched, task, train_dir, saved)
-            if failed is None:
-                raise
-            raise failed from cause
+        _train(train_op, train_dir, session, server, done_ops, start, watched)
     except (errors.Interrupted, train_dirs.InUse):
         # An interrupted run saved the step it reached; a folder in use is
         # another trainer's, whose new files are not this run's to remove.
@@ -277,39 +268,56 @@ def _with_variables(settings):
 def _train(train_op, train_dir, session, server, done_ops, start, watched):
     """Trains while the chief owns train_dir and the ps tasks are watched.
 
-    Then a worker tells the ps tasks it is done, and a run a signal stopped
-    raises `errors.Interrupted`.
+    A failed run says why in one line (`failures.failure`), the chief
+    having saved the step it reached first, where the kind of run saves on
+    a lost peer: all while it holds train_dir.
     """
     task, config = session.task, session.config
     with (
         train_dirs.owned(train_dir, task.is_chief),
         watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
     ):
-        newest, finished = _prepare(train_dir, task, start)
-        if finished and task.kind.finished_check == "own":
-            return
-        hooks = session.hooks + ([] if finished else session.chief_hooks)
-        creator = sessions.session_creator(
-            task,
-            server,
-            session.scaffold,
-            config,
-            train_dir,
-            session.pretrained,
-            newest,
+        try:
+            _train_owned(
+                train_op, train_dir, session, server, done_ops, start, watched
+            )
+        except (tf.errors.OpError, RuntimeError) as e:
+            saved = _save_reached(e, server, session, train_dir, watched)
+            failed, cause = failures.failure(e, watched, task, train_dir, saved)
+            if failed is None:
+                raise
+            raise failed from cause
+
+
+def _train_owned(
+    train_op, train_dir, session, server, done_ops, start, watched
+):
+    """Prepares train_dir and trains; then a worker tells the ps tasks it
+    is done, and a run a signal stopped raises `errors.Interrupted`."""
+    task, config = session.task, session.config
+    newest, finished = _prepare(train_dir, task, start)
+    if finished and task.kind.finished_check == "own":
+        return
+    hooks = session.hooks + ([] if finished else session.chief_hooks)
+    creator = sessions.session_creator(
+        task,
+        server,
+        session.scaffold,
+        config,
+        train_dir,
+        session.pretrained,
+        newest,
+    )
+    with watched.interrupt.installed():
+        _train_loop(train_op, hooks, creator)
+    if server:
+        cluster.report_done(server, done_ops, task, watched.logger.runs, config)
+    if watched.preemption and watched.preemption.signals:
+        raise preemption.interrupted(
+            watched.preemption, train_dir, task.is_chief
         )
-        with watched.interrupt.installed():
-            _train_loop(train_op, hooks, creator)
-        if server:
-            cluster.report_done(
-                server, done_ops, task, watched.logger.runs, config
-            )
-        if watched.preemption and watched.preemption.signals:
-            raise preemption.interrupted(
-                watched.preemption, train_dir, task.is_chief
-            )
-        if watched.interrupt.signum is not None:
-            raise interrupts.interrupted(watched.interrupt, train_dir, task)
+    if watched.interrupt.signum is not None:
+        raise interrupts.interrupted(watched.interrupt, train_dir, task)
 
 
 def _prepare(train_dir, task, start):
