@@ -14,6 +14,7 @@ import sys
 import pytest
 import tensorflow as tf
 from conftest import REPO, SCRIPT_ENV, checkpoint_steps
+from helpers.cluster import wait_for_step
 
 from multigpu.distributed import cluster, ps_agreement
 
@@ -95,3 +96,44 @@ def test_a_ps_cluster_chief_ends_without_an_object_never_used_error():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stderr == ""
+
+
+@pytest.mark.slow
+def test_a_restarted_chief_of_other_flags_is_refused_and_of_the_same_joins(
+    make_cluster,
+):
+    running = make_cluster(
+        2,
+        "--max_steps=100000",
+        "--operation_timeout_secs=60",
+        "--learning_rate=0.05",
+    )
+    running.start("ps", 0)
+    running.start("worker", 0)
+    running.start("worker", 1)
+    wait_for_step(running, "worker1", 10)
+    running.processes["worker0"].kill()
+    running.wait("worker0")
+    reached = max(map(int, re.findall(r"step (\d+),", running.log("worker1"))))
+
+    # Restarted with another rate: refused before it restores anything.
+    running.start("worker", 0, "--learning_rate=0.1")
+    code, _ = running.wait("worker0")
+    log = running.log("worker0")
+    assert code == 1, log[-3000:]
+    assert log.strip().split("\n")[-1] == (
+        SCRIPT + ": error: the ps tasks hold a job started by a chief with "
+        "other flags: --learning_rate (the job's chief has 0.05, this chief "
+        "0.1); start this chief with that job's flags to rejoin it, or stop "
+        "every task of that job, its ps tasks too, to start a new one "
+        "(docs/cluster.md)"
+    )
+    assert running.processes["worker1"].poll() is None
+
+    # Restarted with the job's flags: it trains on from the ps's variables.
+    running.start("worker", 0)
+    wait_for_step(running, "worker0", reached + 1)
+    log = running.log("worker0")
+    assert "the ps tasks hold this job already: training on from their " in log
+    started = int(re.search(r"training from step (\d+)", log)[1])
+    assert started >= reached

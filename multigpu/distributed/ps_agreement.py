@@ -20,12 +20,115 @@ import time
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import agreement
+from multigpu.distributed import agreement, watchdog
+from multigpu.graph import blocks
 
 # Seconds between two looks at the chief's settings while it starts.
 POLL_SECS = 0.5
-# The name of the chief's settings on ps task 0.
+# The name of the chief's settings on ps task 0, under an absolute scope:
+# the session block's, where the hook's `begin` runs.
+VARIABLE_SCOPE = blocks.SESSION + "/"
 VARIABLE_NAME = "chief_settings"
+
+
+def _published_variable(text=""):
+    """The chief's settings on ps task 0, and whether any chief set them.
+
+    Args:
+      text: str, the JSON its initializer sets.
+
+    Returns:
+      (string scalar variable, bool scalar tensor): the variable, under the
+      same absolute name in every graph, so that any session on the
+      cluster reads the one the ps holds.
+    """
+    with tf.device("/job:ps/task:0"), tf.name_scope(VARIABLE_SCOPE):
+        published = tf.compat.v1.Variable(
+            text,
+            name=VARIABLE_NAME,
+            collections=[],
+            trainable=False,
+            use_resource=False,
+        )
+        # The raw op: tf.compat.v1.is_variable_initialized's tensor, which
+        # a chief never runs, logs an 'Object was never used' ERROR block at
+        # the chief's end once the hook is collected.
+        ready = tf.raw_ops.IsVariableInitialized(ref=published)
+    return published, ready
+
+
+def held_job(target, task, config, wait_secs):
+    """The settings of the job the ps tasks hold: those its chief published
+    on ps task 0 (a dict), or None when no chief did (a new ps).
+
+    Args:
+      target: str, this task's server target.
+      task: the chief's `cluster.ClusterTask`.
+      config: its session's `ConfigProto`.
+      wait_secs: float, how long to wait for ps task 0 to start (0: no
+        bound).
+
+    Raises:
+      errors.TrainingError: ps task 0 did not answer within wait_secs.
+    """
+    address = task.cluster.task_address("ps", 0)
+    deadline = time.time() + wait_secs
+    while not watchdog.answers(address):
+        if wait_secs and time.time() > deadline:
+            raise errors.TrainingError(
+                "worker task %d: no answer from ps task 0 (%s) within %d s "
+                "of start-up (--operation_timeout_secs); start the ps tasks, "
+                "or look in their output for why they ended"
+                % (task.task_index, address, wait_secs)
+            )
+        time.sleep(POLL_SECS)
+    with tf.Graph().as_default() as graph:
+        published, ready = _published_variable()
+        read = published.read_value()
+    with tf.compat.v1.Session(target, graph=graph, config=config) as session:
+        if not session.run(ready):
+            return None
+        return json.loads(session.run(read).decode())
+
+
+def refuse_other_job(held, settings):
+    """Refuses a chief whose ps tasks hold a job of other settings.
+
+    A chief restarted with other flags under running workers would restore
+    an older checkpoint into their variables and train at other settings;
+    the ps tasks of an earlier job, left running, would hand that job's
+    settings to the new job's workers.
+
+    Args:
+      held: dict, the settings of `held_job`.
+      settings: dict, this chief's.
+
+    Raises:
+      ValueError: naming each setting that differs, both values, and what
+        to do.
+    """
+    names = sorted(
+        name
+        for name in set(held) | set(settings)
+        if json.dumps(held.get(name)) != json.dumps(settings.get(name))
+    )
+    if not names:
+        return
+    differing = ", ".join(
+        "%s (the job's chief has %s, this chief %s)"
+        % (
+            name if name == agreement.VARIABLES else "--" + name,
+            json.dumps(held.get(name)),
+            json.dumps(settings.get(name)),
+        )
+        for name in names
+    )
+    raise ValueError(
+        "the ps tasks hold a job started by a chief with other flags: %s; "
+        "start this chief with that job's flags to rejoin it, or stop every "
+        "task of that job, its ps tasks too, to start a new one "
+        "(docs/cluster.md)" % differing
+    )
 
 
 class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
@@ -47,19 +150,9 @@ class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
         self._done = done_ops
 
     def begin(self):
-        text = json.dumps(self._settings, sort_keys=True)
-        with tf.device("/job:ps/task:0"):
-            self._published = tf.compat.v1.Variable(
-                text,
-                name=VARIABLE_NAME,
-                collections=[],
-                trainable=False,
-                use_resource=False,
-            )
-            # The raw op: tf.compat.v1.is_variable_initialized's tensor,
-            # which a chief never runs, logs an 'Object was never used'
-            # ERROR block at the chief's end once the hook is collected.
-            self._ready = tf.raw_ops.IsVariableInitialized(ref=self._published)
+        self._published, self._ready = _published_variable(
+            json.dumps(self._settings, sort_keys=True)
+        )
         self._publish = self._published.initializer
         self._read = self._published.read_value()
 

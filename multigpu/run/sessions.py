@@ -20,6 +20,7 @@ def session_creator(
     train_dir,
     pretrained=("", False),
     newest=None,
+    joins_held_job=False,
 ):
     """The chief restores or initialises; other workers wait for it (or,
     in a cluster of workers only, initialise and take the chief's values).
@@ -28,8 +29,10 @@ def session_creator(
     --fine_tune, for the chief's warm start (`restore.restore_fn`).
     newest: str, the chief's newest checkpoint if already found, for its
     first session (`ResumingSessionCreator`).
+    joins_held_job: bool, the ps tasks hold the job's variables already:
+    the chief takes them as the other workers do.
     """
-    if task.is_chief:
+    if task.is_chief and not joins_held_job:
         creator = ResumingSessionCreator(
             scaffold,
             server.target if server else "",

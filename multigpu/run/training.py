@@ -175,6 +175,8 @@ class _Session(NamedTuple):
     chief_hooks: list  # the chief's savers, left out of a finished run's
     pretrained: tuple  # (str, bool): `restore.warm_start`'s arguments
     settings: dict | None  # what the workers compare (`agreement.agree`)
+    # The chief takes the variables the ps tasks hold (`_join_held_job`).
+    joins_held_job: bool = False
 
 
 class _Start(NamedTuple):
@@ -202,6 +204,8 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         with watched.interrupt.installed():
             _agree(server, session)
     elif task.kind.agreement == "ps":
+        if task.is_chief:
+            session = _join_held_job(server, session)
         session = _with_ps_agreement(session, done_ops)
     as_found = train_dirs.contents(train_dir)
     try:
@@ -241,6 +245,32 @@ def _agree(server, session):
         _with_variables(session.settings),
         sessions.timeout_secs(session.config),
     )
+
+
+def _join_held_job(server, session):
+    """session, joining the job the ps tasks hold when they hold one.
+
+    A chief that finds the ps tasks holding a job of its own settings (it
+    was restarted under running workers, or the ps tasks outlived their
+    workers) takes the variables as they are, newer than any checkpoint,
+    restoring nothing; one of other settings is refused before it restores
+    anything (`ps_agreement.refuse_other_job`).
+    """
+    held = ps_agreement.held_job(
+        server.target,
+        session.task,
+        session.config,
+        sessions.timeout_secs(session.config),
+    )
+    if held is None:
+        return session
+    ps_agreement.refuse_other_job(held, _with_variables(session.settings))
+    print(
+        "the ps tasks hold this job already: training on from their "
+        "variables, restoring no checkpoint",
+        flush=True,
+    )
+    return session._replace(joins_held_job=True)
 
 
 def _with_ps_agreement(session, done_ops):
@@ -307,6 +337,7 @@ def _train_owned(
         train_dir,
         session.pretrained,
         newest,
+        session.joins_held_job,
     )
     with watched.interrupt.installed():
         _train_loop(train_op, hooks, creator)
