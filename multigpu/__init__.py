@@ -39,6 +39,7 @@
   - `failures`: the one line a failed run says (a NaN, a full disk, a
     lost cluster).
   - `loop_hooks`: its hooks: the step log, summaries, checkpoints.
+  - `chief_savers`: the chief's hooks, and how often it writes summaries.
   - `interrupts`: Ctrl-C and SIGTERM save the step and exit 130 / 143.
   - `preemption`: a signal to one worker of a cluster of workers only
     stops every worker at one step.

@@ -8,6 +8,7 @@ from multigpu import errors
 from multigpu.distributed import agreement, cluster, ps_agreement, watchdog
 from multigpu.graph import blocks, summaries
 from multigpu.run import (
+    chief_savers,
     failures,
     interrupts,
     last_step,
@@ -50,8 +51,9 @@ def run_training(
 
     A `MonitoredSession` resumes from the newest checkpoint of train_dir
     that reads and logs, checks and saves as `_session_hooks` and
-    `_chief_hooks` say; in a cluster it runs on the worker's server. A run
-    that fails before its first step leaves train_dir as it was found.
+    `chief_savers.chief_hooks` say; in a cluster it runs on the worker's
+    server. A run that fails before its first step leaves train_dir as it
+    was found.
 
     Args:
       train_op, loss: the op of one step; its float32 scalar loss.
@@ -59,7 +61,8 @@ def run_training(
       examples_per_step, log_frequency: ints, examples of all towers per
         step; steps between log lines.
       max_steps: int, or None to train until the input ends.
-      save_checkpoint_steps, save_summaries_steps, summary_op: `_chief_hooks`.
+      save_checkpoint_steps, save_summaries_steps, summary_op:
+        `chief_savers.chief_hooks`.
       config: the session's `ConfigProto`.
       clear_train_dir, data_dirs, model_name, data: `_prepare`.
       task, settings: a worker's `cluster.ClusterTask` (None to train in
@@ -82,7 +85,7 @@ def run_training(
     chief_hooks = []
     if task.is_chief:
         saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
-        chief_hooks = _chief_hooks(
+        chief_hooks = chief_savers.chief_hooks(
             train_dir, scaffold, saving, watched, histograms
         )
     session = _Session(
@@ -425,71 +428,3 @@ def _train_loop(train_op, hooks, session_creator):
     ):
         while not sess.should_stop():
             sess.run(train_op)
-
-
-# Steps between summaries by default, as the tutorial's trainers write them.
-SUMMARY_STEPS = 100
-# The points a chart of a shorter run has at least, by default.
-SUMMARY_POINTS = 20
-
-
-def summary_steps(max_steps):
-    """The default steps between summaries: a short run's charts have 20
-    points.
-
-    Args:
-      max_steps: int or None, the step the run stops at.
-
-    Returns:
-      int, SUMMARY_STEPS, or max_steps / SUMMARY_POINTS when that is less
-      (at least 1).
-    """
-    if max_steps is None:
-        return SUMMARY_STEPS
-    return max(1, min(SUMMARY_STEPS, max_steps // SUMMARY_POINTS))
-
-
-def _chief_hooks(train_dir, scaffold, saving, watched, histograms):
-    """The chief's step counter, summary writer, checkpoint saver and event
-    file watcher.
-
-    Args:
-      train_dir: str.
-      scaffold: the session's `Scaffold`.
-      saving: (int, int or None, int or None): save_checkpoint_steps, the
-        steps between checkpoints; save_summaries_steps, the steps between
-        summaries (also written at the first step and at max_steps; 0 for
-        `summary_steps(max_steps)`, and the histograms every SUMMARY_STEPS;
-        None writes no summaries at all, not even the step counter's
-        global_step/sec); max_steps.
-      watched: the `_Watched` hooks; the saver tells its `saves` when it
-        writes.
-      histograms: string scalar, the merged histograms, or None.
-    """
-    save_checkpoint_steps, save_summaries_steps, max_steps = saving
-    hooks = []
-    if save_summaries_steps is not None:
-        every = save_summaries_steps or summary_steps(max_steps)
-        hooks += [
-            tf.compat.v1.train.StepCounterHook(
-                every_n_steps=every, output_dir=train_dir
-            ),
-            loop_hooks.SummarySaverHook(
-                last_step=max_steps,
-                histograms=histograms,
-                histogram_steps=save_summaries_steps or SUMMARY_STEPS,
-                save_steps=every,
-                output_dir=train_dir,
-                scaffold=scaffold,
-            ),
-        ]
-    hooks.append(
-        loop_hooks.CheckpointSaverHook(
-            train_dir,
-            save_steps=save_checkpoint_steps,
-            scaffold=scaffold,
-            checkpoint_basename=checkpoints.CHECKPOINT_BASENAME,
-            listeners=[watched.saves],
-        )
-    )
-    return [*hooks, watched.events]
