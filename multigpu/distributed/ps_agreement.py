@@ -23,6 +23,13 @@ from multigpu import errors
 from multigpu.distributed import agreement, watchdog
 from multigpu.graph import blocks
 
+# What a worker's refusal adds: the chief's settings it read may be those
+# of an earlier job whose ps tasks were left running.
+STALE_PS_NOTE = (
+    "; worker task 0's are those published on ps task 0: if it now runs "
+    "with other flags, the ps tasks are left from an earlier job, and "
+    "every task of that job, its ps tasks too, must stop first"
+)
 # Seconds between two looks at the chief's settings while it starts.
 POLL_SECS = 0.5
 # The name of the chief's settings on ps task 0, under an absolute scope:
@@ -167,7 +174,7 @@ class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
         if line is not None:
             # The ps need not wait for a worker that leaves.
             session.run(self._done)
-            raise ValueError(line)
+            raise ValueError(line + STALE_PS_NOTE)
 
     def _wait_for_chief(self, session):
         """The chief's settings, bytes of JSON, once it has published them."""
