@@ -6,7 +6,9 @@ A ps cluster of two sync workers resumes a one-process run whose moving
 averages differ from its weights, with the gradients clipped to ~0 so that
 the weights stay put: an average of weight w that was a before the run is
 w + (a - w) * d_4 * d_5 after global steps 4 and 5 (d_t, the decay of
-step t), and would be nearer w had each worker's step moved it too.
+step t), and would be nearer w had each worker's step moved it too. The
+quick test reads the same from a sync worker's graph: its step moves no
+average, the update that counts a global step moves each once.
 """
 
 import numpy as np
@@ -20,6 +22,9 @@ from conftest import (
     start_script,
     trainer_flags,
 )
+from helpers.towers import cifar10_step_graph
+
+from multigpu.distributed import cluster
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # The tutorial's decay of the averages (cifar10.MOVING_AVERAGE_DECAY).
@@ -33,6 +38,11 @@ NO_UPDATE_CLIP = "--clip_gradients=1e-30"
 WEIGHTS = ("conv1/weights", "local3/weights", "softmax_linear/biases")
 # A generous bound on the cluster's start and its two steps.
 CLUSTER_BOUND_SECS = 300
+# The name of a moving average's shadow variable: NAME/SHADOW (a second
+# average of NAME would be NAME/SHADOW_1).
+SHADOW = "ExponentialMovingAverage"
+# The tutorial's trainable variables: 5 layers' weights and biases.
+TUTORIAL_VARIABLES = 10
 
 
 def _decay(step):
@@ -116,6 +126,60 @@ def test_sync_workers_move_the_averages_once_per_global_step(
             atol=tolerance,
             err_msg=name,
         )
+
+
+def _ancestors(op):
+    """op and every op it waits for, by its inputs or control inputs."""
+    found, todo = set(), [op]
+    while todo:
+        op = todo.pop()
+        if op not in found:
+            found.add(op)
+            todo.extend(t.op for t in op.inputs)
+            todo.extend(op.control_inputs)
+    return found
+
+
+def _writes(graph, names):
+    """The ops that write the variables of names, but their initializers."""
+    initializers = {
+        v.initializer
+        for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+    }
+    return [
+        op
+        for op in graph.get_operations()
+        if op.type.startswith("Assign")
+        and op.inputs[0].op.name in names
+        and op not in initializers
+    ]
+
+
+def test_sync_replicas_move_each_average_once_per_global_step_not_per_worker():
+    # Worker 1 of a ps cluster's 2 sync workers; no server is started.
+    task = cluster.cluster_task(
+        "127.0.0.1:1", "127.0.0.1:2,127.0.0.1:3", "worker", 1, True
+    )
+    images = np.zeros([2, 24, 24, 3], np.float32)
+    with (
+        tf.Graph().as_default() as graph,
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        _, train_op, _ = cifar10_step_graph(
+            images, np.zeros([2], np.int32), task=task
+        )
+        shadows = {
+            v.op.name
+            for v in tf.compat.v1.global_variables()
+            if v.op.name.split("/")[-1].startswith(SHADOW)
+        }
+        moves = _writes(graph, shadows)
+        (count,) = _writes(graph, {"global_step"})
+
+    assert len(shadows) == TUTORIAL_VARIABLES
+    assert sorted(op.inputs[0].op.name for op in moves) == sorted(shadows)
+    assert _ancestors(train_op).isdisjoint(moves + [count])
+    assert set(moves) <= _ancestors(count)
 
 
 # Slow: it builds ResNet-20's graph before it refuses it.
