@@ -8,6 +8,7 @@ sends.
 """
 
 import tensorflow as tf
+from conftest import SHADOW
 
 import cifar10_multi_gpu_train
 from cifar10_models import registry
@@ -15,12 +16,6 @@ from multigpu.distributed import cluster
 from multigpu.graph import variable_update
 from multigpu.run import sessions
 
-# Addresses of a cluster spec whose servers no test starts.
-UNSTARTED_HOSTS = "127.0.0.1:1,127.0.0.1:2"
-# The name of a moving average's shadow variable: NAME/SHADOW. The averages
-# are made after the update, each worker's from its own start (only the
-# chief's are saved).
-SHADOW = "ExponentialMovingAverage"
 # ResNet-20's batch norms: one before the stages, two in each of 9 blocks.
 RESNET20_BATCH_NORMS = 1 + 2 * 9
 
@@ -39,7 +34,10 @@ def _worker_start(task_index):
       (the names of the variables its start assigns the chief's values to,
       the names of the graph's global variables, of its trainable ones).
     """
-    task = cluster.cluster_task("", UNSTARTED_HOSTS, "worker", task_index)
+    # No server is started: the graph is all the test takes of the task.
+    task = cluster.cluster_task(
+        "", "127.0.0.1:1,127.0.0.1:2", "worker", task_index
+    )
     devices = ["/cpu:0"]
     with (
         tf.Graph().as_default() as graph,
@@ -70,7 +68,9 @@ def _worker_start(task_index):
 def test_the_other_worker_takes_every_variable_of_the_chief_at_its_start():
     assigned, names, trainable = _worker_start(1)
 
-    shadows = {name for name in names if name.endswith("/" + SHADOW)}
+    # The moving averages are made after the update, each worker's from its
+    # own start (only the chief's are saved).
+    shadows = {name for name in names if name.endswith(SHADOW)}
     assert names - shadows - assigned == set()
     statistics = {
         name

@@ -11,7 +11,7 @@ import collections
 
 import numpy as np
 import tensorflow as tf
-from conftest import run_script
+from conftest import SHADOW, run_script
 
 import cifar10_input
 from cifar10_models import registry
@@ -21,8 +21,6 @@ from multigpu.run import checkpoints
 EXAMPLES = 20
 # The checkpoint's global step.
 STEP = 7
-# The name of a moving average's shadow variable in a checkpoint: NAME/SHADOW.
-SHADOW = "/ExponentialMovingAverage"
 RESNET20 = registry.model("resnet20")
 
 
