@@ -3,7 +3,8 @@
 Two workers of one CPU tower each on 127.0.0.1; SIGTERM to one of them at
 step k: every worker stops at one agreed step (>= k - 1), the chief saves
 it, both exit 143 with the same line, and the same commands resume from it
-to --max_steps.
+to --max_steps. The quick test runs both workers' stop collectives in one
+process, on two CPU devices.
 """
 
 import os
@@ -12,10 +13,12 @@ import signal
 import time
 
 import pytest
+import tensorflow as tf
 from conftest import checkpoint_steps, free_port, start_script
 
 from multigpu.distributed import cluster
-from multigpu.run import interrupts
+from multigpu.graph import placement
+from multigpu.run import interrupts, preemption
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 WORKERS = 2
@@ -223,3 +226,64 @@ def test_a_signal_no_step_carried_says_what_the_job_did_on_each_kind(kind):
         ),
     }
     assert str(interrupted) == expected[kind]
+
+
+def _hook_graph(index, signum):
+    """Worker index's PreemptionHook and its graph, devices cleared.
+
+    Returns:
+      (hook, its graph's GraphDef, the names of the tensors it feeds and
+      fetches each step: [signal placeholder, signals]).
+    """
+    # No server is started: the graph is all the test takes of the task.
+    task = cluster.cluster_task("", "127.0.0.1:1,127.0.0.1:2", "worker", index)
+    interrupt = interrupts.InterruptHook(stops_itself=False)
+    # As the handler records a signal, without installing one here.
+    interrupt.signum = signum
+    hook = preemption.PreemptionHook(task, interrupt)
+    with tf.Graph().as_default() as graph:
+        hook.begin()
+        args = hook.before_run(None)
+    ((fed, value),) = args.feed_dict.items()
+    assert value == float(signum or 0)
+    graph_def = graph.as_graph_def()
+    for node in graph_def.node:
+        node.ClearField("device")
+    return hook, graph_def, [fed.name, args.fetches.name]
+
+
+def test_a_sigterm_to_one_worker_stops_every_workers_hook_after_one_step():
+    # Both workers' graphs in one process, worker i on /cpu:i: their stop
+    # collectives meet as across the cluster, by group and instance keys.
+    signums = [None, signal.SIGTERM]
+    hooks, feeds, fetches = [], {}, []
+    with tf.Graph().as_default():
+        for index, signum in enumerate(signums):
+            hook, graph_def, names = _hook_graph(index, signum)
+            with tf.device("/cpu:%d" % index):
+                fed, fetched = tf.graph_util.import_graph_def(
+                    graph_def, return_elements=names, name="worker%d" % index
+                )
+            hooks.append(hook)
+            feeds[fed] = float(signum or 0)
+            fetches.append(fetched)
+        config = placement.session_config(
+            ["/cpu:0", "/cpu:1"], operation_timeout_secs=60
+        )
+        with tf.compat.v1.Session(config=config) as sess:
+            results = sess.run(fetches, feed_dict=feeds)
+            contexts = []
+            for hook, result in zip(hooks, results):
+                contexts.append(
+                    tf.compat.v1.train.SessionRunContext(None, sess)
+                )
+                hook.after_run(
+                    contexts[-1],
+                    tf.compat.v1.train.SessionRunValues(result, None, None),
+                )
+
+    for result in results:
+        assert result.tolist() == [0.0, float(signal.SIGTERM)]
+    for hook, context in zip(hooks, contexts):
+        assert context.stop_requested
+        assert hook.signals == {1: signal.SIGTERM}

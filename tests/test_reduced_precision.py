@@ -5,8 +5,16 @@ import pytest
 import tensorflow as tf
 from conftest import error_line, trainer_flags
 
+import cifar10_multi_gpu_train
 from cifar10_models import registry
-from multigpu.graph import loss_scale, op_kernels, placement
+from multigpu.graph import (
+    copy_names,
+    loss_scale,
+    op_kernels,
+    placement,
+    variable_update,
+)
+from multigpu.run import sessions
 
 # float16 rounds values below half its smallest subnormal (2**-24) to zero.
 FLOAT16_TINY = 2.0**-24
@@ -117,6 +125,74 @@ def test_one_towers_overflow_in_the_mean_skips_the_step_of_every_copy():
     np.testing.assert_array_equal(zeros, [[0.0, 0.0]])
     np.testing.assert_array_equal(w_after, [1.0, 2.0])
     assert scale == 2.0**14
+
+
+def _replicated_float16_step(overflowing, initial_scale):
+    """One step of the trainer's graph on 2 CPU towers, replicated, float16
+    with the dynamic loss scale; tower overflowing's images overflow float16
+    (65504) in its first layer, so only its gradients are not finite.
+
+    Returns:
+      dict name -> (value before, value after) of every global variable but
+      the averages of the last tower's losses, and of every copy.
+    """
+    devices = ["/cpu:0", "/cpu:1"]
+    rng = np.random.RandomState(0)
+    towers = iter(range(len(devices)))
+
+    def get_next():
+        size = 1e5 if next(towers) == overflowing else 1.0
+        images = rng.uniform(-1, 1, [2, 24, 24, 3]) * size
+        labels = rng.randint(0, 10, [2])
+        return tf.constant(images, tf.float32), tf.constant(labels, tf.int32)
+
+    with tf.Graph().as_default():
+        _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
+            get_next=get_next,
+            batch_size=2,
+            devices=devices,
+            compute_dtype=tf.float16,
+            update=variable_update.variable_update("replicated", devices),
+            loss_scaling=loss_scale.LossScaling(initial_scale, True, 1000),
+        )
+        variables = [
+            v
+            for v in tf.compat.v1.global_variables()
+            if not v.op.name.endswith("/avg")
+        ] + [
+            v
+            for v in tf.compat.v1.local_variables()
+            if copy_names.primary_name(v.op.name)
+        ]
+        with tf.compat.v1.Session(
+            config=placement.session_config(devices)
+        ) as sess:
+            sessions.initialise(sess)
+            before = sess.run(variables)
+            sess.run(train_op)
+            after = sess.run(variables)
+    return {v.op.name: pair for v, pair in zip(variables, zip(before, after))}
+
+
+@pytest.mark.parametrize("overflowing", [0, 1])
+def test_one_towers_float16_overflow_skips_the_step_of_every_copy(
+    overflowing,
+):
+    values = _replicated_float16_step(overflowing, 1024.0)
+
+    counters = {
+        "global_step": 1,
+        "loss_scale": 512.0,
+        loss_scale.SKIPPED_STEPS: 1,
+    }
+    assert {name: values[name][1] for name in counters} == counters
+    kept = [name for name in values if name not in counters]
+    # The weights, their averages, the scale's good steps, and tower 1's
+    # copies of the weights.
+    assert len(kept) == 3 * 10 + 1, kept
+    for name in kept:
+        before, after = values[name]
+        assert after.tobytes() == before.tobytes(), name
 
 
 def test_the_dynamic_scale_halves_until_finite_then_doubles_after_n_steps():

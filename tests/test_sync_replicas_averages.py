@@ -6,13 +6,18 @@ A ps cluster of two sync workers resumes a one-process run whose moving
 averages differ from its weights, with the gradients clipped to ~0 so that
 the weights stay put: an average of weight w that was a before the run is
 w + (a - w) * d_4 * d_5 after global steps 4 and 5 (d_t, the decay of
-step t), and would be nearer w had each worker's step moved it too.
+step t), and would be nearer w had each worker's step moved it too. The
+quick test reads the same from a sync worker's graph: its step moves no
+average, the update that counts a global step moves each once.
 """
+
+import gc
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import (
+    SHADOW,
     checkpoint_steps,
     error_line,
     free_port,
@@ -20,6 +25,9 @@ from conftest import (
     start_script,
     trainer_flags,
 )
+from helpers.towers import cifar10_step_graph
+
+from multigpu.distributed import cluster
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # The tutorial's decay of the averages (cifar10.MOVING_AVERAGE_DECAY).
@@ -33,6 +41,8 @@ NO_UPDATE_CLIP = "--clip_gradients=1e-30"
 WEIGHTS = ("conv1/weights", "local3/weights", "softmax_linear/biases")
 # A generous bound on the cluster's start and its two steps.
 CLUSTER_BOUND_SECS = 300
+# The tutorial's trainable variables: 5 layers' weights and biases.
+TUTORIAL_VARIABLES = 10
 
 
 def _decay(step):
@@ -46,7 +56,7 @@ def _weights_and_averages(train_dir, step):
     return {
         name: (
             reader.get_tensor(name),
-            reader.get_tensor(name + "/ExponentialMovingAverage"),
+            reader.get_tensor(name + SHADOW),
         )
         for name in WEIGHTS
     }
@@ -116,6 +126,80 @@ def test_sync_workers_move_the_averages_once_per_global_step(
             atol=tolerance,
             err_msg=name,
         )
+
+
+def _ancestors(op):
+    """op and every op it waits for, by its inputs or control inputs."""
+    found, todo = set(), [op]
+    while todo:
+        op = todo.pop()
+        if op not in found:
+            found.add(op)
+            todo.extend(t.op for t in op.inputs)
+            todo.extend(op.control_inputs)
+    return found
+
+
+def _written(ops, names):
+    """The names among names of the variables that ops write, one per op."""
+    return [
+        op.inputs[0].op.name
+        for op in ops
+        if op.type.startswith("Assign") and op.inputs[0].op.name in names
+    ]
+
+
+def _sync_worker_writes():
+    """Builds worker 1's graph of a ps cluster's 2 sync workers (no server
+    is started) and reads which ops write the moving averages.
+
+    Returns:
+      shadows: set of str, the names of the moving averages' variables.
+      moves: list of str, the variable each op that moves one writes.
+      per_worker_step: set of str, the shadows and global_step written by
+        the ops a worker's step runs.
+      per_global_step: set of str, the shadows written by the ops that the
+        global step's one increment waits for.
+    """
+    task = cluster.cluster_task(
+        "127.0.0.1:1", "127.0.0.1:2,127.0.0.1:3", "worker", 1, True
+    )
+    images = np.zeros([2, 24, 24, 3], np.float32)
+    with (
+        tf.Graph().as_default() as graph,
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        _, train_op, _ = cifar10_step_graph(
+            images, np.zeros([2], np.int32), task=task
+        )
+        shadows = {
+            v.op.name
+            for v in tf.compat.v1.global_variables()
+            # NAME/SHADOW, or NAME/SHADOW_1 for a second average of NAME.
+            if SHADOW in v.op.name
+        }
+        initializers = {v.initializer for v in tf.compat.v1.global_variables()}
+        ops = [op for op in graph.get_operations() if op not in initializers]
+        (count,) = [op for op in ops if _written([op], {"global_step"})]
+        return (
+            shadows,
+            _written(ops, shadows),
+            set(_written(_ancestors(train_op), shadows | {"global_step"})),
+            set(_written(_ancestors(count), shadows)),
+        )
+
+
+def test_sync_replicas_move_each_average_once_per_global_step_not_per_worker():
+    shadows, moves, per_worker_step, per_global_step = _sync_worker_writes()
+    # SyncReplicasOptimizer's ready_for_local_init_op, which only a session
+    # runs, logs 'Object was never used' when it is collected: collect the
+    # graph now, into this test's captured output, not after the summary.
+    gc.collect()
+
+    assert len(shadows) == TUTORIAL_VARIABLES
+    assert sorted(moves) == sorted(shadows)
+    assert per_worker_step == set()
+    assert per_global_step == shadows
 
 
 # Slow: it builds ResNet-20's graph before it refuses it.
