@@ -292,15 +292,23 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
         if line.startswith(("parameter_server ", "replicated ", WORKERS))
     ]
     cells = [
-        (row[0], row[1], " ".join(row[3:-6]), int(row[-6])) for row in rows
+        (row[0], row[1], " ".join(row[3:-10]), int(row[-10]), row[-9])
+        for row in rows
     ]
     assert cells == [
-        (case.update, case.all_reduce or "-", case.precision, case.towers)
+        (
+            case.update,
+            case.all_reduce or "-",
+            case.precision,
+            case.towers,
+            "%g" % case.clip_norm if case.clip_norm else "-",
+        )
         for case in equivalence_cells.fast_slice()
     ]
     assert {(row[2], row[-1]) for row in rows} == {("my_model:small_net", "ok")}
     assert run.stdout.splitlines()[-1].startswith(
-        "7 cell(s), 0 out of tolerance; slowest "
+        "%d cell(s), 0 out of tolerance, 0 unsettled; slowest "
+        % len(equivalence_cells.fast_slice())
     )
 
 
