@@ -39,7 +39,7 @@ def within(result):
     return result.moved and result.worst <= 1.0 and result.copy_gap == 0.0
 
 
-ROW = "%-16s %-10s %-18s %-15s %6s %4s %9s %4s %8s %8s %8s %7s  %s"
+ROW = "%-16s %-10s %-18s %-15s %6s %4s %9s %4s %9s %8s %8s %7s  %s"
 
 
 def print_header(steps, per_tower_batch, multiple):
