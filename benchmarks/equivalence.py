@@ -300,8 +300,8 @@ def run_cell(case, initial=None, reference=None):
       initial: the model's starting values (`initial_values`), or None to
         draw them (TF1 layers draw other values in each new graph).
       reference: the cell's `Reference` from these initial values, if
-        already trained for the cell's model, precision and towers (it does
-        not depend on the update).
+        already trained for the cell's model, precision, towers and clip
+        norm (it does not depend on the update).
 
     Returns:
       result: the cell's `Result`.
@@ -441,14 +441,27 @@ def main():
             on_gpus, models or tuple(equivalence_cells.MODELS)
         )
     print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
+    return print_summary(run_cells(cells), args.allow_unsettled)
+
+
+def run_cells(cells):
+    """Trains each cell and prints its row; returns their `Result`s.
+
+    A model's cells start from one draw of its variables, and cells that
+    differ only in their update share the one device's `Reference`.
+    """
     starts, references, results = {}, {}, []
     for case in cells:
-        start = starts.setdefault(case.model, initial_values(case))
-        key = (case.model, case.precision, case.towers)
-        result, references[key] = run_cell(case, start, references.get(key))
+        if case.model not in starts:
+            starts[case.model] = initial_values(case)
+        # The one device's run depends on all but the update.
+        key = case._replace(update=None, all_reduce=None)
+        result, references[key] = run_cell(
+            case, starts[case.model], references.get(key)
+        )
         print_row(result)
         results.append(result)
-    return print_summary(results, args.allow_unsettled)
+    return results
 
 
 if __name__ == "__main__":

@@ -330,3 +330,38 @@ def test_the_runner_takes_every_model_the_trainers_take():
         "get_variable or a MODULE:FUNCTION of yours"
         in " ".join(run.stdout.split())
     ), run.stdout
+
+
+def test_cells_share_the_one_device_only_where_they_differ_in_the_update(
+    monkeypatch,
+):
+    measured = []
+
+    def measured_reference(case, initial, images, labels, devices):
+        measured.append(case)
+        return equivalence.Reference(
+            {"w": np.float32(1.0)}, {"w": 1.0}, ["w"], 2, True, {"w": (1, 1)}
+        )
+
+    monkeypatch.setattr(
+        equivalence, "initial_values", lambda case: {"w": np.float32(0.0)}
+    )
+    monkeypatch.setattr(equivalence, "measured_reference", measured_reference)
+    monkeypatch.setattr(
+        equivalence,
+        "train_towers",
+        lambda *args: ({"w": np.float32(1.0)}, [0.0]),
+    )
+    cell = Case("parameter_server", None, "tutorial", "float32", 2)
+    cells = [
+        cell,
+        cell._replace(update="replicated", all_reduce="collective"),
+        cell._replace(clip_norm=1.5),
+        cell._replace(update="replicated", clip_norm=1.5),
+        cell._replace(precision="float16 fixed"),
+    ]
+
+    results = equivalence.run_cells(cells)
+
+    assert measured == [cells[0], cells[2], cells[4]]
+    assert [result.worst for result in results] == [0.0] * 5
