@@ -119,6 +119,17 @@ BUGS = [
         ),
     ),
     Bug(
+        "cuinit_notice_shown",
+        "multigpu/cpp_log_filter.py",
+        'rb"^E\\d{4} [^]]*\\] failed call to cuInit: "',
+        'rb"^E\\d{4} [^]]*\\] failed call to cuInit; "',
+        "the runner's stderr shows cuInit's error on a machine without a GPU",
+        (
+            "tests/test_output.py::test_the_harmless_lines_of_a_machine_"
+            "without_a_gpu_are_dropped",
+        ),
+    ),
+    Bug(
         "summed_gradients",
         "multigpu/graph/gradient_reduction.py",
         "return tf.math.add_n(grads) / len(grads)",
