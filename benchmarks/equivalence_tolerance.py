@@ -49,9 +49,9 @@ import numpy as np
 # taken up to the next power of two. Measured on 2 AMD EPYC cores (AVX2):
 # every variable of every cell run within 2 spreads but the losses'
 # averages of ResNet-20 float16 on 4 towers, 4.5 (the closest, on one
-# measuring run); ResNet-56's whole
-# product within 0.65; the planted bugs 675 to 74,000,000 spreads in
-# the fast slice, 4,700 to 5,000 in ResNet-56's cells that tip.
+# measuring run); ResNet-56's whole product within 0.65; the planted bugs
+# 675 to 74,000,000 spreads in the fast slice, 4,700 to 5,000 in
+# ResNet-56's cells that tip.
 MULTIPLE = 8.0
 # Measuring runs at most, each one more training of the one device: a cap
 # on cost. A smooth cell settles at 2, one whose runs tip alike at the
