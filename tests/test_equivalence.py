@@ -292,7 +292,7 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
         if line.startswith(("parameter_server ", "replicated ", WORKERS))
     ]
     cells = [
-        (row[0], row[1], " ".join(row[3:-10]), int(row[-10]), row[-9])
+        (row[0], row[1], " ".join(row[3:-9]), int(row[-9]), row[-8])
         for row in rows
     ]
     assert cells == [
