@@ -30,13 +30,17 @@ batch norm the mean of equal slices' losses is the whole batch's loss.
 
 The tolerance is measured per cell and per variable: the one device is
 trained again from its start moved by one unit in the last place of the
-compute dtype (with other seeds, until a run lands within the tolerance
-of those before it), and the towers are held to a multiple of how far
-that lands (benchmarks/equivalence_tolerance.py says why). A
+compute dtype (with other seeds, until two runs in a row land each within
+the other's tolerance), and the towers are held to a multiple of how far
+those land (benchmarks/equivalence_tolerance.py says why). A
 regularization term or constraint lost on one tower moves a weight by
 WEIGHT_DECAY * learning rate = 5% of it per step, far outside it.
+A cell of --clip_gradients clips the one device's mean gradient to its
+global norm, as the trainer clips the towers' reduced one.
 Prints one row per cell and exits 1 if any cell moved no weight, is out
-of tolerance or has a copy that differs from the variable it copies.
+of tolerance, has a copy that differs from the variable it copies, or
+has a tolerance whose measuring runs never agreed (unless
+--allow_unsettled).
 """
 
 # Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
@@ -127,6 +131,12 @@ def one_device_graph(case, images, labels):
         (grad / (scale * case.towers), var)
         for grad, var in opt.compute_gradients(scaled_sum)
     ]
+    if case.clip_norm:
+        # The whole batch's mean gradient, clipped to its global norm.
+        clipped, _ = tf.clip_by_global_norm(
+            [grad for grad, _ in grads], case.clip_norm
+        )
+        grads = [(grad, var) for grad, (_, var) in zip(clipped, grads)]
     # The losses' averages read this step's losses, before the update.
     with tf.control_dependencies([averages_op]):
         apply_op = opt.apply_gradients(grads, global_step=global_step)
@@ -211,6 +221,7 @@ def tower_graph(case, images, labels, devices):
         batch_size=PER_TOWER_BATCH,
         devices=devices,
         compute_dtype=compute_dtype,
+        clip_norm=case.clip_norm,
         update=update,
         loss_scaling=scaling,
         model=equivalence_cells.model_of(case.model),
@@ -289,8 +300,8 @@ def run_cell(case, initial=None, reference=None):
       initial: the model's starting values (`initial_values`), or None to
         draw them (TF1 layers draw other values in each new graph).
       reference: the cell's `Reference` from these initial values, if
-        already trained for the cell's model, precision and towers (it does
-        not depend on the update).
+        already trained for the cell's model, precision, towers and clip
+        norm (it does not depend on the update).
 
     Returns:
       result: the cell's `Result`.
@@ -305,9 +316,10 @@ def run_cell(case, initial=None, reference=None):
         reference = measured_reference(case, initial, images, labels, devices)
     try:
         values, copy_gaps = train_towers(case, images, labels, initial, devices)
-        worst, name = _worst(values, reference)
+        worst, name, extremes = _worst(values, reference)
     except equivalence_workers.WorkerFailed as e:
         copy_gaps, worst, name = [0.0], float("inf"), str(e)
+        extremes = (0.0, 0.0)
     moved = any(
         np.any(reference.values[name] != initial[name])
         for name in reference.weights
@@ -322,6 +334,7 @@ def run_cell(case, initial=None, reference=None):
         moved,
         reference.runs,
         reference.settled,
+        extremes,
     )
     return result, reference
 
@@ -343,32 +356,35 @@ def train_towers(case, images, labels, initial, devices):
 
 
 def _worst(values, reference):
-    """The largest error in tolerances (inf: nothing compared) and where."""
+    """The largest error in tolerances (inf: nothing compared), where, and
+    that variable's smallest and largest spread over the measuring runs."""
     errors = equivalence_tolerance.errors(
         values, reference.values, reference.spread
     )
     name = max(errors, key=errors.get, default="(nothing compared)")
     worst = errors[name] if errors else float("inf")
+    extremes = reference.extremes.get(name, (0.0, 0.0))
     if errors and name not in values:
         name += " (missing on the towers)"
-    return worst, name
+    return worst, name, extremes
 
 
 Reference = collections.namedtuple(
-    "Reference", "values spread weights runs settled"
+    "Reference", "values spread weights runs settled extremes"
 )
 Reference.__doc__ = """The one device's values after the steps (name ->
-array), their `equivalence_tolerance.spreads` over its measuring runs
-(name -> float), the names of its trainable variables (list of str), how
-many measuring runs it took (int) and whether the last fitted the
-tolerance of those before it (bool)."""
+array), the spreads the towers are held to (`equivalence_tolerance.
+tolerance`: name -> float), the names of its trainable variables (list of
+str), how many measuring runs it took (int), whether the last two agreed
+(bool), and each variable's smallest and largest spread over the runs
+(`equivalence_tolerance.extremes`: name -> (float, float))."""
 
 
 def measured_reference(case, initial, images, labels, devices):
     """The one device trained from initial, and from initial moved an ulp.
 
     Each measuring run moves the start with another seed; runs are added
-    until one fits the tolerance of those before it, at most
+    until the last two agree (`equivalence_tolerance.agree`), at most
     equivalence_tolerance.MAX_RUNS.
     """
     compute_dtype, _ = equivalence_cells.PRECISIONS[case.precision]
@@ -380,17 +396,16 @@ def measured_reference(case, initial, images, labels, devices):
         return train_op
 
     values, _ = train(graph, initial, devices)
-    spread, fitted, runs = None, False, 0
-    while not fitted and runs < equivalence_tolerance.MAX_RUNS:
-        runs += 1
+    runs, settled = [], False
+    while not settled and len(runs) < equivalence_tolerance.MAX_RUNS:
         moved = equivalence_tolerance.moved_by_one_ulp(
-            initial, compute_dtype.as_numpy_dtype, seed=runs
+            initial, compute_dtype.as_numpy_dtype, seed=len(runs) + 1
         )
         measuring, _ = train(graph, moved, devices)
-        spread, fitted = equivalence_tolerance.widened(
-            values, measuring, spread
-        )
-    return Reference(values, spread, weights, runs, fitted)
+        runs.append(equivalence_tolerance.spreads(values, measuring))
+        spread, settled = equivalence_tolerance.tolerance(runs)
+    extremes = equivalence_tolerance.extremes(runs)
+    return Reference(values, spread, weights, len(runs), settled, extremes)
 
 
 def main():
@@ -404,6 +419,12 @@ def main():
         "yours, as --model takes it (default: all of those; with --fast, "
         "the slice's cells with these models)"
         % ", ".join(equivalence_cells.MODELS),
+    )
+    parser.add_argument(
+        "--allow_unsettled",
+        action="store_true",
+        help="exit 0 even if a cell's measuring runs never agreed (its "
+        "row says UNSETTLED), as long as every cell is within tolerance",
     )
     args = parser.parse_args()
     models = args.models.split(",") if args.models else None
@@ -420,14 +441,27 @@ def main():
             on_gpus, models or tuple(equivalence_cells.MODELS)
         )
     print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
+    return print_summary(run_cells(cells), args.allow_unsettled)
+
+
+def run_cells(cells):
+    """Trains each cell and prints its row; returns their `Result`s.
+
+    A model's cells start from one draw of its variables, and cells that
+    differ only in their update share the one device's `Reference`.
+    """
     starts, references, results = {}, {}, []
     for case in cells:
-        start = starts.setdefault(case.model, initial_values(case))
-        key = (case.model, case.precision, case.towers)
-        result, references[key] = run_cell(case, start, references.get(key))
+        if case.model not in starts:
+            starts[case.model] = initial_values(case)
+        # The one device's run depends on all but the update.
+        key = case._replace(update=None, all_reduce=None)
+        result, references[key] = run_cell(
+            case, starts[case.model], references.get(key)
+        )
         print_row(result)
         results.append(result)
-    return print_summary(results)
+    return results
 
 
 if __name__ == "__main__":

@@ -26,17 +26,18 @@ one changes a gradient's sum over the batch by percents. Whether a given
 run flips one is a draw (ResNet-56 on 2 towers, 1 step: 7 of 8 seeds
 flip one, 6 of them the same, seed 1 none), and the towers' summation
 order is one more draw. So the runner adds measuring runs, each moved
-with another seed, until one lies within the tolerance of those before
-it (`widened`), at most MAX_RUNS: the tolerance then holds an equally
-correct run it was not measured on. A smooth cell stops at 2. A cell
-that needs more proves less (its tolerance is as wide as a flip) and its
-row shows the count; it still sees the planted bugs: on ResNet-56
-float32, 2 towers (3 runs), gradients summed instead of averaged or a
-rate counted from one tower's batch land 589 to 625 tolerances out. The
-spread is the largest over every run, the last included. No bug of the
-towers can widen it: the measuring runs are the one device's alone.
-Stopping too early errs the safe way: runs that all missed a flip the
-towers drew leave the cell out, not a bug in.
+with another seed, until two in a row `agree` (each within the other's
+tolerance), at most MAX_RUNS, and holds the towers to those two
+(`tolerance`). The rule is symmetric: a run that tips and one that does
+not disagree whichever comes first, so a tip-wide run cannot lend its
+width to a smooth one (the rule before, a run within the tolerance of
+those before it, settled a tip then a smooth run at 2 on the tip's
+width, where a gap 3,000,000 times the smooth noise scored 0.75). A
+smooth cell settles at 2; a cell whose runs tip alike settles on the
+tip's width, and its row shows its smallest spread beside its largest
+(`extremes`). A cell whose runs never agree is unsettled, which the
+runner reports apart from ok and out. No bug of the towers can widen a
+spread: the measuring runs are the one device's alone.
 """
 
 import numpy as np
@@ -48,15 +49,13 @@ import numpy as np
 # taken up to the next power of two. Measured on 2 AMD EPYC cores (AVX2):
 # every variable of every cell run within 2 spreads but the losses'
 # averages of ResNet-20 float16 on 4 towers, 4.5 (the closest, on one
-# measuring run; more runs only widen a spread); ResNet-56's whole
-# product within 0.65; the planted bugs 675 to 74,000,000 spreads in
-# the fast slice, 4,700 to 5,000 in ResNet-56's cells that tip.
+# measuring run); ResNet-56's whole product within 0.65; the planted bugs
+# 675 to 74,000,000 spreads in the fast slice, 4,700 to 5,000 in
+# ResNet-56's cells that tip.
 MULTIPLE = 8.0
-# Measuring runs at most, each one more training of the one device. A
-# smooth cell settles at 2, one that tips at the run after the first that
-# draws the flip. A run that does not fit widens some spread more than
-# MULTIPLE-fold, so a cell unsettled after 8 has no spread its rounding
-# keeps to; its row says so.
+# Measuring runs at most, each one more training of the one device: a cap
+# on cost. A smooth cell settles at 2, one whose runs tip alike at the
+# second run in a row that tips.
 MAX_RUNS = 8
 
 
@@ -108,25 +107,55 @@ def spreads(reference, measuring):
     return result
 
 
-def widened(reference, measuring, spread=None):
-    """The spreads with one more measuring run, and whether it fit them.
+def agree(earlier, later):
+    """Whether two measuring runs each lie within the other's tolerance.
+
+    The test is symmetric, so it does not depend on which run came first:
+    a run that tipped a ReLU and one that did not disagree in either order.
 
     Args:
-      reference: dict name -> array, the one device's values.
-      measuring: dict name -> array, another measuring run's.
-      spread: the spreads of the measuring runs before it, or None.
+      earlier, later: dict name -> float, two runs' `spreads`.
 
     Returns:
-      spread: dict name -> float, per variable the larger of the given
-        spread and this run's `spreads`.
-      fitted: bool, whether this run lies within the tolerance of the runs
-        before it (`errors` <= 1 everywhere); False for the first run.
+      bool, whether every variable's spread of each run is at most
+      MULTIPLE times the other's.
     """
-    more = spreads(reference, measuring)
-    if spread is None:
-        return more, False
-    fitted = max(errors(measuring, reference, spread).values(), default=0) <= 1
-    return {name: max(spread[name], more[name]) for name in more}, fitted
+    return all(
+        later[name] <= MULTIPLE * earlier[name]
+        and earlier[name] <= MULTIPLE * later[name]
+        for name in later
+    )
+
+
+def tolerance(runs):
+    """The spreads the towers are held to, and whether they settled.
+
+    Args:
+      runs: list of dict name -> float, each measuring run's `spreads`, in
+        the order drawn; at least one.
+
+    Returns:
+      spread: dict name -> float: where the last two runs `agree`, per
+        variable the larger of their spreads; else the largest of every
+        run (the widest, which an unsettled cell is reported beside).
+      settled: bool, whether the last two runs agree.
+    """
+    settled = len(runs) > 1 and agree(runs[-2], runs[-1])
+    held = runs[-2:] if settled else runs
+    return {name: max(run[name] for run in held) for name in runs[0]}, settled
+
+
+def extremes(runs):
+    """Per variable, its smallest and largest spread over the runs.
+
+    Returns:
+      dict name -> (float, float); a largest far over the smallest is a
+      run that tipped.
+    """
+    return {
+        name: (min(run[name] for run in runs), max(run[name] for run in runs))
+        for name in runs[0]
+    }
 
 
 def errors(values, reference, spread):

@@ -67,6 +67,7 @@ def build(case, task, images, labels, devices):
         batch_size=equivalence.PER_TOWER_BATCH,
         devices=devices,
         compute_dtype=compute_dtype,
+        clip_norm=case.clip_norm,
         task=task,
         update=update,
         loss_scaling=scaling,

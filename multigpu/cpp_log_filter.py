@@ -29,7 +29,9 @@ import re
 # remote task's gRPC status, a hint, a blank line) go with it. Grappler's
 # notice that it leaves a cond's Merge with a control input unoptimised,
 # which the dry run's audit of the rewritten graph prints (the graph is the
-# same).
+# same). Grappler's notice, with its kernel list, that it leaves a float16
+# batch norm and its ReLU unfused on the CPU, which has no fused kernel for
+# them (the graph computes as written).
 _DROPPED_LINE = re.compile(
     rb"^(I\d{4} \d\d:\d\d:\d\d"
     rb"|WARNING: All log messages before absl::InitializeLog"
@@ -53,6 +55,11 @@ _DROPPED_LINE = re.compile(
     rb"BaseCollectiveExecutor::StartAbort UNAVAILABLE: "
     rb"|The error could be from a previous operation\. Restart your program "
     rb"|W\d{4} [^]]*loop_optimizer\.cc:\d+\] Skipping loop optimization "
+    rb"|W\d{4} [^]]*graph_view\.cc:\d+\] No registered '_FusedBatchNormEx' "
+    rb"OpKernel for CPU devices "
+    rb"|\t \(OpKernel was found, but attributes didn't match\) "
+    rb"|\t\.  Registered:  device='"
+    rb"|  device='\w+'; \w+ in \[DT_"
     rb"|E\d{4} [^]]*\] Failed to add port to server: "
     rb"|E\d{4} [^]]*\] UNKNOWN: Could not start gRPC server"
     rb"|Hint: If you want to see a list of allocated tensors when OOM happens"

@@ -292,15 +292,23 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
         if line.startswith(("parameter_server ", "replicated ", WORKERS))
     ]
     cells = [
-        (row[0], row[1], " ".join(row[3:-6]), int(row[-6])) for row in rows
+        (row[0], row[1], " ".join(row[3:-9]), int(row[-9]), row[-8])
+        for row in rows
     ]
     assert cells == [
-        (case.update, case.all_reduce or "-", case.precision, case.towers)
+        (
+            case.update,
+            case.all_reduce or "-",
+            case.precision,
+            case.towers,
+            "%g" % case.clip_norm if case.clip_norm else "-",
+        )
         for case in equivalence_cells.fast_slice()
     ]
     assert {(row[2], row[-1]) for row in rows} == {("my_model:small_net", "ok")}
     assert run.stdout.splitlines()[-1].startswith(
-        "7 cell(s), 0 out of tolerance; slowest "
+        "%d cell(s), 0 out of tolerance, 0 unsettled; slowest "
+        % len(equivalence_cells.fast_slice())
     )
 
 
@@ -322,3 +330,38 @@ def test_the_runner_takes_every_model_the_trainers_take():
         "get_variable or a MODULE:FUNCTION of yours"
         in " ".join(run.stdout.split())
     ), run.stdout
+
+
+def test_cells_share_the_one_device_only_where_they_differ_in_the_update(
+    monkeypatch,
+):
+    measured = []
+
+    def measured_reference(case, initial, images, labels, devices):
+        measured.append(case)
+        return equivalence.Reference(
+            {"w": np.float32(1.0)}, {"w": 1.0}, ["w"], 2, True, {"w": (1, 1)}
+        )
+
+    monkeypatch.setattr(
+        equivalence, "initial_values", lambda case: {"w": np.float32(0.0)}
+    )
+    monkeypatch.setattr(equivalence, "measured_reference", measured_reference)
+    monkeypatch.setattr(
+        equivalence,
+        "train_towers",
+        lambda *args: ({"w": np.float32(1.0)}, [0.0]),
+    )
+    cell = Case("parameter_server", None, "tutorial", "float32", 2)
+    cells = [
+        cell,
+        cell._replace(update="replicated", all_reduce="collective"),
+        cell._replace(clip_norm=1.5),
+        cell._replace(update="replicated", clip_norm=1.5),
+        cell._replace(precision="float16 fixed"),
+    ]
+
+    results = equivalence.run_cells(cells)
+
+    assert measured == [cells[0], cells[2], cells[4]]
+    assert [result.worst for result in results] == [0.0] * 5

@@ -69,84 +69,110 @@ def test_an_integer_off_by_one_and_a_missing_variable_are_infinitely_out():
     assert errors == {"w": float("inf"), "count": float("inf")}
 
 
-def test_a_first_measuring_run_gives_its_spreads_and_does_not_fit():
-    reference = {"w": np.array([1.0, 2.0], np.float32)}
-    measuring = {"w": np.array([1.0, 2.5], np.float32)}
+def test_two_runs_agree_when_each_spread_is_within_8_times_the_other():
+    near, far = {"w": 1.0, "count": 0.0}, {"w": 7.5, "count": 0.0}
+    farther = {"w": 8.5, "count": 0.0}
 
-    spread, fitted = tolerance.widened(reference, measuring)
-
-    assert (spread, fitted) == ({"w": 0.5}, False)
-
-
-def test_a_measuring_run_within_the_tolerance_of_those_before_fits():
-    reference = {"w": np.array([1.0, 2.0], np.float32)}
-    # 8 x 0.5 = 4 is the tolerance; a gap of 2 is within it.
-    measuring = {"w": np.array([3.0, 2.0], np.float32)}
-
-    spread, fitted = tolerance.widened(reference, measuring, {"w": 0.5})
-
-    assert (spread, fitted) == ({"w": 2.0}, True)
+    assert tolerance.agree(near, far) and tolerance.agree(far, near)
+    assert not tolerance.agree(near, farther)
+    assert not tolerance.agree(farther, near)
 
 
-def test_a_measuring_run_outside_the_tolerance_widens_it_and_does_not_fit():
-    reference = {"w": np.array([0.5, 2.0], np.float32), "count": np.array(3)}
-    # One ulp of 2.0 (2^-22) times 8 is the tolerance; 0.25 is outside.
-    measuring = {"w": np.array([0.25, 2.0], np.float32), "count": np.array(3)}
-
-    spread, fitted = tolerance.widened(
-        reference, measuring, {"w": 2.0**-22, "count": 0.0}
-    )
-
-    assert (spread, fitted) == ({"w": 0.25, "count": 0.0}, False)
+# A smooth run's spread (one float32 ulp of 1.0) and a run that tipped a
+# ReLU: 500,000 times as far, where the rule of a run within the tolerance
+# of those before it held a towers' gap of 3,000,000 smooth spreads to be
+# 0.75 of a tolerance, ok.
+SMOOTH = 2.0**-23
+TIP = 500_000 * SMOOTH
 
 
-def _tipping_train(graph, initial, devices):
-    """The one device's training as a stand-in that tips like a ReLU.
+@pytest.mark.parametrize("order", [[TIP, SMOOTH], [SMOOTH, TIP]])
+def test_a_tip_and_a_smooth_run_do_not_settle_in_either_order(order):
+    runs = [{"w": each} for each in order]
 
-    Its result is its start, plus 0.1 where the start's first value moved
-    up: seed 1 moves it down, seeds 2 and 3 up (`moved_by_one_ulp`).
+    spread, settled = tolerance.tolerance(runs)
+
+    # Unsettled: held to the widest, which its row shows beside the smallest.
+    assert (spread, settled) == ({"w": TIP}, False)
+    assert tolerance.extremes(runs) == {"w": (SMOOTH, TIP)}
+
+
+def test_two_runs_that_agree_hold_the_larger_and_not_the_runs_before():
+    runs = [{"w": TIP}, {"w": SMOOTH}, {"w": 2 * SMOOTH}]
+
+    assert tolerance.tolerance(runs) == ({"w": 2 * SMOOTH}, True)
+
+
+def _drawn_train(kinds):
+    """The one device's training as a stand-in whose runs tip as drawn.
+
+    The reference lands on its start; the measuring runs, in turn, at
+    their start (a smooth spread: its one-ulp move) or TIP above it, as
+    kinds ('S', 'T') says, the last kind repeated.
     """
-    w = initial["w"]
-    return {"w": w + (0.1 if w[0] > 1.0 else 0.0)}, [0.0]
+    calls = []
+
+    def train(graph, initial, devices):
+        calls.append(initial)
+        kind = kinds[min(len(calls) - 2, len(kinds) - 1)] if calls[1:] else "S"
+        return {"w": initial["w"] + (TIP if kind == "T" else 0.0)}, [0.0]
+
+    return train
 
 
-def test_a_cell_that_tips_takes_measuring_runs_until_one_fits(monkeypatch):
-    monkeypatch.setattr(equivalence, "train", _tipping_train)
+def _measured(monkeypatch, kinds):
+    monkeypatch.setattr(equivalence, "train", _drawn_train(kinds))
     initial = {"w": np.ones([4], np.float32)}
-
-    reference = equivalence.measured_reference(CASE, initial, None, None, [])
-
-    # Seed 1 does not tip (spread: one ulp), seed 2 tips far outside 8 of
-    # them and widens the spread to 0.1, seed 3 tips within 8 x 0.1.
-    assert (reference.runs, reference.settled) == (3, True)
-    assert reference.spread["w"] == pytest.approx(0.1, rel=1e-5)
+    return equivalence.measured_reference(CASE, initial, None, None, [])
 
 
-def test_a_tolerance_that_never_fits_stops_unsettled_after_max_runs(
+def test_a_tip_then_smooth_runs_hold_the_towers_to_the_smooth_spread(
     monkeypatch,
 ):
-    runs = []
+    reference = _measured(monkeypatch, "TS")
+    # The towers 3,000,000 smooth spreads away.
+    towers = {"w": reference.values["w"] + 3_000_000 * SMOOTH}
 
-    def diverging_train(graph, initial, devices):
-        # Each measuring run lands 10 times farther than the one before.
-        runs.append(initial)
-        return {"w": np.float32(1e-6 * 10.0 ** len(runs))}, [0.0]
+    errors = tolerance.errors(towers, reference.values, reference.spread)
 
-    monkeypatch.setattr(equivalence, "train", diverging_train)
-    initial = {"w": np.float32(1.0)}
+    assert (reference.runs, reference.settled) == (3, True)
+    assert reference.extremes["w"] == pytest.approx((SMOOTH, TIP), rel=1e-3)
+    assert errors["w"] == pytest.approx(375_000, rel=1e-3)
 
-    reference = equivalence.measured_reference(CASE, initial, None, None, [])
+
+def test_a_smooth_then_tipping_runs_settle_on_the_tip_and_show_both(
+    monkeypatch,
+):
+    reference = _measured(monkeypatch, "ST")
+
+    assert (reference.runs, reference.settled) == (3, True)
+    assert reference.spread["w"] == pytest.approx(TIP, rel=1e-3)
+    assert reference.extremes["w"] == pytest.approx((SMOOTH, TIP), rel=1e-3)
+
+
+def test_runs_that_tip_by_turns_stop_unsettled_after_max_runs(monkeypatch):
+    reference = _measured(monkeypatch, "TS" * tolerance.MAX_RUNS)
 
     assert (reference.runs, reference.settled) == (tolerance.MAX_RUNS, False)
-    assert len(runs) == 1 + tolerance.MAX_RUNS
+    assert reference.spread["w"] == pytest.approx(TIP, rel=1e-3)
 
 
-def test_a_row_out_of_an_unsettled_tolerance_says_so(capsys):
-    result = equivalence_table.Result(
-        CASE, 3.5, "model/w", 0.0, 12.0, True, tolerance.MAX_RUNS, False
+def _result(worst=0.5, settled=True, copy_gap=0.0):
+    return equivalence_table.Result(
+        CASE,
+        worst,
+        "model/w",
+        copy_gap,
+        12.0,
+        True,
+        tolerance.MAX_RUNS if not settled else 2,
+        settled,
+        (SMOOTH, TIP),
     )
 
-    equivalence_table.print_row(result)
+
+def test_a_row_shows_the_smallest_spread_beside_the_largest(capsys):
+    equivalence_table.print_row(_result(3.5, settled=False))
 
     assert capsys.readouterr().out.split() == [
         "parameter_server",
@@ -154,34 +180,69 @@ def test_a_row_out_of_an_unsettled_tolerance_says_so(capsys):
         "tutorial",
         "float32",
         "2",
+        "-",
         "3.500",
         "8",
+        "1.2e-07",
+        "6.0e-02",
         "0.0e+00",
         "12.0",
         "OUT:",
         "model/w",
-        "(its",
-        "tolerance",
-        "unsettled)",
+        "(UNSETTLED)",
     ]
 
 
 @pytest.mark.parametrize(
-    "worst, settled, verdict",
+    "worst, settled, copy_gap, verdict",
     [
-        (0.5, True, "ok"),
-        (0.5, False, "ok (its tolerance unsettled)"),
-        (3.5, True, "OUT: model/w"),
+        (0.5, True, 0.0, "ok"),
+        (0.5, False, 0.0, "UNSETTLED (within its widest spread)"),
+        (3.5, True, 0.0, "OUT: model/w"),
+        (0.5, True, 1e-3, "OUT: a copy differs from its variable"),
     ],
 )
-def test_a_row_says_whether_its_tolerance_settled_only_where_not(
-    capsys, worst, settled, verdict
+def test_a_row_says_ok_only_of_a_settled_cell_within_tolerance(
+    capsys, worst, settled, copy_gap, verdict
 ):
-    result = equivalence_table.Result(
-        CASE, worst, "model/w", 0.0, 12.0, True, tolerance.MAX_RUNS, settled
-    )
+    equivalence_table.print_row(_result(worst, settled, copy_gap))
 
-    equivalence_table.print_row(result)
+    # The twelve columns before the verdict, then the verdict whole.
+    assert capsys.readouterr().out.strip().split(None, 12)[12] == verdict
 
-    # The nine columns before the verdict, then the verdict whole.
-    assert capsys.readouterr().out.strip().split(None, 9)[9] == verdict
+
+@pytest.mark.parametrize(
+    "results, allow_unsettled, line, code",
+    [
+        ([_result()], False, "1 cell(s), 0 out of tolerance, 0 unsettled", 0),
+        (
+            [_result(), _result(copy_gap=2.0**-20)],
+            False,
+            "2 cell(s), 1 out of tolerance, 0 unsettled",
+            1,
+        ),
+        (
+            [_result(), _result(settled=False)],
+            False,
+            "2 cell(s), 0 out of tolerance, 1 unsettled",
+            1,
+        ),
+        (
+            [_result(settled=False)],
+            True,
+            "1 cell(s), 0 out of tolerance, 1 unsettled (allowed)",
+            0,
+        ),
+        (
+            [_result(settled=False), _result(copy_gap=1.0)],
+            True,
+            "2 cell(s), 1 out of tolerance, 1 unsettled (allowed)",
+            1,
+        ),
+    ],
+)
+def test_the_exit_code_counts_a_copy_gap_as_out_and_an_unsettled_cell_apart(
+    capsys, results, allow_unsettled, line, code
+):
+    assert equivalence_table.print_summary(results, allow_unsettled) == code
+    assert capsys.readouterr().out.startswith(line + "; slowest 12.0 s")

@@ -340,6 +340,30 @@ def test_the_lines_that_echo_a_one_line_error_are_dropped():
     assert kept == [LARGE_ALLOCATION_LINE]
 
 
+# Grappler's notice of a float16 batch norm and ReLU on the CPU (the
+# equivalence runner's float16 cells, a ResNet with --use_fp16 on CPU
+# towers), as TensorFlow 2.21 prints it, its list cut to two kernels.
+UNFUSED_BATCH_NORM_LINES = [
+    b"W0000 00:00:1795799972.020208   18550 graph_view.cc:850] No "
+    b"registered '_FusedBatchNormEx' OpKernel for CPU devices compatible "
+    b"with node {{node batch_normalization/FusedBatchNormV3}}\n",
+    b"\t (OpKernel was found, but attributes didn't match) Requested "
+    b'Attributes: T=DT_HALF, U=DT_FLOAT, activation_mode="Relu"\n',
+    b"\t.  Registered:  device='XLA_CPU_JIT'; U in [DT_FLOAT]; T in "
+    b"[DT_FLOAT, DT_BFLOAT16, DT_HALF]\n",
+    b"  device='CPU'; T in [DT_FLOAT]; U in [DT_FLOAT]\n",
+]
+
+
+def test_the_notice_of_an_unfused_float16_batch_norm_is_dropped_whole():
+    kept = [
+        line
+        for line in UNFUSED_BATCH_NORM_LINES + [LARGE_ALLOCATION_LINE]
+        if not cpp_log_filter.is_dropped(line, gpu_driver=False)
+    ]
+    assert kept == [LARGE_ALLOCATION_LINE]
+
+
 @pytest.mark.slow
 def test_a_diverged_run_is_reported_in_one_line(cifar10_data_dir, tmp_path):
     write_infinite_checkpoint(tmp_path, 50)
