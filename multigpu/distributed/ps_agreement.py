@@ -30,6 +30,8 @@ STALE_PS_NOTE = (
     "with other flags, the ps tasks are left from an earlier job, and "
     "every task of that job, its ps tasks too, must stop first"
 )
+# What a restarted chief may change: where it stops, not what it learns.
+RESTART_MAY_CHANGE = ("max_steps",)
 # Seconds between two looks at the chief's settings while it starts.
 POLL_SECS = 0.5
 # The name of the chief's settings on ps task 0, under an absolute scope:
@@ -101,10 +103,10 @@ def held_job(target, task, config, wait_secs):
 def refuse_other_job(held, settings):
     """Refuses a chief whose ps tasks hold a job of other settings.
 
-    A chief restarted with other flags under running workers would restore
-    an older checkpoint into their variables and train at other settings;
-    the ps tasks of an earlier job, left running, would hand that job's
-    settings to the new job's workers.
+    A chief restarted with other flags under running workers would train
+    at other settings; the ps tasks of an earlier job, left running, would
+    hand that job's settings to the new job's workers. It may change where
+    it stops (RESTART_MAY_CHANGE).
 
     Args:
       held: dict, the settings of `held_job`.
@@ -117,7 +119,8 @@ def refuse_other_job(held, settings):
     names = sorted(
         name
         for name in set(held) | set(settings)
-        if json.dumps(held.get(name)) != json.dumps(settings.get(name))
+        if name not in RESTART_MAY_CHANGE
+        and json.dumps(held.get(name)) != json.dumps(settings.get(name))
     )
     if not names:
         return
