@@ -8,8 +8,8 @@ the multi-GPU trainer builds them.
 """
 
 import tensorflow as tf
+from helpers.towers import zeros_step_graph
 
-import cifar10_multi_gpu_train
 from cifar10_models import registry
 from multigpu.distributed import agreement, cluster
 from multigpu.graph import variable_update
@@ -48,18 +48,10 @@ def _digests(model, prefetch=False, task_index=None):
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
-        cifar10_multi_gpu_train.build_graph(
-            get_next=lambda: (
-                tf.zeros([2, 24, 24, 3]),
-                tf.zeros([2], tf.int32),
-            ),
-            batch_size=2,
-            devices=DEVICES,
-            compute_dtype=tf.float32,
-            task=task,
-            update=variable_update.variable_update(
-                "replicated", DEVICES, task=task
-            ),
+        zeros_step_graph(
+            DEVICES,
+            variable_update.variable_update("replicated", DEVICES, task=task),
+            task,
             prefetch=prefetch,
             model=model,
         )

@@ -1,8 +1,8 @@
 """The gradients' reduction: the mean of every tower's gradients."""
 
 import tensorflow as tf
+from helpers.towers import zeros_step_graph
 
-import cifar10_multi_gpu_train
 from multigpu.distributed import cluster
 from multigpu.graph import gradient_reduction, variable_update
 
@@ -104,17 +104,7 @@ def test_every_copys_update_waits_for_every_packs_all_reduce_across_workers():
         "replicated", devices, task=task, pack_bytes=PACK_BYTES
     )
     with tf.Graph().as_default() as graph:
-        cifar10_multi_gpu_train.build_graph(
-            get_next=lambda: (
-                tf.zeros([2, 24, 24, 3]),
-                tf.zeros([2], tf.int32),
-            ),
-            batch_size=2,
-            devices=devices,
-            compute_dtype=tf.float32,
-            task=task,
-            update=update,
-        )
+        zeros_step_graph(devices, update, task)
     ops = graph.get_operations()
     all_reduces = {op for op in ops if op.type == "CollectiveReduceV2"}
     updates = [op for op in ops if op.type.startswith("ResourceApply")]
