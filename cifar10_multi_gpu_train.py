@@ -61,6 +61,7 @@ from multigpu.distributed import cluster, ps
 from multigpu.flags import common_flags, flag_checks, script, tower_flags
 from multigpu.graph import (
     blocks,
+    copy_gradients,
     dry_run,
     loss_scale,
     loss_summaries,
@@ -227,9 +228,7 @@ def _build_towers(plan, get_next, opt, model, compute_dtype, xla, prefetch):
             towers.add_cross_entropy(logits, labels)
             tower_losses.append(towers.tower_total_loss(scope))
             tower_grads.append(
-                opt.compute_gradients(
-                    tower_losses[-1], variable_update.trainable_variables(tower)
-                )
+                copy_gradients.tower_gradients(opt, tower_losses[-1], tower)
             )
     return tower_losses, tower_grads, put_ops, scope
 

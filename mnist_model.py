@@ -16,6 +16,7 @@ import tensorflow as tf
 import mnist_input
 from multigpu.distributed import cluster
 from multigpu.graph import (
+    copy_gradients,
     placement,
     summaries,
     towers,
@@ -170,9 +171,7 @@ def train(
             towers.add_cross_entropy(inference(images), labels)
             tower_losses.append(_tower_loss_with_summaries(scope))
             tower_grads.append(
-                opt.compute_gradients(
-                    tower_losses[-1], variable_update.trainable_variables(tower)
-                )
+                copy_gradients.tower_gradients(opt, tower_losses[-1], tower)
             )
     # Synchronisation point: every tower's gradients, averaged on the CPU
     # or all-reduced onto every tower's copy.

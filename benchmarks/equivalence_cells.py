@@ -13,11 +13,14 @@ from benchmarks.equivalence_table import Case
 from cifar10_models import registry
 from multigpu.graph import loss_scale
 
-# Every model the trainers' --model names, and two that use other APIs.
+# Every model the trainers' --model names, two that use other APIs and
+# two of the official ResNet's idioms.
 MODELS = {
     **registry.MODELS,
     "layers": equivalence_models.LAYERS_MODEL,
     "get_variable": equivalence_models.GET_VARIABLE_MODEL,
+    "custom_getter": equivalence_models.CUSTOM_GETTER_MODEL,
+    "trainable_decay": equivalence_models.TRAINABLE_DECAY_MODEL,
 }
 # The reduced precision: float16 with a loss scale, as on GPUs; CPU towers
 # compute float16 too (slowly), so that the scaling runs here.
@@ -86,6 +89,8 @@ def fast_slice(models=None):
         Case("replicated", "collective", "get_variable", "float32", 4),
         Case("parameter_server", None, "get_variable", "float32", 4),
         Case("replicated", "collective", "tutorial", "float32", 2, CLIP_NORM),
+        Case("replicated", "collective", "custom_getter", "float16 dynamic", 4),
+        Case("replicated", "one_device", "trainable_decay", "float32", 2),
         Case(
             equivalence_workers.UPDATE, "collective", "tutorial", "float32", 4
         ),

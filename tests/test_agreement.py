@@ -4,6 +4,7 @@ Worker tasks as processes on 127.0.0.1; every process a test starts is ended
 by the test, every wait is bounded.
 """
 
+import re
 import time
 
 import pytest
@@ -101,6 +102,47 @@ def test_a_setting_that_differs_ends_every_worker_naming_it(
         assert "Traceback" not in cluster.log(name)
     assert time.time() - start < PATIENT_SECS
     assert not cluster.train_dir(0).joinpath("checkpoint").exists()
+
+
+# A user's model module, its activation left open: each worker imports
+# its own copy of it under one name.
+DIFFERING_MODULE = """
+import tensorflow as tf
+
+
+def net(images, is_training):
+    x = tf.compat.v1.layers.conv2d(images, 4, 3, strides=4, name="conv")
+    x = tf.reduce_mean(%s, [1, 2])
+    return tf.compat.v1.layers.dense(x, 10, name="dense")
+"""
+
+
+@pytest.mark.slow
+def test_a_model_module_with_other_ops_ends_every_worker_naming_them(
+    make_cluster, tmp_path
+):
+    cluster = _workers(make_cluster, PATIENT_SECS)
+    for index, activation in enumerate(["tf.nn.relu(x)", "tf.tanh(x) * 3"]):
+        folder = tmp_path / ("machine%d" % index)
+        folder.mkdir()
+        (folder / "differing.py").write_text(DIFFERING_MODULE % activation)
+        cluster.start(
+            "worker",
+            index,
+            "--model=differing:net",
+            env={"PYTHONPATH": str(folder)},
+        )
+    for name in ("worker0", "worker1"):
+        code, _ = cluster.wait(name)
+        lines = cluster.log(name).strip().split("\n")
+        assert code == 1, lines[-20:]
+        assert re.fullmatch(
+            SCRIPT + r": error: the model's ops differ between the workers: "
+            r'worker task 0 has "(\d+) ops, sha1 \w{12}", worker task 1 has '
+            r'"(\d+) ops, sha1 \w{12}"; every worker must run the same '
+            r"model code \(docs/cluster.md\)",
+            lines[-1],
+        ), lines[-1]
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """The agreement's line names every flag that differs, each task's value.
 
-The model's variables are named only when every flag agrees: a flag such
-as --model changes them too, and the flags are what to fix.
+The model's code is named only when every flag agrees (a flag such as
+--model changes it too, and the flags are what to fix): its variables, or
+else its ops.
 """
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from multigpu.distributed import agreement
 
 VARIABLES = agreement.VARIABLES
+OPS = agreement.OPS
 
 
 @pytest.mark.parametrize(
@@ -42,10 +44,34 @@ VARIABLES = agreement.VARIABLES
             'has "10 variables", worker task 1 has "12 variables"; every '
             "worker must run the same model code (docs/cluster.md)",
         ),
+        (
+            [
+                {VARIABLES: "10 variables", OPS: "260 ops"},
+                {VARIABLES: "12 variables", OPS: "262 ops"},
+            ],
+            "the model's variables differ between the workers: worker task 0 "
+            'has "10 variables", worker task 1 has "12 variables"; every '
+            "worker must run the same model code (docs/cluster.md)",
+        ),
+        (
+            [
+                {VARIABLES: "10 variables", OPS: "260 ops"},
+                {VARIABLES: "10 variables", OPS: "261 ops"},
+            ],
+            "the model's ops differ between the workers: worker task 0 has "
+            '"260 ops", worker task 1 has "261 ops"; every worker must run '
+            "the same model code (docs/cluster.md)",
+        ),
     ],
-    ids=["two_flags", "a_flag_and_the_variables", "the_variables_alone"],
+    ids=[
+        "two_flags",
+        "a_flag_and_the_variables",
+        "the_variables_alone",
+        "the_variables_and_the_ops",
+        "the_ops_alone",
+    ],
 )
-def test_the_line_names_every_differing_flag_or_else_the_variables(
+def test_the_line_names_every_differing_flag_or_else_the_model_code(
     settings_of_tasks, line
 ):
     assert agreement.difference(settings_of_tasks) == line

@@ -1,9 +1,14 @@
 """The gradients' reduction: the mean of every tower's gradients."""
 
 import tensorflow as tf
+from helpers.towers import zeros_step_graph
 
 from multigpu.distributed import cluster
 from multigpu.graph import gradient_reduction, variable_update
+
+# The bytes of one all-reduce across the workers: small, so that the
+# tutorial's gradients make several packs.
+PACK_BYTES = 64 * 1024
 
 
 def test_average_gradients_is_the_mean_and_keeps_variables_without_one():
@@ -75,3 +80,37 @@ def test_each_row_of_the_variable_update_table_has_its_own_reduction():
             ("CollectiveReduceV2", "/device:CPU:1", 4),
         ],
     )
+
+
+def _ancestors(op):
+    """The ops op waits for: its inputs' and control inputs', transitively."""
+    seen, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        for each in [t.op for t in current.inputs] + current.control_inputs:
+            if each not in seen:
+                seen.add(each)
+                stack.append(each)
+    return seen
+
+
+def test_every_copys_update_waits_for_every_packs_all_reduce_across_workers():
+    """The all-or-none gate: a step a lost peer cuts short changes no copy."""
+    devices = ["/cpu:0", "/cpu:1"]
+    task = cluster.cluster_task(
+        None, "127.0.0.1:2222,127.0.0.1:2223", "worker", 0
+    )
+    update = variable_update.variable_update(
+        "replicated", devices, task=task, pack_bytes=PACK_BYTES
+    )
+    with tf.Graph().as_default() as graph:
+        zeros_step_graph(devices, update, task)
+    ops = graph.get_operations()
+    all_reduces = {op for op in ops if op.type == "CollectiveReduceV2"}
+    updates = [op for op in ops if op.type.startswith("ResourceApply")]
+    # The tutorial's 10 variables on 2 copies; its gradients in 66 pieces
+    # of at most PACK_BYTES, each all-reduced on both towers.
+    assert len(updates) == 20
+    assert len(all_reduces) == 132
+    for op in updates:
+        assert all_reduces <= _ancestors(op), op.name

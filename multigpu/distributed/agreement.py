@@ -5,9 +5,9 @@ flags. Workers started with different flags would train apart (another
 learning rate) or wait for each other forever (another tower count, other
 collectives). Before the first step each worker sends its settings (a dict
 of name -> JSON value: the flags that change the numbers, the model's
-variables) to every other, by one all-gather over the workers' servers, and
-compares: a difference ends every worker with the same line, naming the
-setting and each task's value.
+variables and ops) to every other, by one all-gather over the workers'
+servers, and compares: a difference ends every worker with the same line,
+naming the setting and each task's value.
 
 Every wait is bounded: first the peers' ports (a worker whose graph failed
 to build, or that never started, never opens its port), then the all-gather
@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from multigpu import errors
 from multigpu.distributed import watchdog
+from multigpu.graph import towers
 
 # The bytes of one worker's settings, as JSON, padded to this length: the
 # all-gather takes the same shape from every worker.
@@ -33,8 +34,10 @@ GROUP_KEY = 2**30
 INSTANCE_KEY = 2**30
 # Seconds between two looks at the peers' ports while they start.
 PORT_POLL_SECS = 0.5
-# The setting that stands for the model's variables.
+# The settings that stand for the model's code: its variables, and the
+# ops of its first tower.
 VARIABLES = "the model's variables"
+OPS = "the model's ops"
 
 
 def variables_digest(variables):
@@ -52,6 +55,52 @@ def variables_digest(variables):
     )
     digest = hashlib.sha1("\n".join(described).encode()).hexdigest()[:12]
     return "%d variables, sha1 %s" % (len(described), digest)
+
+
+def ops_digest(graph):
+    """A short digest of the first tower's ops, by no name or device.
+
+    The ops of tower 0's name scope (the model, its loss and gradients),
+    but the staging of its batch (--prefetch_to_device, a worker's own),
+    each by its type, its inputs' and outputs' dtypes and shapes and, for
+    a number constant, its value: the names and devices, which differ
+    between processes (a model's own scopes, each worker's task), are left
+    out. Two model modules of the same variables but other ops (ReLU, or
+    tanh times 3) differ.
+
+    Args:
+      graph: a `tf.Graph` built by `towers.tower`.
+
+    Returns:
+      str, e.g. '260 ops, sha1 0a1b2c3d4e5f'.
+    """
+    scope = towers.tower_scope(0)
+    staging = scope + towers.STAGING_SCOPE + "/"
+    described = sorted(
+        _describe_op(op)
+        for op in graph.get_operations()
+        if op.name.startswith(scope) and not op.name.startswith(staging)
+    )
+    digest = hashlib.sha1("\n".join(described).encode()).hexdigest()[:12]
+    return "%d ops, sha1 %s" % (len(described), digest)
+
+
+def _describe_op(op):
+    """'Type(dtype shape, ...) -> dtype shape, ...', and a number
+    constant's value."""
+    text = "%s(%s) -> %s" % (
+        op.type,
+        _describe_tensors(op.inputs),
+        _describe_tensors(op.outputs),
+    )
+    if op.type == "Const" and op.outputs[0].dtype != tf.string:
+        value = tf.make_ndarray(op.get_attr("value"))
+        text += " = " + hashlib.sha1(value.tobytes()).hexdigest()
+    return text
+
+
+def _describe_tensors(tensors):
+    return ", ".join("%s %s" % (t.dtype.name, t.shape) for t in tensors)
 
 
 def agree(target, task, settings, wait_secs):
@@ -146,9 +195,9 @@ def _all_gather(target, task, codes, wait_secs):
 def difference(settings_of_tasks, tasks=None):
     """The line naming every flag that differs between workers.
 
-    The model's variables are named only when every flag agrees: a
-    different --model or model flag changes them too, and the flags are
-    what to fix.
+    The model's code is named only when every flag agrees (a different
+    --model or model flag changes it too, and the flags are what to fix):
+    its variables, or else its ops.
 
     Args:
       settings_of_tasks: list of dicts, worker task by worker task.
@@ -172,7 +221,11 @@ def difference(settings_of_tasks, tasks=None):
                 "worker task %d has %s" % (i, value)
                 for i, value in zip(tasks, values)
             )
-    variables = differing.pop(VARIABLES, None)
+    model = [
+        (name, differing.pop(name))
+        for name in (VARIABLES, OPS)
+        if name in differing
+    ]
     if len(differing) > 1:
         listed = ", ".join(
             "--%s (%s)" % (name, values) for name, values in differing.items()
@@ -187,9 +240,10 @@ def difference(settings_of_tasks, tasks=None):
             "--%s differs between the workers: %s; start every worker with "
             "the same --%s (docs/cluster.md)" % (name, values, name)
         )
-    if variables is not None:
+    if model:
+        name, values = model[0]
         return (
             "%s differ between the workers: %s; every worker must run "
-            "the same model code (docs/cluster.md)" % (VARIABLES, variables)
+            "the same model code (docs/cluster.md)" % (name, values)
         )
     return None

@@ -15,7 +15,7 @@ import warnings
 
 import tensorflow as tf
 
-from multigpu.graph import blocks, copy_names, float32_decay
+from multigpu.graph import blocks, copy_names, float32_decay, getter_arguments
 
 # The dtypes the layers may compute in while the variables stay float32.
 REDUCED_DTYPES = (tf.float16, tf.bfloat16)
@@ -133,9 +133,12 @@ def _float32_variables():
         created.append(var)
         return var
 
-    def float32_storage(getter, *args, dtype=tf.float32, **kwargs):
+    def float32_storage(getter, *args, **kwargs):
+        kwargs = getter_arguments.by_name(args, kwargs)
+        dtype = kwargs.get("dtype", tf.float32)
         reduced = dtype in REDUCED_DTYPES
-        var = getter(*args, dtype=tf.float32 if reduced else dtype, **kwargs)
+        kwargs["dtype"] = tf.float32 if reduced else dtype
+        var = getter(**kwargs)
         got.add(var.op.name)
         if not reduced:
             return var

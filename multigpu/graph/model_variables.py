@@ -14,7 +14,7 @@ import contextlib
 
 import tensorflow as tf
 
-from multigpu.graph import blocks, copy_names, towers
+from multigpu.graph import blocks, copy_names, getter_arguments, towers
 
 # The names of the suite's own variables: the step counter and the float16
 # loss scale (`loss_scale.LossScaleOptimizer`).
@@ -41,15 +41,16 @@ def checked_variables(model_name):
     """
     asked = []
 
-    def check(getter, name, **kwargs):
-        own_name = blocks.without_blocks(name)
+    def check(getter, *args, **kwargs):
+        kwargs = getter_arguments.by_name(args, kwargs)
+        own_name = blocks.without_blocks(kwargs["name"])
         problem = _problem(own_name, kwargs)
         if problem:
             raise ModelVariableError(
                 "%s: variable %s %s" % (model_name, own_name, problem)
             )
-        asked.append(name)
-        return getter(name=name, **kwargs)
+        asked.append(kwargs["name"])
+        return getter(**kwargs)
 
     made_before = len(tf.compat.v1.global_variables())
     with tf.compat.v1.variable_scope(

@@ -15,6 +15,14 @@ TOWERS_SCOPE = "towers"
 # Tower i's copies of the variables are named TOWERS_SCOPE/REPLICA_SCOPE_i/
 # <name>.
 REPLICA_SCOPE = "replica"
+# The name scope, inside a tower's, of the staging of its batch
+# (`stage_on_device`).
+STAGING_SCOPE = "staging_area"
+
+
+def tower_scope(index):
+    """'towers/tower_<index>/': the name scope of tower index."""
+    return "%s/%s_%d/" % (TOWERS_SCOPE, TOWER_NAME, index)
 
 
 def strip_tower_prefix(name):
@@ -162,9 +170,7 @@ def tower(variables, xla=False):
                 variables.device, variables.variable_device
             )
         ),
-        tf.name_scope(
-            "%s/%s_%d/" % (TOWERS_SCOPE, TOWER_NAME, variables.index)
-        ) as scope,
+        tf.name_scope(tower_scope(variables.index)) as scope,
         _jit_scope(xla),
         tf.compat.v1.variable_scope(
             tf.compat.v1.get_variable_scope(),
@@ -203,7 +209,7 @@ def stage_on_device(tensors):
       put_op: the op that stages `tensors`; run it with every step.
     """
     # Stage and Unstage find their area on the device by its unique name.
-    with tf.name_scope("staging_area") as shared_name:
+    with tf.name_scope(STAGING_SCOPE) as shared_name:
         put_op = tf.raw_ops.Stage(
             values=tensors, shared_name=shared_name, name="put"
         )

@@ -7,7 +7,7 @@ A step calls it in the order the step runs, and it calls nothing back:
   update = variable_update(mode, devices, ...)   the mode's plain values
   plan = tower_plan(update)                      one `TowerVariables` a tower
   for each tower (`towers.towers(plan)`):        its device, scope and getter
-    grads = opt.compute_gradients(loss, trainable_variables(tower))
+    grads = copy_gradients.tower_gradients(opt, loss, tower)
   reduced = reduce_gradients(update, tower_grads)
   train_op = apply_gradients(update, plan, opt, reduced, global_step, ...)
 

@@ -290,10 +290,14 @@ def _with_ps_agreement(session, done_ops):
 
 
 def _with_variables(settings):
-    """settings (a dict, or None) and the digest of the model's variables."""
+    """settings (a dict, or None) and the digests of the model's variables
+    and ops."""
     settings = dict(settings or {})
     settings[agreement.VARIABLES] = agreement.variables_digest(
         tf.compat.v1.global_variables()
+    )
+    settings[agreement.OPS] = agreement.ops_digest(
+        tf.compat.v1.get_default_graph()
     )
     return settings
 

@@ -48,7 +48,8 @@ class Cluster:
     def train_dir(self, index):
         return self.tmp_path / ("train%d" % index)
 
-    def start(self, job_name, index, *flags):
+    def start(self, job_name, index, *flags, env=None):
+        """Starts a task; env: environment variables beside the scripts'."""
         name = "%s%d" % (job_name, index)
         self.processes[name] = start_script(
             self.script,
@@ -58,6 +59,7 @@ class Cluster:
             "--train_dir=%s" % self.train_dir(index),
             *flags,
             log_path=self.log_path(name),
+            env=env,
         )
         return self.processes[name]
 

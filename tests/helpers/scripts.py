@@ -63,12 +63,13 @@ def error_line(script, *flags, env=None):
     return result.stderr.strip().split("\n")[-1]
 
 
-def start_script(script, *args, log_path, prefix=()):
+def start_script(script, *args, log_path, prefix=(), env=None):
     """Starts a script in the background, its output going to log_path.
 
     The caller must end it (`kill`, then `wait`), e.g. in a finally block.
     prefix: the command that runs it, e.g. ('ip', 'netns', 'exec', NAME),
-    which execs the script in the same process.
+    which execs the script in the same process. env: dict of environment
+    variables to set beside SCRIPT_ENV's.
 
     Returns:
       The `subprocess.Popen`.
@@ -78,7 +79,7 @@ def start_script(script, *args, log_path, prefix=()):
             [*prefix, sys.executable, str(REPO / script), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=SCRIPT_ENV,
+            env=dict(SCRIPT_ENV, **(env or {})),
             cwd=REPO,
         )
 

@@ -68,6 +68,27 @@ def cifar10_step_graph(
     return loss, train_op, hooks
 
 
+def zeros_step_graph(devices, update, task=cluster.LOCAL_TASK, **options):
+    """Builds cifar10_multi_gpu_train.py's step on batches of 2 zero
+    images per tower, in the default graph.
+
+    Args:
+      devices: the towers' device strings.
+      update: the `variable_update.VariableUpdate`.
+      task: a `cluster.ClusterTask`.
+      **options: prefetch, model of `build_graph`.
+    """
+    cifar10_multi_gpu_train.build_graph(
+        get_next=lambda: (tf.zeros([2, 24, 24, 3]), tf.zeros([2], tf.int32)),
+        batch_size=2,
+        devices=devices,
+        compute_dtype=tf.float32,
+        task=task,
+        update=update,
+        **options,
+    )
+
+
 def cifar10_step(num_towers, images, labels, initial_values, **options):
     """Runs one training step of the CIFAR-10 model on num_towers towers.
 
