@@ -9,6 +9,8 @@
   - `variables`: the variable helpers of both models.
   - `model_variables`: the variables a user's model asks for, checked as
     it asks for them.
+  - `getter_arguments`: a custom getter's arguments, by name, however
+    the model passes them.
   - `towers`: one tower per device under `tower_N`, each tower's loss
     (with the model's regularizers) and gradients, their average, the
     batch-norm updates, the staged input.
@@ -17,6 +19,8 @@
   - `variable_update`: --variable_update, one copy of the variables or
     one per tower; the gradients reduced and applied.
   - `copy_names`: the names of the towers' copies of the variables.
+  - `copy_gradients`: a tower's gradients, the gradient of every copy of
+    a variable it reads counted.
   - `gradient_reduction`: every mode's reduction of the towers' gradients.
   - `all_reduce`: the replicated towers' all-reduce (NCCL, collective ops,
     one device) and its bytes.

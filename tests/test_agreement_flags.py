@@ -14,7 +14,7 @@ import sys
 import pytest
 from conftest import REPO, SCRIPT_ENV
 
-from multigpu import tower_flags
+from multigpu.flags import tower_flags
 
 # The flags a worker may set on its own: none changes the numbers.
 LOCAL = [
@@ -87,7 +87,7 @@ COMPARED = {
 # defines (absl's and TensorFlow's own left out), as JSON.
 SETTINGS_AND_FLAGS = """
 import importlib, json, sys
-from multigpu import tower_flags
+from multigpu.flags import tower_flags
 script = importlib.import_module(sys.argv[1])
 defined = [
     flag.name

@@ -16,7 +16,7 @@ from conftest import SHADOW, run_script
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu.run import checkpoints
+from multigpu.train_dir import checkpoints
 
 EXAMPLES = 20
 # The checkpoint's global step.

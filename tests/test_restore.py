@@ -1,4 +1,4 @@
-"""multigpu/run/restore.py in-process: the tutorial's checkpoints, wrong models.
+"""multigpu/train_dir/restore.py in-process: tutorial checkpoints, wrong models.
 
 The tutorial's checkpoints are built here with its variable names (not its
 code); tests/test_resume.py runs the scripts on them.
