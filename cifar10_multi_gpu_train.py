@@ -58,7 +58,13 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.distributed import cluster, ps
-from multigpu.flags import common_flags, flag_checks, script, tower_flags
+from multigpu.flags import (
+    choices,
+    common_flags,
+    flag_checks,
+    script,
+    tower_flags,
+)
 from multigpu.graph import (
     blocks,
     dry_run,
@@ -265,7 +271,7 @@ def _reduce(update, tower_grads, clip_norm, loss_averages_op):
 
 def main(argv):
     del argv
-    task = cluster.cluster_task_from_flags(FLAGS)
+    task = choices.cluster_task_from_flags(FLAGS)
     flag_checks.check_flags(FLAGS, task)
     # Checked on a ps too (a user's model imported), which would else wait
     # for workers that refuse it; the workers take it with their train_dir.
@@ -275,7 +281,7 @@ def main(argv):
         FLAGS.learning_rate_boundaries,
         FLAGS.momentum,
     )
-    options = common_flags.session_options_from_flags(FLAGS)
+    options = choices.session_options_from_flags(FLAGS)
     if FLAGS.dry_run:
         dry_run.refuse_ps(task)
         devices = dry_run.gpu_devices(FLAGS.num_gpus)
@@ -372,7 +378,7 @@ def _tower_plan(devices, task, options):
       devices: strs, one tower's device each.
       task: the `cluster.ClusterTask`.
       options: the session options of the flags
-        (`common_flags.session_options_from_flags`).
+        (`choices.session_options_from_flags`).
     """
     update = variable_update.variable_update(
         FLAGS.variable_update,
@@ -392,7 +398,7 @@ def _tower_plan(devices, task, options):
         options,
         fuse_ops=cluster.may_fuse_ops(task, compute_dtype),
     )
-    loss_scaling = common_flags.loss_scaling_from_flags(
+    loss_scaling = choices.loss_scaling_from_flags(
         FLAGS, compute_dtype, task.sync_replicas
     )
     print(placement.describe_devices(devices))
@@ -470,7 +476,7 @@ def _train(graph_ops, train_dir, plan, task, model, data, profiling):
             FLAGS.fine_tune,
         ),
         model_name=model.name,
-        settings=tower_flags.cluster_settings(FLAGS),
+        settings=choices.cluster_settings(FLAGS),
         data=data,
     )
     return closing

@@ -26,7 +26,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu.flags import common_flags, flag_checks, script
+from multigpu.flags import choices, common_flags, flag_checks, script
 from multigpu.graph import blocks, op_kernels, placement, summaries
 from multigpu.run import profile, report, training
 from multigpu.train_dir import data_records
@@ -98,14 +98,14 @@ def main(argv):
     )
     config = placement.session_config(
         log_device_placement=FLAGS.log_device_placement,
-        options=common_flags.session_options_from_flags(FLAGS),
+        options=choices.session_options_from_flags(FLAGS),
     )
     devices = placement.tower_devices(1, cpu_towers=True)
     compute_dtype = placement.compute_dtype(
         FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
     )
     # Before the data: a refused flag writes nothing.
-    loss_scaling = common_flags.loss_scaling_from_flags(FLAGS, compute_dtype)
+    loss_scaling = choices.loss_scaling_from_flags(FLAGS, compute_dtype)
     cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )

@@ -46,7 +46,13 @@ import mnist_model
 from data_sets import mnist_data
 from multigpu import folders
 from multigpu.distributed import cluster, ps
-from multigpu.flags import common_flags, flag_checks, script, tower_flags
+from multigpu.flags import (
+    choices,
+    common_flags,
+    flag_checks,
+    script,
+    tower_flags,
+)
 from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import profile, report, training
 from multigpu.train_dir import data_records
@@ -196,9 +202,9 @@ def _no_step(train_file, batch_size, num_gpus):
 
 def main(argv):
     del argv
-    task = cluster.cluster_task_from_flags(FLAGS)
+    task = choices.cluster_task_from_flags(FLAGS)
     flag_checks.check_flags(FLAGS, task)
-    options = common_flags.session_options_from_flags(FLAGS)
+    options = choices.session_options_from_flags(FLAGS)
     if FLAGS.dry_run:
         return plan_dry_run(task)
     if task.job_name == "ps":
@@ -300,7 +306,7 @@ def _train(train_file, devices, config, task, data, profiling):
                     FLAGS.pretrained_model_checkpoint_path,
                     FLAGS.fine_tune,
                 ),
-                settings=tower_flags.cluster_settings(FLAGS),
+                settings=choices.cluster_settings(FLAGS),
                 data=data,
             )
     return closing, steps
