@@ -365,9 +365,10 @@ def _check_profile_steps(value):
 def define_fp16_flags():
     """Defines the reduced-precision flags of a trainer with --use_fp16.
 
-    The trainer's `main` passes --force_cpu_bfloat16 to
-    `placement.compute_dtype` and `choices.loss_scaling_from_flags(FLAGS,
-    ...)` to its graph.
+    The trainer's `main` turns them into a `choices.Precision`
+    (`choices.precision_from_flags`): its dtype flags go to
+    `placement.compute_dtype`, its loss scaling (`choices.loss_scaling`) to
+    the graph.
     """
     define_force_cpu_bfloat16_flag()
     define_finite_float(
