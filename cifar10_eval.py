@@ -36,7 +36,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import errors, folders
-from multigpu.flags import common_flags, flag_checks, script
+from multigpu.flags import choices, common_flags, flag_checks, script
 from multigpu.graph import op_kernels, placement, top_k_hits
 from multigpu.train_dir import checkpoints, event_files, restore, train_dirs
 
@@ -351,7 +351,7 @@ def main(argv):
         checkpoint_dir, train_dirs.EVAL_FOLDER
     )
     config = placement.session_config(
-        options=common_flags.session_options_from_flags(FLAGS)
+        options=choices.session_options_from_flags(FLAGS)
     )
     if FLAGS.fake_data:
         cifar10_data.prepare_data_dir(FLAGS.data_dir, fake_data=True)

@@ -58,7 +58,13 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.distributed import cluster, ps
-from multigpu.flags import common_flags, flag_checks, script, tower_flags
+from multigpu.flags import (
+    choices,
+    common_flags,
+    flag_checks,
+    script,
+    tower_flags,
+)
 from multigpu.graph import (
     blocks,
     copy_gradients,
@@ -264,17 +270,13 @@ def _reduce(update, tower_grads, clip_norm, loss_averages_op):
 
 def main(argv):
     del argv
-    task = cluster.cluster_task_from_flags(FLAGS)
+    task = choices.cluster_task_from_flags(FLAGS)
     flag_checks.check_flags(FLAGS, task)
+    recipe = choices.recipe_from_flags(FLAGS)
     # Checked on a ps too (a user's model imported), which would else wait
     # for workers that refuse it; the workers take it with their train_dir.
-    registry.model(
-        FLAGS.model,
-        FLAGS.learning_rate,
-        FLAGS.learning_rate_boundaries,
-        FLAGS.momentum,
-    )
-    options = common_flags.session_options_from_flags(FLAGS)
+    registry.model(*recipe)
+    options = choices.session_options_from_flags(FLAGS)
     if FLAGS.dry_run:
         dry_run.refuse_ps(task)
         devices = dry_run.gpu_devices(FLAGS.num_gpus)
@@ -287,112 +289,76 @@ def main(argv):
     else:
         devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
     model, train_dir = registry.model_and_train_dir(
-        FLAGS.model,
-        FLAGS.learning_rate,
-        FLAGS.learning_rate_boundaries,
-        FLAGS.momentum,
-        FLAGS.train_dir,
-        not (FLAGS.dry_run or FLAGS.clear_train_dir),
+        *recipe, FLAGS.train_dir, not (FLAGS.dry_run or FLAGS.clear_train_dir)
     )
-    return _build_and_run(task, devices, options, model, train_dir)
-
-
-def _build_and_run(task, devices, options, model, train_dir):
-    """Builds the towers' graph; checks its plan (--dry_run) or trains it.
-
-    Returns:
-      the dry run's exit code, or None once the run has trained.
-    """
-    plan = _tower_plan(devices, task, options)
-    batch_shapes = cifar10_batches.batch_shapes(FLAGS.batch_size)
-    data = None
-    if not FLAGS.dry_run:
-        cifar10_data.prepare_data_dir(
-            FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
-        )
-        data = cifar10_data.training_data(FLAGS.data_dir)
-        if not FLAGS.clear_train_dir:
-            data_records.refuse_other_data(train_dir, data, FLAGS.data_dir)
-    with (
-        tf.Graph().as_default() as graph,
-        tf.compat.v1.device(cluster.device_setter(task)),
-    ):
-        # One input pipeline on the CPU; each tower takes its own batches.
-        with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
-            if FLAGS.dry_run:
-                get_next = dry_run.synthetic_batches(batch_shapes)
-            else:
-                get_next = cifar10_batches.distorted_batches(
-                    FLAGS.data_dir, FLAGS.batch_size
-                )
-        graph_ops = build_graph(
-            get_next=get_next,
-            batch_size=FLAGS.batch_size,
-            devices=devices,
-            compute_dtype=plan.compute_dtype,
-            clip_norm=FLAGS.clip_gradients,
-            task=task,
-            update=plan.update,
-            xla=FLAGS.xla,
-            prefetch=FLAGS.prefetch_to_device,
-            loss_scaling=plan.loss_scaling,
-            model=model,
-        )
-        op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
-        if FLAGS.dry_run:
-            return _check_plan(graph, batch_shapes, devices, model, task, plan)
-        profiling = profile.profile_hooks(FLAGS.profile_steps, train_dir)
-        closing = _train(
-            graph_ops, train_dir, plan, task, model, data, profiling
-        )
-    report.print_closing_report(
-        closing,
-        FLAGS.batch_size * FLAGS.num_gpus,
-        train_dir if task.is_chief else None,
-        registry.next_commands(model, train_dir, FLAGS.data_dir),
-        profile.closing_lines(profiling, train_dir),
+    plan = _tower_plan(
+        devices,
+        task,
+        choices.update_choice_from_flags(FLAGS),
+        choices.precision_from_flags(FLAGS),
+        (FLAGS.log_device_placement, FLAGS.operation_timeout_secs, options),
+        choices.tower_options_from_flags(FLAGS),
+    )
+    if FLAGS.dry_run:
+        return _check_plan(FLAGS.batch_size, task, plan, model)
+    cifar10_data.prepare_data_dir(
+        FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
+    )
+    data = cifar10_data.training_data(FLAGS.data_dir)
+    if not FLAGS.clear_train_dir:
+        data_records.refuse_other_data(train_dir, data, FLAGS.data_dir)
+    _train(
+        (FLAGS.batch_size, task, plan, model),
+        (train_dir, FLAGS.data_dir, data),
+        FLAGS.profile_steps,
+        choices.schedule_from_flags(FLAGS),
+        choices.start_from_flags(FLAGS),
+        choices.cluster_settings(FLAGS),
     )
 
 
 # How the towers compute and share their variables, as the flags choose.
+#   devices: strs, one tower's device each.
 #   update: the `variable_update.VariableUpdate` of --variable_update.
 #   compute_dtype: tf.DType the layers compute in (--use_fp16).
 #   config: the session's `ConfigProto`.
 #   loss_scaling: the float16 loss scaling (`loss_scale`), or None.
+#   options: the `choices.TowerOptions` (--clip_gradients, --xla, ...).
 _TowerPlan = collections.namedtuple(
-    "_TowerPlan", "update compute_dtype config loss_scaling"
+    "_TowerPlan", "devices update compute_dtype config loss_scaling options"
 )
 
 
-def _tower_plan(devices, task, options):
+def _tower_plan(devices, task, update, precision, session, options):
     """The `_TowerPlan` of the flags; prints the devices and the all-reduce.
 
     Args:
       devices: strs, one tower's device each.
       task: the `cluster.ClusterTask`.
-      options: the session options of the flags
-        (`common_flags.session_options_from_flags`).
+      update: the `choices.UpdateChoice` of the flags.
+      precision: the `choices.Precision` of the flags.
+      session: (log_device_placement, operation_timeout_secs, options), the
+        session's flags for `placement.session_config`.
+      options: the `choices.TowerOptions` of the flags.
     """
     update = variable_update.variable_update(
-        FLAGS.variable_update,
+        update.mode,
         devices,
-        variable_device_choice=FLAGS.variable_device,
-        all_reduce_spec=FLAGS.all_reduce_spec,
+        variable_device_choice=update.variable_device,
+        all_reduce_spec=update.all_reduce_spec,
         task=task,
-        pack_bytes=FLAGS.gradient_pack_bytes,
+        pack_bytes=update.pack_bytes,
     )
     compute_dtype = placement.compute_dtype(
-        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+        precision.use_fp16, devices, precision.force_cpu_bfloat16
     )
     config = placement.session_config(
         devices,
-        FLAGS.log_device_placement,
-        FLAGS.operation_timeout_secs,
-        options,
+        *session,
         fuse_ops=cluster.may_fuse_ops(task, compute_dtype),
     )
-    loss_scaling = common_flags.loss_scaling_from_flags(
-        FLAGS, compute_dtype, task.sync_replicas
+    loss_scaling = choices.loss_scaling(
+        precision, compute_dtype, task.sync_replicas
     )
     print(placement.describe_devices(devices))
     if update.all_reduce is not None:
@@ -400,79 +366,118 @@ def _tower_plan(devices, task, options):
             "--variable_update=replicated: a copy of the variables on each "
             "tower, their gradients all-reduced by %s" % update.all_reduce
         )
-    return _TowerPlan(update, compute_dtype, config, loss_scaling)
+    return _TowerPlan(
+        devices, update, compute_dtype, config, loss_scaling, options
+    )
 
 
-def _check_plan(graph, batch_shapes, devices, model, task, plan):
-    """--dry_run: checks and prints the placement plan (`dry_run.check`).
+def _build(graph, get_next, batch_size, task, plan, model):
+    """`build_graph` of the `_TowerPlan` in graph (under the task's device
+    function), then the check of its bfloat16 kernels: `build_graph`'s
+    (loss, train_op, summary_op, hooks)."""
+    graph_ops = build_graph(
+        get_next=get_next,
+        batch_size=batch_size,
+        devices=plan.devices,
+        compute_dtype=plan.compute_dtype,
+        clip_norm=plan.options.clip_norm,
+        task=task,
+        update=plan.update,
+        xla=plan.options.xla,
+        prefetch=plan.options.prefetch,
+        loss_scaling=plan.loss_scaling,
+        model=model,
+    )
+    op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
+    return graph_ops
+
+
+def _check_plan(batch_size, task, plan, model):
+    """--dry_run: builds the towers on synthetic batches, then checks and
+    prints the placement plan (`dry_run.check`).
 
     Returns:
       int, the exit code of the check.
     """
-    return dry_run.check(
-        graph,
-        batch_shapes,
-        dry_run.describe(
-            devices,
-            model=model.name,
-            compute_dtype=plan.compute_dtype.name,
-            **variable_update.describe(plan.update),
-            xla=FLAGS.xla,
-            prefetch_to_device=FLAGS.prefetch_to_device,
-            cluster_task=dry_run.task_name(task),
-            loss_scaling=loss_scale.describe(plan.loss_scaling),
-        ),
-        plan.update,
-        plan.config,
-    )
+    batch_shapes = cifar10_batches.batch_shapes(batch_size)
+    with (
+        tf.Graph().as_default() as graph,
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
+            get_next = dry_run.synthetic_batches(batch_shapes)
+        _build(graph, get_next, batch_size, task, plan, model)
+        return dry_run.check(
+            graph,
+            batch_shapes,
+            dry_run.describe(
+                plan.devices,
+                model=model.name,
+                compute_dtype=plan.compute_dtype.name,
+                **variable_update.describe(plan.update),
+                xla=plan.options.xla,
+                prefetch_to_device=plan.options.prefetch,
+                cluster_task=dry_run.task_name(task),
+                loss_scaling=loss_scale.describe(plan.loss_scaling),
+            ),
+            plan.update,
+            plan.config,
+        )
 
 
-def _train(graph_ops, train_dir, plan, task, model, data, profiling):
-    """Trains in train_dir (`training.run_training`).
+def _train(towers, folders, profile_steps, schedule, start, settings):
+    """Builds the towers' graph, trains it (`training.run_training`) and
+    prints the closing report.
 
     Args:
-      graph_ops: (loss, train_op, summary_op, hooks), as `build_graph`
-        returns them.
-      train_dir: str.
-      plan: the `_TowerPlan`, for the session's `ConfigProto`.
-      task: the `cluster.ClusterTask`.
-      model: the `registry.Model`, recorded in train_dir.
-      data: the `data_records.Data` of --data_dir, recorded in train_dir.
-      profiling: the hooks of --profile_steps (`profile.profile_hooks`).
-
-    Returns:
-      the `report.RunReportHook` of the run, for its closing report.
+      towers: (batch_size, task, plan, model), as `_build` takes them.
+      folders: (train_dir, data_dir, data): strs; the `data_records.Data`
+        of data_dir, recorded in train_dir.
+      profile_steps: str, --profile_steps (`profile.profile_hooks`).
+      schedule, start: the flags' `choices.Schedule` and `choices.Start`.
+      settings: what a cluster's workers share (`choices.cluster_settings`).
     """
-    loss, train_op, summary_op, hooks = graph_ops
-    closing = report.RunReportHook(loss)
-    training.run_training(
-        train_op,
-        loss,
-        train_dir,
-        examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-        log_frequency=FLAGS.log_frequency,
-        max_steps=FLAGS.max_steps,
-        save_checkpoint_steps=FLAGS.save_checkpoint_steps,
-        save_summaries_steps=FLAGS.save_summaries_steps,
-        summary_op=summary_op,
-        config=plan.config,
-        clear_train_dir=FLAGS.clear_train_dir,
-        data_dirs=[FLAGS.data_dir],
-        task=task,
-        hooks=[
-            closing,
-            *hooks,
-            *profiling,
-        ],
-        pretrained=(
-            FLAGS.pretrained_model_checkpoint_path,
-            FLAGS.fine_tune,
-        ),
-        model_name=model.name,
-        settings=tower_flags.cluster_settings(FLAGS),
-        data=data,
+    batch_size, task, plan, model = towers
+    train_dir, data_dir, data = folders
+    with (
+        tf.Graph().as_default() as graph,
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        # One input pipeline on the CPU; each tower takes its own batches.
+        with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
+            get_next = cifar10_batches.distorted_batches(data_dir, batch_size)
+        loss, train_op, summary_op, hooks = _build(
+            graph, get_next, batch_size, task, plan, model
+        )
+        profiling = profile.profile_hooks(profile_steps, train_dir)
+        closing = report.RunReportHook(loss)
+        training.run_training(
+            train_op,
+            loss,
+            train_dir,
+            examples_per_step=batch_size * len(plan.devices),
+            log_frequency=schedule.log_frequency,
+            max_steps=schedule.max_steps,
+            save_checkpoint_steps=schedule.save_checkpoint_steps,
+            save_summaries_steps=schedule.save_summaries_steps,
+            summary_op=summary_op,
+            config=plan.config,
+            clear_train_dir=start.clear_train_dir,
+            data_dirs=[data_dir],
+            task=task,
+            hooks=[closing, *hooks, *profiling],
+            pretrained=start.pretrained,
+            model_name=model.name,
+            settings=settings,
+            data=data,
+        )
+    report.print_closing_report(
+        closing,
+        batch_size * len(plan.devices),
+        train_dir if task.is_chief else None,
+        registry.next_commands(model, train_dir, data_dir),
+        profile.closing_lines(profiling, train_dir),
     )
-    return closing
 
 
 def run():

@@ -26,7 +26,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu.flags import common_flags, flag_checks, script
+from multigpu.flags import choices, common_flags, flag_checks, script
 from multigpu.graph import blocks, op_kernels, placement, summaries
 from multigpu.run import profile, report, training
 from multigpu.train_dir import data_records
@@ -89,23 +89,21 @@ def main(argv):
     del argv
     flag_checks.check_flags(FLAGS)
     model, train_dir = registry.model_and_train_dir(
-        FLAGS.model,
-        FLAGS.learning_rate,
-        FLAGS.learning_rate_boundaries,
-        FLAGS.momentum,
+        *choices.recipe_from_flags(FLAGS),
         FLAGS.train_dir,
         not FLAGS.clear_train_dir,
     )
     config = placement.session_config(
         log_device_placement=FLAGS.log_device_placement,
-        options=common_flags.session_options_from_flags(FLAGS),
+        options=choices.session_options_from_flags(FLAGS),
     )
     devices = placement.tower_devices(1, cpu_towers=True)
+    precision = choices.precision_from_flags(FLAGS)
     compute_dtype = placement.compute_dtype(
-        FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16
+        precision.use_fp16, devices, precision.force_cpu_bfloat16
     )
     # Before the data: a refused flag writes nothing.
-    loss_scaling = common_flags.loss_scaling_from_flags(FLAGS, compute_dtype)
+    loss_scaling = choices.loss_scaling(precision, compute_dtype)
     cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )
@@ -128,7 +126,17 @@ def main(argv):
         )
         profiling = profile.profile_hooks(FLAGS.profile_steps, train_dir)
         closing = _train(
-            loss, train_op, train_dir, config, model, data, profiling
+            loss,
+            train_op,
+            train_dir,
+            config,
+            model,
+            data,
+            profiling,
+            batch_size=FLAGS.batch_size,
+            data_dir=FLAGS.data_dir,
+            schedule=choices.schedule_from_flags(FLAGS),
+            start=choices.start_from_flags(FLAGS),
         )
     report.print_closing_report(
         closing,
@@ -139,7 +147,20 @@ def main(argv):
     )
 
 
-def _train(loss, train_op, train_dir, config, model, data, profiling):
+def _train(
+    loss,
+    train_op,
+    train_dir,
+    config,
+    model,
+    data,
+    profiling,
+    *,
+    batch_size,
+    data_dir,
+    schedule,
+    start,
+):
     """Trains in train_dir (`training.run_training`).
 
     Args:
@@ -147,8 +168,11 @@ def _train(loss, train_op, train_dir, config, model, data, profiling):
       train_dir: str.
       config: the session's `ConfigProto`.
       model: the `registry.Model`, recorded in train_dir.
-      data: the `data_records.Data` of --data_dir, recorded in train_dir.
+      data: the `data_records.Data` of data_dir, recorded in train_dir.
       profiling: the hooks of --profile_steps (`profile.profile_hooks`).
+      batch_size: int, the examples of a step.
+      data_dir: str, --data_dir.
+      schedule, start: the flags' `choices.Schedule` and `choices.Start`.
 
     Returns:
       the `report.RunReportHook` of the run, for its closing report.
@@ -158,18 +182,15 @@ def _train(loss, train_op, train_dir, config, model, data, profiling):
         train_op,
         loss,
         train_dir,
-        examples_per_step=FLAGS.batch_size,
-        log_frequency=FLAGS.log_frequency,
-        max_steps=FLAGS.max_steps,
-        save_checkpoint_steps=FLAGS.save_checkpoint_steps,
-        save_summaries_steps=FLAGS.save_summaries_steps,
+        examples_per_step=batch_size,
+        log_frequency=schedule.log_frequency,
+        max_steps=schedule.max_steps,
+        save_checkpoint_steps=schedule.save_checkpoint_steps,
+        save_summaries_steps=schedule.save_summaries_steps,
         config=config,
-        clear_train_dir=FLAGS.clear_train_dir,
-        pretrained=(
-            FLAGS.pretrained_model_checkpoint_path,
-            FLAGS.fine_tune,
-        ),
-        data_dirs=[FLAGS.data_dir],
+        clear_train_dir=start.clear_train_dir,
+        pretrained=start.pretrained,
+        data_dirs=[data_dir],
         hooks=[
             closing,
             *profiling,

@@ -36,6 +36,7 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 
 # isort: split
 
+import collections
 import datetime
 
 import tensorflow as tf
@@ -46,7 +47,13 @@ import mnist_model
 from data_sets import mnist_data
 from multigpu import folders
 from multigpu.distributed import cluster, ps
-from multigpu.flags import common_flags, flag_checks, script, tower_flags
+from multigpu.flags import (
+    choices,
+    common_flags,
+    flag_checks,
+    script,
+    tower_flags,
+)
 from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import profile, report, training
 from multigpu.train_dir import data_records
@@ -123,16 +130,19 @@ def build_graph(
     )
 
 
-def plan_dry_run(task):
-    """Prints the placement plan of the towers on --num_gpus GPUs."""
+def plan_dry_run(task, num_gpus, batch_size, learning_rate, update_choice):
+    """Prints the placement plan of the towers on num_gpus GPUs.
+
+    update_choice: the `choices.UpdateChoice` of the flags.
+    """
     dry_run.refuse_ps(task)
-    devices = dry_run.gpu_devices(FLAGS.num_gpus)
+    devices = dry_run.gpu_devices(num_gpus)
     # One tower's batch: images and labels.
     batch_shapes = [
-        ([FLAGS.batch_size, mnist_input.IMAGE_PIXELS], tf.float32),
-        ([FLAGS.batch_size], tf.int32),
+        ([batch_size, mnist_input.IMAGE_PIXELS], tf.float32),
+        ([batch_size], tf.int32),
     ]
-    update = _variable_update(devices, task)
+    update = _variable_update(devices, task, update_choice)
     with (
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
@@ -140,7 +150,7 @@ def plan_dry_run(task):
         mnist_model.train(
             dry_run.synthetic_batches(batch_shapes),
             devices,
-            FLAGS.learning_rate,
+            learning_rate,
             task,
             update,
         )
@@ -157,15 +167,16 @@ def plan_dry_run(task):
         )
 
 
-def _variable_update(devices, task):
-    """The towers' `variable_update.VariableUpdate` of the flags."""
+def _variable_update(devices, task, choice):
+    """The towers' `variable_update.VariableUpdate` of a
+    `choices.UpdateChoice`."""
     return variable_update.variable_update(
-        FLAGS.variable_update,
+        choice.mode,
         devices,
-        variable_device_choice="cpu",
-        all_reduce_spec=FLAGS.all_reduce_spec,
+        variable_device_choice=choice.variable_device,
+        all_reduce_spec=choice.all_reduce_spec,
         task=task,
-        pack_bytes=FLAGS.gradient_pack_bytes,
+        pack_bytes=choice.pack_bytes,
     )
 
 
@@ -196,11 +207,14 @@ def _no_step(train_file, batch_size, num_gpus):
 
 def main(argv):
     del argv
-    task = cluster.cluster_task_from_flags(FLAGS)
+    task = choices.cluster_task_from_flags(FLAGS)
     flag_checks.check_flags(FLAGS, task)
-    options = common_flags.session_options_from_flags(FLAGS)
+    options = choices.session_options_from_flags(FLAGS)
+    update = choices.update_choice_from_flags(FLAGS)
     if FLAGS.dry_run:
-        return plan_dry_run(task)
+        return plan_dry_run(
+            task, FLAGS.num_gpus, FLAGS.batch_size, FLAGS.learning_rate, update
+        )
     if task.job_name == "ps":
         return ps.run_ps(
             task,
@@ -222,56 +236,120 @@ def main(argv):
         options,
     )
     print(placement.describe_devices(devices))
-    train_file = mnist_input.data_file(FLAGS.data_dir, "train")
-    if task.is_chief:
-        # Scored at the end: checked before hours of training.
-        mnist_input.data_file(FLAGS.data_dir, "test")
-    data = mnist_data.training_data(FLAGS.data_dir)
-    if not FLAGS.clear_train_dir:
-        data_records.refuse_other_data(FLAGS.train_dir, data, FLAGS.data_dir)
-    profiling = profile.profile_hooks(FLAGS.profile_steps, FLAGS.train_dir)
-    closing, steps = _train(train_file, devices, config, task, data, profiling)
-    if steps == 0 and not task.kind.serves:
-        _no_step(train_file, FLAGS.batch_size, FLAGS.num_gpus)
-    print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
-    if task.is_chief:
-        report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
-    report.print_closing_report(
-        closing,
-        FLAGS.batch_size * FLAGS.num_gpus,
-        FLAGS.train_dir if task.is_chief else None,
-        next_commands(FLAGS.train_dir, FLAGS.data_dir, FLAGS.tb_logging),
-        profile.closing_lines(profiling, FLAGS.train_dir),
+    _train_and_score(
+        _Recipe(
+            FLAGS.data_dir,
+            FLAGS.batch_size,
+            FLAGS.num_epochs,
+            FLAGS.learning_rate,
+            update,
+        ),
+        devices,
+        config,
+        task,
+        train_dir=FLAGS.train_dir,
+        tb_logging=FLAGS.tb_logging,
+        profile_steps=FLAGS.profile_steps,
+        schedule=choices.schedule_from_flags(FLAGS),
+        start=choices.start_from_flags(FLAGS),
+        settings=choices.cluster_settings(FLAGS),
     )
 
 
-def _train(train_file, devices, config, task, data, profiling):
-    """Builds the towers' graph and trains it in --train_dir.
+# What the towers train on, and how (`build_graph`): --data_dir,
+# --batch_size (per tower), --num_epochs, --learning_rate and the
+# `choices.UpdateChoice` of the flags.
+_Recipe = collections.namedtuple(
+    "_Recipe", "data_dir batch_size num_epochs learning_rate update"
+)
+
+
+def _train_and_score(
+    recipe,
+    devices,
+    config,
+    task,
+    *,
+    train_dir,
+    tb_logging,
+    profile_steps,
+    schedule,
+    start,
+    settings,
+):
+    """Trains in train_dir until the input ends; the chief then scores.
+
+    Args:
+      recipe: the `_Recipe`.
+      devices, config, task, schedule, start, settings: as `_train` takes
+        them.
+      train_dir: str.
+      tb_logging: bool, --tb_logging, for the closing report's commands.
+      profile_steps: str, --profile_steps (`profile.profile_hooks`).
+    """
+    train_file = mnist_input.data_file(recipe.data_dir, "train")
+    if task.is_chief:
+        # Scored at the end: checked before hours of training.
+        mnist_input.data_file(recipe.data_dir, "test")
+    data = mnist_data.training_data(recipe.data_dir)
+    if not start.clear_train_dir:
+        data_records.refuse_other_data(train_dir, data, recipe.data_dir)
+    profiling = profile.profile_hooks(profile_steps, train_dir)
+    closing, steps = _train(
+        train_file,
+        (recipe, devices, config, task),
+        train_dir,
+        data,
+        profiling,
+        (schedule, start, settings),
+    )
+    if steps == 0 and not task.kind.serves:
+        _no_step(train_file, recipe.batch_size, len(devices))
+    print("Done training for %d epochs, %d steps." % (recipe.num_epochs, steps))
+    if task.is_chief:
+        report_accuracy(train_dir, recipe.data_dir, recipe.batch_size)
+    report.print_closing_report(
+        closing,
+        recipe.batch_size * len(devices),
+        train_dir if task.is_chief else None,
+        next_commands(train_dir, recipe.data_dir, tb_logging),
+        profile.closing_lines(profiling, train_dir),
+    )
+
+
+def _train(train_file, towers, train_dir, data, profiling, run):
+    """Builds the towers' graph and trains it in train_dir.
 
     Args:
       train_file: str, the training records (`mnist_input.data_file`).
-      devices: strs, one tower's device each.
-      config: the session's `ConfigProto`.
-      task: the `cluster.ClusterTask`.
+      towers: (recipe, devices, config, task): the `_Recipe`; strs, one
+        tower's device each; the session's `ConfigProto`; the
+        `cluster.ClusterTask`.
+      train_dir: str.
       data: the `data_records.Data` of --data_dir, recorded in train_dir.
       profiling: the hooks of --profile_steps (`profile.profile_hooks`).
+      run: (schedule, start, settings): the flags' `choices.Schedule` and
+        `choices.Start`; what the workers of a cluster must share
+        (`choices.cluster_settings`).
 
     Returns:
       (report.RunReportHook, int): the run's closing report hook, and the
       steps this process ran (`training.run_training`).
     """
+    recipe, devices, config, task = towers
+    schedule, start, settings = run
     with (
         tf.Graph().as_default(),
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         loss, train_op, summary_op, hooks = build_graph(
-            data_dir=FLAGS.data_dir,
-            batch_size=FLAGS.batch_size,
-            num_epochs=FLAGS.num_epochs,
+            data_dir=recipe.data_dir,
+            batch_size=recipe.batch_size,
+            num_epochs=recipe.num_epochs,
             devices=devices,
-            learning_rate=FLAGS.learning_rate,
+            learning_rate=recipe.learning_rate,
             task=task,
-            update=_variable_update(devices, task),
+            update=_variable_update(devices, task, recipe.update),
         )
         closing = report.RunReportHook(loss)
         # A corrupt record stops the run with an error naming the file.
@@ -279,28 +357,23 @@ def _train(train_file, devices, config, task, data, profiling):
             steps = training.run_training(
                 train_op,
                 loss,
-                FLAGS.train_dir,
-                examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-                log_frequency=FLAGS.log_frequency,
-                save_checkpoint_steps=FLAGS.save_checkpoint_steps,
-                save_summaries_steps=(
-                    FLAGS.save_summaries_steps if FLAGS.tb_logging else None
-                ),
+                train_dir,
+                examples_per_step=recipe.batch_size * len(devices),
+                log_frequency=schedule.log_frequency,
+                save_checkpoint_steps=schedule.save_checkpoint_steps,
+                save_summaries_steps=schedule.save_summaries_steps,
                 summary_op=summary_op,
                 config=config,
-                clear_train_dir=FLAGS.clear_train_dir,
-                data_dirs=[FLAGS.data_dir],
+                clear_train_dir=start.clear_train_dir,
+                data_dirs=[recipe.data_dir],
                 task=task,
                 hooks=[
                     closing,
                     *hooks,
                     *profiling,
                 ],
-                pretrained=(
-                    FLAGS.pretrained_model_checkpoint_path,
-                    FLAGS.fine_tune,
-                ),
-                settings=tower_flags.cluster_settings(FLAGS),
+                pretrained=start.pretrained,
+                settings=settings,
                 data=data,
             )
     return closing, steps

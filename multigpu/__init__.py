@@ -75,6 +75,7 @@
   - `common_flags`: the flags several trainers share.
   - `tower_flags`: the flags of the multi-tower trainers.
   - `flag_checks`: the flags checked together, one line per mistake.
+  - `choices`: the flags turned, once in `main`, into plain values.
   - `flag_help`: a script's `--help`, its flags grouped by purpose.
   - `script`: how a script runs: one line per user error (`run_script`).
 - What every script uses:

@@ -87,7 +87,7 @@ COMPARED = {
 # defines (absl's and TensorFlow's own left out), as JSON.
 SETTINGS_AND_FLAGS = """
 import importlib, json, sys
-from multigpu.flags import tower_flags
+from multigpu.flags import choices
 script = importlib.import_module(sys.argv[1])
 defined = [
     flag.name
@@ -95,7 +95,7 @@ defined = [
     if not module.startswith(("absl", "tensorflow"))
     for flag in flags
 ]
-print(json.dumps([sorted(tower_flags.cluster_settings(script.FLAGS)),
+print(json.dumps([sorted(choices.cluster_settings(script.FLAGS)),
                   sorted(defined)]))
 """
 

@@ -20,15 +20,14 @@ _VERDICTS = """
 import json, sys
 from absl import flags
 import {module} as script
-from multigpu.flags import flag_checks
-from multigpu.distributed import cluster
+from multigpu.flags import choices, flag_checks
 verdicts = []
 for argv in json.load(sys.stdin):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["{module}.py"] + argv)
     task = None
     if "ps_hosts" in flags.FLAGS:
-        task = cluster.cluster_task_from_flags(flags.FLAGS, environ={{}})
+        task = choices.cluster_task_from_flags(flags.FLAGS, environ={{}})
     try:
         flag_checks.check_flags(flags.FLAGS, task)
         verdicts.append(None)

@@ -181,3 +181,123 @@ def test_the_package_docstring_and_the_layout_page_name_every_module():
     assert sorted(modules - _named_in(page)) == []
     # The check reads the module list: a new module must be named.
     assert "kinds" in modules
+
+
+# The entry scripts: they define their flags at their top and read them in
+# main() only, which passes plain values down.
+SCRIPTS = (
+    "cifar10_train",
+    "cifar10_multi_gpu_train",
+    "cifar10_eval",
+    "mnist_multi_gpu_train",
+)
+# The tutorial's model module defines its three flags, and its no-argument
+# tutorial calls read them (SPEC: compatibility).
+TUTORIAL_FLAGS_MODULE = "cifar10"
+# The one package below the scripts that sees a flags object: it defines,
+# checks and explains the flags and turns them into plain values.
+FLAGS_PACKAGE = "multigpu.flags"
+# The names a parameter that takes a flags object goes by.
+FLAGS_PARAMETERS = ("FLAGS", "flags", "flag_values")
+
+
+def flags_reads_outside_main(path):
+    """[(function, line)]: where a script names FLAGS in a function or
+    class other than main (its top level only defines flags: it runs at
+    import, before they are parsed)."""
+    found = []
+    for statement in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(statement, ast.FunctionDef) and statement.name == "main":
+            continue
+        if isinstance(statement, (ast.FunctionDef, ast.ClassDef)):
+            scope = statement.name
+            nodes = ast.walk(statement)
+        else:
+            # A validator's lambda at the top runs after parsing.
+            scope = "lambda"
+            nodes = (
+                node
+                for lam in ast.walk(statement)
+                if isinstance(lam, ast.Lambda)
+                for node in ast.walk(lam)
+            )
+        found += [
+            (scope, node.lineno)
+            for node in nodes
+            if isinstance(node, ast.Name) and node.id == "FLAGS"
+        ]
+    return found
+
+
+def flags_objects(path):
+    """[(what, line)]: where a module imports absl's flags, names FLAGS or
+    takes a parameter named as a flags object."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module == "absl":
+            found += [
+                ("import absl.flags", node.lineno)
+                for alias in node.names
+                if alias.name == "flags"
+            ]
+        elif isinstance(node, ast.Import):
+            found += [
+                ("import absl.flags", node.lineno)
+                for alias in node.names
+                if alias.name == "absl.flags"
+            ]
+        elif isinstance(node, ast.Name) and node.id == "FLAGS":
+            found.append(("FLAGS", node.lineno))
+        elif isinstance(node, ast.Attribute) and node.attr == "FLAGS":
+            found.append(("FLAGS", node.lineno))
+        elif isinstance(node, ast.arg) and node.arg in FLAGS_PARAMETERS:
+            found.append(("parameter " + node.arg, node.lineno))
+    return found
+
+
+def below_the_scripts(root):
+    """{module: path} of the modules that may not see a flags object."""
+    return {
+        name: path
+        for name, path in project_modules(root).items()
+        if name not in SCRIPTS + (TUTORIAL_FLAGS_MODULE,)
+        and not (name + ".").startswith(FLAGS_PACKAGE + ".")
+    }
+
+
+def test_the_scripts_read_their_flags_in_main_only():
+    reads = {
+        script: flags_reads_outside_main(ROOT / (script + ".py"))
+        for script in SCRIPTS
+    }
+    assert {script: found for script, found in reads.items() if found} == {}
+
+
+def test_no_module_below_the_scripts_but_the_flags_package_sees_flags():
+    seen = {
+        name: flags_objects(path)
+        for name, path in below_the_scripts(ROOT).items()
+    }
+    assert {name: found for name, found in seen.items() if found} == {}
+    # The checks see what they look for, so they are not vacuous.
+    assert ("FLAGS", 44) in flags_objects(ROOT / "cifar10.py")
+    assert "multigpu.flags.common_flags" not in below_the_scripts(ROOT)
+
+
+def test_the_flags_checks_find_a_read_below_main_and_a_flags_parameter(
+    tmp_path,
+):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "from absl import flags\n"
+        "FLAGS = flags.FLAGS\n"
+        "flags.DEFINE_integer('steps', 1, 'Steps.')\n"
+        "def main(argv):\n"
+        "    return _train(FLAGS.steps)\n"
+        "def _train(steps):\n"
+        "    return steps * FLAGS.steps\n"
+    )
+    library = tmp_path / "library.py"
+    library.write_text("def task(flag_values):\n    return flag_values.x\n")
+    assert flags_reads_outside_main(script) == [("_train", 7)]
+    assert flags_objects(library) == [("parameter flag_values", 1)]

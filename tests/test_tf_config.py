@@ -11,6 +11,7 @@ from conftest import REPO, SCRIPT_ENV, checkpoint_steps
 from helpers.cluster import free_ports
 
 from multigpu.distributed import cluster, kinds, tf_config
+from multigpu.flags import choices
 
 # Seconds a test waits for a task to end before it fails.
 TASK_DEADLINE_SECS = 240
@@ -181,7 +182,7 @@ class _Flags:
 def test_the_cluster_task_of_a_trainer_comes_from_tf_config_alone():
     environ = {"TF_CONFIG": tf_config_text("worker", 1)}
 
-    task = cluster.cluster_task_from_flags(_Flags(), environ)
+    task = choices.cluster_task_from_flags(_Flags(), environ)
 
     assert (task.job_name, task.task_index, task.num_workers) == (
         "worker",
@@ -205,7 +206,7 @@ def test_a_port_in_use_from_tf_config_is_blamed_on_tf_config():
             },
             "task": {"type": "chief", "index": 0},
         }
-        task = cluster.cluster_task_from_flags(
+        task = choices.cluster_task_from_flags(
             _Flags(), {"TF_CONFIG": json.dumps(config)}
         )
         with pytest.raises(ValueError) as error:

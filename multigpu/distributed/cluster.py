@@ -9,7 +9,6 @@ its own copies and the gradients are all-reduced between the workers.
 
 import collections
 import ipaddress
-import os
 import sys
 
 import tensorflow as tf
@@ -163,43 +162,6 @@ def _check_job_name(job_name, has_ps):
             "--job_name=ps but --ps_hosts is empty: a cluster of workers "
             "only has no ps task; start each task with --job_name=worker"
         )
-
-
-def cluster_task_from_flags(flag_values, environ=os.environ):
-    """The `cluster_task` of the flags of `tower_flags.define_cluster_flags`.
-
-    Without cluster flags, the cluster and the task's role come from the
-    TF_CONFIG environment variable when it names one (`tf_config.resolve`).
-
-    Args:
-      flag_values: the parsed flags, the trainer's `FLAGS`, passed by its
-        `main`.
-      environ: the environment to read TF_CONFIG from.
-
-    Returns:
-      A `ClusterTask`, as `cluster_task` returns it.
-
-    Raises:
-      ValueError: bad flags, a bad TF_CONFIG, or both naming a cluster and
-        disagreeing.
-    """
-    hosts = tf_config.resolve(
-        tf_config.ClusterFlags(
-            flag_values.ps_hosts,
-            flag_values.worker_hosts,
-            flag_values.job_name,
-            flag_values.task_index,
-        ),
-        environ.get(tf_config.TF_CONFIG, ""),
-    )
-    task = cluster_task(
-        *hosts, flag_values.sync_replicas, flag_values.replicas_to_aggregate
-    )
-    if task.kind.serves and not (
-        flag_values.ps_hosts or flag_values.worker_hosts
-    ):
-        task = task._replace(hosts_from=tf_config.TF_CONFIG)
-    return task
 
 
 def _is_private(host):

@@ -11,10 +11,8 @@ import math
 
 from absl import flags
 
-from multigpu.flags import flag_checks
 from multigpu.graph import (
     loss_scale,
-    placement,
 )
 from multigpu.run import profile
 
@@ -275,8 +273,8 @@ def define_warm_start_flags():
 def define_session_flags():
     """Defines the session options of the TF1 notes, for every script.
 
-    The script's `main` passes `session_options_from_flags(FLAGS)` to
-    `placement.session_config`.
+    The script's `main` passes `choices.session_options_from_flags(FLAGS)`
+    to `placement.session_config`.
     """
     define_once(
         flags.DEFINE_boolean,
@@ -309,20 +307,6 @@ def define_session_flags():
         "Ops that may run at once (inter_op_parallelism_threads); 0 = "
         "TensorFlow's choice.",
         lower_bound=0,
-    )
-
-
-def session_options_from_flags(flag_values):
-    """The `placement.SessionOptions` of `define_session_flags`' flags.
-
-    Args:
-      flag_values: the parsed flags, the script's `FLAGS`, passed by `main`.
-    """
-    return placement.SessionOptions(
-        flag_values.allow_growth,
-        flag_values.gpu_memory_fraction,
-        flag_values.num_intra_threads,
-        flag_values.num_inter_threads,
     )
 
 
@@ -381,9 +365,10 @@ def _check_profile_steps(value):
 def define_fp16_flags():
     """Defines the reduced-precision flags of a trainer with --use_fp16.
 
-    The trainer's `main` passes --force_cpu_bfloat16 to
-    `placement.compute_dtype` and `loss_scaling_from_flags(FLAGS, ...)` to
-    its graph.
+    The trainer's `main` turns them into a `choices.Precision`
+    (`choices.precision_from_flags`): its dtype flags go to
+    `placement.compute_dtype`, its loss scaling (`choices.loss_scaling`) to
+    the graph.
     """
     define_force_cpu_bfloat16_flag()
     define_finite_float(
@@ -421,26 +406,4 @@ def define_force_cpu_bfloat16_flag():
         "With --use_fp16 on a CPU without bfloat16 instructions (AVX512_BF16 "
         "or AMX), compute in bfloat16 anyway (emulated, about 10x slower) "
         "instead of float32.",
-    )
-
-
-def loss_scaling_from_flags(flag_values, compute_dtype, sync_replicas=False):
-    """The `loss_scale.LossScaling` of `define_fp16_flags`' flags, or None.
-
-    Args:
-      flag_values: the parsed flags, the trainer's `FLAGS`.
-      compute_dtype: the towers' compute dtype; only float16 is scaled.
-      sync_replicas: bool, the cluster's --sync_replicas.
-
-    Raises:
-      ValueError: a loss-scale flag given for a run that computes not in
-        float16 (`flag_checks.refuse_loss_scale`).
-    """
-    flag_checks.refuse_loss_scale(flag_values, compute_dtype)
-    return loss_scale.loss_scaling(
-        compute_dtype,
-        flag_values.fp16_loss_scale,
-        flag_values.fp16_enable_auto_loss_scale,
-        flag_values.fp16_inc_loss_scale_every_n,
-        sync_replicas,
     )

@@ -235,27 +235,35 @@ def _check_variable_update(flag_values, task):
         )
 
 
-def refuse_loss_scale(flag_values, compute_dtype):
+def given_flags(flag_values, names):
+    """((name, '--name=VALUE'), ...) of the flags names the command line
+    sets, in the order of names."""
+    return tuple(
+        (name, _shown(flag_values, name))
+        for name in names
+        if _given(flag_values, name)
+    )
+
+
+def refuse_loss_scale(given, compute_dtype):
     """Refuses the loss-scale flags of a run that computes not in float16.
 
     Args:
-      flag_values: the trainer's parsed flags.
+      given: `given_flags` of LOSS_SCALE_FLAGS.
       compute_dtype: tf.DType, the towers' compute dtype: bfloat16 (a CPU)
         or float32 (a CPU without bfloat16 instructions) are not scaled.
 
     Raises:
       ValueError: one of the flags is given (named).
     """
-    if compute_dtype.name == "float16":
+    if compute_dtype.name == "float16" or not given:
         return
-    for name in LOSS_SCALE_FLAGS:
-        if _given(flag_values, name):
-            raise ValueError(
-                "%s applies only to float16 on GPUs, and this run computes "
-                "in %s on the CPU (which needs no loss scaling), so it would "
-                "be ignored; drop --%s"
-                % (_shown(flag_values, name), compute_dtype.name, name)
-            )
+    name, shown = given[0]
+    raise ValueError(
+        "%s applies only to float16 on GPUs, and this run computes in %s on "
+        "the CPU (which needs no loss scaling), so it would be ignored; drop "
+        "--%s" % (shown, compute_dtype.name, name)
+    )
 
 
 def _check_cluster(flag_values, task):

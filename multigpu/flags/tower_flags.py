@@ -53,7 +53,7 @@ def define_cluster_flags():
     """Defines the cluster-mode flags of a trainer; call it at its top.
 
     The flags are written once here for both multi-GPU trainers: the
-    trainer's `main` passes them to `cluster.cluster_task_from_flags`.
+    trainer's `main` passes them to `choices.cluster_task_from_flags`.
     """
     common_flags.define_once(
         flags.DEFINE_string,
@@ -143,25 +143,6 @@ LOCAL_FLAGS = (
     "num_intra_threads",
     "num_inter_threads",
 )
-
-
-def cluster_settings(flag_values):
-    """The settings every worker of a cluster must share: dict name -> value.
-
-    Every flag the trainer defines (not absl's or TensorFlow's own) but
-    LOCAL_FLAGS, with its value.
-
-    Args:
-      flag_values: the parsed flags, the trainer's `FLAGS`, passed by its
-        `main`.
-    """
-    return {
-        flag.name: flag.value
-        for module, module_flags in flag_values.flags_by_module_dict().items()
-        if not module.startswith(("absl", "tensorflow"))
-        for flag in module_flags
-        if flag.name not in LOCAL_FLAGS
-    }
 
 
 def define_variable_update_flags():
