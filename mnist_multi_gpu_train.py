@@ -43,11 +43,11 @@ from absl import flags
 
 import mnist_input
 import mnist_model
-from data_sets import mnist_data
+from data_sets import mnist_data, mnist_format
 from multigpu import common_flags, errors, flag_checks, folders, tower_flags
 from multigpu.distributed import cluster, ps
 from multigpu.graph import dry_run, placement, variable_update
-from multigpu.run import data_records, profile, report, training
+from multigpu.run import data_records, loop_hooks, profile, report, training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -243,6 +243,15 @@ def main(argv):
     )
 
 
+def _log_frequency(train_file, num_towers):
+    """--log_frequency, or a tenth of the steps of --num_epochs if fewer:
+    each tower takes one of floor(records * num_epochs / batch_size)
+    batches per step."""
+    records = mnist_format.count_framed_records(train_file)
+    batches = records * FLAGS.num_epochs // FLAGS.batch_size
+    return loop_hooks.every_tenth(FLAGS.log_frequency, batches // num_towers)
+
+
 def _train(train_file, devices, config, task, data, profiling):
     """Builds the towers' graph and trains it in --train_dir.
 
@@ -279,7 +288,7 @@ def _train(train_file, devices, config, task, data, profiling):
                 loss,
                 FLAGS.train_dir,
                 examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-                log_frequency=FLAGS.log_frequency,
+                log_frequency=_log_frequency(train_file, len(devices)),
                 save_checkpoint_steps=FLAGS.save_checkpoint_steps,
                 save_summaries_steps=(
                     FLAGS.save_summaries_steps if FLAGS.tb_logging else None

@@ -54,9 +54,8 @@ def run_training(
     Args:
       train_op, loss: the op of one step; its float32 scalar loss.
       train_dir: str, checkpoints and event files.
-      examples_per_step, log_frequency: ints, examples of all towers per
-        step; steps between log lines.
-      max_steps: int, or None to train until the input ends.
+      examples_per_step, log_frequency, max_steps: ints, examples of all
+        towers per step, steps between log lines, the last step or None.
       save_checkpoint_steps, save_summaries_steps, summary_op: `_chief_hooks`.
       config: the session's `ConfigProto`.
       clear_train_dir, data_dirs, model_name, data: `_prepare`.
@@ -74,7 +73,8 @@ def run_training(
     """
     task = task or cluster.LOCAL_TASK
     config = cluster.task_config(config, task)
-    watched = _watched(loss, examples_per_step, log_frequency, train_dir, task)
+    progress = examples_per_step, log_frequency, max_steps
+    watched = _watched(loss, progress, train_dir, task)
     scaffold, histograms = _scaffold(summary_op)
     hooks = _session_hooks(watched, loss, hooks, max_steps)
     if task.is_chief:
@@ -98,15 +98,19 @@ class _Watched(NamedTuple):
     preemption: preemption.PreemptionHook | None
 
 
-def _watched(loss, examples_per_step, log_frequency, train_dir, task):
-    """The step logger, the signal handlers, the save and event watchers."""
+def _watched(loss, progress, train_dir, task):
+    """The step logger, the signal handlers, the save and event watchers.
+
+    progress: `StepLoggerHook`'s examples_per_step, log_frequency and
+    last_step.
+    """
     # In a cluster of workers only a signal stops every worker at one step.
     interrupt = interrupts.InterruptHook(stops_itself=not task.workers_only)
     agreed = None
     if task.workers_only:
         agreed = preemption.PreemptionHook(task, interrupt)
     return _Watched(
-        loop_hooks.StepLoggerHook(loss, examples_per_step, log_frequency),
+        loop_hooks.StepLoggerHook(loss, *progress),
         interrupt,
         loop_hooks.SaveWatcher(train_dir),
         event_files.EventFileHook(train_dir),
