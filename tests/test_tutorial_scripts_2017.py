@@ -12,7 +12,6 @@ import pathlib
 import pytest
 import tensorflow as tf
 from helpers.checkpoints import checkpoint_steps
-from helpers.data_files import write_cifar10_files
 from helpers.events import read_events
 from helpers.scripts import run_code, run_user_script
 from test_tutorial_scripts import _top_1_hits
@@ -38,19 +37,12 @@ def batch_of_logits(train_dir, step, name):
         return graph.get_tensor_by_name(name).shape.as_list()
 
 
-@pytest.fixture
-def data_dir(tmp_path):
-    """A --data_dir of 20 random records per file, in the binary format."""
-    write_cifar10_files(tmp_path / "data", records_per_file=20)
-    return tmp_path / "data"
-
-
 @pytest.mark.slow
 def test_the_argparse_era_trainer_and_eval_honour_every_flag_given(
-    data_dir, tmp_path
+    twenty_records_dir, tmp_path
 ):
     train_dir, eval_dir = tmp_path / "train", tmp_path / "eval"
-    common = ["--data_dir=%s" % data_dir, "--batch_size=4"]
+    common = ["--data_dir=%s" % twenty_records_dir, "--batch_size=4"]
     trained = run_era_script(
         tmp_path,
         "cifar10_train.py",
@@ -80,7 +72,7 @@ def test_the_argparse_era_trainer_and_eval_honour_every_flag_given(
         "--run_once=True",
     )
     # ceil(10 / 4) batches of 4 from the test file's 20 records.
-    hits = _top_1_hits(data_dir, train_dir, num_examples=12)
+    hits = _top_1_hits(twenty_records_dir, train_dir, num_examples=12)
     assert evaluated[-1].split(": ", 1)[1] == "precision @ 1 = %.3f" % (
         hits / 12
     )
@@ -90,13 +82,13 @@ def test_the_argparse_era_trainer_and_eval_honour_every_flag_given(
 
 @pytest.mark.slow
 def test_the_argparse_era_multi_gpu_trainer_trains_two_towers(
-    data_dir, tmp_path
+    twenty_records_dir, tmp_path
 ):
     train_dir = tmp_path / "train"
     lines = run_era_script(
         tmp_path,
         "cifar10_multi_gpu_train.py",
-        "--data_dir=%s" % data_dir,
+        "--data_dir=%s" % twenty_records_dir,
         "--batch_size=4",
         "--train_dir=%s" % train_dir,
         "--max_steps=3",
@@ -136,9 +128,9 @@ print(images.dtype.name, images.shape.as_list(), labels.shape.as_list())
 
 
 def test_the_tutorial_calls_read_what_the_argparse_era_parser_parsed(
-    data_dir,
+    twenty_records_dir,
 ):
-    result = run_code(PARSE_A_LIST, "--data_dir=%s" % data_dir)
+    result = run_code(PARSE_A_LIST, "--data_dir=%s" % twenty_records_dir)
     assert result.stdout.splitlines()[-1] == "float16 [4, 24, 24, 3] [4]"
 
 
