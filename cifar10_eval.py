@@ -35,9 +35,10 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu import common_flags, errors, flag_checks, folders
+from multigpu import errors, folders
+from multigpu.flags import common_flags, flag_checks, script
 from multigpu.graph import op_kernels, placement, top_k_hits
-from multigpu.run import checkpoints, event_files, restore, train_dirs
+from multigpu.train_dir import checkpoints, event_files, restore, train_dirs
 
 # Seconds between the watching eval's lines saying what it waits for.
 WAITING_LINE_SECS = 600
@@ -387,7 +388,7 @@ def main(argv):
 
 
 def run():
-    errors.run_script(main)
+    script.run_script(main)
 
 
 if __name__ == "__main__":

@@ -57,8 +57,8 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu import common_flags, errors, flag_checks, tower_flags
 from multigpu.distributed import cluster, ps
+from multigpu.flags import common_flags, flag_checks, script, tower_flags
 from multigpu.graph import (
     blocks,
     dry_run,
@@ -71,7 +71,8 @@ from multigpu.graph import (
     towers,
     variable_update,
 )
-from multigpu.run import data_records, profile, report, training
+from multigpu.run import profile, report, training
+from multigpu.train_dir import data_records
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -183,7 +184,7 @@ def _apply(update, plan, optimizer, reduced, global_step, scope):
     """
     scaled, task = optimizer
     applied = loss_scale.step_applied(scaled)
-    if task.sync_replicas:
+    if task.kind.sync:
         opt = cluster.sync_optimizer(
             moving_averages.AveragedOptimizer(
                 scaled, cifar10.MOVING_AVERAGE_DECAY
@@ -476,7 +477,7 @@ def _train(graph_ops, train_dir, plan, task, model, data, profiling):
 
 
 def run():
-    errors.run_script(main)
+    script.run_script(main)
 
 
 if __name__ == "__main__":

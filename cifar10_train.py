@@ -26,9 +26,10 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu import common_flags, errors, flag_checks
+from multigpu.flags import common_flags, flag_checks, script
 from multigpu.graph import blocks, op_kernels, placement, summaries
-from multigpu.run import data_records, profile, report, training
+from multigpu.run import profile, report, training
+from multigpu.train_dir import data_records
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -180,7 +181,7 @@ def _train(loss, train_op, train_dir, config, model, data, profiling):
 
 
 def run():
-    errors.run_script(main)
+    script.run_script(main)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from multigpu.graph import (
     variable_update,
     variables,
 )
-from multigpu.run import checkpoints, restore
+from multigpu.train_dir import checkpoints, restore
 
 HEIGHT, WIDTH, DEPTH = mnist_input.HEIGHT, mnist_input.WIDTH, mnist_input.DEPTH
 NUM_CLASSES = mnist_input.NUM_CLASSES

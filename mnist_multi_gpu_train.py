@@ -44,10 +44,12 @@ from absl import flags
 import mnist_input
 import mnist_model
 from data_sets import mnist_data, mnist_format
-from multigpu import common_flags, errors, flag_checks, folders, tower_flags
+from multigpu import folders
 from multigpu.distributed import cluster, ps
+from multigpu.flags import common_flags, flag_checks, script, tower_flags
 from multigpu.graph import dry_run, placement, variable_update
-from multigpu.run import data_records, loop_hooks, profile, report, training
+from multigpu.run import loop_hooks, profile, report, training
+from multigpu.train_dir import data_records
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -229,7 +231,7 @@ def main(argv):
         data_records.refuse_other_data(FLAGS.train_dir, data, FLAGS.data_dir)
     profiling = profile.profile_hooks(FLAGS.profile_steps, FLAGS.train_dir)
     closing, steps = _train(train_file, devices, config, task, data, profiling)
-    if steps == 0 and task.cluster is None:
+    if steps == 0 and not task.kind.serves:
         _no_step(train_file, FLAGS.batch_size, FLAGS.num_gpus)
     print("Done training for %d epochs, %d steps." % (FLAGS.num_epochs, steps))
     if task.is_chief:
@@ -326,7 +328,7 @@ def next_commands(train_dir, data_dir, tb_logging):
 
 
 def run():
-    errors.run_script(main)
+    script.run_script(main)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import resnet
 from multigpu.graph import any_model, blocks, model_variables, summaries
-from multigpu.run import checkpoints, restore, train_dirs
+from multigpu.train_dir import checkpoints, restore, train_dirs
 
 # A model and its recipe.
 #   name: str, as --model names it.

@@ -17,7 +17,7 @@ import numpy as np
 import cifar10_input
 from data_sets import sample_sets
 from multigpu import folders
-from multigpu.run import data_records
+from multigpu.train_dir import data_records
 
 # The MD5 published beside the official archive (cifar10_input.DATA_URL).
 DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from data_sets import mnist_format, sample_sets
 from multigpu import folders
-from multigpu.run import data_records
+from multigpu.train_dir import data_records
 
 # The four classic IDX files, as published at mnist_format.SOURCE_URL.
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"

@@ -8,7 +8,7 @@ real data, and any run that trains or evaluates on a marked folder says so.
 import os
 
 from multigpu import folders
-from multigpu.run import data_records
+from multigpu.train_dir import data_records
 
 # The file that marks a folder as holding a generated sample set.
 MARKER_NAME = "SAMPLE_SET.txt"

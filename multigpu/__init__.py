@@ -27,27 +27,39 @@
     lost cluster).
   - `loop_hooks`: its hooks: the step log, summaries, checkpoints.
   - `interrupts`: Ctrl-C and SIGTERM save the step and exit 130 / 143.
+  - `preemption`: a signal to one worker of a cluster of workers only
+    stops every worker at one step.
+  - `last_step`: a lost cluster of workers only: the chief saves the last
+    step it completed.
   - `profile`: steps under TensorFlow's profiler (`--profile_steps`).
-  - `event_files`: the event file checked every step; a failed write stops.
+  - `sessions`: the session creators of the chief and the other workers.
+  - `report`: the closing report of a run and the commands to run next.
+- `train_dir/`: what a run keeps in its train_dir.
+  - `train_dirs`: one trainer per train_dir; what `--clear_train_dir`
+    deletes; the model's record.
   - `checkpoints`: a train_dir's checkpoints, read and pruned by exact
     name; the newest that reads in full.
   - `restore`: what a checkpoint must hold; warm start and fine-tune.
-  - `sessions`: the session creators of the chief and the other workers.
-  - `train_dirs`: one trainer per train_dir; what `--clear_train_dir`
-    deletes.
-  - `report`: the closing report of a run and the commands to run next.
+  - `data_records`: the data's record: a run on other data refused.
+  - `event_files`: the event file checked every step; a failed write stops.
 - `distributed/`: beyond one machine.
   - `cluster`: the cluster mode: tasks, servers, sync replicas.
+  - `collective_cluster`: a cluster of workers only.
+  - `agreement`, `ps_agreement`: the settings the workers compare before
+    step 1.
   - `tf_config`: the cluster from `TF_CONFIG`.
   - `watchdog`: a worker that loses its ps task says so and exits.
   - `ps`: the ps task: serves until every worker is done.
+- `flags/`: the flags, defined, checked and explained.
+  - `common_flags`: the flags several trainers share.
+  - `tower_flags`: the flags of the multi-tower trainers.
+  - `flag_checks`: the flags checked together, one line per mistake.
+  - `flag_help`: a script's `--help`, its flags grouped by purpose.
+  - `script`: how a script runs: one line per user error (`run_script`).
 - What every script uses:
   - `quiet_cpp_logs`: hides TensorFlow's C++ start-up notices.
   - `cpp_log_filter`: the filter's own process, and which lines it drops.
-  - `common_flags`: the flags several trainers share.
-  - `tower_flags`: the flags of the multi-tower trainers.
-  - `errors`: `TrainingError`, and one line per user error (`run_script`).
-  - `flag_help`: a script's `--help`, its flags grouped by purpose.
+  - `errors`: `TrainingError`, `Interrupted`.
   - `folders`: folder flags checked and made.
 
 The data sets' support code is the package `data_sets` beside this one.

@@ -23,8 +23,8 @@ as the interpreter ends, goes to the terminal as it is, so no line is lost.
 
 A Ctrl-C while TensorFlow loads (the first seconds) ends the script with
 one line and exit code 130, not a traceback from inside `import
-tensorflow`; `errors.run_script` hands Ctrl-C back to Python's own handler
-once the script's main starts.
+tensorflow`; `flags.script.run_script` hands Ctrl-C back to Python's own
+handler once the script's main starts.
 """
 
 import atexit

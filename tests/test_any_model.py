@@ -13,7 +13,8 @@ from multigpu.graph import (
     placement,
     towers,
 )
-from multigpu.run import checkpoints, sessions
+from multigpu.run import sessions
+from multigpu.train_dir import checkpoints
 
 # The L2 factor of the test models' kernels, large enough to show in a loss.
 WEIGHT_DECAY = 1e-2

@@ -18,7 +18,7 @@ from conftest import (
 import cifar10
 from cifar10_models import registry, resnet
 from multigpu.graph import any_model
-from multigpu.run import restore
+from multigpu.train_dir import restore
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # A user's model file: docs/models.md's (its "Your own model" section), and

@@ -30,7 +30,8 @@ from helpers.towers import cifar10_step, cifar10_step_graph
 
 from multigpu.distributed import cluster, watchdog
 from multigpu.graph import placement
-from multigpu.run import checkpoints, sessions
+from multigpu.run import sessions
+from multigpu.train_dir import checkpoints
 
 # The async run: enough examples to learn the sample set despite stale
 # gradients.

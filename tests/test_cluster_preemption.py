@@ -14,6 +14,9 @@ import time
 import pytest
 from conftest import checkpoint_steps, free_port, start_script
 
+from multigpu.distributed import cluster
+from multigpu.run import interrupts
+
 SCRIPT = "cifar10_multi_gpu_train.py"
 WORKERS = 2
 # The steps of each run: far enough past the signal that the stop is the
@@ -143,3 +146,80 @@ def test_a_sigterm_to_one_worker_saves_one_agreed_step_and_resumes(
     assert workers.wait_all(RESUME_BOUND_SECS) == [0, 0], workers.log(0, 1)
     assert "training from step %d" % saved[-1] in workers.log(0, 1)
     assert checkpoint_steps(workers.train_dir(0))[-1] == MAX_STEPS
+
+
+def _wait_for_line(path, text, process):
+    """Waits until the log at path holds text, while process runs."""
+    deadline = time.monotonic() + START_BOUND_SECS
+    while not (path.exists() and text in path.read_text()):
+        assert process.poll() is None, path.read_text()
+        assert time.monotonic() < deadline, path.read_text()
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_sigterm_during_the_agreement_stops_every_worker_after_step_1(
+    workers,
+):
+    # Worker 1 starts alone and waits in the agreement for the chief.
+    workers.processes = [None, None]
+    workers.processes[1] = start_script(
+        SCRIPT,
+        *workers.flags,
+        "--task_index=1",
+        "--train_dir=%s" % workers.train_dir(1),
+        log_path=workers.log_path(1, 0),
+    )
+    _wait_for_line(
+        workers.log_path(1, 0),
+        "listening on all interfaces",
+        workers.processes[1],
+    )
+    os.kill(workers.processes[1].pid, signal.SIGTERM)
+    workers.processes[0] = start_script(
+        SCRIPT,
+        *workers.flags,
+        "--task_index=0",
+        "--train_dir=%s" % workers.train_dir(0),
+        log_path=workers.log_path(0, 0),
+    )
+
+    assert workers.wait_all(EXIT_BOUND_SECS) == [143, 143]
+    assert checkpoint_steps(workers.train_dir(0)) == [0, 1]
+    head = "%s: worker task 1 got SIGTERM: every worker stopped at step 1; "
+    tail = "; run the same commands on every worker to resume"
+    assert _last_line(workers.log(0, 0)) == head % SCRIPT + "saved %s%s" % (
+        workers.train_dir(0) / "model.ckpt-1",
+        tail,
+    )
+    assert _last_line(workers.log(1, 0)) == head % SCRIPT + (
+        "the chief (worker task 0) saved the checkpoint of step 1" + tail
+    )
+
+
+@pytest.mark.parametrize("kind", ["workers_only", "ps"])
+def test_a_signal_no_step_carried_says_what_the_job_did_on_each_kind(kind):
+    ps_hosts = "" if kind == "workers_only" else "h:1"
+    task = cluster.cluster_task(ps_hosts, "h:2,h:3", "worker", 1)
+    hook = interrupts.InterruptHook(stops_itself=not task.kind.agreed_stop)
+    hook.signum, hook.step = signal.SIGTERM, MAX_STEPS
+
+    interrupted = interrupts.interrupted(hook, "unused", task)
+
+    assert interrupted.exit_code == 143
+    # In the last step, which ended the job before a next step could carry
+    # the signal to the other workers; in the ps cluster, at any step.
+    expected = {
+        "workers_only": (
+            "worker task 1 got SIGTERM in the job's last step: every worker "
+            "finished at global step 20, whose checkpoint the chief (worker "
+            "task 0) saved; nothing more to save"
+        ),
+        "ps": (
+            "worker task 1 interrupted (SIGTERM) at global step 20 and left "
+            "the cluster; the chief (worker task 0) and the other workers "
+            "train on without it, and the chief saves the checkpoints; run "
+            "the same command to rejoin"
+        ),
+    }
+    assert str(interrupted) == expected[kind]

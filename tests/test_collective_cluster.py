@@ -23,7 +23,7 @@ from helpers.model_sizes import CIFAR10_PARAMETERS
 from helpers.scripts import eval_once
 
 from benchmarks import equivalence, equivalence_table
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, kinds
 from multigpu.graph import all_reduce, collectives, placement
 
 SCRIPT = "cifar10_multi_gpu_train.py"
@@ -432,8 +432,8 @@ def test_a_ps_task_in_a_cluster_of_workers_only_is_refused():
     task = cluster.cluster_task(
         "", "127.0.0.1:2223,127.0.0.1:2224", "worker", 1
     )
-    assert (task.workers_only, task.num_workers, task.replicas_per_step) == (
-        True,
+    assert (task.kind, task.num_workers, task.replicas_per_step) == (
+        kinds.WORKERS_ONLY,
         2,
         2,
     )

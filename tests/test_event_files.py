@@ -25,7 +25,7 @@ from conftest import (
     training_error,
 )
 
-from multigpu.run import event_files
+from multigpu.train_dir import event_files
 
 # events.out.tfevents.SECONDS.HOST.PID.TOKEN
 EVENT_FILE_NAME = (

@@ -28,7 +28,7 @@ from helpers.checkpoints import copy_checkpoints, truncate_checkpoint
 from helpers.events import run_event_files, summary_steps
 from helpers.training import MULTI, SINGLE, run_trainer
 
-from multigpu.run import checkpoints
+from multigpu.train_dir import checkpoints
 
 MAX_STEPS = 200
 SAVE_STEPS = 25

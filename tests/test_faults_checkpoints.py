@@ -12,7 +12,7 @@ import pytest
 from helpers.checkpoints import truncate_checkpoint
 
 from multigpu import errors
-from multigpu.run import checkpoints
+from multigpu.train_dir import checkpoints
 
 
 def test_a_truncated_newest_checkpoint_gives_way_to_the_one_before(

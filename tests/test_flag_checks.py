@@ -12,7 +12,7 @@ import pytest
 from conftest import error_line
 from helpers.scripts import run_code
 
-from multigpu import flag_checks
+from multigpu.flags import flag_checks
 
 # Parses each command line of stdin's JSON list with the script module's
 # flags and prints, as JSON, what check_flags raised for each (None: OK).
@@ -20,7 +20,7 @@ _VERDICTS = """
 import json, sys
 from absl import flags
 import {module} as script
-from multigpu import flag_checks
+from multigpu.flags import flag_checks
 from multigpu.distributed import cluster
 verdicts = []
 for argv in json.load(sys.stdin):

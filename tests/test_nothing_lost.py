@@ -25,7 +25,7 @@ from conftest import (
 from helpers.data_files import fill_disk
 
 from data_sets import cifar10_data, mnist_data
-from multigpu.run import checkpoints, restore, train_dirs
+from multigpu.train_dir import checkpoints, restore, train_dirs
 
 
 def _write_files(folder, files):

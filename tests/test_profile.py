@@ -8,7 +8,8 @@ from conftest import error_line, run_script, trainer_flags
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from data_sets import mnist_data
-from multigpu.run import op_table, profile, train_dirs
+from multigpu.run import op_table, profile
+from multigpu.train_dir import train_dirs
 
 
 def profiled(profile_folder):

@@ -17,7 +17,7 @@ from helpers.tutorial_checkpoints import (
 
 import cifar10
 import mnist_model
-from multigpu.run import checkpoints, restore
+from multigpu.train_dir import checkpoints, restore
 
 
 def _save_initialised_graph(train_dir, step):

@@ -29,7 +29,7 @@ from helpers.tutorial_checkpoints import (
 
 import mnist_input
 from data_sets import mnist_data
-from multigpu.run import restore
+from multigpu.train_dir import restore
 
 # The MNIST runs: a small set, 10 steps an epoch on one tower.
 MNIST_SPLIT_SIZES = {"train": 200, "validation": 20, "test": 50}

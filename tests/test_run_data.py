@@ -16,7 +16,7 @@ from conftest import (
 import cifar10_input
 import mnist_input
 from data_sets import cifar10_data, mnist_data, sample_sets
-from multigpu.run import data_records, train_dirs
+from multigpu.train_dir import data_records, train_dirs
 
 REFUSAL = (
     "%s: error: --train_dir=%s was trained on %s, not on %s in "

@@ -6,7 +6,7 @@ import os
 import pytest
 from conftest import error_line, folder_contents, read_events, run_script
 
-from multigpu.run import train_dirs
+from multigpu.train_dir import train_dirs
 
 # A user's own model, as the README's "Your own model" writes it.
 OWN_MODEL = """

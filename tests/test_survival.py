@@ -32,7 +32,8 @@ from conftest import (
 
 from data_sets import cifar10_data, mnist_data, sample_sets
 from multigpu.distributed import cluster
-from multigpu.run import checkpoints, interrupts, train_dirs, training
+from multigpu.run import interrupts, training
+from multigpu.train_dir import checkpoints, train_dirs
 
 # Small batches, clipped so that they never diverge (see conftest).
 CIFAR10_SMALL_STEPS = ("--batch_size=%d" % BATCH_SIZE, CLIP_FLAG)

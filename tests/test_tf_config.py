@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, SCRIPT_ENV, checkpoint_steps
 from helpers.cluster import free_ports
 
-from multigpu.distributed import cluster, tf_config
+from multigpu.distributed import cluster, kinds, tf_config
 
 # Seconds a test waits for a task to end before it fails.
 TASK_DEADLINE_SECS = 240
@@ -62,8 +62,8 @@ def test_a_tf_config_of_a_chief_and_workers_is_a_cluster_of_workers_only():
 
     assert hosts == tf_config.ClusterFlags("", "h:1,h:2,h:3", "worker", 2)
     task = cluster.cluster_task(*hosts)
-    assert (task.workers_only, task.num_workers, task.is_chief) == (
-        True,
+    assert (task.kind, task.num_workers, task.is_chief) == (
+        kinds.WORKERS_ONLY,
         3,
         False,
     )

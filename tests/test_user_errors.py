@@ -23,7 +23,8 @@ from conftest import (
 
 from multigpu import folders
 from multigpu.distributed import cluster
-from multigpu.run import failures, restore
+from multigpu.run import failures
+from multigpu.train_dir import restore
 
 
 def _write_examples(filename, examples):

@@ -30,7 +30,8 @@ from multigpu.graph import (
     placement,
     variable_update,
 )
-from multigpu.run import checkpoints, sessions
+from multigpu.run import sessions
+from multigpu.train_dir import checkpoints
 
 PER_TOWER_BATCH = 4
 

@@ -59,7 +59,7 @@ def agree(target, task, settings, wait_secs):
 
     Args:
       target: str, this worker's server target.
-      task: the `cluster.ClusterTask`, workers_only.
+      task: the `cluster.ClusterTask`, in a cluster of workers only.
       settings: dict of str -> JSON value; the same keys on every worker.
       wait_secs: float, the start-up wait: for the peers' ports, then for
         the all-gather (past it the process ends with one line).

@@ -8,14 +8,13 @@ its own copies and the gradients are all-reduced between the workers.
 """
 
 import collections
-import copy
 import ipaddress
 import os
 import sys
 
 import tensorflow as tf
 
-from multigpu.distributed import collective_cluster, tf_config
+from multigpu.distributed import kinds, tf_config
 
 
 class ClusterTask(
@@ -37,20 +36,18 @@ class ClusterTask(
         return self.job_name == "worker" and self.task_index == 0
 
     @property
+    def kind(self):
+        """The task's row of `kinds`: what its kind of run does."""
+        return kinds.of(self.cluster, self.sync_replicas)
+
+    @property
     def replicas_per_step(self):
         """Worker batches that make one global step."""
-        if self.workers_only:
-            return self.num_workers
-        return self.replicas_to_aggregate if self.sync_replicas else 1
+        return self.kind.replicas_per_step(self)
 
     @property
     def num_workers(self):
-        return self.cluster.num_tasks("worker") if self.cluster else 1
-
-    @property
-    def workers_only(self):
-        """Whether the task is in a cluster of worker tasks with no ps."""
-        return self.cluster is not None and "ps" not in self.cluster.jobs
+        return self.cluster.num_tasks("worker") if self.kind.serves else 1
 
 
 LOCAL_TASK = ClusterTask(None, "worker", 0, False, 1)
@@ -218,7 +215,7 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
         flag_values.replicas_to_aggregate,
         hosts_from=tf_config.TF_CONFIG if from_env else None,
     )
-    if task.cluster is not None and from_env:
+    if task.kind.serves and from_env:
         task = task._replace(hosts_from=tf_config.TF_CONFIG)
     return task
 
@@ -240,15 +237,7 @@ def device_setter(task):
     this worker); every other op to this worker, keeping the tower device
     ('/gpu:1', '/cpu:1') given inside it.
     """
-    if task.cluster is None:
-        return None
-    if task.workers_only:
-        # Every variable and op on this worker; the towers' devices inside.
-        return "/job:worker/task:%d" % task.task_index
-    return tf.compat.v1.train.replica_device_setter(
-        worker_device="/job:worker/task:%d" % task.task_index,
-        cluster=task.cluster,
-    )
+    return task.kind.device_setter(task)
 
 
 def sync_optimizer(opt, task):
@@ -256,7 +245,7 @@ def sync_optimizer(opt, task):
 
     Returns opt itself unless the task is a worker in sync mode.
     """
-    if task.cluster is None or not task.sync_replicas:
+    if not task.kind.sync:
         return opt
     return tf.compat.v1.train.SyncReplicasOptimizer(
         opt,
@@ -280,7 +269,7 @@ def refuse_sync_statistics(task, statistics_updates, model_name):
     Raises:
       ValueError: --sync_replicas and statistics_updates.
     """
-    if task.sync_replicas and statistics_updates:
+    if task.kind.sync and statistics_updates:
         raise ValueError(
             "--sync_replicas: --model=%s has batch-norm statistics, which "
             "every worker would commit from its own batch, several times per"
@@ -338,33 +327,14 @@ def may_fuse_ops(task, compute_dtype):
       task: the `ClusterTask`.
       compute_dtype: the towers' compute dtype.
     """
-    return task.cluster is None or compute_dtype != tf.bfloat16
+    return not task.kind.serves or compute_dtype != tf.bfloat16
 
 
 def task_config(config, task):
-    """The session config of a task: it talks to the ps tasks and itself.
-
-    In a cluster of workers only, `collective_cluster.session_config`.
-
-    Without these device filters a worker's session would wait for every
-    other worker to be up, and fail when any of them goes away.
-
-    Outside a cluster no operation timeout applies: one process waits on no
-    peer, and a long first compile or restore must not end its run.
-    """
-    if task.cluster is None:
-        if config is None or not config.operation_timeout_in_ms:
-            return config
-        config = copy.deepcopy(config)
-        config.operation_timeout_in_ms = 0
-        return config
-    if task.workers_only:
-        return collective_cluster.session_config(config, task)
-    config = copy.deepcopy(config)
-    config.device_filters.extend(
-        ["/job:ps", "/job:%s/task:%d" % (task.job_name, task.task_index)]
-    )
-    return config
+    """The session config of a task (its kind's `session_config`): in a
+    cluster it talks to its peers, bounded by the operation timeout; in
+    one process no operation timeout applies."""
+    return task.kind.session_config(config, task)
 
 
 def start_server(task, config):
@@ -379,7 +349,7 @@ def start_server(task, config):
     Raises:
       ValueError: the task's port cannot be taken (e.g. it is in use).
     """
-    if task.cluster is None:
+    if not task.kind.serves:
         return None
     address = task.cluster.task_address(task.job_name, task.task_index)
     port = address.rpartition(":")[2]
@@ -420,7 +390,7 @@ def done_signals(task, one_at_a_time=False):
     for a ps, the ops that take every worker's token, or with one_at_a_time
     one token (int32, the worker's task index).
     """
-    if task.cluster is None or task.workers_only:
+    if not task.kind.ps_tasks:
         return []
     ops = []
     for i in range(task.cluster.num_tasks("ps")):

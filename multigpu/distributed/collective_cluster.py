@@ -39,30 +39,23 @@ def check_mode(variable_update, task):
       task: the `cluster.ClusterTask`.
 
     Raises:
-      ValueError: replicated in a cluster with ps tasks, parameter_server in
-        a cluster of workers only, or --sync_replicas in one.
+      ValueError: replicated in a cluster with ps tasks, or
+        parameter_server in a cluster of workers only.
     """
-    if task.cluster is None:
-        return
-    if task.workers_only and variable_update != "replicated":
-        raise ValueError(
-            "--variable_update=%s needs ps tasks, but the cluster has "
-            "workers only (no --ps_hosts); pass --variable_update=replicated"
-            " to all-reduce between the workers, or list ps tasks in "
-            "--ps_hosts" % variable_update
-        )
-    if not task.workers_only and variable_update == "replicated":
+    kind = task.kind
+    if variable_update not in kind.variable_updates:
+        if kind.all_reduce_across_workers:
+            raise ValueError(
+                "--variable_update=%s needs ps tasks, but the cluster has "
+                "workers only (no --ps_hosts); pass "
+                "--variable_update=replicated to all-reduce between the "
+                "workers, or list ps tasks in --ps_hosts" % variable_update
+            )
         raise ValueError(
             "--variable_update=replicated runs in a cluster of workers only,"
             " but --ps_hosts lists %d ps task(s); drop --ps_hosts (and the ps"
             " tasks) or pass --variable_update=parameter_server"
             % task.cluster.num_tasks("ps")
-        )
-    if task.workers_only and task.sync_replicas:
-        raise ValueError(
-            "--sync_replicas is for the ps cluster; in a cluster of workers "
-            "only every step all-reduces the gradients of all workers "
-            "already: drop --sync_replicas"
         )
 
 
@@ -72,7 +65,8 @@ def session_config(config, task):
     Args:
       config: the `ConfigProto` of `placement.session_config` (its device
         count gives the CPU towers their devices).
-      task: the worker's `cluster.ClusterTask`, workers_only.
+      task: the worker's `cluster.ClusterTask`, in a cluster of workers
+        only.
 
     Returns:
       A copy of config: the group leader set, and the devices seen by the

@@ -41,7 +41,7 @@ class PsWatchdog:
         self._stop = threading.Event()
 
     def __enter__(self):
-        if self._task.cluster is not None and not self._task.workers_only:
+        if self._task.kind.ps_tasks:
             threading.Thread(target=self._watch, daemon=True).start()
         return self
 

@@ -463,6 +463,6 @@ def refuse_ps(task):
 
 def task_name(task):
     """'worker:1' for a cluster task, 'none' outside a cluster."""
-    if task.cluster is None:
+    if not task.kind.serves:
         return "none"
     return "%s:%d" % (task.job_name, task.task_index)

@@ -76,7 +76,7 @@ def variable_device(choice, devices, task=None):
         )
     if choice == "cpu":
         return VARIABLE_DEVICE
-    if task is not None and task.cluster is not None:
+    if task is not None and not task.kind.places_variables:
         raise ValueError(
             "--variable_device=%s does not apply in cluster mode: the "
             "variables live on the ps tasks" % choice

@@ -121,7 +121,11 @@ def variable_update(
             "--variable_update must be one of %s, got %r"
             % (", ".join(VARIABLE_UPDATES), mode)
         )
-    across = mode == "replicated" and task is not None and task.workers_only
+    across = (
+        mode == "replicated"
+        and task is not None
+        and task.kind.all_reduce_across_workers
+    )
     make = _MODES[ACROSS_WORKERS if across else mode].make
     return make(
         devices, variable_device_choice, all_reduce_spec, task, pack_bytes

@@ -1,1 +1,1 @@
-"""Running the graph safely: the loop, checkpoints, signals, train_dirs."""
+"""Running the graph safely: the loop, its hooks, signals, the report."""

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from multigpu import errors
 from multigpu.distributed import watchdog
-from multigpu.run import checkpoints, train_dirs
+from multigpu.train_dir import checkpoints, train_dirs
 
 
 def failure(error, watched, task, train_dir, saved=None):
@@ -73,11 +73,8 @@ def _lost_cluster(error, runs, task, saved):
     if saved:
         line += "; saved %s; run the same commands on every worker to " % saved
         line += "resume from it"
-    elif task.workers_only:
-        line += (
-            "; run the same commands on every worker to resume from the "
-            "chief's newest checkpoint"
-        )
+    else:
+        line += task.kind.lost_peer_advice
     return errors.TrainingError(line)
 
 

@@ -5,7 +5,7 @@ A scheduler preempts a job with SIGTERM; a user stops it with Ctrl-C
 print a long traceback (or nothing). Here the first signal only sets a flag:
 the step running ends, the session stops, the chief's checkpoint saver
 writes the step reached (its `end`), and `run_training` raises
-`errors.Interrupted`, which `errors.run_script` turns into one line and the
+`errors.Interrupted`, which `script.run_script` turns into one line and the
 shell's exit status of that signal. A second signal ends the process at
 once, even in the middle of that save (the newest complete checkpoint stays
 the one the state file names).
@@ -16,7 +16,7 @@ import signal
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.run import checkpoints
+from multigpu.train_dir import checkpoints
 
 # The signals that stop a run with a save: Ctrl-C and a scheduler's stop.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -105,15 +105,25 @@ def interrupted(hook, train_dir, task):
       train_dir: str, where the chief saved the step reached.
       task: the run's `cluster.ClusterTask`: the chief saved the step
         reached; another worker of the ps cluster leaves it, and the
-        others train on without it (the ps holds the variables).
+        others train on without it (the ps holds the variables); where the
+        stop is agreed, a signal that no step carried came in the last.
     """
+    if not task.is_chief and task.kind.agreed_stop:
+        # The job's last step ended before the signal went with a step.
+        return errors.Interrupted(
+            "worker task %d got %s in the job's last step: every worker "
+            "finished at global step %d, whose checkpoint the chief (worker "
+            "task 0) saved; nothing more to save"
+            % (task.task_index, hook.signal_name(), hook.step),
+            hook.exit_code(),
+        )
     if not task.is_chief:
         # SyncReplicasOptimizer takes any worker's gradients: each global
         # step still averages replicas_to_aggregate, from the workers left.
         sync = (
             ", each global step averaging --replicas_to_aggregate=%d "
             "gradients of the workers left" % task.replicas_to_aggregate
-            if task.sync_replicas
+            if task.kind.sync
             else ""
         )
         return errors.Interrupted(

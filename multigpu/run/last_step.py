@@ -14,7 +14,7 @@ import os
 
 import tensorflow as tf
 
-from multigpu.run import checkpoints
+from multigpu.train_dir import checkpoints
 
 
 def save_reached(server, config, saver, train_dir):

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from multigpu.run import checkpoints, event_files
+from multigpu.train_dir import checkpoints, event_files
 
 # Most seconds between two progress lines (checked after each step).
 PROGRESS_SECS = 30
@@ -53,6 +53,8 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         self.step = session.run(self._global_step)
+        if coord.should_stop():
+            return  # finished already (`FinishedHook`)
         print(
             "%s: training from step %d" % (datetime.datetime.now(), self.step)
         )
@@ -89,6 +91,37 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
                 ),
                 flush=True,
             )
+
+
+class FinishedHook(tf.compat.v1.train.SessionRunHook):
+    """Ends a cluster worker's run before step 1 when its session starts at
+    max_steps or past it: a finished job started again trains nothing, as
+    one process does (`training._finished`).
+
+    Run it before the step logger, which then says nothing of training.
+    """
+
+    def __init__(self, max_steps, task_index):
+        self._max_steps = max_steps
+        self._task_index = task_index
+        self.finished = False
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        step = session.run(self._global_step)
+        if step < self._max_steps:
+            return
+        self.finished = True
+        print(
+            "worker task %d: the job is already at global step %d, at or "
+            "past --max_steps=%d; nothing to train (raise --max_steps on "
+            "every task to train on)"
+            % (self._task_index, step, self._max_steps),
+            flush=True,
+        )
+        coord.request_stop()
 
 
 class NanLossHook(tf.compat.v1.train.SessionRunHook):

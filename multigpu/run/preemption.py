@@ -25,7 +25,8 @@ import tensorflow as tf
 
 from multigpu import errors
 from multigpu.graph import collectives
-from multigpu.run import checkpoints, interrupts
+from multigpu.run import interrupts
+from multigpu.train_dir import checkpoints
 
 # The keys of the stop collective: the graph's own allocator
 # (`all_reduce.CollectiveKeys`) counts from 1 and never reaches them, so the
@@ -38,7 +39,8 @@ def stop_signals(task):
     """The stop collective of this worker.
 
     Args:
-      task: the worker's `cluster.ClusterTask`, workers_only.
+      task: the worker's `cluster.ClusterTask`, of a kind whose stop is
+        agreed.
 
     Returns:
       (received, signals): received, a float32 scalar placeholder (0 by

@@ -12,9 +12,9 @@ import time
 
 import tensorflow as tf
 
-from multigpu import flag_help
+from multigpu.flags import flag_help
 from multigpu.graph import blocks, loss_scale
-from multigpu.run import checkpoints
+from multigpu.train_dir import checkpoints
 
 
 class RunReportHook(tf.compat.v1.train.SessionRunHook):

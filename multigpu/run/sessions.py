@@ -9,7 +9,7 @@ import time
 import tensorflow as tf
 
 from multigpu.distributed import watchdog
-from multigpu.run import checkpoints, restore
+from multigpu.train_dir import checkpoints, restore
 
 
 def session_creator(
@@ -38,7 +38,7 @@ def session_creator(
             pretrained,
             newest,
         )
-    elif task.workers_only:
+    elif task.kind.worker_session == "own":
         # Every worker of a cluster of workers only initialises its own
         # variables; its local init op then takes the chief's values.
         creator = tf.compat.v1.train.ChiefSessionCreator(
@@ -46,7 +46,7 @@ def session_creator(
         )
     else:
         creator = PromptWorkerSessionCreator(scaffold, server.target, config)
-    if task.workers_only:
+    if task.kind.worker_session == "own":
         creator = StartUpBoundSessionCreator(
             creator, task, timeout_secs(config)
         )

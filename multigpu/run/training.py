@@ -8,15 +8,17 @@ from multigpu import errors
 from multigpu.distributed import agreement, cluster, ps_agreement, watchdog
 from multigpu.graph import blocks, summaries
 from multigpu.run import (
-    checkpoints,
-    data_records,
-    event_files,
     failures,
     interrupts,
     last_step,
     loop_hooks,
     preemption,
     sessions,
+)
+from multigpu.train_dir import (
+    checkpoints,
+    data_records,
+    event_files,
     train_dirs,
 )
 
@@ -76,11 +78,16 @@ def run_training(
     progress = examples_per_step, log_frequency, max_steps
     watched = _watched(loss, progress, train_dir, task)
     scaffold, histograms = _scaffold(summary_op)
-    hooks = _session_hooks(watched, loss, hooks, max_steps)
+    hooks = _session_hooks(watched, loss, hooks, max_steps, task)
+    chief_hooks = []
     if task.is_chief:
         saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
-        hooks += _chief_hooks(train_dir, scaffold, saving, watched, histograms)
-    session = _Session(task, config, scaffold, hooks, pretrained, settings)
+        chief_hooks = _chief_hooks(
+            train_dir, scaffold, saving, watched, histograms
+        )
+    session = _Session(
+        task, config, scaffold, hooks, chief_hooks, pretrained, settings
+    )
     start = _Start(clear_train_dir, data_dirs, model_name, data, max_steps)
     _run_or_put_back(train_op, train_dir, session, start, watched)
     return watched.logger.runs
@@ -93,8 +100,8 @@ class _Watched(NamedTuple):
     interrupt: interrupts.InterruptHook  # the signal that stopped the run
     saves: loop_hooks.SaveWatcher  # the step of the checkpoint being saved
     events: event_files.EventFileHook  # the event file, to cut back
-    # The step every worker of a cluster of workers only stopped at after
-    # one's signal; None elsewhere.
+    # The step every worker stopped at after one's signal, where the kind
+    # of run agrees on it (`kinds.Kind.agreed_stop`); None elsewhere.
     preemption: preemption.PreemptionHook | None
 
 
@@ -104,10 +111,10 @@ def _watched(loss, progress, train_dir, task):
     progress: `StepLoggerHook`'s examples_per_step, log_frequency and
     last_step.
     """
-    # In a cluster of workers only a signal stops every worker at one step.
-    interrupt = interrupts.InterruptHook(stops_itself=not task.workers_only)
+    # Where a signal stops every worker at one step, the hook only takes it.
+    interrupt = interrupts.InterruptHook(stops_itself=not task.kind.agreed_stop)
     agreed = None
-    if task.workers_only:
+    if task.kind.agreed_stop:
         agreed = preemption.PreemptionHook(task, interrupt)
     return _Watched(
         loop_hooks.StepLoggerHook(loss, *progress),
@@ -140,12 +147,17 @@ def _scaffold(summary_op):
     return scaffold, histograms
 
 
-def _session_hooks(watched, loss, hooks, max_steps):
-    """Every task's hooks: the logger, the NaN check, the signal handler,
-    hooks, and the stop at max_steps (unless None)."""
+def _session_hooks(watched, loss, hooks, max_steps, task):
+    """Every task's hooks: the finished check of a cluster, the logger, the
+    NaN check, the signal handler, hooks, and the stop at max_steps (unless
+    None)."""
+    finished = []
+    if max_steps is not None and task.kind.finished_check == "session":
+        finished = [loop_hooks.FinishedHook(max_steps, task.task_index)]
     # The logger runs first, so its step is the step that made the NaN; the
     # NaN hook runs before the checkpoint saver, so that step is never saved.
     hooks = [
+        *finished,
         watched.logger,
         loop_hooks.NanLossHook(loss),
         watched.interrupt,
@@ -164,6 +176,7 @@ class _Session(NamedTuple):
     config: tf.compat.v1.ConfigProto
     scaffold: tf.compat.v1.train.Scaffold
     hooks: list
+    chief_hooks: list  # the chief's savers, left out of a finished run's
     pretrained: tuple  # (str, bool): `restore.warm_start`'s arguments
     settings: dict | None  # what the workers compare (`agreement.agree`)
 
@@ -188,9 +201,11 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     task = session.task
     server = cluster.start_server(task, session.config)
     done_ops = cluster.done_signals(task)
-    if task.workers_only:
-        _agree(server, session)
-    elif task.cluster is not None:
+    if task.kind.agreement == "collective":
+        # A signal meanwhile is kept, and stops every worker after step 1.
+        with watched.interrupt.installed():
+            _agree(server, session)
+    elif task.kind.agreement == "ps":
         session = _with_ps_agreement(session, done_ops)
     as_found = train_dirs.contents(train_dir)
     try:
@@ -215,11 +230,12 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
 
 
 def _save_reached(error, server, session, train_dir, watched):
-    """The chief's checkpoint of its last step, when a cluster of workers
-    only is lost after a step (`last_step.save_reached`), else None."""
+    """The chief's checkpoint of its last step, when a peer is lost after a
+    step and the kind of run saves it (`last_step.save_reached`), else
+    None."""
     task = session.task
     if not (
-        task.workers_only
+        task.kind.lost_peer_save
         and task.is_chief
         and watched.logger.runs
         and failures.lost_cluster(error)
@@ -274,8 +290,9 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
         watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
     ):
         newest, finished = _prepare(train_dir, task, start)
-        if finished:
+        if finished and task.kind.finished_check == "own":
             return
+        hooks = session.hooks + ([] if finished else session.chief_hooks)
         creator = sessions.session_creator(
             task,
             server,
@@ -286,7 +303,7 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
             newest,
         )
         with watched.interrupt.installed():
-            _train_loop(train_op, session.hooks, creator)
+            _train_loop(train_op, hooks, creator)
         if server:
             cluster.report_done(
                 server, done_ops, task, watched.logger.runs, config
@@ -313,9 +330,11 @@ def _prepare(train_dir, task, start):
         `data_records.Data` or None); max_steps (int or None).
 
     Returns:
-      (str or None, bool): the newest checkpoint that reads (None in a
-      cluster: the chief's session finds it), and whether it is at
-      max_steps already (`_finished`).
+      (str or None, bool): the chief's newest checkpoint that reads (None
+      on the other workers of a cluster), and whether it is at max_steps
+      already (`_finished`): then the chief writes nothing, and one process
+      says so; a cluster's workers say so as their sessions start
+      (`loop_hooks.FinishedHook`).
     """
     if start.clear_train_dir and task.is_chief:
         train_dirs.clear(train_dir, start.data_dirs)
@@ -323,23 +342,28 @@ def _prepare(train_dir, task, start):
         train_dirs.record_model(train_dir, start.model_name)
     if start.data and task.is_chief:
         data_records.record_data(train_dir, start.data)
+    if not task.is_chief:
+        return None, False
     # Read once here: a damaged newest checkpoint is named once.
-    newest = None
-    if task.cluster is None:
-        newest = checkpoints.newest_valid_checkpoint(train_dir)
-        if _finished(newest, start.max_steps):
-            return newest, True
-    if task.is_chief:
-        event_files.own_writer(train_dir)
+    newest = checkpoints.newest_valid_checkpoint(train_dir)
+    if _finished(newest, start.max_steps):
+        if task.kind.finished_check == "own":
+            print(
+                "%s is already at step %d, at or past --max_steps=%d; nothing"
+                " to train (raise --max_steps to train on)"
+                % (newest, checkpoints.global_step(newest), start.max_steps),
+                flush=True,
+            )
+        return newest, True
+    event_files.own_writer(train_dir)
     return newest, False
 
 
 def _finished(checkpoint, max_steps):
     """Whether checkpoint, train_dir's newest, is at max_steps or past it.
 
-    Such a run says so and trains nothing: without this check the session
-    would still train one step, save it and write an event file. Only for a
-    run in one process: the workers of a cluster wait for their chief.
+    Such a run trains nothing: without this check the session would still
+    train one step, save it and write an event file.
 
     Args:
       checkpoint: str, the newest checkpoint that reads, or None.
@@ -347,15 +371,7 @@ def _finished(checkpoint, max_steps):
     """
     if max_steps is None or checkpoint is None:
         return False
-    step = checkpoints.global_step(checkpoint)
-    if step < max_steps:
-        return False
-    print(
-        "%s is already at step %d, at or past --max_steps=%d; nothing to "
-        "train (raise --max_steps to train on)" % (checkpoint, step, max_steps),
-        flush=True,
-    )
-    return True
+    return checkpoints.global_step(checkpoint) >= max_steps
 
 
 def _train_loop(train_op, hooks, session_creator):

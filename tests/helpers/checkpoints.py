@@ -51,7 +51,7 @@ def eval_scores_in_numpy(
 
     from cifar10_models import registry
     from data_sets import cifar10_batches
-    from multigpu.run import checkpoints
+    from multigpu.train_dir import checkpoints
 
     reader = tf.train.load_checkpoint(checkpoint)
     with tf.Graph().as_default():

@@ -9,7 +9,8 @@ import cifar10_multi_gpu_train
 from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import placement, variable_update
-from multigpu.run import checkpoints, sessions
+from multigpu.run import sessions
+from multigpu.train_dir import checkpoints
 
 
 def cifar10_step_graph(

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 import cifar10
-from multigpu.run import restore
+from multigpu.train_dir import restore
 
 # The batch of the trainer's graph that write_infinite_checkpoint saves.
 BATCH_SIZE = 32

@@ -10,7 +10,7 @@ trainers adopt for their `--help`.
 
 from absl import flags
 
-from multigpu import common_flags
+from multigpu.flags import common_flags
 from multigpu.graph import (
     all_reduce,
     collectives,

@@ -12,7 +12,7 @@ import os
 from typing import NamedTuple
 
 from multigpu import folders
-from multigpu.run import checkpoints, train_dirs
+from multigpu.train_dir import checkpoints, train_dirs
 
 # Bytes read at each end of a file for its fingerprint.
 ENDS_BYTES = 1 << 16

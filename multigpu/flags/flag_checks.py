@@ -11,7 +11,7 @@ workers that never come.
 
 import sys
 
-from multigpu.distributed import collective_cluster
+from multigpu.distributed import cluster, collective_cluster
 
 # The flags of float16's loss scaling, which do nothing in other dtypes.
 LOSS_SCALE_FLAGS = (
@@ -80,8 +80,7 @@ def check_flags(flag_values, task=None):
     _check_recipe(flag_values)
     _check_reduced_precision(flag_values)
     _check_variable_update(flag_values, task)
-    if task is not None:
-        _check_cluster(flag_values, task)
+    _check_cluster(flag_values, task or cluster.LOCAL_TASK)
     _check_needs(flag_values, "fine_tune", "pretrained_model_checkpoint_path")
     _check_needs(flag_values, "save_summaries_steps", "tb_logging")
     if _given(flag_values, "last_step") and flag_values.run_once:
@@ -223,27 +222,8 @@ def _check_variable_update(flag_values, task):
         )
     if task is not None:
         collective_cluster.check_mode(mode, task)
-    _check_workers_only_flags(flag_values, task)
-
-
-def _check_workers_only_flags(flag_values, task):
-    """--gradient_pack_bytes acts in a cluster of workers only, and
-    --all_reduce_spec everywhere else."""
-    workers_only = task is not None and task.workers_only
-    if _given(flag_values, "gradient_pack_bytes") and not workers_only:
-        raise ValueError(
-            "%s applies only in a cluster of workers (--worker_hosts or "
-            "TF_CONFIG without ps tasks, --variable_update=replicated), "
-            "whose workers all-reduce their gradients in pieces; this run "
-            "has %s, so it would be ignored; drop --gradient_pack_bytes"
-            % (
-                _shown(flag_values, "gradient_pack_bytes"),
-                "no cluster"
-                if task is None or task.cluster is None
-                else "ps tasks",
-            )
-        )
-    if workers_only and flag_values.all_reduce_spec not in (
+    kind = (task or cluster.LOCAL_TASK).kind
+    if kind.all_reduce_across_workers and flag_values.all_reduce_spec not in (
         "auto",
         "collective",
     ):
@@ -279,26 +259,8 @@ def refuse_loss_scale(flag_values, compute_dtype):
 
 
 def _check_cluster(flag_values, task):
-    """The cluster flags that need a cluster, or its sync mode."""
-    if task.cluster is None:
-        for name in ("sync_replicas", "task_index"):
-            if _given(flag_values, name):
-                raise ValueError(
-                    "%s needs a cluster (--ps_hosts and --worker_hosts, or "
-                    "TF_CONFIG), and none is given: in one process the "
-                    "towers average their gradients every step; drop --%s"
-                    % (_shown(flag_values, name), name)
-                )
-        if _given(flag_values, "operation_timeout_secs"):
-            raise ValueError(
-                "%s bounds how long a cluster's tasks wait on each other, "
-                "and no cluster is given (--ps_hosts and --worker_hosts, or "
-                "TF_CONFIG): one process waits on no peer; drop it"
-                % _shown(flag_values, "operation_timeout_secs")
-            )
+    """The flags the task's kind of run refuses, and those of sync mode."""
+    for name, why in task.kind.refused_flags.items():
+        if _given(flag_values, name):
+            raise ValueError(why % _shown(flag_values, name))
     _check_needs(flag_values, "replicas_to_aggregate", "sync_replicas")
-    if task.cluster is not None and _given(flag_values, "variable_device"):
-        raise ValueError(
-            "%s does not apply in cluster mode: the variables live on the "
-            "ps tasks; drop it" % _shown(flag_values, "variable_device")
-        )

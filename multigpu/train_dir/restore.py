@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from multigpu import errors
 from multigpu.graph import any_model
-from multigpu.run import checkpoints
+from multigpu.train_dir import checkpoints
 
 # The name ExponentialMovingAverage gives a variable's shadow: NAME/SUFFIX.
 SHADOW_SUFFIX = "/ExponentialMovingAverage"

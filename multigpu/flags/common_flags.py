@@ -11,7 +11,7 @@ import math
 
 from absl import flags
 
-from multigpu import flag_checks
+from multigpu.flags import flag_checks
 from multigpu.graph import (
     loss_scale,
     placement,

@@ -1,0 +1,236 @@
+"""The kinds of run, one row each; what differs between them, a column each.
+
+A run is one of four kinds: one process; a ps cluster (the TF1 way: ps
+tasks hold the variables, each worker applies its own gradients); a ps
+cluster with --sync_replicas (every global step averages the gradients of
+--replicas_to_aggregate worker steps); a cluster of workers only
+(--variable_update=replicated: a copy of the variables on every worker,
+the gradients all-reduced between them). `of` is the one place that tells
+them apart. Code elsewhere asks the task's row (`ClusterTask.kind`) what to
+do, never which kind it is in, so a new behaviour is a new column that
+every kind answers.
+
+Columns that are code take the `cluster.ClusterTask` of the process.
+"""
+
+import copy
+from typing import Callable, NamedTuple
+
+import tensorflow as tf
+
+from multigpu.distributed import collective_cluster
+
+
+class Kind(NamedTuple):
+    """One kind of run."""
+
+    name: str  # as the lines print it
+    # A gRPC server per task; the session's device filters and operation
+    # timeout; the tasks named when one is lost.
+    serves: bool
+    # task -> the device function of the graph: where the variables go.
+    device_setter: Callable
+    # (ConfigProto, task) -> the ConfigProto of the task's server and
+    # sessions.
+    session_config: Callable
+    # task -> the worker batches that make one global step.
+    replicas_per_step: Callable
+    # A SyncReplicasOptimizer aggregates the workers' gradients.
+    sync: bool
+    # The replicated towers' all-reduce spans every worker.
+    all_reduce_across_workers: bool
+    # The run places its variables itself (--variable_device applies).
+    places_variables: bool
+    # The --variable_update values this kind runs.
+    variable_updates: tuple
+    # Each worker tells the ps tasks when it is done (`cluster.done_signals`),
+    # and a watchdog ends a worker whose ps went silent.
+    ps_tasks: bool
+    # Before step 1: '' (nothing to agree on), 'ps' (each worker against
+    # the settings its chief published on the ps), or 'collective' (every
+    # worker's settings gathered by every worker).
+    agreement: str
+    # How a run already at --max_steps trains nothing: 'own' (the process
+    # reads its newest checkpoint and does not start), 'session' (the chief
+    # writes nothing, and every worker stops before step 1 as its session
+    # starts at that step: `loop_hooks.FinishedHook`).
+    finished_check: str
+    # A signal to one process stops every worker at one agreed step (False:
+    # the process that took it stops alone).
+    agreed_stop: bool
+    # A worker that is not the chief makes its session: 'wait' for the
+    # chief's initialisation, or 'own' initialisation, then the chief's
+    # values, within the operation timeout.
+    worker_session: str
+    # The chief saves the last step it completed when a peer is lost.
+    lost_peer_save: bool
+    # What a worker that lost the cluster is told to do, after the cause.
+    lost_peer_advice: str
+    # {flag: why this kind refuses it, '%s' for the flag as given}.
+    refused_flags: dict
+
+
+def _no_device_setter(task):
+    return None
+
+
+def _ps_device_setter(task):
+    """Variables to the ps tasks in turn, every other op to this worker,
+    keeping the tower device ('/gpu:1', '/cpu:1') given inside it."""
+    return tf.compat.v1.train.replica_device_setter(
+        worker_device="/job:worker/task:%d" % task.task_index,
+        cluster=task.cluster,
+    )
+
+
+def _worker_device_setter(task):
+    """Every variable and op on this worker; the towers' devices inside."""
+    return "/job:worker/task:%d" % task.task_index
+
+
+def _local_config(config, task):
+    """No operation timeout: one process waits on no peer, and a long
+    first compile or restore must not end its run."""
+    if config is None or not config.operation_timeout_in_ms:
+        return config
+    config = copy.deepcopy(config)
+    config.operation_timeout_in_ms = 0
+    return config
+
+
+def _ps_config(config, task):
+    """Device filters: the worker talks to the ps tasks and itself, so its
+    session neither waits for every other worker to be up nor fails when
+    one goes away."""
+    config = copy.deepcopy(config)
+    config.device_filters.extend(
+        ["/job:ps", "/job:%s/task:%d" % (task.job_name, task.task_index)]
+    )
+    return config
+
+
+def _one(task):
+    return 1
+
+
+def _aggregated(task):
+    return task.replicas_to_aggregate
+
+
+def _every_worker(task):
+    return task.num_workers
+
+
+_NO_CLUSTER = (
+    "%s needs a cluster (--ps_hosts and --worker_hosts, or TF_CONFIG), and "
+    "none is given: in one process the towers average their gradients every"
+    " step; drop --{flag}"
+)
+_PACKS = (
+    "%s applies only in a cluster of workers (--worker_hosts or TF_CONFIG "
+    "without ps tasks, --variable_update=replicated), whose workers "
+    "all-reduce their gradients in pieces; this run has {what}, so it would "
+    "be ignored; drop --gradient_pack_bytes"
+)
+_VARIABLE_DEVICE = (
+    "%s does not apply in cluster mode: the variables live on the ps tasks;"
+    " drop it"
+)
+_LOCAL_REFUSED = {
+    "sync_replicas": _NO_CLUSTER.format(flag="sync_replicas"),
+    "task_index": _NO_CLUSTER.format(flag="task_index"),
+    "operation_timeout_secs": (
+        "%s bounds how long a cluster's tasks wait on each other, and no "
+        "cluster is given (--ps_hosts and --worker_hosts, or TF_CONFIG): one"
+        " process waits on no peer; drop it"
+    ),
+    "gradient_pack_bytes": _PACKS.format(what="no cluster"),
+}
+_PS_REFUSED = {
+    "variable_device": _VARIABLE_DEVICE,
+    "gradient_pack_bytes": _PACKS.format(what="ps tasks"),
+}
+
+LOCAL = Kind(
+    name="one process",
+    serves=False,
+    device_setter=_no_device_setter,
+    session_config=_local_config,
+    replicas_per_step=_one,
+    sync=False,
+    all_reduce_across_workers=False,
+    places_variables=True,
+    variable_updates=("parameter_server", "replicated"),
+    ps_tasks=False,
+    agreement="",
+    finished_check="own",
+    agreed_stop=False,
+    worker_session="",
+    lost_peer_save=False,
+    lost_peer_advice="",
+    refused_flags=_LOCAL_REFUSED,
+)
+PS = Kind(
+    name="ps cluster",
+    serves=True,
+    device_setter=_ps_device_setter,
+    session_config=_ps_config,
+    replicas_per_step=_one,
+    sync=False,
+    all_reduce_across_workers=False,
+    places_variables=False,
+    variable_updates=("parameter_server",),
+    ps_tasks=True,
+    agreement="ps",
+    finished_check="session",
+    agreed_stop=False,
+    worker_session="wait",
+    lost_peer_save=False,
+    lost_peer_advice="",
+    refused_flags=_PS_REFUSED,
+)
+PS_SYNC = PS._replace(
+    name="ps cluster with sync replicas",
+    replicas_per_step=_aggregated,
+    sync=True,
+)
+WORKERS_ONLY = Kind(
+    name="cluster of workers only",
+    serves=True,
+    device_setter=_worker_device_setter,
+    session_config=collective_cluster.session_config,
+    replicas_per_step=_every_worker,
+    sync=False,
+    all_reduce_across_workers=True,
+    places_variables=False,
+    variable_updates=("replicated",),
+    ps_tasks=False,
+    agreement="collective",
+    finished_check="session",
+    agreed_stop=True,
+    worker_session="own",
+    lost_peer_save=True,
+    lost_peer_advice=(
+        "; run the same commands on every worker to resume from the "
+        "chief's newest checkpoint"
+    ),
+    refused_flags={
+        "variable_device": _VARIABLE_DEVICE,
+        "sync_replicas": (
+            "%s is for the ps cluster; in a cluster of workers only every "
+            "step all-reduces the gradients of all workers already: drop "
+            "--sync_replicas"
+        ),
+    },
+)
+KINDS = (LOCAL, PS, PS_SYNC, WORKERS_ONLY)
+
+
+def of(cluster, sync_replicas):
+    """The kind of a run: its `tf.train.ClusterSpec` (None: no cluster) and
+    --sync_replicas; the one place that tells the kinds apart."""
+    if cluster is None:
+        return LOCAL
+    if "ps" not in cluster.jobs:
+        return WORKERS_ONLY
+    return PS_SYNC if sync_replicas else PS

@@ -1,0 +1,1 @@
+"""The flags: defined, checked and explained, and how a script runs."""

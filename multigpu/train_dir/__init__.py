@@ -1,0 +1,1 @@
+"""The train_dir: its lock, checkpoints, restore, data record, event files."""
