@@ -30,7 +30,7 @@ from absl import flags
 
 import cifar10_input
 from data_sets import cifar10_data
-from multigpu import argparse_era
+from multigpu.flags import argparse_era
 from multigpu.graph import (
     blocks,
     loss_scale,
