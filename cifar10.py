@@ -7,7 +7,10 @@
 
 The public surface is the 2017 tutorial's (its flags, constants and calls),
 so that scripts written against it run here; the no-argument calls read
-the flags, our scripts pass plain arguments.
+the flags, our scripts pass plain arguments. Both of the tutorial's flag
+eras run: `tf.app.flags` (absl), and `parser` (argparse, Sept. 2017 to
+Jan. 2018), whose parsed values the no-argument calls read once a script
+parsed them.
 
 The multi-tower trainer builds `inference` and `loss` once per tower and
 shares `learning_rate`, `optimizer`, the loss summaries and
@@ -27,6 +30,7 @@ from absl import flags
 
 import cifar10_input
 from data_sets import cifar10_data
+from multigpu.flags import argparse_era
 from multigpu.graph import (
     blocks,
     loss_scale,
@@ -40,7 +44,7 @@ from multigpu.graph import (
 # The tutorial's three flags, defined here as the tutorial did: scripts
 # written against it read FLAGS.batch_size after importing cifar10, and our
 # CIFAR-10 scripts adopt these instead of defining their own. Only the
-# tutorial's no-argument calls below read them.
+# tutorial's no-argument calls below read them (or `parser`'s values).
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
     "batch_size",
@@ -61,6 +65,36 @@ flags.DEFINE_boolean(
     "on GPUs and bfloat16 on CPUs in our scripts, float16 in the tutorial's "
     "calls.",
 )
+
+# The same three flags for scripts of the argparse era (Sept. 2017 to Jan.
+# 2018): `parser = cifar10.parser`, add their own, `FLAGS =
+# parser.parse_args()`; the no-argument calls then read what it parsed.
+parser = argparse_era.RememberingParser()
+parser.add_argument(
+    "--batch_size",
+    type=argparse_era.positive_int,
+    default=FLAGS["batch_size"].default,
+    help=FLAGS["batch_size"].help,
+)
+parser.add_argument(
+    "--data_dir",
+    default=FLAGS["data_dir"].default,
+    help=FLAGS["data_dir"].help,
+)
+parser.add_argument(
+    "--use_fp16",
+    type=argparse_era.boolean,
+    nargs="?",
+    const=True,
+    default=FLAGS["use_fp16"].default,
+    help=FLAGS["use_fp16"].help,
+)
+
+
+def _flags():
+    """The tutorial's flags: what `parser` parsed, else absl's FLAGS."""
+    return FLAGS if parser.values is None else parser.values
+
 
 IMAGE_SIZE = cifar10_input.IMAGE_SIZE
 NUM_CLASSES = cifar10_input.NUM_CLASSES
@@ -107,7 +141,7 @@ def distorted_inputs():
       ValueError: --data_dir is empty, or its record files are bad.
     """
     images, labels = cifar10_input.distorted_inputs(
-        _batches_dir(), FLAGS.batch_size
+        _batches_dir(), _flags().batch_size
     )
     return _input_dtype(images), labels
 
@@ -122,24 +156,24 @@ def inputs(eval_data):
       eval_data: bool, True reads the test file, False the training files.
     """
     images, labels = cifar10_input.inputs(
-        eval_data, _batches_dir(), FLAGS.batch_size
+        eval_data, _batches_dir(), _flags().batch_size
     )
     return _input_dtype(images), labels
 
 
 def _batches_dir():
-    if not FLAGS.data_dir:
+    if not _flags().data_dir:
         raise ValueError(
             "--data_dir is empty; pass the folder that holds (or receives) "
             "%s/" % cifar10_input.BATCHES_DIR
         )
-    return os.path.join(FLAGS.data_dir, cifar10_input.BATCHES_DIR)
+    return os.path.join(_flags().data_dir, cifar10_input.BATCHES_DIR)
 
 
 def _input_dtype(images):
     # As in the tutorial, --use_fp16 makes float16 images, and `inference`
     # computes in its input's dtype. Labels stay int32 for `in_top_k`.
-    return tf.cast(images, tf.float16) if FLAGS.use_fp16 else images
+    return tf.cast(images, tf.float16) if _flags().use_fp16 else images
 
 
 def maybe_download_and_extract():
@@ -149,7 +183,7 @@ def maybe_download_and_extract():
       ValueError: the download failed or the archive is broken; the
         message says what to download and where to put it.
     """
-    cifar10_data.maybe_download_and_extract(FLAGS.data_dir)
+    cifar10_data.maybe_download_and_extract(_flags().data_dir)
 
 
 def _activation_summary(x):
@@ -404,7 +438,7 @@ def train(
       The op that runs one step of training.
     """
     if batch_size is None:
-        batch_size = FLAGS.batch_size
+        batch_size = _flags().batch_size
     # Update the loss averages before the gradients, as the tutorial does.
     loss_averages_op = loss_summaries.add_loss_summaries(
         total_loss, global_step

@@ -44,7 +44,7 @@ from absl import flags
 
 import mnist_input
 import mnist_model
-from data_sets import mnist_data
+from data_sets import mnist_data, mnist_format
 from multigpu import folders
 from multigpu.distributed import cluster, ps
 from multigpu.flags import (
@@ -55,7 +55,7 @@ from multigpu.flags import (
     tower_flags,
 )
 from multigpu.graph import dry_run, placement, variable_update
-from multigpu.run import profile, report, training
+from multigpu.run import loop_hooks, profile, report, training
 from multigpu.train_dir import data_records
 
 FLAGS = flags.FLAGS
@@ -317,6 +317,15 @@ def _train_and_score(
     )
 
 
+def _log_frequency(train_file, recipe, log_frequency, num_towers):
+    """log_frequency, or a tenth of the run's steps if fewer: each tower
+    takes one of floor(records * num_epochs / batch_size) batches per
+    step."""
+    records = mnist_format.count_framed_records(train_file)
+    batches = records * recipe.num_epochs // recipe.batch_size
+    return loop_hooks.every_tenth(log_frequency, batches // num_towers)
+
+
 def _train(train_file, towers, train_dir, data, profiling, run):
     """Builds the towers' graph and trains it in train_dir.
 
@@ -359,7 +368,9 @@ def _train(train_file, towers, train_dir, data, profiling, run):
                 loss,
                 train_dir,
                 examples_per_step=recipe.batch_size * len(devices),
-                log_frequency=schedule.log_frequency,
+                log_frequency=_log_frequency(
+                    train_file, recipe, schedule.log_frequency, len(devices)
+                ),
                 save_checkpoint_steps=schedule.save_checkpoint_steps,
                 save_summaries_steps=schedule.save_summaries_steps,
                 summary_op=summary_op,

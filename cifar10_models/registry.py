@@ -104,6 +104,12 @@ MODELS = {
 }
 
 
+# Most --learning_rate_boundaries: each divides the rate by 10, and
+# 10 ** -38 is about float32's smallest normal number (1.2e-38); a list of
+# 760 built a nest of conds deeper than Python's recursion limit.
+MAX_BOUNDARIES = 38
+
+
 def model(name, learning_rate=0.0, boundaries=(), momentum=0.0):
     """The model --model names, with its recipe or the flags' own.
 
@@ -119,8 +125,16 @@ def model(name, learning_rate=0.0, boundaries=(), momentum=0.0):
       A `Model`.
 
     Raises:
-      ValueError: no such model, module or function (one line).
+      ValueError: no such model, module or function, or more than
+        MAX_BOUNDARIES boundaries (one line).
     """
+    if len(boundaries) > MAX_BOUNDARIES:
+        raise ValueError(
+            "--learning_rate_boundaries lists %d steps; at most %d: each "
+            "divides the learning rate by 10, and 38 take a rate of 1 below "
+            "float32's smallest normal number"
+            % (len(boundaries), MAX_BOUNDARIES)
+        )
     chosen = MODELS.get(name) or user_model(name)
     if learning_rate <= 0:
         return chosen

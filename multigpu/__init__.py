@@ -50,6 +50,7 @@
   - `last_step`: a lost cluster of workers only: the chief saves the last
     step it completed.
   - `profile`: steps under TensorFlow's profiler (`--profile_steps`).
+  - `op_table`: the profile's ops by their own time, as text.
   - `sessions`: the session creators of the chief and the other workers.
   - `report`: the closing report of a run and the commands to run next.
 - `train_dir/`: what a run keeps in its train_dir.
@@ -78,6 +79,8 @@
   - `choices`: the flags turned, once in `main`, into plain values.
   - `flag_help`: a script's `--help`, its flags grouped by purpose.
   - `script`: how a script runs: one line per user error (`run_script`).
+  - `argparse_era`: the tutorial's `cifar10.parser` of Sept. 2017 to
+    Jan. 2018.
 - What every script uses:
   - `quiet_cpp_logs`: hides TensorFlow's C++ start-up notices.
   - `cpp_log_filter`: the filter's own process, and which lines it drops.

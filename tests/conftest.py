@@ -88,6 +88,13 @@ def cifar10_data_dir(tmp_path_factory):
 
 
 @pytest.fixture
+def twenty_records_dir(tmp_path):
+    """A --data_dir of 20 random records per file, in the binary format."""
+    write_cifar10_files(tmp_path / "data", records_per_file=20)
+    return tmp_path / "data"
+
+
+@pytest.fixture
 def small_disk(tmp_path):
     """Mounts a tmpfs of a size (e.g. '30M') at tmp_path/disk: a full disk.
 

@@ -87,3 +87,14 @@ def test_a_ps_cluster_worker_is_named_by_its_own_task_index():
         " worker task 2 has 0.05; start every worker with the same "
         "--learning_rate (docs/cluster.md)"
     )
+
+
+def test_the_default_learning_rate_is_named_as_the_models_own_recipe():
+    line = agreement.difference(
+        [{"learning_rate": 0.0}, {"learning_rate": 0.1}]
+    )
+    assert line == (
+        "--learning_rate differs between the workers: worker task 0 has 0 "
+        "(the model's own recipe), worker task 1 has 0.1; start every worker "
+        "with the same --learning_rate (docs/cluster.md)"
+    )

@@ -491,3 +491,15 @@ def test_a_tutorial_checkpoint_read_as_a_resnet_is_named_as_the_tutorial():
     assert restore.describe(shapes) == (
         "the CIFAR-10 tutorial's net (--model=tutorial)"
     )
+
+
+def test_more_than_38_learning_rate_boundaries_are_one_line():
+    # 760 and more built conds nested past Python's recursion limit.
+    with pytest.raises(ValueError) as raised:
+        registry.model("resnet20", 0.1, [str(step) for step in range(1, 761)])
+
+    assert str(raised.value) == (
+        "--learning_rate_boundaries lists 760 steps; at most 38: each divides "
+        "the learning rate by 10, and 38 take a rate of 1 below float32's "
+        "smallest normal number"
+    )

@@ -198,6 +198,15 @@ def test_bad_cluster_flags_are_errors_with_their_own_message(flags, message):
     )
 
 
+def test_one_host_port_for_two_workers_of_workers_only_names_worker_hosts():
+    with pytest.raises(ValueError) as error:
+        cluster.cluster_task("", "127.0.0.1:2222,127.0.0.1:2222", "worker", 0)
+    assert str(error.value) == (
+        "--worker_hosts lists 127.0.0.1:2222 more than once; every task "
+        "needs a HOST:PORT of its own"
+    )
+
+
 def test_one_host_port_for_two_tasks_is_refused():
     with pytest.raises(ValueError) as error:
         cluster.cluster_task("127.0.0.1:2222", "127.0.0.1:2222", "worker", 0)

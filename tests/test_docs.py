@@ -265,6 +265,19 @@ def test_every_python_block_compiles():
     assert compiled == {"models.md": 1, "tutorial_code.md": 2}
 
 
+def test_a_block_waits_on_each_background_process_by_its_pid():
+    # A bare `wait` ends 0 whatever its processes ended with, so the block
+    # would pass when they failed; `wait $PID` under `set -e` fails it.
+    bare = [
+        (page.name, block.line)
+        for page in PAGES
+        for block in blocks(page)
+        if block.language == "sh"
+        and re.search(r"(^|&& |; )wait\s*($|&&|;)", block.text, re.M)
+    ]
+    assert bare == []
+
+
 def test_the_readme_fits_on_a_few_screens():
     assert len(README.read_text().splitlines()) <= 200
 

@@ -4,6 +4,7 @@ import ast
 import re
 import shutil
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import REPO, help_words, run_script
@@ -69,6 +70,18 @@ def test_two_towers_stop_after_the_epochs_at_the_floor_step(two_tower_run):
     checkpoint = tf.train.latest_checkpoint(str(train_dir))
     assert checkpoint.endswith("model.ckpt-%d" % EXPECTED_STEPS)
     assert tf.train.load_variable(checkpoint, "global_step") == EXPECTED_STEPS
+
+
+@pytest.mark.slow
+def test_a_run_prints_progress_at_least_every_tenth_of_its_steps(
+    two_tower_run,
+):
+    _, stdout = two_tower_run
+    steps = [int(step) for step in re.findall(r": step (\d+), loss", stdout)]
+    # --log_frequency's default, 100 steps, printed 4 lines in 409 steps;
+    # a tenth is 41 steps (and a step 30 s after the last line prints one).
+    gaps = np.diff([0, *steps, EXPECTED_STEPS])
+    assert (EXPECTED_STEPS, max(gaps) <= 41) == (409, True)
 
 
 @pytest.mark.slow

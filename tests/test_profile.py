@@ -8,7 +8,7 @@ from conftest import error_line, run_script, trainer_flags
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from data_sets import mnist_data
-from multigpu.run import profile
+from multigpu.run import op_table, profile
 from multigpu.train_dir import train_dirs
 
 
@@ -36,7 +36,9 @@ def profiled(profile_folder):
                     ]
                 elif ":" in name:  # An executor's op: 'NAME:TYPE'.
                     op_name, op_type = name.rsplit(":", 1)
-                    scopes[op_type].add("/".join(op_name.split("/")[:2]))
+                    scopes[op_table.op_type_of(op_type)].add(
+                        "/".join(op_name.split("/")[:2])
+                    )
     return steps, scopes
 
 
@@ -48,6 +50,33 @@ def profile_line(result):
         if "--profile_steps=" in each
     ]
     return line
+
+
+def profile_lines(result):
+    """The closing report's lines on the profile, from its first on."""
+    lines = result.stdout.splitlines()
+    first = lines.index(profile_line(result))
+    return lines[first : first + 2 + profile.TOP_OPS]
+
+
+def tab_line(logdir):
+    """The closing report's last line on a profile: the Profile tab."""
+    return (
+        "The whole profile: tensorboard --logdir=%s, then its Profile tab, "
+        "whose charts load from the internet." % logdir
+    )
+
+
+def table_rows(table):
+    """{(device, op type): (count, total, share)} of an op_profile.txt."""
+    rows, device = {}, None
+    for line in table.splitlines()[1:]:
+        if line.endswith("of the ops' time"):
+            device = line.split(": ")[0]
+        elif line and not line.startswith("op type"):
+            op_type, count, total, share = line.split()
+            rows[device, op_type] = int(count), total, share
+    return rows
 
 
 @pytest.mark.parametrize("value", ["5,2", "0,2", "2,x", "1,2,3", "-1,2", "two"])
@@ -121,11 +150,47 @@ def test_profile_steps_with_a_dry_run_which_trains_nothing_is_refused(
     )
 
 
+def test_the_op_table_counts_an_ops_own_time_per_device(tmp_path):
+    # One thread: a 10 us op holding a 4 us op, then a 3 us op; 'NAME:TYPE'
+    # op events, and an event of the runtime that is no op.
+    events = [
+        ("outer:PartitionedCall", 0, 10),
+        ("inner:MatMul", 2, 4),
+        ("ExecutorState::Process", 0, 20),
+        ("later:_MklMatMul", 12, 3),
+    ]
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    line = plane.lines.add(name="tf_Compute")
+    for i, (name, start_us, duration_us) in enumerate(events, 1):
+        plane.event_metadata[i].name = name
+        line.events.add(
+            metadata_id=i,
+            offset_ps=start_us * 10**6,
+            duration_ps=duration_us * 10**6,
+        )
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    devices = {"outer": "/device:CPU:0", "inner": "/device:CPU:1"}
+
+    rows = op_table.op_rows(str(path), devices)
+
+    assert [tuple(row) for row in rows] == [
+        ("/device:CPU:0", "PartitionedCall", 1, 6.0, 6 / 13),
+        ("/device:CPU:1", "MatMul", 1, 4.0, 4 / 13),
+        (op_table.OUTSIDE, "MatMul", 1, 3.0, 3 / 13),
+    ]
+    assert op_table.top_lines(rows, 1) == [
+        "  PartitionedCall on /device:CPU:0: 1 run(s), 6us, 46.15%"
+    ]
+
+
 def test_clear_train_dir_removes_the_profiles_and_names_them(tmp_path, capsys):
     for run in ("2026_11_26_02_19_34", "2026_11_26_02_20_01"):
         folder = tmp_path / "plugins" / "profile" / run
         folder.mkdir(parents=True)
         (folder / "host.xplane.pb").write_bytes(b"x")
+        (folder / "op_profile.txt").write_bytes(b"x")
 
     train_dirs.clear(str(tmp_path))
 
@@ -164,10 +229,37 @@ def test_two_towers_steps_2_to_3_are_profiled_with_both_towers_ops(
     )
 
     (run,) = (tmp_path / "plugins" / "profile").iterdir()
-    assert profile_line(result) == (
-        "Profile of steps 2 to 3 (--profile_steps=2,3): %s; open it with "
-        "tensorboard --logdir=%s, then its Profile tab." % (run, tmp_path)
+    lines = profile_lines(result)
+    assert lines[0] == (
+        "Profile of steps 2 to 3 (--profile_steps=2,3): %s; its ops by their "
+        "own time in op_profile.txt, top 5:" % run
     )
+    assert lines[-1] == tab_line(tmp_path)
+    table = (run / "op_profile.txt").read_text()
+    assert table.splitlines()[0] == (
+        "Ops of steps 2 to 3 by their own time, per device, from %s"
+        % next(run.glob("*.xplane.pb")).name
+    )
+    rows = table_rows(table)
+    # Each tower's device ran its 2 convolutions' filter gradients in each
+    # of the 2 steps; the one update of the 10 variables ran on CPU:0.
+    cpu = "/job:localhost/replica:0/task:0/device:CPU:%d"
+    conv_filter = "Conv2DBackpropFilter"
+    assert [rows[cpu % i, conv_filter][0] for i in (0, 1)] == [4, 4]
+    assert rows[cpu % 0, "ResourceApplyGradientDescent"][0] == 20
+    assert (cpu % 1, "ResourceApplyGradientDescent") not in rows
+    shares = [float(share[:-1]) for _, _, share in rows.values()]
+    assert sum(shares) == pytest.approx(100, abs=0.01 * len(shares))
+    # The report's top lines are the table's 5 rows of most own time.
+    share_of = {
+        "  %s on %s: %d run(s), %s, %s" % (op_type, device, *values): float(
+            values[2][:-1]
+        )
+        for (device, op_type), values in rows.items()
+    }
+    top = [share_of[line] for line in lines[1:-1]]
+    assert len(top) == 5 and top == sorted(top, reverse=True)
+    assert top[-1] >= sorted(share_of.values())[-6]
     steps, scopes = profiled(run)
     assert steps == [2, 3]
     # Each tower's convolution gradients, and the one update of the
@@ -199,8 +291,8 @@ def test_a_resumed_run_profiles_its_part_of_the_range_by_global_step(
     (run,) = (tmp_path / "plugins" / "profile").iterdir()
     assert profile_line(resumed) == (
         "Profile of steps 4 to 5 (--profile_steps=2,6; this run started "
-        "after step 3; the run ended at step 5): %s; open it with "
-        "tensorboard --logdir=%s, then its Profile tab." % (run, tmp_path)
+        "after step 3; the run ended at step 5): %s; its ops by their own "
+        "time in op_profile.txt, top 5:" % run
     )
     assert profiled(run)[0] == [4, 5]
 

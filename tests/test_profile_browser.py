@@ -50,7 +50,7 @@ def profiled_run(cifar10_data_dir, tmp_path_factory):
         ),
     )
     (run,) = (train_dir / "plugins" / "profile").iterdir()
-    (host_file,) = run.iterdir()
+    (host_file,) = run.glob("*.xplane.pb")
     with tensorboard_server(
         train_dir.parent / "tensorboard.log", "--logdir=%s" % train_dir
     ) as (server, port):

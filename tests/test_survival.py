@@ -479,7 +479,9 @@ def test_a_run_refused_a_train_dir_in_use_removes_none_of_its_new_files(
         raise refusal
 
     monkeypatch.setattr(training, "_train", saved_meanwhile_then_refused)
-    session = training._Session(cluster.LOCAL_TASK, None, None, [], (), None)
+    session = training._Session(
+        cluster.LOCAL_TASK, None, None, [], [], (), None
+    )
     watched = types.SimpleNamespace(logger=types.SimpleNamespace(runs=0))
     with pytest.raises(type(refusal)):
         training._run_or_put_back(None, str(train_dir), session, None, watched)

@@ -10,10 +10,12 @@ import json
 import re
 import urllib.request
 
+import numpy as np
 import pytest
 from conftest import run_script, tensorboard_server, trainer_flags
 from google.protobuf import text_format
 from helpers.browser import BROWSER_MARKS, chromium, wait_for_route
+from PIL import Image
 from tensorflow.core.framework import graph_pb2
 
 pytestmark = BROWSER_MARKS
@@ -85,13 +87,13 @@ def test_the_train_run_has_the_one_graph_and_the_eval_run_none(tensorboard):
 
 def test_the_graph_top_level_is_its_blocks(tensorboard, tmp_path):
     url, _, _ = tensorboard
-    chromium(
-        tmp_path, url + "/#graphs", "--screenshot=%s" % (tmp_path / "g.png")
-    )
     with urllib.request.urlopen(
         url + "/data/plugin/graphs/graph?run=.&conceptual=false"
     ) as r:
         graph = text_format.Parse(r.read().decode(), graph_pb2.GraphDef())
+    # The function library (39 functions: tf.data's maps, the conds) is
+    # left out, which the page drew as a column of boxes beside the graph.
+    assert len(graph.library.function) == 0
     top_level = sorted({node.name.split("/")[0] for node in graph.node})
     # 6 nodes (at most 12, as the Graphs page should show); the model's
     # variables are in its block.
@@ -103,3 +105,28 @@ def test_the_graph_top_level_is_its_blocks(tensorboard, tmp_path):
         "summaries",
         "update",
     ]
+
+
+# The grey of a block's box on the Graphs page (a namespace, 'structure'
+# colouring), and the page's graph pane in a 1400 x 1000 window: right of
+# the side bar, below the tabs.
+BLOCK_GREY = (238, 238, 238)
+GRAPH_PANE = (350, 70, 1400, 1000)
+
+
+def test_the_graphs_page_opens_on_the_main_graph_at_a_readable_size(
+    tensorboard, tmp_path
+):
+    url, _, _ = tensorboard
+    screenshot = tmp_path / "graphs.png"
+    chromium(tmp_path, url + "/#graphs", "--screenshot=%s" % screenshot)
+    pane = Image.open(screenshot).convert("RGB").crop(GRAPH_PANE)
+    pixels = np.asarray(pane).astype(int)
+    block = np.argwhere((pixels == BLOCK_GREY).all(axis=2))
+    height, width = block.max(axis=0) - block.min(axis=0) + 1
+    # The 6 blocks, stacked as the data flows, fill two thirds of the
+    # window's height: each box large enough to read its name.
+    assert (height >= 600, width >= 250) == (True, True), (height, width)
+    # No coloured box (a function of the library) beside them.
+    colourful = pixels.max(axis=2) - pixels.min(axis=2) > 30
+    assert int(colourful.sum()) == 0

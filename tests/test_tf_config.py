@@ -194,6 +194,23 @@ def test_the_cluster_task_of_a_trainer_comes_from_tf_config_alone():
     assert not task.is_chief
 
 
+def test_one_host_port_for_two_tasks_of_tf_config_names_tf_config():
+    # The ps and a worker on one address; no --ps_hosts given.
+    environ = {
+        "TF_CONFIG": tf_config_text(
+            "worker", 0, {"ps": ["h:1"], "worker": ["h:1", "h:2"]}
+        )
+    }
+
+    with pytest.raises(ValueError) as raised:
+        cluster.cluster_task_from_flags(_Flags(), environ)
+
+    assert str(raised.value) == (
+        "TF_CONFIG's cluster lists h:1 more than once; every task needs a "
+        "HOST:PORT of its own"
+    )
+
+
 def test_a_port_in_use_from_tf_config_is_blamed_on_tf_config():
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))

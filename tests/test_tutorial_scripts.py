@@ -6,7 +6,6 @@ Each is a user's file in the tutorial's manner, run as a subprocess.
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import write_cifar10_files
 from helpers.scripts import run_user_script
 
 import cifar10
@@ -144,19 +143,12 @@ if __name__ == "__main__":
 """
 
 
-@pytest.fixture
-def data_dir(tmp_path):
-    """A --data_dir of 20 random records per file, in the binary format."""
-    write_cifar10_files(tmp_path / "data", records_per_file=20)
-    return tmp_path / "data"
-
-
 @pytest.mark.slow
 def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
-    data_dir, tmp_path
+    twenty_records_dir, tmp_path
 ):
     train_dir = tmp_path / "train"
-    flags_ = ["--data_dir=%s" % data_dir, "--batch_size=4"]
+    flags_ = ["--data_dir=%s" % twenty_records_dir, "--batch_size=4"]
     trained = run_user_script(
         tmp_path,
         "my_cifar10_train.py",
@@ -199,9 +191,11 @@ def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
     restored = float(weights_line.rsplit(" ", 1)[1])
     assert restored == pytest.approx(np.sum(shadow), abs=2e-6)
     assert abs(np.sum(shadow) - np.sum(raw)) > 1e-4
-    assert hits == _top_1_hits(data_dir, train_dir, num_examples=12)
+    assert hits == _top_1_hits(twenty_records_dir, train_dir, num_examples=12)
     # read_cifar10 on a FIFOQueue of file names: 'FILE:INDEX' keys, labels.
-    test_file = data_dir / cifar10_input.BATCHES_DIR / "test_batch.bin"
+    test_file = (
+        twenty_records_dir / cifar10_input.BATCHES_DIR / "test_batch.bin"
+    )
     labels = np.fromfile(test_file, np.uint8)[:: cifar10_input.RECORD_BYTES]
     assert eval_lines[-3:] == [
         "%s:%d [%d]" % (test_file, i, labels[i]) for i in range(3)
@@ -306,14 +300,14 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 def test_a_tutorial_style_multi_tower_script_shares_one_set_of_variables(
-    data_dir, tmp_path
+    twenty_records_dir, tmp_path
 ):
     train_dir = tmp_path / "train"
     lines = run_user_script(
         tmp_path,
         "my_cifar10_multi_gpu_train.py",
         TUTORIAL_STYLE_TOWERS,
-        "--data_dir=%s" % data_dir,
+        "--data_dir=%s" % twenty_records_dir,
         "--batch_size=4",
         "--train_dir=%s" % train_dir,
     ).stdout.splitlines()

@@ -232,7 +232,7 @@ def test_a_job_name_without_hosts_is_an_error():
             "cifar10_train.py",
             ["--use_fp16", "--fp16_loss_scale=-4"],
             "cifar10_train.py: error: flag --fp16_loss_scale=-4: -4.0 is not "
-            "number >= 1.0",
+            "a number >= 1.0",
         ),
         (
             "cifar10_multi_gpu_train.py",

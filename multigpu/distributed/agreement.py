@@ -192,6 +192,10 @@ def _all_gather(target, task, codes, wait_secs):
     return np.split(flat, num_workers)
 
 
+# The values a flag gives a meaning to, as the line says them.
+_MEANINGS = {("learning_rate", "0.0"): "0 (the model's own recipe)"}
+
+
 def difference(settings_of_tasks, tasks=None):
     """The line naming every flag that differs between workers.
 
@@ -218,8 +222,8 @@ def difference(settings_of_tasks, tasks=None):
         values = [json.dumps(s.get(name)) for s in settings_of_tasks]
         if len(set(values)) > 1:
             differing[name] = ", ".join(
-                "worker task %d has %s" % (i, value)
-                for i, value in zip(tasks, values)
+                "worker task %d has %s" % (i, _MEANINGS.get((name, v), v))
+                for i, v in zip(tasks, values)
             )
     model = [
         (name, differing.pop(name))

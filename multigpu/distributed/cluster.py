@@ -74,6 +74,7 @@ def cluster_task(
     task_index,
     sync_replicas=False,
     replicas_to_aggregate=0,
+    hosts_from=None,
 ):
     """Validates the cluster flags.
 
@@ -86,6 +87,8 @@ def cluster_task(
       sync_replicas: bool, aggregate the workers' gradients every step.
       replicas_to_aggregate: int, gradients per step in sync mode; 0 for
         one from every worker.
+      hosts_from: str, where the hosts came from, for the errors: None for
+        the flags, `tf_config.TF_CONFIG` for that variable.
 
     Returns:
       A `ClusterTask`; `LOCAL_TASK` when no hosts are given.
@@ -107,7 +110,7 @@ def cluster_task(
     cluster = tf.train.ClusterSpec(jobs)
     _check_job_name(job_name, bool(ps_hosts))
     addresses = [a for job in sorted(jobs) for a in jobs[job]]
-    _check_addresses_apart(addresses)
+    _check_addresses_apart(addresses, _lists_of(jobs, hosts_from))
     _check_task_index(cluster, job_name, task_index)
     _warn_of_public_addresses(addresses)
     num_workers = cluster.num_tasks("worker")
@@ -120,13 +123,26 @@ def cluster_task(
     )
 
 
-def _check_addresses_apart(addresses):
-    """Raises ValueError when two tasks share a HOST:PORT."""
+def _lists_of(jobs, hosts_from):
+    """What lists the hosts, as an error names it: 'TF_CONFIG's cluster
+    lists', '--worker_hosts lists', '--ps_hosts and --worker_hosts list'."""
+    if hosts_from is not None:
+        return "%s's cluster lists" % hosts_from
+    if "ps" in jobs:
+        return "--ps_hosts and --worker_hosts list"
+    return "--worker_hosts lists"
+
+
+def _check_addresses_apart(addresses, lists):
+    """Raises ValueError when two tasks share a HOST:PORT.
+
+    lists: str, what lists the addresses (`_lists_of`).
+    """
     shared = sorted({a for a in addresses if addresses.count(a) > 1})
     if shared:
         raise ValueError(
-            "--ps_hosts and --worker_hosts list %s more than once; every "
-            "task needs a HOST:PORT of its own" % ", ".join(shared)
+            "%s %s more than once; every task needs a HOST:PORT of its own"
+            % (lists, ", ".join(shared))
         )
 
 

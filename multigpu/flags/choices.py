@@ -40,12 +40,14 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
         ),
         environ.get(tf_config.TF_CONFIG, ""),
     )
+    from_env = not (flag_values.ps_hosts or flag_values.worker_hosts)
     task = cluster.cluster_task(
-        *hosts, flag_values.sync_replicas, flag_values.replicas_to_aggregate
+        *hosts,
+        flag_values.sync_replicas,
+        flag_values.replicas_to_aggregate,
+        hosts_from=tf_config.TF_CONFIG if from_env else None,
     )
-    if task.kind.serves and not (
-        flag_values.ps_hosts or flag_values.worker_hosts
-    ):
+    if task.kind.serves and from_env:
         task = task._replace(hosts_from=tf_config.TF_CONFIG)
     return task
 

@@ -80,7 +80,9 @@ def _parse_flags(argv):
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        sys.exit("%s: error: %s" % (os.path.basename(argv[0]), e))
+        # absl words a float's bound '0.5 is not number >= 1.0'.
+        message = str(e).replace(" is not number ", " is not a number ")
+        sys.exit("%s: error: %s" % (os.path.basename(argv[0]), message))
     except SystemExit as e:
         if e.code == 1 and any(arg in _HELP_FLAGS for arg in argv[1:]):
             sys.exit(0)

@@ -2,6 +2,7 @@
 summaries and the checkpoints, and the watch on what each save writes."""
 
 import datetime
+import math
 import os
 import time
 
@@ -10,22 +11,40 @@ import tensorflow as tf
 
 from multigpu.train_dir import checkpoints, event_files
 
+# Most seconds between two progress lines (checked after each step).
+PROGRESS_SECS = 30
+# A run prints a progress line at least once per this fraction of its steps.
+PROGRESS_FRACTION = 10
+
+
+def every_tenth(log_frequency, steps):
+    """Steps between progress lines: log_frequency, or a tenth of steps
+    (the steps of the run, at least 1) when that is fewer."""
+    return min(log_frequency, max(1, math.ceil(steps / PROGRESS_FRACTION)))
+
 
 class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
     """Prints `DATE: step N, loss = L (E examples/sec; S sec/batch)`.
 
-    N is the global step reached; E counts the examples of all towers.
+    N is the global step reached; E counts the examples of all towers; S is
+    the mean over the steps since the last line. A line comes every
+    log_frequency steps, or every tenth of the run when that is fewer
+    steps, or after the step that ends PROGRESS_SECS without one.
     """
 
-    def __init__(self, loss, examples_per_step, log_frequency):
+    def __init__(self, loss, examples_per_step, log_frequency, last_step):
         """Args:
         loss: float32 scalar tensor to print.
         examples_per_step: int, examples consumed by one run of the train op.
-        log_frequency: int, print every this many steps.
+        log_frequency: int, print every this many steps at most (a trainer
+          whose input ends gives a tenth of its steps, if fewer:
+          `every_tenth`).
+        last_step: int, the global step the run stops at; None for none.
         """
         self._loss = loss
         self._examples_per_step = examples_per_step
         self._log_frequency = log_frequency
+        self._last_step = last_step
         self.step = None
         self.runs = 0
 
@@ -40,7 +59,14 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
             "%s: training from step %d" % (datetime.datetime.now(), self.step)
         )
         self._start_time = time.time()
-        self._runs_at_start = self.runs
+        self._runs_at_line = self.runs
+        self._every = self._steps_between_lines()
+
+    def _steps_between_lines(self):
+        """log_frequency, or a tenth of the steps the run will train."""
+        if self._last_step is None or self._last_step <= self.step:
+            return self._log_frequency
+        return every_tenth(self._log_frequency, self._last_step - self.step)
 
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs(self._loss)
@@ -48,10 +74,10 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         self.step += 1
         self.runs += 1
-        if (self.runs - self._runs_at_start) % self._log_frequency == 0:
-            now = time.time()
-            sec_per_batch = (now - self._start_time) / self._log_frequency
-            self._start_time = now
+        steps, now = self.runs - self._runs_at_line, time.time()
+        if steps >= self._every or now - self._start_time >= PROGRESS_SECS:
+            sec_per_batch = (now - self._start_time) / steps
+            self._start_time, self._runs_at_line = now, self.runs
             # In a cluster other workers move the global step too.
             self.step = run_context.session.run(self._global_step)
             print(

@@ -5,7 +5,9 @@ TensorBoard's Profile tab reads (the `tensorboard-plugin-profile` package,
 the suite's `profile` extra): the overview of the steps, the ops' times,
 the trace viewer's time line of every thread and device. Each profiled
 step is marked with its global step, so the tab counts steps as the
-trainer does.
+trainer does. Beside it, `op_table` writes the ops by their own time as
+text (op_profile.txt), which reads without the tab (whose charts load from
+the internet); the closing report prints its first lines.
 """
 
 import importlib.util
@@ -13,10 +15,14 @@ import os
 
 import tensorflow as tf
 
+from multigpu.run import op_table
+
 # Under the logdir given to the profiler: its runs' folders.
 PROFILE_FOLDER = os.path.join("plugins", "profile")
 # The name of a profiled step's mark, with its global step ('step_num').
 STEP_NAME = "train"
+# How many of the op table's rows the closing report prints.
+TOP_OPS = 5
 # The package of TensorBoard's Profile tab, and how to install it.
 PLUGIN_MODULE = "tensorboard_plugin_profile"
 PLUGIN_INSTALL = 'pip install "tf1-multi-gpu[profile]"'
@@ -83,6 +89,8 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
         self._profiled = []
         self._trace = None
         self._runs_before = None
+        self._devices = {}
+        self._top_lines = []
         self.path = None
 
     def begin(self):
@@ -102,12 +110,18 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
                 STEP_NAME, step_num=self._next_step, _r=1
             )
             self._trace.__enter__()
+            # Where each node ran, for the op table's devices.
+            return tf.compat.v1.train.SessionRunArgs(
+                None,
+                options=tf.compat.v1.RunOptions(output_partition_graphs=True),
+            )
         return None
 
     def after_run(self, run_context, run_values):
         if self._trace is not None:
             self._trace.__exit__(None, None, None)
             self._trace = None
+            self._devices.update(op_table.node_devices(run_values.run_metadata))
             self._profiled.append(self._next_step)
             if self._next_step == self.last:
                 self._stop()
@@ -125,6 +139,32 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
         self.path = os.path.join(
             self._train_dir, PROFILE_FOLDER, added[-1] if added else ""
         )
+        self._write_op_table()
+
+    def _write_op_table(self):
+        traces = [
+            name
+            for name in os.listdir(self.path)
+            if name.endswith(".xplane.pb")
+        ]
+        rows = [
+            row
+            for trace in traces
+            for row in op_table.op_rows(
+                os.path.join(self.path, trace), self._devices
+            )
+        ]
+        title = (
+            "Ops of steps %d to %d by their own time, per device, from %s"
+            % (
+                self._profiled[0],
+                self._profiled[-1],
+                ", ".join(traces),
+            )
+        )
+        with open(os.path.join(self.path, op_table.FILE_NAME), "w") as f:
+            f.write(op_table.table_text(rows, title))
+        self._top_lines = op_table.top_lines(rows, TOP_OPS)
 
     def report_lines(self, tensorboard_logdir):
         """The closing report's line on the profile.
@@ -143,19 +183,24 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
         if self._profiled[-1] < self.last:
             wanted += "; the run ended at step %d" % self._end_step
         line = (
-            "Profile of steps %d to %d (%s): %s; open it with tensorboard "
-            "--logdir=%s, then its Profile tab"
+            "Profile of steps %d to %d (%s): %s; its ops by their own time "
+            "in %s, top %d:"
             % (
                 self._profiled[0],
                 self._profiled[-1],
                 wanted,
                 self.path,
-                tensorboard_logdir,
+                op_table.FILE_NAME,
+                len(self._top_lines),
             )
         )
+        tab = (
+            "The whole profile: tensorboard --logdir=%s, then its Profile "
+            "tab, whose charts load from the internet" % tensorboard_logdir
+        )
         if importlib.util.find_spec(PLUGIN_MODULE) is None:
-            line += " (the tab needs the plugin: %s)" % PLUGIN_INSTALL
-        return [line + "."]
+            tab += " (the tab needs the plugin: %s)" % PLUGIN_INSTALL
+        return [line, *self._top_lines, tab + "."]
 
 
 def _profile_runs(train_dir):

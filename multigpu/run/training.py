@@ -58,9 +58,8 @@ def run_training(
     Args:
       train_op, loss: the op of one step; its float32 scalar loss.
       train_dir: str, checkpoints and event files.
-      examples_per_step, log_frequency: ints, examples of all towers per
-        step; steps between log lines.
-      max_steps: int, or None to train until the input ends.
+      examples_per_step, log_frequency, max_steps: ints, examples of all
+        towers per step, steps between log lines, the last step or None.
       save_checkpoint_steps, save_summaries_steps, summary_op:
         `chief_savers.chief_hooks`.
       config: the session's `ConfigProto`.
@@ -79,7 +78,8 @@ def run_training(
     """
     task = task or cluster.LOCAL_TASK
     config = cluster.task_config(config, task)
-    watched = _watched(loss, examples_per_step, log_frequency, train_dir, task)
+    progress = examples_per_step, log_frequency, max_steps
+    watched = _watched(loss, progress, train_dir, task)
     scaffold, histograms = _scaffold(summary_op)
     hooks = _session_hooks(watched, loss, hooks, max_steps, task)
     chief_hooks = []
@@ -108,15 +108,19 @@ class _Watched(NamedTuple):
     preemption: preemption.PreemptionHook | None
 
 
-def _watched(loss, examples_per_step, log_frequency, train_dir, task):
-    """The step logger, the signal handlers, the save and event watchers."""
+def _watched(loss, progress, train_dir, task):
+    """The step logger, the signal handlers, the save and event watchers.
+
+    progress: `StepLoggerHook`'s examples_per_step, log_frequency and
+    last_step.
+    """
     # Where a signal stops every worker at one step, the hook only takes it.
     interrupt = interrupts.InterruptHook(stops_itself=not task.kind.agreed_stop)
     agreed = None
     if task.kind.agreed_stop:
         agreed = preemption.PreemptionHook(task, interrupt)
     return _Watched(
-        loop_hooks.StepLoggerHook(loss, examples_per_step, log_frequency),
+        loop_hooks.StepLoggerHook(loss, *progress),
         interrupt,
         loop_hooks.SaveWatcher(train_dir),
         event_files.EventFileHook(train_dir),

@@ -115,7 +115,7 @@ def refuse_other_data(train_dir, data, data_dir):
             data_flag,
         )
     else:
-        found = "on other %s files than %s's (%s differ)" % (
+        found = "on other files of %s than those in %s (%s)" % (
             data.description,
             data_flag,
             _differing(held.files, data.files),
@@ -134,9 +134,12 @@ def refuse_other_data(train_dir, data, data_dir):
 
 
 def _differing(held, found):
-    """'a, b': the names of the files whose lines differ."""
+    """'a, b differ' or 'a differs': the files whose lines differ."""
     names = sorted({line.split(" ", 1)[0] for line in set(held) ^ set(found)})
-    return folders.listing(names)
+    return "%s %s" % (
+        folders.listing(names),
+        "differs" if len(names) == 1 else "differ",
+    )
 
 
 def record_data(train_dir, data):

@@ -62,9 +62,12 @@ _TEMP_PART = re.compile(
 # sit beside the training's, so that TensorBoard shows both runs.
 EVAL_FOLDER = "eval"
 # --profile_steps' folder: the profiler's runs, each of one file per host
-# (plugins/profile/RUN/HOST.xplane.pb), as `multigpu.run.profile` writes.
+# (plugins/profile/RUN/HOST.xplane.pb) and the op table (op_profile.txt),
+# as `multigpu.run.profile` writes.
 PROFILES_FOLDER = "plugins"
-_PROFILE_FILE = re.compile(r"^profile/[^/]+/[^/]+\.xplane\.pb$")
+_PROFILE_FILE = re.compile(
+    r"^profile/[^/]+/([^/]+\.xplane\.pb|op_profile\.txt)$"
+)
 # A file of one checkpoint (model.ckpt-STEP.index, ...), the step's group.
 _CHECKPOINT_STEP = re.compile(r"^model\.ckpt-([0-9]+)\.(index|meta|data-)")
 _EVENT_FILE = "events.out.tfevents."
