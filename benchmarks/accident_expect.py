@@ -42,8 +42,9 @@ def files(steps, event_files=1):
     (its shards as one), '.index' and '.meta', and 'N event file(s)'."""
     names = list(RECORDS) + ["%d event file(s)" % event_files]
     for step in steps:
-        names += ["model.ckpt-%d.%s" % (step, s) for s in ("data", "index",
-                                                            "meta")]
+        names += [
+            "model.ckpt-%d.%s" % (step, s) for s in ("data", "index", "meta")
+        ]
     return sorted(names)
 
 
@@ -53,14 +54,18 @@ def saved(tasks, step):
 
 def interrupted(tasks, step):
     """One process's (or a ps chief's) line after SIGTERM at step."""
-    return ("%s: interrupted (SIGTERM) at step %d; saved %s; run the same "
-            "command to resume" % (SCRIPT, step, saved(tasks, step)))
+    return (
+        "%s: interrupted (SIGTERM) at step %d; saved %s; run the same "
+        "command to resume" % (SCRIPT, step, saved(tasks, step))
+    )
 
 
 def stopped_together(tasks, step):
     """The workers' lines, a cluster of workers only, worker 1 signalled."""
-    head = ("%s: worker task 1 got SIGTERM: every worker stopped at step "
-            "%d; " % (SCRIPT, step))
+    head = (
+        "%s: worker task 1 got SIGTERM: every worker stopped at step "
+        "%d; " % (SCRIPT, step)
+    )
     return {
         "worker0": head + "saved %s; %s" % (saved(tasks, step), RESUME_ALL),
         "worker1": head + "the chief (worker task 0) saved the checkpoint of"
@@ -70,14 +75,18 @@ def stopped_together(tasks, step):
 
 def left(tasks, step):
     """Worker 1's line once it left a ps cluster at global step."""
-    sync = (", each global step averaging --replicas_to_aggregate=2 "
-            "gradients of the workers left"
-            if tasks.kind.name == PS_SYNC else "")
+    sync = (
+        ", each global step averaging --replicas_to_aggregate=2 "
+        "gradients of the workers left"
+        if tasks.kind.name == PS_SYNC
+        else ""
+    )
     return (
         "%s: worker task 1 interrupted (SIGTERM) at global step %d and left "
         "the cluster; the chief (worker task 0) and the other workers train "
         "on without it%s, and the chief saves the checkpoints; run the same "
-        "command to rejoin" % (SCRIPT, step, sync))
+        "command to rejoin" % (SCRIPT, step, sync)
+    )
 
 
 def left_at(line):

@@ -34,10 +34,15 @@ COMMON_FLAGS = (
 # The tasks of each kind: (name, job, index); the chief is the first worker.
 TASKS = {
     kinds.LOCAL.name: (("local", "", 0),),
-    kinds.PS.name: (("ps0", "ps", 0), ("worker0", "worker", 0),
-                    ("worker1", "worker", 1)),
-    kinds.WORKERS_ONLY.name: (("worker0", "worker", 0),
-                              ("worker1", "worker", 1)),
+    kinds.PS.name: (
+        ("ps0", "ps", 0),
+        ("worker0", "worker", 0),
+        ("worker1", "worker", 1),
+    ),
+    kinds.WORKERS_ONLY.name: (
+        ("worker0", "worker", 0),
+        ("worker1", "worker", 1),
+    ),
 }
 TASKS[kinds.PS_SYNC.name] = TASKS[kinds.PS.name]
 KIND_FLAGS = {
@@ -61,7 +66,8 @@ class Tasks:
         ports = {name: free_port() for name in self.names}
         hosts = {
             job: ",".join(
-                "127.0.0.1:%d" % ports[n] for n, j, _ in TASKS[kind.name]
+                "127.0.0.1:%d" % ports[n]
+                for n, j, _ in TASKS[kind.name]
                 if j == job
             )
             for job in ("ps", "worker")
@@ -137,16 +143,18 @@ class Tasks:
             if found:
                 return found
             if self.processes[name].poll() is not None:
-                raise RuntimeError("%s ended first:\n%s" % (
-                    name, self.log(name)[-2000:]))
+                raise RuntimeError(
+                    "%s ended first:\n%s" % (name, self.log(name)[-2000:])
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError("%s: no %r" % (name, pattern))
             time.sleep(0.05)
 
     def wait_for_step(self, name, step):
         """Waits for the log line of step (or a later one) on the task."""
-        return self.wait_for(name, r": step (%d|[1-9]\d{%d,}), loss" % (
-            step, len(str(step))))
+        return self.wait_for(
+            name, r": step (%d|[1-9]\d{%d,}), loss" % (step, len(str(step)))
+        )
 
     def signal(self, name, signum=signal.SIGTERM):
         os.kill(self.processes[name].pid, signum)
