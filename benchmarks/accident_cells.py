@@ -191,9 +191,10 @@ def _finished_again(tasks, context, outcome):
         lines={
             **expected.lines,
             **{
-                name: "worker task %s: the job is already at global step %d, at "
-                "or past --max_steps=%d; nothing to train (raise --max_steps on "
-                "every task to train on)" % (name[-1], LAST_STEP, LAST_STEP)
+                name: "worker task %s: the job is already at global step %d,"
+                " at or past --max_steps=%d; nothing to train (raise "
+                "--max_steps on every task to train on)"
+                % (name[-1], LAST_STEP, LAST_STEP)
                 for name in ("worker0", "worker1")
             },
         }
@@ -210,32 +211,48 @@ def _read_only(tasks, context, outcome):
     )
     if tasks.kind.name == LOCAL:
         return Expected({chief: 1}, {chief: refused}, [], "unchanged")
-    lines = {
-        chief: refused,
-        "worker1": (
-            "%s: error: worker task 1: no answer from %s within 30 s of start-up "
-            "(--operation_timeout_secs); start it, or raise the timeout"
-            % (SCRIPT, unreachable(tasks, "worker0"))
-        ),
-    }
-    if tasks.kind.name != WORKERS:
-        lines["ps0"] = (
-            "%s: error: no connection from %s within "
-            "--operation_timeout_secs=60; start every worker task, or raise "
-            "the timeout" % (SCRIPT, unreachable(tasks, "worker0"))
-        )
+    chief_lost = unreachable(tasks, "worker0")
+    if tasks.kind.name == WORKERS:
+        lines = {
+            "worker1": (
+                "%s: error: worker task 1: no answer from %s within 30 s of "
+                "start-up (--operation_timeout_secs); start every worker task "
+                "with the same flags, or look in its output for why it ended"
+                % (SCRIPT, chief_lost)
+            )
+        }
+    else:
+        lines = {
+            "worker1": LOST.replace("{N}", "0") % (SCRIPT, chief_lost),
+            "ps0": _chief_gone(tasks),
+        }
+    lines[chief] = refused
     return Expected({name: 1 for name in lines}, lines, [], "unchanged")
 
 
-def _matching(observed, pattern, *args):
-    """observed if it is the line pattern % args (re.escape'd args, the
-    steps as (\\d+)), else the pattern: exact but for the step numbers."""
-    pattern %= tuple(map(re.escape, map(str, args)))
-    return observed if re.fullmatch(pattern, observed) else pattern
+def _chief_gone(tasks):
+    """The ps's line once the chief is gone and worker 1 silent."""
+    return (
+        "%s: error: ps task 0: the chief, %s, is gone: its port has not "
+        "answered for --operation_timeout_secs=60, and no word from %s; the "
+        "ps stops"
+        % (SCRIPT, unreachable(tasks, "worker0"), unreachable(tasks, "worker1"))
+    )
 
 
-LOST = r"%s: error: lost the cluster after \d+ local steps "
-LOST += r"\(DeadlineExceededError\): unreachable: %s"
+def _matching(observed, text, *args):
+    """observed if it is the line text % args but for any count where
+    text has {N}, else text % args: exact but for the steps counted."""
+    text %= args
+    pattern = re.escape(text).replace(re.escape("{N}"), r"\d+")
+    return observed if re.fullmatch(pattern, observed) else text
+
+
+# A worker's line once a peer is lost: {N} local steps; the task lost.
+LOST = (
+    "%s: error: lost the cluster after {N} local steps "
+    "(DeadlineExceededError): unreachable: %s"
+)
 
 
 def _lost_worker(tasks, context, outcome):
@@ -273,9 +290,7 @@ def _lost_worker(tasks, context, outcome):
         {"ps0": 1, "worker0": 1},
         {
             "worker0": _matching(lines["worker0"], LOST, SCRIPT, lost),
-            "ps0": "%s: error: ps task 0: the chief, %s, is gone: its port has "
-            "not answered for --operation_timeout_secs=60, and no word from %s;"
-            " the ps stops" % (SCRIPT, unreachable(tasks, "worker0"), lost),
+            "ps0": _chief_gone(tasks),
         },
         [0],
         files([0]),
