@@ -10,6 +10,7 @@ issue 46 it belongs to.
 """
 
 import re
+import signal
 from typing import Callable, NamedTuple
 
 from benchmarks import accident_provoke as provoke
@@ -32,6 +33,7 @@ from benchmarks.accident_expect import (
 )
 
 CLUSTERS = (PS, PS_SYNC, WORKERS)
+KILLED = -signal.SIGKILL  # The exit code of a task the cell killed.
 NO_PEER = "one process has no peer"
 STEPS = 20  # --max_steps of a run the accident cuts short.
 LAST_STEP = 6  # --max_steps of the runs that end there.
@@ -71,19 +73,22 @@ def _before_step_1(tasks, context, outcome):
             [0, 1],
             files([0, 1]),
         )
-    return _worker_left(tasks, 0)
+    return _worker_left(tasks, 0, outcome)
 
 
-def _worker_left(tasks, step):
-    """A ps cluster's worker 1 left at global step; the others train on."""
+def _worker_left(tasks, step, outcome, end=STEPS):
+    """A ps cluster's worker 1 left at global step; the others train on to
+    end (or a step past it: another worker's last step may land after the
+    chief's, docs/cluster.md)."""
+    newest = within(outcome.steps[-1] if outcome.steps else -1, end, end + 1)
     return Expected(
         {"ps0": 0, "worker0": 0, "worker1": 143},
         {
             **finished_lines(tasks, ["ps0", "worker0"]),
             "worker1": left(tasks, step),
         },
-        [0, STEPS],
-        files([0, STEPS]),
+        [0, newest],
+        files([0, newest]),
     )
 
 
@@ -91,10 +96,11 @@ def _mid_run(tasks, context, outcome):
     """SIGTERM after step ACCIDENT_STEP (or LAST_STEP - 1) was logged."""
     low = context.get("logged", LAST_STEP - 1)
     if tasks.kind.name in (PS, PS_SYNC):
-        expected = _worker_left(
-            tasks, within(left_at(outcome.lines["worker1"]), low, STEPS)
+        return _worker_left(
+            tasks,
+            within(left_at(outcome.lines["worker1"]), low, STEPS),
+            outcome,
         )
-        return expected._replace(steps=[0, outcome.steps[-1]])
     step = within(outcome.steps[-1] if outcome.steps else -1, low + 1, low + 2)
     if tasks.kind.name == WORKERS:
         return Expected(
@@ -114,18 +120,12 @@ def _mid_run(tasks, context, outcome):
 def _in_the_last_step(tasks, context, outcome):
     """SIGTERM after step LAST_STEP - 1 was logged: the last step ends,
     is saved and the run stops as interrupted."""
-    expected = _mid_run(tasks, {"logged": LAST_STEP - 1}, outcome)
     if tasks.kind.name in (PS, PS_SYNC):
-        # The ps chief trains to LAST_STEP, not STEPS.
-        step = within(
-            left_at(outcome.lines["worker1"]), LAST_STEP - 1, LAST_STEP
+        step = left_at(outcome.lines["worker1"])
+        return _worker_left(
+            tasks, within(step, LAST_STEP - 1, LAST_STEP), outcome, LAST_STEP
         )
-        return expected._replace(
-            lines={**expected.lines, "worker1": left(tasks, step)},
-            steps=[0, LAST_STEP],
-            files=files([0, LAST_STEP]),
-        )
-    return expected
+    return _mid_run(tasks, {"logged": LAST_STEP - 1}, outcome)
 
 
 def _during_a_save(tasks, context, outcome):
@@ -269,12 +269,15 @@ def _lost_worker(tasks, context, outcome):
             saved(tasks, step),
         )
         return Expected(
-            {"worker0": 1}, {"worker0": line}, [0, step], files([0, step])
+            {"worker0": 1, "worker1": KILLED},
+            {"worker0": line},
+            [0, step],
+            files([0, step]),
         )
     if tasks.kind.name == PS:
         # The chief trains on; the ps waits for worker 1's word.
         return Expected(
-            {"ps0": 1, "worker0": 0},
+            {"ps0": 1, "worker0": 0, "worker1": KILLED},
             {
                 **finished_lines(tasks, ["worker0"]),
                 "ps0": (
@@ -287,7 +290,7 @@ def _lost_worker(tasks, context, outcome):
             files([0, STEPS]),
         )
     return Expected(
-        {"ps0": 1, "worker0": 1},
+        {"ps0": 1, "worker0": 1, "worker1": KILLED},
         {
             "worker0": _matching(lines["worker0"], LOST, SCRIPT, lost),
             "ps0": _chief_gone(tasks),
@@ -301,7 +304,7 @@ def _lost_ps(tasks, context, outcome):
     """kill -9 of the ps mid-run: every worker ends naming it."""
     lost = unreachable(tasks, "ps0")
     return Expected(
-        {"worker0": 1, "worker1": 1},
+        {"ps0": KILLED, "worker0": 1, "worker1": 1},
         {
             name: _matching(outcome.lines[name], LOST, SCRIPT, lost)
             for name in ("worker0", "worker1")
@@ -416,6 +419,12 @@ _NO_LINE = (
     " with no line"
 )
 KNOWN_FAILURES = {
+    "last_step:workers_only": "A signal during the last step of a "
+    "workers-only job is never passed on",
+    "read_only:ps_sync": "(found here) with --sync_replicas, the chief and "
+    "worker 1 end in a block of '=' lines, not their one line",
+    "read_only:workers_only": "(found here) worker 1 ends in a traceback "
+    "when the chief refuses its read-only --train_dir",
     **{
         "%s:%s" % (accident, kind): _NO_LINE
         for accident in ("start_up", "agreement")

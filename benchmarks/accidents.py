@@ -22,6 +22,7 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 import argparse
 import pathlib
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -115,9 +116,13 @@ def run_cell(cell, root):
         context = accident.provoke(tasks)
         codes = tasks.codes()
         folder = tasks.folder()
-        outcome = Outcome(
-            codes, tasks.last_lines(), steps_of(folder), listing(folder)
-        )
+        # A task the cell killed (kill -9) has no last line of its own.
+        lines = {
+            name: line
+            for name, line in tasks.last_lines().items()
+            if codes[name] != -signal.SIGKILL
+        }
+        outcome = Outcome(codes, lines, steps_of(folder), listing(folder))
         if context.get("before") is not None and folder == context["before"]:
             outcome = outcome._replace(files="unchanged")
     finally:
