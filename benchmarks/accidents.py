@@ -43,8 +43,7 @@ FAST = ("mid_run:local", "finished:local", "read_only:local")
 # The cells the whole suite runs besides: an accident on a kind where no
 # other test provokes it, few enough for the suite's bound (a cluster cell
 # took 1.5 to 6 min on 2 shared cores at a load of 15, the whole product
-# over an hour); the
-# rest of the product is this runner's.
+# over an hour); the rest of the product is this runner's.
 SLOW = (
     "start_up:workers_only",
     "last_step:local",
