@@ -1,0 +1,119 @@
+"""What each accident must leave on each kind, from docs/survival.md and
+docs/cluster.md: a function (tasks, context, outcome) -> `Expected` per
+kind, or a str saying why the accident does not apply.
+
+A step the accident lands on by timing (the step a signal stops) is read
+from what the cell left, after checking that it is one the docs allow;
+outside them the expected value is -1, which nothing leaves.
+"""
+
+import re
+from typing import NamedTuple
+
+from benchmarks.accident_runs import SCRIPT
+from multigpu.distributed import kinds
+
+LOCAL, PS, PS_SYNC, WORKERS = (k.name for k in kinds.KINDS)
+# The files of a train_dir the chief trained in, but its checkpoints and
+# event files (`files`).
+RECORDS = ("checkpoint", "data.txt", "graph.pbtxt", "model.txt", "trainer.lock")
+RESUME_ALL = "run the same commands on every worker to resume"
+# The saver's max_to_keep.
+KEPT = 5
+
+
+class Expected(NamedTuple):
+    """What one cell must leave.
+
+    codes: task name -> exit code. lines: task name -> its last line.
+    steps: the chief's checkpoint steps, oldest first. files: the chief's
+    train_dir as `files` lists it; None: no folder; 'unchanged': its bytes
+    as before the accident.
+    """
+
+    codes: dict
+    lines: dict
+    steps: list
+    files: object
+
+
+def files(steps, event_files=1):
+    """A train_dir's names: RECORDS, each checkpoint's 'model.ckpt-N.data'
+    (its shards as one), '.index' and '.meta', and 'N event file(s)'."""
+    names = list(RECORDS) + ["%d event file(s)" % event_files]
+    for step in steps:
+        names += [
+            "model.ckpt-%d.%s" % (step, s) for s in ("data", "index", "meta")
+        ]
+    return sorted(names)
+
+
+def saved(tasks, step):
+    return tasks.train_dir(tasks.chief) / ("model.ckpt-%d" % step)
+
+
+def interrupted(tasks, step):
+    """One process's (or a ps chief's) line after SIGTERM at step."""
+    return (
+        "%s: interrupted (SIGTERM) at step %d; saved %s; run the same "
+        "command to resume" % (SCRIPT, step, saved(tasks, step))
+    )
+
+
+def stopped_together(tasks, step):
+    """The workers' lines, a cluster of workers only, worker 1 signalled."""
+    head = (
+        "%s: worker task 1 got SIGTERM: every worker stopped at step "
+        "%d; " % (SCRIPT, step)
+    )
+    return {
+        "worker0": head + "saved %s; %s" % (saved(tasks, step), RESUME_ALL),
+        "worker1": head + "the chief (worker task 0) saved the checkpoint of"
+        " step %d; %s" % (step, RESUME_ALL),
+    }
+
+
+def left(tasks, step):
+    """Worker 1's line once it left a ps cluster at global step."""
+    sync = (
+        ", each global step averaging --replicas_to_aggregate=2 "
+        "gradients of the workers left"
+        if tasks.kind.name == PS_SYNC
+        else ""
+    )
+    return (
+        "%s: worker task 1 interrupted (SIGTERM) at global step %d and left "
+        "the cluster; the chief (worker task 0) and the other workers train "
+        "on without it%s, and the chief saves the checkpoints; run the same "
+        "command to rejoin" % (SCRIPT, step, sync)
+    )
+
+
+def left_at(line):
+    """The global step a 'left the cluster' line names, or -1."""
+    found = re.search(r"at global step (\d+) and left", line)
+    return int(found[1]) if found else -1
+
+
+def finished_lines(tasks, names):
+    """The last lines of tasks that trained to the end."""
+    lines = {
+        "local": "  tensorboard --logdir=%s" % tasks.train_dir("local"),
+        "worker0": "  tensorboard --logdir=%s" % tasks.train_dir("worker0"),
+        "worker1": "Checkpoints and event logs: the chief's (worker 0's) "
+        "--train_dir.",
+        "ps0": "ps task 0: all 2 workers done.",
+    }
+    return {name: lines[name] for name in names}
+
+
+def within(step, low, high):
+    return step if low <= step <= high else -1
+
+
+def unreachable(tasks, name):
+    """'JOB task N (ADDRESS)' of the task name, as lost-peer lines say."""
+    job, index = name[:-1], int(name[-1])
+    hosts = dict(flag[2:].split("=") for flag in tasks.cluster_flags)
+    address = hosts["%s_hosts" % job].split(",")[index]
+    return "%s task %d (%s)" % (job, index, address)

@@ -1,0 +1,185 @@
+"""The processes of one accident cell: a kind of run's tasks on 127.0.0.1.
+
+Every task runs cifar10_multi_gpu_train.py on one CPU tower, the sample
+set and batches of 4, with its own log; `Tasks.end` kills (by pid) and
+waits for every process it started, whatever happened.
+"""
+
+import contextlib
+import os
+import re
+import signal
+import time
+
+from multigpu.distributed import kinds
+from tests.helpers.data_files import folder_contents
+from tests.helpers.scripts import free_port, start_script
+
+SCRIPT = "cifar10_multi_gpu_train.py"
+# The workers' bound on a lost peer, and the ps's (which also waits for its
+# workers to start, slow on a loaded machine).
+WORKER_TIMEOUT_SECS = 30
+PS_TIMEOUT_SECS = 60
+# Seconds a cell waits for a line of a task, or for a task to end.
+WAIT_SECS = 300
+# The flags of every task of every kind.
+COMMON_FLAGS = (
+    "--cpu_towers",
+    "--num_gpus=1",
+    "--fake_data",
+    "--batch_size=4",
+    "--log_frequency=1",
+    "--clip_gradients=5",
+)
+# The tasks of each kind: (name, job, index); the chief is the first worker.
+TASKS = {
+    kinds.LOCAL.name: (("local", "", 0),),
+    kinds.PS.name: (
+        ("ps0", "ps", 0),
+        ("worker0", "worker", 0),
+        ("worker1", "worker", 1),
+    ),
+    kinds.WORKERS_ONLY.name: (
+        ("worker0", "worker", 0),
+        ("worker1", "worker", 1),
+    ),
+}
+TASKS[kinds.PS_SYNC.name] = TASKS[kinds.PS.name]
+KIND_FLAGS = {
+    kinds.LOCAL.name: (),
+    kinds.PS.name: (),
+    kinds.PS_SYNC.name: ("--sync_replicas",),
+    kinds.WORKERS_ONLY.name: ("--variable_update=replicated",),
+}
+
+
+class Tasks:
+    """The tasks of one kind of run, started alike in one folder.
+
+    root: a pathlib.Path, empty; holds each task's train_dir (trainNAME),
+    the data (data/) and the logs (NAME_RUN.log).
+    """
+
+    def __init__(self, kind, root, *flags):
+        self.kind, self.root = kind, root
+        self.names = [name for name, _, _ in TASKS[kind.name]]
+        ports = {name: free_port() for name in self.names}
+        hosts = {
+            job: ",".join(
+                "127.0.0.1:%d" % ports[n]
+                for n, j, _ in TASKS[kind.name]
+                if j == job
+            )
+            for job in ("ps", "worker")
+        }
+        self.cluster_flags = [
+            "--%s_hosts=%s" % (job, hosts[job]) for job in hosts if hosts[job]
+        ]
+        self.flags = [*COMMON_FLAGS, *KIND_FLAGS[kind.name], *flags]
+        # name -> its --data_dir, where not root/data.
+        self.data_dirs = {}
+        self.processes, self.run = {}, 0
+        # What the cell set up outside the processes (a mount), undone at
+        # the end.
+        self.set_up = contextlib.ExitStack()
+
+    @property
+    def chief(self):
+        return self.names[0] if self.names[0] != "ps0" else "worker0"
+
+    def train_dir(self, name):
+        return self.root / ("train_" + name)
+
+    def data_dir(self, name):
+        return self.data_dirs.get(name, self.root / "data")
+
+    def task_flags(self, name):
+        """The command line of the task name, as a user would give it."""
+        [(job, index)] = [
+            (j, i) for n, j, i in TASKS[self.kind.name] if n == name
+        ]
+        flags = list(self.flags)
+        if job:
+            timeout = PS_TIMEOUT_SECS if job == "ps" else WORKER_TIMEOUT_SECS
+            flags += [
+                *self.cluster_flags,
+                "--job_name=%s" % job,
+                "--task_index=%d" % index,
+                "--operation_timeout_secs=%d" % timeout,
+            ]
+        return [
+            *flags,
+            "--data_dir=%s" % self.data_dir(name),
+            "--train_dir=%s" % self.train_dir(name),
+        ]
+
+    def start(self, *extra, only=None, flags_of=None):
+        """Starts every task (or those in only) once more, the chief last.
+
+        flags_of: name -> flags added to that task's command only.
+        """
+        self.run += 1
+        for name in reversed(self.names):
+            if only is None or name in only:
+                self.processes[name] = start_script(
+                    SCRIPT,
+                    *self.task_flags(name),
+                    *extra,
+                    *(flags_of or {}).get(name, ()),
+                    log_path=self.log_path(name),
+                )
+
+    def log_path(self, name, run=None):
+        return self.root / ("%s_%d.log" % (name, run or self.run))
+
+    def log(self, name, run=None):
+        return self.log_path(name, run).read_text()
+
+    def wait_for(self, name, pattern):
+        """Waits until the task's log matches pattern; returns the match."""
+        deadline = time.monotonic() + WAIT_SECS
+        while True:
+            found = re.search(pattern, self.log(name), re.MULTILINE)
+            if found:
+                return found
+            if self.processes[name].poll() is not None:
+                raise RuntimeError(
+                    "%s ended first:\n%s" % (name, self.log(name)[-2000:])
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError("%s: no %r" % (name, pattern))
+            time.sleep(0.05)
+
+    def wait_for_step(self, name, step):
+        """Waits for the log line of step (or a later one) on the task."""
+        return self.wait_for(
+            name, r": step (%d|[1-9]\d{%d,}), loss" % (step, len(str(step)))
+        )
+
+    def signal(self, name, signum=signal.SIGTERM):
+        os.kill(self.processes[name].pid, signum)
+
+    def codes(self):
+        """Waits for every task of the last start; name -> exit code."""
+        return {
+            name: process.wait(timeout=WAIT_SECS)
+            for name, process in self.processes.items()
+        }
+
+    def last_lines(self):
+        return {
+            name: (self.log(name).strip().split("\n") or [""])[-1]
+            for name in self.processes
+        }
+
+    def folder(self):
+        """The chief's train_dir: relative path -> bytes; None if absent."""
+        path = self.train_dir(self.chief)
+        return folder_contents(path) if path.exists() else None
+
+    def end(self):
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=60)
+        self.set_up.close()
