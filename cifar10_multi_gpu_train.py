@@ -380,6 +380,7 @@ def _tower_plan(devices, task, options):
         all_reduce_spec=FLAGS.all_reduce_spec,
         task=task,
         pack_bytes=FLAGS.gradient_pack_bytes,
+        transfer_dtype=FLAGS.gradient_transfer_dtype,
     )
     compute_dtype = placement.compute_dtype(
         FLAGS.use_fp16, devices, FLAGS.force_cpu_bfloat16

@@ -164,6 +164,7 @@ def _variable_update(devices, task):
         all_reduce_spec=FLAGS.all_reduce_spec,
         task=task,
         pack_bytes=FLAGS.gradient_pack_bytes,
+        transfer_dtype=FLAGS.gradient_transfer_dtype,
     )
 
 

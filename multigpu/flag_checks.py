@@ -39,8 +39,9 @@ DRY_RUN_UNUSED = (
 # set, in a session of its own) would ignore.
 EVAL_ONLY_UNUSED = (
     "num_gpus cpu_towers variable_update all_reduce_spec "
-    "gradient_pack_bytes learning_rate num_epochs allow_growth "
-    "gpu_memory_fraction num_intra_threads num_inter_threads ps_hosts "
+    "gradient_pack_bytes gradient_transfer_dtype learning_rate num_epochs "
+    "allow_growth gpu_memory_fraction num_intra_threads num_inter_threads "
+    "ps_hosts "
     "worker_hosts job_name task_index sync_replicas replicas_to_aggregate "
     "operation_timeout_secs"
 ).split() + _TRAINING_OUTPUT
@@ -227,22 +228,28 @@ def _check_variable_update(flag_values, task):
 
 
 def _check_workers_only_flags(flag_values, task):
-    """--gradient_pack_bytes acts in a cluster of workers only, and
-    --all_reduce_spec everywhere else."""
+    """--gradient_pack_bytes and --gradient_transfer_dtype act in a cluster
+    of workers only, and --all_reduce_spec everywhere else."""
     workers_only = task is not None and task.workers_only
-    if _given(flag_values, "gradient_pack_bytes") and not workers_only:
-        raise ValueError(
-            "%s applies only in a cluster of workers (--worker_hosts or "
-            "TF_CONFIG without ps tasks, --variable_update=replicated), "
-            "whose workers all-reduce their gradients in pieces; this run "
-            "has %s, so it would be ignored; drop --gradient_pack_bytes"
-            % (
-                _shown(flag_values, "gradient_pack_bytes"),
-                "no cluster"
-                if task is None or task.cluster is None
-                else "ps tasks",
+    for name, what in (
+        ("gradient_pack_bytes", "in pieces"),
+        ("gradient_transfer_dtype", "in that dtype"),
+    ):
+        if _given(flag_values, name) and not workers_only:
+            raise ValueError(
+                "%s applies only in a cluster of workers (--worker_hosts or "
+                "TF_CONFIG without ps tasks, --variable_update=replicated), "
+                "whose workers all-reduce their gradients %s; this run has "
+                "%s, so it would be ignored; drop --%s"
+                % (
+                    _shown(flag_values, name),
+                    what,
+                    "no cluster"
+                    if task is None or task.cluster is None
+                    else "ps tasks",
+                    name,
+                )
             )
-        )
     if workers_only and flag_values.all_reduce_spec not in (
         "auto",
         "collective",
