@@ -36,6 +36,7 @@ all-reduce (AMD EPYC, AVX2, load 21): replicated_with_stop / packed 4 MiB
 1.006x per CPU second (wall 0.84x, in the noise of that load).
 """
 
+import functools
 import json
 import socket
 import subprocess
@@ -61,7 +62,8 @@ def worker_main(variant, hosts, index, batch_size, steps, model):
     """A worker of a variant: builds its graph, then runs a round per line.
 
     Reads 'go' lines on stdin; for each runs WARMUP_STEPS steps, times
-    steps steps and prints the `common.timed` dict as one JSON line.
+    steps steps (N for a line 'go N') and prints the `common.timed` dict as
+    one JSON line.
 
     Args:
       variant: (mode, pack_bytes, with_stop), and maybe the transfer
@@ -105,12 +107,14 @@ def worker_main(variant, hosts, index, batch_size, steps, model):
         with tf.compat.v1.Session(server.target, config=config) as sess:
             _initialise(sess, task)
             for line in sys.stdin:
-                if line.strip() != "go":
+                words = line.split()
+                if words[:1] != ["go"]:
                     break
+                count = int(words[1]) if len(words) > 1 else steps
                 common.run_steps(sess, step, common.WARMUP_STEPS)
                 result = common.timed(
-                    lambda: common.run_steps(sess, step, steps),
-                    steps * batch_size,
+                    functools.partial(common.run_steps, sess, step, count),
+                    count * batch_size,
                 )
                 print(json.dumps(result), flush=True)
 

@@ -1,7 +1,7 @@
 """The scaling model against measured steps: workers on shaped links.
 
 Run it from the repository root, as root (network namespaces):
-  python -m benchmarks.bench_links [--rates=20,50,200] [--workers=2,3,4]
+  python -m benchmarks.bench_links [--rates=20,50,100] [--workers=2,3,4]
       [--models=tutorial,resnet20] [--kinds=ps,packed,unpacked]
 
 Each host (2, 3 or 4 workers, and the ps task of the ps kind) is a network
@@ -10,8 +10,9 @@ to each of --rates Mbit/s in turn, each way (`shaped_links`). A cluster per
 model, kind and worker count runs the graph of cifar10_multi_gpu_train.py
 (`bench_collective.worker_main`: one CPU tower per worker, --batch_size
 examples of one random batch held in the graph) and its workers step
-together: WARMUP_STEPS, then --steps timed, at every rate, then once on
-unshaped links. The kinds:
+together: a round untimed, then at every rate and once on unshaped links
+WARMUP_STEPS untimed and --steps timed, or as many more as the model
+predicts in ROUND_SECS. The kinds:
   ps        a ps task and the workers, --variable_update=parameter_server
             (asynchronous, the TF1 default);
   packed    workers only, replicated, --gradient_pack_bytes at its default;
@@ -32,6 +33,7 @@ ROUND_DEADLINE_SECS ends the run.
 """
 
 import json
+import math
 import select
 import subprocess
 
@@ -55,6 +57,8 @@ NAME = "links"
 PORT = 2222
 # Seconds a round (start-up included, for the first) may take.
 ROUND_DEADLINE_SECS = 600
+# Seconds a timed round lasts at least, as the model predicts its steps.
+ROUND_SECS = 8
 # The kinds: (--variable_update, --gradient_pack_bytes, the stop all-reduce,
 # --gradient_transfer_dtype).
 KINDS = {
@@ -119,7 +123,7 @@ def timed_round(workers, steps, busiest):
     """One round on every worker at once.
 
     Args:
-      workers: the workers' processes.
+      workers: the workers' processes (`bench_collective.worker_main`).
       steps: int, the steps each times.
       busiest: the `shaped_links.Host` whose link carries the most (the
         ps's, or the first worker's).
@@ -134,7 +138,7 @@ def timed_round(workers, steps, busiest):
     """
     before = shaped_links.counters(busiest)
     for worker in workers:
-        worker.stdin.write("go\n")
+        worker.stdin.write("go %d\n" % steps)
         worker.stdin.flush()
     results = []
     for worker in workers:
@@ -155,19 +159,38 @@ def timed_round(workers, steps, busiest):
     return step, sum(r["rate"] for r in results), moved
 
 
-def measure_cluster(made, kind, model_name, args):
+def measure_cluster(made, kind, model_name, planned, args):
     """The cluster's rounds: at each of --rates, then unshaped.
 
+    A round times --steps steps, or more if they would take less than
+    ROUND_SECS as the model predicts them.
+
+    Args:
+      made: the `shaped_links.Host`s of the cluster (the ps's first).
+      kind: a key of KINDS.
+      model_name: a key of `registry.MODELS`.
+      planned: the bytes the model prices (`planned_bytes`) of the kind.
+      args: the parsed flags.
+
     Returns:
-      dict, rate in Mbit/s (None: unshaped) -> `timed_round`'s pair.
+      dict, rate in Mbit/s (None: unshaped) -> `timed_round`'s triple.
     """
     processes = start_cluster(made, kind, model_name, args)
     workers = processes[: len(made) - (kind == "ps")]
     try:
+        # An untimed round first: a cluster's first steps move more bytes
+        # than the next (at 20 Mbit/s, 1.35 times those of a later round).
+        compute = timed_round(workers, args.steps, made[0])[0]
         rounds = {}
         for mbits in [*_ints(args.rates), None]:
             shaped_links.shape(made, mbits)
-            rounds[mbits] = timed_round(workers, args.steps, made[0])
+            step = compute
+            if mbits is not None:
+                step = network_plan.cluster_step_secs(
+                    KINDS[kind][0], planned, len(workers), mbits, compute
+                )
+            steps = max(args.steps, math.ceil(ROUND_SECS / step))
+            rounds[mbits] = timed_round(workers, steps, made[0])
         return rounds
     finally:
         for process in processes:
@@ -213,7 +236,9 @@ def rows(made, model_name, args):
     for kind in args.kinds.split(","):
         for num_workers in _ints(args.workers):
             hosts = made[: num_workers + (kind == "ps")]
-            rounds = measure_cluster(hosts, kind, model_name, args)
+            rounds = measure_cluster(
+                hosts, kind, model_name, planned[kind], args
+            )
             compute = rounds.pop(None)[0]
             for mbits, (step, rate, moved) in rounds.items():
                 predicted = network_plan.cluster_step_secs(
@@ -262,7 +287,7 @@ def main():
         rounds=1,
         steps=3,
         batch_size=32,
-        rates="20,50,200",
+        rates="20,50,100",
         workers="2,3,4",
         models="tutorial,resnet20",
         kinds="ps,packed,unpacked",

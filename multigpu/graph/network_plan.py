@@ -20,6 +20,14 @@ Links are full duplex: a step's transfer takes the larger of in and out
 over the link's speed, with no overlap with the compute (an upper bound;
 TensorFlow starts an all-reduce once its gradients exist). The compute of a
 step is the graph's FLOPs per tower at ASSUMED_TFLOPS.
+
+The step of one-tower workers on links of a given rate (`cluster_step_secs`,
+held against measured steps by benchmarks/bench_links.py): replicated, the
+compute and the ring's bytes at PAYLOAD_SHARE of the rate; the ps cluster,
+the larger of a worker's compute and its own bytes, and every worker's
+reads over the ps's one link (its congestion), the bytes counted in the
+worker's graph (`step_bytes`), which reads a variable once per use, not once
+per step.
 """
 
 import tensorflow as tf
@@ -149,13 +157,13 @@ def _modes(gradient_bytes, sent_bytes, num_workers, towers):
     ]
 
 
-# The rows of the model that were measured (`cluster_step_secs`).
+# What of the model was measured (`cluster_step_secs`, docs/cluster.md).
 CHECKED = (
-    "  (checked against measured steps on shaped links, measured / "
-    "predicted 0.85 to 1.15: 2, 3 and 4 workers of 1 tower, replicated "
-    "packed and unpacked and a ps cluster, at 20, 50 and 200 Mbit/s, by "
-    "`python -m benchmarks.bench_links` (docs/cluster.md); the rows of 8 "
-    "GPUs per machine at Gb/s are not measured)"
+    "  (the model checked against measured steps on shaped links by "
+    "`python -m benchmarks.bench_links`: 2, 3 and 4 workers of one CPU "
+    "tower, replicated packed and unpacked and a ps cluster, at 20, 50 and "
+    "100 Mbit/s; none of the rows below, 8 GPUs a machine at Gb/s, was "
+    "measured)"
 )
 
 
@@ -175,7 +183,9 @@ def scaling_table(gradient_bytes, tower_flops, sent_bytes=None):
         "duplex, no overlap of transfer and compute; inside a machine one "
         "NVLink of %.0f GB/s per GPU for the ring, one PCIe link of %.0f "
         "GB/s per GPU for the ps cluster; one ps task per machine, holding its "
-        "share of the variables)"
+        "share of the variables, read once a tower a step: a lower bound, "
+        "the suite's ps worker reads the tutorial's 4.0 times, "
+        "network_plan.step_bytes)"
         % (
             _n(tower_flops),
             ASSUMED_TFLOPS,
