@@ -80,29 +80,12 @@ def worker_main(variant, hosts, index, batch_size, steps, model):
         placement.session_config(devices, operation_timeout_secs=300), task
     )
     server = tf.distribute.Server(task.cluster, "worker", index, config=config)
-    mode, pack_bytes, with_stop, *transfer_dtype = variant
     with (
         tf.Graph().as_default(),
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
-        update = variable_update.variable_update(
-            mode,
-            devices,
-            task=task,
-            pack_bytes=pack_bytes,
-            transfer_dtype=(transfer_dtype or ["float32"])[0],
-        )
-        _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-            get_next=common.synthetic_input(batch_size),
-            batch_size=batch_size,
-            devices=devices,
-            compute_dtype=tf.float32,
-            task=task,
-            update=update,
-            model=model,
-        )
-        step = [train_op]
-        if with_stop:
+        step = [worker_train_op(task, variant, batch_size, model)]
+        if variant[2]:
             step.append(preemption.stop_signals(task)[1])
         with tf.compat.v1.Session(server.target, config=config) as sess:
             _initialise(sess, task)
@@ -117,6 +100,36 @@ def worker_main(variant, hosts, index, batch_size, steps, model):
                     count * batch_size,
                 )
                 print(json.dumps(result), flush=True)
+
+
+def worker_train_op(task, variant, batch_size, model):
+    """Builds a worker's step in the default graph, under its device
+    setter: one CPU tower of batch_size examples of one random batch.
+
+    Args: as `worker_main`'s; task, the worker's `cluster.ClusterTask`.
+
+    Returns:
+      The train op.
+    """
+    mode, pack_bytes, _, *transfer_dtype = variant
+    devices = placement.tower_devices(1, cpu_towers=True)
+    update = variable_update.variable_update(
+        mode,
+        devices,
+        task=task,
+        pack_bytes=pack_bytes,
+        transfer_dtype=(transfer_dtype or ["float32"])[0],
+    )
+    _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
+        get_next=common.synthetic_input(batch_size),
+        batch_size=batch_size,
+        devices=devices,
+        compute_dtype=tf.float32,
+        task=task,
+        update=update,
+        model=model,
+    )
+    return train_op
 
 
 def _initialise(sess, task):

@@ -40,7 +40,6 @@ import subprocess
 import numpy as np
 import tensorflow as tf
 
-import cifar10_multi_gpu_train
 from benchmarks import bench_collective, common, shaped_links
 from cifar10_models import registry
 from multigpu.distributed import cluster
@@ -48,8 +47,6 @@ from multigpu.graph import (
     collectives,
     dry_run,
     network_plan,
-    placement,
-    variable_update,
 )
 
 NAME = "links"
@@ -205,21 +202,15 @@ def planned_bytes(model_name, batch_size):
     task = cluster.cluster_task(
         "127.0.0.1:1", "127.0.0.1:2,127.0.0.1:3", "worker", 0
     )
-    devices = placement.tower_devices(1, cpu_towers=True)
     with (
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
-        _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-            get_next=common.synthetic_input(batch_size),
-            batch_size=batch_size,
-            devices=devices,
-            compute_dtype=tf.float32,
-            task=task,
-            update=variable_update.variable_update(
-                "parameter_server", devices, task=task
-            ),
-            model=registry.MODELS[model_name],
+        train_op = bench_collective.worker_train_op(
+            task,
+            KINDS["ps"],
+            batch_size,
+            registry.MODELS[model_name],
         )
         planned = {
             kind: dry_run.gradient_bytes(graph, tf.as_dtype(variant[3]))
