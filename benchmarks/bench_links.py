@@ -3,6 +3,7 @@
 Run it from the repository root, as root (network namespaces):
   python -m benchmarks.bench_links [--rates=20,50,100] [--workers=2,3,4]
       [--models=tutorial,resnet20] [--kinds=ps,packed,unpacked]
+  python -m benchmarks.bench_links --predict=RESULT.json   # the model again
 
 Each host (2, 3 or 4 workers, and the ps task of the ps kind) is a network
 namespace of its own on one bridge, its link shaped with `tc qdisc ... tbf`
@@ -27,7 +28,10 @@ examples per second (the workers' sum), beside the step the scaling model
 predicts (`network_plan.cluster_step_secs`) for the same bytes, links and
 compute, the compute being the same cluster's step on unshaped links (the
 step's own work, the runtime's costs and the veth's gigabytes per second),
-measured in the same run. Not root: says so and exits 0. Every namespace
+measured in the same run. --predict reprints the table of a stored result
+(its --out) with the model's predictions made again, the model being
+checked against measured steps, never fitted to them. Not root: says so and
+exits 0. Every namespace
 is deleted at the end, on failure too, and a round that takes more than
 ROUND_DEADLINE_SECS ends the run.
 """
@@ -36,6 +40,7 @@ import json
 import math
 import select
 import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -254,6 +259,29 @@ def rows(made, model_name, args):
     return table
 
 
+def predicted(table):
+    """The rows of a stored run, their predictions made again by the model
+    as it is now, from their measured compute and their bytes."""
+    again = []
+    for row in table:
+        planned = row["planned_bytes"]
+        step = network_plan.cluster_step_secs(
+            KINDS[row["kind"]][0],
+            tuple(planned) if isinstance(planned, list) else planned,
+            row["workers"],
+            row["mbits"],
+            row["compute_secs"],
+        )
+        again.append(
+            dict(
+                row,
+                predicted_secs=round(step, 4),
+                ratio=round(row["step_secs"] / step, 3),
+            )
+        )
+    return again
+
+
 def markdown(table):
     """The rows as a Markdown table: measured, predicted, their ratio."""
     lines = [
@@ -282,7 +310,19 @@ def main():
         workers="2,3,4",
         models="tutorial,resnet20",
         kinds="ps,packed,unpacked",
+        predict="",
     )
+    if args.predict:
+        try:
+            with open(args.predict) as stored:
+                rows_stored = json.load(stored)["rows"]
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit(
+                "bench_links: --predict=%s is no result of bench_links: %r"
+                % (args.predict, e)
+            )
+        print(markdown(predicted(rows_stored)))
+        return
     why_not = shaped_links.missing()
     if why_not:
         print("bench_links: skipped: %s" % why_not)

@@ -31,16 +31,24 @@ def test_a_replicated_step_is_its_compute_and_the_ring_bytes_at_the_rate():
     ) == pytest.approx(0.25 + ring * 8 / (20e6 * SHARE), rel=1e-12)
 
 
-def test_a_ps_step_waits_for_the_ps_link_carrying_every_workers_reads():
-    moved = (17_089_964, 4_273_196)  # a tutorial worker's in, out
-    ps_link = 4 * moved[0] * 8 / (50e6 * SHARE)
+def test_a_ps_step_is_a_cycle_of_workers_queueing_for_the_ps_link():
+    # 1 s of reads and 0.5 s of gradients on the link, 0.5 s of compute.
+    reads = 8e6 * SHARE / 8
+    moved = (reads, reads / 2)
+    # One worker: compute, reads, gradients, one after the other.
     assert network_plan.cluster_step_secs(
-        "parameter_server", moved, 4, 50, 0.2
-    ) == pytest.approx(ps_link, rel=1e-12)
-    # One worker: its own link, reads then gradients, after its compute.
+        "parameter_server", moved, 1, 8, 0.5
+    ) == pytest.approx(2.0, rel=1e-12)
+    # Two: mean value analysis. With one worker the reads' queue holds
+    # 1 / 2 of a worker, the gradients' 0.5 / 2; with two each waits for
+    # that share: 0.5 + 1 x 1.5 + 0.5 x 1.25 = 2.625 s.
     assert network_plan.cluster_step_secs(
-        "parameter_server", moved, 1, 50, 0.2
-    ) == pytest.approx(0.2 + sum(moved) * 8 / (50e6 * SHARE), rel=1e-12)
+        "parameter_server", moved, 2, 8, 0.5
+    ) == pytest.approx(2.625, rel=1e-12)
+    # Many: the reads' way of the link bounds the cycle, 1 s a worker.
+    assert network_plan.cluster_step_secs(
+        "parameter_server", moved, 40, 8, 0.5
+    ) == pytest.approx(40.0, rel=1e-3)
 
 
 def test_a_ps_workers_step_moves_each_read_of_a_variable_and_each_gradient():
@@ -147,3 +155,20 @@ def test_float16_transfer_halves_the_ring_bytes_the_dry_run_prices():
     assert "parameter_server (ps cluster): network out 4,273,192 + in " in (
         lines
     )
+
+
+def test_a_stored_run_is_predicted_again_by_the_model_as_it_is_now():
+    reads = 8e6 * SHARE / 8
+    stored = {
+        "model": "tutorial",
+        "kind": "ps",
+        "workers": 2,
+        "mbits": 8,
+        "planned_bytes": [reads, reads / 2],  # as JSON stores a pair
+        "compute_secs": 0.5,
+        "step_secs": 2.1,
+        "predicted_secs": 1.0,
+        "ratio": 2.1,
+    }
+    (again,) = bench_links.predicted([stored])
+    assert (again["predicted_secs"], again["ratio"]) == (2.625, 0.8)

@@ -24,10 +24,10 @@ step is the graph's FLOPs per tower at ASSUMED_TFLOPS.
 The step of one-tower workers on links of a given rate (`cluster_step_secs`,
 held against measured steps by benchmarks/bench_links.py): replicated, the
 compute and the ring's bytes at PAYLOAD_SHARE of the rate; the ps cluster,
-the larger of a worker's compute and its own bytes, and every worker's
-reads over the ps's one link (its congestion), the bytes counted in the
-worker's graph (`step_bytes`), which reads a variable once per use, not once
-per step.
+a closed network of queues (`closed_cycle_secs`): every worker reads over
+the ps's one link and sends its gradients back over it (its congestion),
+the bytes counted in the worker's graph (`step_bytes`), which reads a
+variable once per use, not once per step.
 """
 
 import tensorflow as tf
@@ -315,7 +315,35 @@ def cluster_step_secs(mode, moved, num_workers, mbits, compute_secs):
     if mode == "replicated":
         out, into, _ = replicated_bytes(moved, num_workers, 1)
         return compute_secs + transfer_secs(max(out, into), mbits)
-    # A worker reads the variables, then sends its gradients, over its
-    # link; the ps's one link carries every worker's, each way.
-    worker = compute_secs + transfer_secs(sum(moved), mbits)
-    return max(worker, transfer_secs(num_workers * max(moved), mbits))
+    # Each worker reads, computes, sends, and again: its reads queue for
+    # the ps link's one way, its gradients for the other.
+    demands = [transfer_secs(each, mbits) for each in moved]
+    return closed_cycle_secs(demands, compute_secs, num_workers)
+
+
+def closed_cycle_secs(demands, think_secs, customers):
+    """A customer's cycle in a closed network of queues, by mean value
+    analysis (Reiser and Lavenberg, 1980).
+
+    The ps cluster is one: each asynchronous worker (a customer) in turn
+    reads the variables over the ps link's one way, computes on its own
+    (the think time) and sends its gradients over the other way, and a
+    way shared by several workers serves them in turn. One worker cycles
+    in think_secs + sum(demands); many, at most one per max(demands), and
+    the analysis gives the mean between.
+
+    Args:
+      demands: floats, the seconds of one customer's service at each
+        queue (a way of the ps link).
+      think_secs: float, the seconds a customer spends outside the queues.
+      customers: int >= 1.
+
+    Returns:
+      float, the mean seconds of one customer's cycle.
+    """
+    queues = [0.0] * len(demands)
+    for count in range(1, customers + 1):
+        residences = [d * (1 + q) for d, q in zip(demands, queues)]
+        cycle = think_secs + sum(residences)
+        queues = [count * r / cycle for r in residences]
+    return cycle
