@@ -210,7 +210,7 @@ def define_variable_update_flags():
         ["float32", "float16", "bfloat16"],
         "Cluster of workers only: the dtype the float32 gradients cross "
         "the workers in. float16 or bfloat16 halves the bytes on the "
-        "network (tf_cnn_benchmarks' --compact_gradient_transfer); the "
+        "network (tf_cnn_benchmarks' compact gradient transfer); the "
         "ring sums in that dtype, and the mean comes back as float32.",
     )
 
