@@ -348,6 +348,7 @@ def _tower_plan(devices, task, update, precision, session, options):
         all_reduce_spec=update.all_reduce_spec,
         task=task,
         pack_bytes=update.pack_bytes,
+        transfer_dtype=update.transfer_dtype,
     )
     compute_dtype = placement.compute_dtype(
         precision.use_fp16, devices, precision.force_cpu_bfloat16

@@ -177,6 +177,7 @@ def _variable_update(devices, task, choice):
         all_reduce_spec=choice.all_reduce_spec,
         task=task,
         pack_bytes=choice.pack_bytes,
+        transfer_dtype=choice.transfer_dtype,
     )
 
 

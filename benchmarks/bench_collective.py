@@ -36,6 +36,7 @@ all-reduce (AMD EPYC, AVX2, load 21): replicated_with_stop / packed 4 MiB
 1.006x per CPU second (wall 0.84x, in the noise of that load).
 """
 
+import functools
 import json
 import socket
 import subprocess
@@ -46,6 +47,7 @@ import tensorflow as tf
 
 import cifar10_multi_gpu_train
 from benchmarks import common
+from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import collectives, placement, variable_update
 from multigpu.run import preemption, sessions
@@ -56,11 +58,20 @@ NUM_WORKERS = 2
 PACK_BYTES = (2**18, 2**20, 4 * 2**20)
 
 
-def worker_main(variant, hosts, index, batch_size, steps):
+def worker_main(variant, hosts, index, batch_size, steps, model):
     """A worker of a variant: builds its graph, then runs a round per line.
 
     Reads 'go' lines on stdin; for each runs WARMUP_STEPS steps, times
-    steps steps and prints the `common.timed` dict as one JSON line.
+    steps steps (N for a line 'go N') and prints the `common.timed` dict as
+    one JSON line.
+
+    Args:
+      variant: (mode, pack_bytes, with_stop), and maybe the transfer
+        dtype's name (default float32).
+      hosts: (ps hosts, worker hosts), comma-separated HOST:PORT strs.
+      index: int, the worker's task index.
+      batch_size, steps: ints, examples per step, steps per round.
+      model: the `registry.Model` of the towers.
     """
     ps_hosts, worker_hosts = hosts
     task = cluster.cluster_task(ps_hosts, worker_hosts, "worker", index)
@@ -69,36 +80,56 @@ def worker_main(variant, hosts, index, batch_size, steps):
         placement.session_config(devices, operation_timeout_secs=300), task
     )
     server = tf.distribute.Server(task.cluster, "worker", index, config=config)
-    mode, pack_bytes, with_stop = variant
     with (
         tf.Graph().as_default(),
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
-        update = variable_update.variable_update(
-            mode, devices, task=task, pack_bytes=pack_bytes
-        )
-        _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-            get_next=common.synthetic_input(batch_size),
-            batch_size=batch_size,
-            devices=devices,
-            compute_dtype=tf.float32,
-            task=task,
-            update=update,
-        )
-        step = [train_op]
-        if with_stop:
+        step = [worker_train_op(task, variant, batch_size, model)]
+        if variant[2]:
             step.append(preemption.stop_signals(task)[1])
         with tf.compat.v1.Session(server.target, config=config) as sess:
             _initialise(sess, task)
             for line in sys.stdin:
-                if line.strip() != "go":
+                words = line.split()
+                if words[:1] != ["go"]:
                     break
+                count = int(words[1]) if len(words) > 1 else steps
                 common.run_steps(sess, step, common.WARMUP_STEPS)
                 result = common.timed(
-                    lambda: common.run_steps(sess, step, steps),
-                    steps * batch_size,
+                    functools.partial(common.run_steps, sess, step, count),
+                    count * batch_size,
                 )
                 print(json.dumps(result), flush=True)
+
+
+def worker_train_op(task, variant, batch_size, model):
+    """Builds a worker's step in the default graph, under its device
+    setter: one CPU tower of batch_size examples of one random batch.
+
+    Args: as `worker_main`'s; task, the worker's `cluster.ClusterTask`.
+
+    Returns:
+      The train op.
+    """
+    mode, pack_bytes, _, *transfer_dtype = variant
+    devices = placement.tower_devices(1, cpu_towers=True)
+    update = variable_update.variable_update(
+        mode,
+        devices,
+        task=task,
+        pack_bytes=pack_bytes,
+        transfer_dtype=(transfer_dtype or ["float32"])[0],
+    )
+    _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
+        get_next=common.synthetic_input(batch_size),
+        batch_size=batch_size,
+        devices=devices,
+        compute_dtype=tf.float32,
+        task=task,
+        update=update,
+        model=model,
+    )
+    return train_op
 
 
 def _initialise(sess, task):
@@ -126,6 +157,45 @@ def free_hosts(count):
     return hosts
 
 
+def ps_command(ps_hosts, worker_hosts):
+    """The command of ps task 0 of the cluster: a server that serves."""
+    spec = "{'ps': %r, 'worker': %r}" % (ps_hosts, worker_hosts)
+    return [
+        sys.executable,
+        "-c",
+        "import tensorflow as tf; tf.distribute.Server("
+        "tf.train.ClusterSpec(%s), 'ps', 0).join()" % spec,
+    ]
+
+
+def worker_command(variant, hosts, index, batch_size, steps, model_name):
+    """The command of a `worker_main` process (see its Args)."""
+    ps_hosts, worker_hosts = hosts
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.bench_collective",
+        "--worker=%d" % index,
+        "--variant=%s" % json.dumps(variant),
+        "--ps_hosts=%s" % ",".join(ps_hosts),
+        "--worker_hosts=%s" % ",".join(worker_hosts),
+        "--steps=%d" % steps,
+        "--batch_size=%d" % batch_size,
+        "--model=%s" % model_name,
+    ]
+
+
+def start_worker(command):
+    """Starts a `worker_command`, its stdin and stdout piped for rounds."""
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
 def start_variant(variant, args):
     """Starts a variant's ps task (if any) and workers.
 
@@ -134,33 +204,25 @@ def start_variant(variant, args):
       piped, and the other processes to end at the end.
     """
     mode = variant[0]
-    workers_hosts = free_hosts(NUM_WORKERS)
+    worker_hosts = free_hosts(NUM_WORKERS)
     ps_hosts = free_hosts(1) if mode == "parameter_server" else []
     others = []
     if ps_hosts:
-        spec = "{'ps': %r, 'worker': %r}" % (ps_hosts, workers_hosts)
         others.append(
             subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    "import tensorflow as tf; tf.distribute.Server("
-                    "tf.train.ClusterSpec(%s), 'ps', 0).join()" % spec,
-                ],
-                stderr=subprocess.DEVNULL,
+                ps_command(ps_hosts, worker_hosts), stderr=subprocess.DEVNULL
             )
         )
     workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.bench_collective"]
-            + ["--worker=%d" % i, "--variant=%s" % json.dumps(variant)]
-            + ["--ps_hosts=%s" % ",".join(ps_hosts)]
-            + ["--worker_hosts=%s" % ",".join(workers_hosts)]
-            + ["--steps=%d" % args.steps, "--batch_size=%d" % args.batch_size],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
+        start_worker(
+            worker_command(
+                variant,
+                (ps_hosts, worker_hosts),
+                i,
+                args.batch_size,
+                args.steps,
+                registry.TUTORIAL.name,
+            )
         )
         for i in range(NUM_WORKERS)
     ]
@@ -250,8 +312,7 @@ def main():
 
 
 def _worker_from_argv(argv):
-    """Runs `worker_main` from --worker=I --variant=JSON --ps_hosts=...
-    --worker_hosts=... --steps=N --batch_size=B."""
+    """Runs `worker_main` from `worker_command`'s arguments."""
     options = dict(a[2:].split("=", 1) for a in argv)
     worker_main(
         tuple(json.loads(options["variant"])),
@@ -259,6 +320,7 @@ def _worker_from_argv(argv):
         int(options["worker"]),
         int(options["batch_size"]),
         int(options["steps"]),
+        registry.MODELS[options["model"]],
     )
 
 

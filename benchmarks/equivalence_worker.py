@@ -31,7 +31,12 @@ import numpy as np
 import tensorflow as tf
 
 import cifar10_multi_gpu_train
-from benchmarks import equivalence, equivalence_cells, equivalence_table
+from benchmarks import (
+    equivalence,
+    equivalence_cells,
+    equivalence_table,
+    equivalence_workers,
+)
 from multigpu import errors
 from multigpu.distributed import agreement, cluster
 from multigpu.graph import placement, variable_update
@@ -60,7 +65,11 @@ def build(case, task, images, labels, devices):
         ]
     )
     update = variable_update.variable_update(
-        "replicated", devices, all_reduce_spec=case.all_reduce, task=task
+        "replicated",
+        devices,
+        all_reduce_spec="collective",
+        task=task,
+        transfer_dtype=equivalence_workers.TRANSFER_DTYPES[case.all_reduce],
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
         get_next=lambda: next(per_tower)(),

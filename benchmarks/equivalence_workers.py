@@ -39,8 +39,10 @@ from benchmarks.equivalence_table import Case
 WORKERS = 2  # Worker tasks of a cell.
 # The update column of a cell across workers (a cluster of workers only).
 UPDATE = "workers_only"
-# The all-reduces that cross machines (in a cluster of workers only).
-ALL_REDUCES = ("collective",)
+# The all-reduces that cross machines (in a cluster of workers only), and
+# the --gradient_transfer_dtype each sends the float32 gradients in.
+TRANSFER_DTYPES = {"collective": "float32", "collective_float16": "float16"}
+ALL_REDUCES = tuple(TRANSFER_DTYPES)
 # Seconds a cell's workers may take in all: a bound on a hang, for a loaded
 # machine, not an expected time (a cell takes about a minute on 2 cores).
 CELL_SECS = 900

@@ -184,7 +184,7 @@ def test_two_workers_of_two_towers_train_as_four_towers_and_one_device(
         assert np.max(np.abs(one_device[name] - value)) > 1e-5, name
 
 
-def _reduced(grads_of_towers, pack_bytes):
+def _reduced(grads_of_towers, pack_bytes, transfer_dtype=tf.float32):
     """collectives.all_reduce_mean of one worker's towers on /cpu:0, /cpu:1.
 
     Returns:
@@ -202,7 +202,12 @@ def _reduced(grads_of_towers, pack_bytes):
                     ]
                 )
         reduced = collectives.all_reduce_mean(
-            tower_grads, devices, 1, all_reduce.CollectiveKeys(), pack_bytes
+            tower_grads,
+            devices,
+            1,
+            all_reduce.CollectiveKeys(),
+            pack_bytes,
+            transfer_dtype,
         )
         fetches = [[g for g, _ in grads if g is not None] for grads in reduced]
         with tf.compat.v1.Session(
@@ -240,6 +245,30 @@ def test_packed_gradients_are_all_reduced_to_the_exact_mean():
                     continue
                 assert value.dtype == mean.dtype
                 np.testing.assert_array_equal(value, mean)
+
+
+def test_float32_gradients_cross_as_float16_and_come_back_as_float32():
+    rng = np.random.default_rng(0)
+    towers = [
+        [rng.normal(size=[3, 5]).astype(np.float32), rng.normal(size=[6])]
+        for _ in range(2)
+    ]
+    # The ring sums float16 values in float16 and divides by 2 there.
+    half = [
+        ((a.astype(np.float16) + b.astype(np.float16)) / np.float16(2))
+        for a, b in zip(*towers)
+    ]
+    for pack_bytes in (0, 2**20):
+        for tower in _reduced(towers, pack_bytes, tf.float16):
+            assert tower[0].dtype == np.float32
+            np.testing.assert_array_equal(tower[0], half[0].astype(np.float32))
+            # A float64 gradient crosses as it is.
+            np.testing.assert_array_equal(
+                tower[1], (towers[0][1] + towers[1][1]) / 2
+            )
+    assert not np.array_equal(
+        half[0].astype(np.float32), (towers[0][0] + towers[1][0]) / 2
+    )
 
 
 def test_the_pack_plan_splits_each_dtype_into_pieces_of_pack_bytes():

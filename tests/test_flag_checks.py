@@ -222,11 +222,21 @@ CASES = [
     ),
     (
         "cifar10_multi_gpu_train",
+        [*CLUSTER, "--job_name=worker", "--gradient_transfer_dtype=float16"],
+        "--gradient_transfer_dtype=float16 applies only in a cluster of "
+        "workers (--worker_hosts or TF_CONFIG without ps tasks, "
+        "--variable_update=replicated), whose workers all-reduce their "
+        "gradients in that dtype; this run has ps tasks, so it would be "
+        "ignored; drop --gradient_transfer_dtype",
+    ),
+    (
+        "cifar10_multi_gpu_train",
         [
             WORKERS_ONLY,
             "--job_name=worker",
             "--variable_update=replicated",
             "--gradient_pack_bytes=1024",
+            "--gradient_transfer_dtype=bfloat16",
         ],
         None,
     ),

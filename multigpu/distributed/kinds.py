@@ -126,12 +126,26 @@ _NO_CLUSTER = (
     "none is given: in one process the towers average their gradients every"
     " step; drop --{flag}"
 )
-_PACKS = (
+# A flag of the all-reduce across workers on a run without it.
+_ACROSS_WORKERS = (
     "%s applies only in a cluster of workers (--worker_hosts or TF_CONFIG "
     "without ps tasks, --variable_update=replicated), whose workers "
-    "all-reduce their gradients in pieces; this run has {what}, so it would "
-    "be ignored; drop --gradient_pack_bytes"
+    "all-reduce their gradients {how}; this run has {what}, so it would be "
+    "ignored; drop --{flag}"
 )
+
+
+def _across_workers(what):
+    """{flag: why} of the flags of the all-reduce across workers."""
+    return {
+        flag: _ACROSS_WORKERS.format(how=how, what=what, flag=flag)
+        for flag, how in (
+            ("gradient_pack_bytes", "in pieces"),
+            ("gradient_transfer_dtype", "in that dtype"),
+        )
+    }
+
+
 _VARIABLE_DEVICE = (
     "%s does not apply in cluster mode: the variables live on the ps tasks;"
     " drop it"
@@ -144,11 +158,11 @@ _LOCAL_REFUSED = {
         "cluster is given (--ps_hosts and --worker_hosts, or TF_CONFIG): one"
         " process waits on no peer; drop it"
     ),
-    "gradient_pack_bytes": _PACKS.format(what="no cluster"),
+    **_across_workers("no cluster"),
 }
 _PS_REFUSED = {
     "variable_device": _VARIABLE_DEVICE,
-    "gradient_pack_bytes": _PACKS.format(what="ps tasks"),
+    **_across_workers("ps tasks"),
 }
 
 LOCAL = Kind(

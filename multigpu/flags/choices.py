@@ -159,6 +159,7 @@ class UpdateChoice(NamedTuple):
     variable_device: str
     all_reduce_spec: str
     pack_bytes: int  # --gradient_pack_bytes
+    transfer_dtype: str  # --gradient_transfer_dtype
 
 
 def update_choice_from_flags(flag_values):
@@ -172,6 +173,7 @@ def update_choice_from_flags(flag_values):
         ),
         flag_values.all_reduce_spec,
         flag_values.gradient_pack_bytes,
+        flag_values.gradient_transfer_dtype,
     )
 
 

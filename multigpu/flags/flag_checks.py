@@ -39,8 +39,9 @@ DRY_RUN_UNUSED = (
 # set, in a session of its own) would ignore.
 EVAL_ONLY_UNUSED = (
     "num_gpus cpu_towers variable_update all_reduce_spec "
-    "gradient_pack_bytes learning_rate num_epochs allow_growth "
-    "gpu_memory_fraction num_intra_threads num_inter_threads ps_hosts "
+    "gradient_pack_bytes gradient_transfer_dtype learning_rate num_epochs "
+    "allow_growth gpu_memory_fraction num_intra_threads num_inter_threads "
+    "ps_hosts "
     "worker_hosts job_name task_index sync_replicas replicas_to_aggregate "
     "operation_timeout_secs"
 ).split() + _TRAINING_OUTPUT

@@ -84,6 +84,7 @@ GROUPS = (
             "sync_replicas",
             "replicas_to_aggregate",
             "gradient_pack_bytes",
+            "gradient_transfer_dtype",
             "operation_timeout_secs",
         ),
     ),

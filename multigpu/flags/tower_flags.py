@@ -146,7 +146,8 @@ LOCAL_FLAGS = (
 
 
 def define_variable_update_flags():
-    """--variable_update, --all_reduce_spec, --gradient_pack_bytes."""
+    """--variable_update, --all_reduce_spec, --gradient_pack_bytes,
+    --gradient_transfer_dtype."""
     common_flags.define_once(
         flags.DEFINE_enum,
         "variable_update",
@@ -182,6 +183,16 @@ def define_variable_update_flags():
         "bytes (fewer, larger messages); 0 all-reduces each gradient by "
         "itself.",
         lower_bound=0,
+    )
+    common_flags.define_once(
+        flags.DEFINE_enum,
+        "gradient_transfer_dtype",
+        "float32",
+        ["float32", "float16", "bfloat16"],
+        "Cluster of workers only: the dtype the float32 gradients cross "
+        "the workers in. float16 or bfloat16 halves the bytes on the "
+        "network (tf_cnn_benchmarks' compact gradient transfer); the "
+        "ring sums in that dtype, and the mean comes back as float32.",
     )
 
 

@@ -23,6 +23,13 @@ step), which the many small biases pay more than once per byte. With
 pack_bytes > 0 the gradients of one dtype are flattened, concatenated and
 split again into pieces of about pack_bytes each (`pack_plan`), each
 piece all-reduced, and the result split back into the gradients.
+
+Half the bytes (tf_cnn_benchmarks' compact gradient transfer, Horovod's
+fp16 compression): with a transfer_dtype of float16 or bfloat16 each
+float32 piece is cast to it before its all-reduce and back after, so the
+ring carries 2 bytes a value. The collective runtime sums in the dtype it
+carries (its merge op has no wider accumulator), so the sum over the ring
+and its division by the group are rounded to that dtype at every hop.
 """
 
 import collections
@@ -117,7 +124,14 @@ def _pack(grads, indices, num_pieces):
     )
 
 
-def all_reduce_mean(tower_grads, devices, num_workers, keys, pack_bytes=0):
+def all_reduce_mean(
+    tower_grads,
+    devices,
+    num_workers,
+    keys,
+    pack_bytes=0,
+    transfer_dtype=tf.float32,
+):
     """The mean of each gradient over every tower of every worker.
 
     The synchronisation point of the cluster: no copy anywhere is updated
@@ -132,6 +146,8 @@ def all_reduce_mean(tower_grads, devices, num_workers, keys, pack_bytes=0):
         towers as this one.
       keys: the graph's `all_reduce.CollectiveKeys`.
       pack_bytes: int, about the bytes of one all-reduce (`pack_plan`).
+      transfer_dtype: the `tf.DType` float32 gradients cross in (float32,
+        float16 or bfloat16); the means come back in float32.
 
     Returns:
       A list (one per tower) of lists of (mean gradient on that tower's
@@ -147,7 +163,12 @@ def all_reduce_mean(tower_grads, devices, num_workers, keys, pack_bytes=0):
         with tf.device(device):
             for pack, instance_keys in zip(plan, piece_keys):
                 tensors = [means[i] for i in pack.indices]
-                collective = (len(group), group_key, instance_keys)
+                collective = (
+                    len(group),
+                    group_key,
+                    instance_keys,
+                    transfer_dtype,
+                )
                 for i, mean in zip(
                     pack.indices, _reduce_pack(tensors, pack, collective)
                 ):
@@ -162,21 +183,23 @@ def _reduce_pack(grads, pack, collective):
     Args:
       grads: the pack's gradient tensors, in its order.
       pack: the `Pack`.
-      collective: (group size, group key, an instance key per piece).
+      collective: (group size, group key, an instance key per piece, the
+        transfer dtype).
 
     Returns:
-      The mean gradients, of grads' shapes.
+      The mean gradients, of grads' shapes and dtypes.
     """
-    group_size, group_key, instance_keys = collective
+    group = collective[:2] + collective[3:]
+    instance_keys = collective[2]
     grads = [tf.convert_to_tensor(g) for g in grads]
     if len(grads) == 1 and len(pack.pieces) == 1:
-        return [_all_reduce(grads[0], group_size, group_key, instance_keys[0])]
+        return [_all_reduce(grads[0], group, instance_keys[0])]
     # [sum(sizes)]: every gradient flattened, one after the other.
     flat = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
     pieces = tf.split(flat, pack.pieces) if len(pack.pieces) > 1 else [flat]
     flat = tf.concat(
         [
-            _all_reduce(piece, group_size, group_key, key)
+            _all_reduce(piece, group, key)
             for piece, key in zip(pieces, instance_keys)
         ],
         axis=0,
@@ -187,9 +210,15 @@ def _reduce_pack(grads, pack, collective):
     ]
 
 
-def _all_reduce(tensor, group_size, group_key, instance_key):
-    return tf.raw_ops.CollectiveReduceV2(
-        input=tensor,
+def _all_reduce(tensor, group, instance_key):
+    """The mean of tensor over the group (size, key, transfer dtype); a
+    float32 tensor crosses in the transfer dtype."""
+    group_size, group_key, transfer_dtype = group
+    sent = tensor
+    if tensor.dtype == tf.float32 and transfer_dtype != tf.float32:
+        sent = tf.cast(tensor, transfer_dtype)
+    mean = tf.raw_ops.CollectiveReduceV2(
+        input=sent,
         group_size=group_size,
         group_key=group_key,
         instance_key=instance_key,
@@ -198,6 +227,7 @@ def _all_reduce(tensor, group_size, group_key, instance_key):
         final_op="Div",
         communication_hint=RING,
     )
+    return tf.cast(mean, tensor.dtype) if sent is not tensor else mean
 
 
 def broadcast(values, sender, task, keys, device):

@@ -144,6 +144,7 @@ def check(graph, batch_shapes, title, update=None, config=None):
                 update.task.num_workers,
                 len(update.devices),
                 network_plan.flops_per_tower(graph, len(update.devices)),
+                gradient_bytes(graph, update.transfer_dtype),
             )
         )
     print(_host_table(graph))
@@ -256,10 +257,16 @@ def _batch_bytes(batch_shapes):
     )
 
 
-def gradient_bytes(graph):
-    """The bytes of one tower's gradients: one per trainable parameter."""
+def gradient_bytes(graph, transfer_dtype=tf.float32):
+    """The bytes of one tower's gradients: one per trainable parameter, a
+    float32 one in transfer_dtype (as they cross the workers)."""
     return sum(
-        var.shape.num_elements() * var.dtype.base_dtype.size
+        var.shape.num_elements()
+        * (
+            transfer_dtype.size
+            if var.dtype.base_dtype == tf.float32
+            else var.dtype.base_dtype.size
+        )
         for var in graph.get_collection(
             tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES
         )

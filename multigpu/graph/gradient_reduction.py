@@ -60,6 +60,7 @@ def across_workers(update, tower_grads):
             update.task.num_workers,
             update.keys,
             update.pack_bytes,
+            update.transfer_dtype,
         )
     )
 

@@ -20,6 +20,14 @@ Links are full duplex: a step's transfer takes the larger of in and out
 over the link's speed, with no overlap with the compute (an upper bound;
 TensorFlow starts an all-reduce once its gradients exist). The compute of a
 step is the graph's FLOPs per tower at ASSUMED_TFLOPS.
+
+The step of one-tower workers on links of a given rate (`cluster_step_secs`,
+held against measured steps by benchmarks/bench_links.py): replicated, the
+compute and the ring's bytes at PAYLOAD_SHARE of the rate; the ps cluster,
+a closed network of queues (`closed_cycle_secs`): every worker reads over
+the ps's one link and sends its gradients back over it (its congestion),
+the bytes counted in the worker's graph (`step_bytes`), which reads a
+variable once per use, not once per step.
 """
 
 import tensorflow as tf
@@ -91,7 +99,7 @@ def flops_per_tower(graph, num_towers):
     return profile.total_float_ops // num_towers
 
 
-def lines(gradient_bytes, num_workers, towers, tower_flops):
+def lines(gradient_bytes, num_workers, towers, tower_flops, sent_bytes=None):
     """The plan's lines: this cluster's bytes and times, then the table.
 
     Args:
@@ -99,18 +107,24 @@ def lines(gradient_bytes, num_workers, towers, tower_flops):
       num_workers: int, the cluster's workers.
       towers: int, towers per worker.
       tower_flops: int, FLOPs of one tower's step (`flops_per_tower`).
+      sent_bytes: int, the gradients as the ring carries them
+        (--gradient_transfer_dtype); None: gradient_bytes.
     """
+    sent_bytes = gradient_bytes if sent_bytes is None else sent_bytes
     text = [
         "Bytes per worker per step, %d worker(s) x %d tower(s), %s bytes of"
-        " gradients (and of variables):"
+        " gradients (and of variables)%s:"
         % (
             num_workers,
             towers,
             _n(gradient_bytes),
+            ""
+            if sent_bytes == gradient_bytes
+            else ", %s as the ring sends them" % _n(sent_bytes),
         )
     ]
     for name, (out, into, inside) in _modes(
-        gradient_bytes, num_workers, towers
+        gradient_bytes, sent_bytes, num_workers, towers
     ):
         text.append(
             "  %s: network out %s + in %s; inside the machine %s each way;"
@@ -126,14 +140,15 @@ def lines(gradient_bytes, num_workers, towers, tower_flops):
                 ),
             )
         )
-    return "\n".join(text + [scaling_table(gradient_bytes, tower_flops)])
+    table = scaling_table(gradient_bytes, tower_flops, sent_bytes)
+    return "\n".join(text + [table])
 
 
-def _modes(gradient_bytes, num_workers, towers):
+def _modes(gradient_bytes, sent_bytes, num_workers, towers):
     return [
         (
             "replicated (ring of %d devices)" % (num_workers * towers),
-            replicated_bytes(gradient_bytes, num_workers, towers),
+            replicated_bytes(sent_bytes, num_workers, towers),
         ),
         (
             "parameter_server (ps cluster)",
@@ -142,8 +157,23 @@ def _modes(gradient_bytes, num_workers, towers):
     ]
 
 
-def scaling_table(gradient_bytes, tower_flops):
-    """The step's communication against its compute, 1 to 64 GPUs."""
+# What of the model was measured (`cluster_step_secs`, docs/cluster.md).
+CHECKED = (
+    "  (the model checked against measured steps on shaped links by "
+    "`python -m benchmarks.bench_links`: 2, 3 and 4 workers of one CPU "
+    "tower, replicated packed and unpacked and a ps cluster, at 20, 50 and "
+    "100 Mbit/s; none of the rows below, 8 GPUs a machine at Gb/s, was "
+    "measured)"
+)
+
+
+def scaling_table(gradient_bytes, tower_flops, sent_bytes=None):
+    """The step's communication against its compute, 1 to 64 GPUs.
+
+    sent_bytes: the gradients as the ring carries them; None:
+    gradient_bytes.
+    """
+    sent_bytes = gradient_bytes if sent_bytes is None else sent_bytes
     compute_ms = tower_flops / (ASSUMED_TFLOPS * 1e12) * 1e3
     speeds = "/".join(str(g) for g in NETWORK_GBITS)
     rows = [
@@ -153,13 +183,16 @@ def scaling_table(gradient_bytes, tower_flops):
         "duplex, no overlap of transfer and compute; inside a machine one "
         "NVLink of %.0f GB/s per GPU for the ring, one PCIe link of %.0f "
         "GB/s per GPU for the ps cluster; one ps task per machine, holding its "
-        "share of the variables)"
+        "share of the variables, read once a tower a step: a lower bound, "
+        "the suite's ps worker reads the tutorial's 4.0 times, "
+        "network_plan.step_bytes)"
         % (
             _n(tower_flops),
             ASSUMED_TFLOPS,
             NVLINK_GB_PER_SEC,
             HOST_LINK_GB_PER_SEC,
         ),
+        CHECKED,
         "  GPUs machines | replicated ms: network at %s Gb/s + NVLink | ps "
         "cluster ms: network at %s Gb/s + PCIe | efficiency at %d Gb/s: "
         "replicated, ps" % (speeds, speeds, NETWORK_GBITS[1]),
@@ -167,8 +200,8 @@ def scaling_table(gradient_bytes, tower_flops):
     for gpus in TABLE_GPUS:
         towers = min(gpus, GPUS_PER_MACHINE)
         workers = gpus // towers
-        out, into, _ = replicated_bytes(gradient_bytes, workers, towers)
-        ring = all_reduce.bytes_per_tower(gradient_bytes, gpus, "collective")
+        out, into, _ = replicated_bytes(sent_bytes, workers, towers)
+        ring = all_reduce.bytes_per_tower(sent_bytes, gpus, "collective")
         replicated = _times(out, into, ring[0][0] / NVLINK_GB_PER_SEC / 1e6)
         # A machine's link carries its worker's reads and gradients to the
         # other machines' ps tasks, and their workers' to its own ps task.
@@ -204,3 +237,113 @@ def _columns(times):
 
 def _n(count):
     return "{:,}".format(count)
+
+
+# The share of a link's rate that carries a message's bytes: a full TCP
+# segment holds 1,448 bytes of 1,514 on the wire (Ethernet, IPv4, and TCP
+# with timestamps). Through tbf at 20, 50 and 200 Mbit/s one TCP stream
+# moved 0.97, 0.96 and 0.95 of the rate.
+PAYLOAD_SHARE = 1448 / 1514
+
+
+def transfer_secs(num_bytes, mbits):
+    """Seconds of num_bytes of messages over a link of mbits Mbit/s."""
+    return num_bytes * 8 / (mbits * 1e6 * PAYLOAD_SHARE)
+
+
+def step_bytes(fetches):
+    """(in, out): the bytes a worker's step receives from and sends to the
+    other jobs' tasks (a ps cluster's worker: from and to the ps tasks).
+
+    Every tensor the step computes on one job and uses on another crosses
+    once (the runtime sends a tensor once to each task that uses it); an
+    op that reads or updates a variable runs beside it. A variable the
+    step reads several times (by the model's layer, its weight decay, the
+    moving averages) crosses as many times.
+
+    Args:
+      fetches: the ops of the step, e.g. [train_op], of a graph whose
+        shapes are fully defined.
+
+    Returns:
+      (bytes in, bytes out), ints.
+    """
+    run, stack = set(), list(fetches)
+    while stack:
+        op = stack.pop()
+        if op not in run:
+            run.add(op)
+            stack += [t.op for t in op.inputs] + list(op.control_inputs)
+    crossing = {}
+    for op in run:
+        for tensor in op.inputs:
+            here, there = _job(op), _job(tensor.op)
+            if here != there:
+                count = tensor.shape.num_elements() * tensor.dtype.size
+                crossing[(tensor.name, here)] = (here == "worker", count)
+    into = sum(n for to_worker, n in crossing.values() if to_worker)
+    return into, sum(n for to_worker, n in crossing.values() if not to_worker)
+
+
+def _job(op):
+    """The job op runs in: its resource's (the runtime puts an op that
+    reads or writes a variable beside it), else its device's, else, not
+    placed, its first input's."""
+    resources = [t for t in op.inputs if t.dtype == tf.resource]
+    if resources:
+        return _job(resources[0].op)
+    if not op.device and op.inputs:
+        return _job(op.inputs[0].op)
+    return tf.DeviceSpec.from_string(op.device).job
+
+
+def cluster_step_secs(mode, moved, num_workers, mbits, compute_secs):
+    """The step of one-tower workers, each host on its own link.
+
+    Args:
+      mode: 'replicated' (workers only) or 'parameter_server' (one ps
+        task on a host of its own, the workers asynchronous).
+      moved: for replicated, the bytes of one copy's gradients; for
+        parameter_server, (in, out) of a worker's step (`step_bytes`).
+      num_workers: int.
+      mbits: float, every host's link, Mbit/s each way.
+      compute_secs: float, the step with no link to wait for.
+
+    Returns:
+      float, seconds per step of each worker.
+    """
+    if mode == "replicated":
+        out, into, _ = replicated_bytes(moved, num_workers, 1)
+        return compute_secs + transfer_secs(max(out, into), mbits)
+    # Each worker reads, computes, sends, and again: its reads queue for
+    # the ps link's one way, its gradients for the other.
+    demands = [transfer_secs(each, mbits) for each in moved]
+    return closed_cycle_secs(demands, compute_secs, num_workers)
+
+
+def closed_cycle_secs(demands, think_secs, customers):
+    """A customer's cycle in a closed network of queues, by mean value
+    analysis (Reiser and Lavenberg, 1980).
+
+    The ps cluster is one: each asynchronous worker (a customer) in turn
+    reads the variables over the ps link's one way, computes on its own
+    (the think time) and sends its gradients over the other way, and a
+    way shared by several workers serves them in turn. One worker cycles
+    in think_secs + sum(demands); many, at most one per max(demands), and
+    the analysis gives the mean between.
+
+    Args:
+      demands: floats, the seconds of one customer's service at each
+        queue (a way of the ps link).
+      think_secs: float, the seconds a customer spends outside the queues.
+      customers: int >= 1.
+
+    Returns:
+      float, the mean seconds of one customer's cycle.
+    """
+    queues = [0.0] * len(demands)
+    for count in range(1, customers + 1):
+        residences = [d * (1 + q) for d, q in zip(demands, queues)]
+        cycle = think_secs + sum(residences)
+        queues = [count * r / cycle for r in residences]
+    return cycle

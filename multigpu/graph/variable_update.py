@@ -62,8 +62,9 @@ ACROSS_WORKERS = "replicated_across_workers"
 
 VariableUpdate = collections.namedtuple(
     "VariableUpdate",
-    "mode devices variable_device all_reduce keys task pack_bytes",
-    defaults=(None, 0),
+    "mode devices variable_device all_reduce keys task pack_bytes "
+    "transfer_dtype",
+    defaults=(None, 0, tf.float32),
 )
 VariableUpdate.__doc__ = """The variable update of a run.
 
@@ -76,6 +77,8 @@ keys: the `all_reduce.CollectiveKeys` of the graph's collective ops.
 task: the `cluster.ClusterTask` of ACROSS_WORKERS, whose all-reduces join
   every tower of every worker (`collectives`); else None.
 pack_bytes: int, --gradient_pack_bytes (ACROSS_WORKERS only).
+transfer_dtype: the `tf.DType` of --gradient_transfer_dtype, which the
+  float32 gradients cross the workers in (ACROSS_WORKERS only).
 """
 
 TowerVariables = collections.namedtuple(
@@ -101,6 +104,7 @@ def variable_update(
     all_reduce_spec="auto",
     task=None,
     pack_bytes=0,
+    transfer_dtype=tf.float32,
 ):
     """The variable update of the --variable_update flag's mode.
 
@@ -112,6 +116,8 @@ def variable_update(
       task: the `cluster.ClusterTask`, or None outside a cluster (whose
         mode `collective_cluster.check_mode` checked).
       pack_bytes: int, --gradient_pack_bytes (a cluster of workers only).
+      transfer_dtype: tf.DType or its name, --gradient_transfer_dtype (a
+        cluster of workers only).
 
     Raises:
       ValueError: an unknown mode or choice.
@@ -129,7 +135,7 @@ def variable_update(
     make = _MODES[ACROSS_WORKERS if across else mode].make
     return make(
         devices, variable_device_choice, all_reduce_spec, task, pack_bytes
-    )
+    )._replace(transfer_dtype=tf.as_dtype(transfer_dtype))
 
 
 def _parameter_server_update(devices, choice, spec, task, pack_bytes):
@@ -434,8 +440,12 @@ def _describe_across_workers(update):
         "variable_update": "replicated across %d workers (a copy on every "
         "tower of every worker)" % num_workers,
         "all_reduce": "collective ring of %d devices, gradients packed in "
-        "pieces of about %d bytes"
-        % (num_workers * len(update.devices), update.pack_bytes),
+        "pieces of about %d bytes, sent as %s"
+        % (
+            num_workers * len(update.devices),
+            update.pack_bytes,
+            update.transfer_dtype.name,
+        ),
     }
 
 
