@@ -9,7 +9,6 @@ parenthesized `with` of several items: Python 3.10) must not be newer.
 import ast
 import pathlib
 import re
-import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # A parenthesized `with` of several items and `X | Y` in an annotation
@@ -17,11 +16,19 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 UNION_AND_WITH_PYTHON = (3, 10)
 
 
+def setting(pyproject, key):
+    """The string value of a key of pyproject.toml, e.g. '>=3.10' (read
+    as text: tomllib is not in the oldest Python declared)."""
+    found = re.search(r'^%s = "([^"]*)"$' % key, pyproject.read_text(), re.M)
+    assert found, key
+    return found[1]
+
+
 def declared_minimum(pyproject):
     """(major, minor) of requires-python's '>=X.Y'."""
-    declared = tomllib.loads(pyproject.read_text())["project"]
-    found = re.fullmatch(r">=\s*(\d+)\.(\d+)", declared["requires-python"])
-    assert found, declared["requires-python"]
+    declared = setting(pyproject, "requires-python")
+    found = re.fullmatch(r">=(\d+)\.(\d+)", declared)
+    assert found, declared
     return int(found[1]), int(found[2])
 
 
@@ -119,15 +126,14 @@ def test_the_check_sees_a_union_annotation_and_a_grouped_with():
     assert needed_python("with a() as b, c():\n    pass\n") is None
     assert (
         needed_python(
-            "from __future__ import annotations\n"
-            "def f(x: int | None): pass\n"
+            "from __future__ import annotations\ndef f(x: int | None): pass\n"
         )
         is None
     )
 
 
 def test_ruff_targets_the_declared_minimum_python():
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert pyproject["tool"]["ruff"]["target-version"] == "py%d%d" % (
-        declared_minimum(ROOT / "pyproject.toml")
+    pyproject = ROOT / "pyproject.toml"
+    assert setting(pyproject, "target-version") == "py%d%d" % (
+        declared_minimum(pyproject)
     )
