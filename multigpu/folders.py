@@ -78,13 +78,20 @@ def written_aside(filename):
             os.remove(part)
         if isinstance(e, OSError):
             raise ValueError(
-                "could not write %s (%s; %.1f MB free on its disk); nothing "
-                "half-written is left"
-                % (
-                    filename,
-                    e.strerror or str(e),
-                    shutil.disk_usage(os.path.dirname(filename) or ".").free
-                    / 2**20,
-                )
+                "%s; nothing half-written is left" % not_written(filename, e)
             ) from None
         raise
+
+
+def not_written(filename, error):
+    """'could not write FILE (REASON; M MB free on its disk)'.
+
+    Args:
+      filename: str, the file whose write failed.
+      error: the `OSError` of the write, e.g. ENOSPC.
+    """
+    return "could not write %s (%s; %.1f MB free on its disk)" % (
+        filename,
+        error.strerror or str(error),
+        shutil.disk_usage(os.path.dirname(filename) or ".").free / 2**20,
+    )

@@ -1,0 +1,94 @@
+"""What a run that fails at start-up leaves: one line, and its folder as found.
+
+A full disk at start ends every process of the run with one line; a signal
+before step 1 leaves the train_dir as it was; a resume removes what an
+interrupted save left, and only that.
+"""
+
+import errno
+import os
+import re
+
+import pytest
+from conftest import SCRIPT, error_line
+from helpers.cluster import FAULT_TIMEOUT_SECS
+
+# A tmpfs this small holds the fill file and nothing more.
+FULL_DISK_SIZE = "256k"
+
+
+def _full_disk(small_disk):
+    """A mounted tmpfs filled to its last byte."""
+    disk = small_disk(FULL_DISK_SIZE)
+    fill = os.open(disk / "fill", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fill, b"\0" * 4096):
+            pass
+    except OSError as e:
+        assert e.errno == errno.ENOSPC
+    finally:
+        os.close(fill)
+    return disk
+
+
+def _no_space_line(script, train_dir):
+    return (
+        "%s: error: could not write %s/trainer.lock (No space left on "
+        "device; 0.0 MB free on its disk); free space on its disk, then run "
+        "again" % (script, train_dir)
+    )
+
+
+@pytest.mark.slow
+def test_a_full_disk_at_start_ends_the_trainer_in_one_line(
+    small_disk, cifar10_data_dir
+):
+    disk = _full_disk(small_disk)
+    train_dir = disk / "train"
+    line = error_line(
+        "cifar10_train.py",
+        "--fake_data",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % train_dir,
+        "--max_steps=2",
+    )
+    assert line == _no_space_line("cifar10_train.py", train_dir)
+    assert sorted(p.name for p in disk.iterdir()) == ["fill"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_ps", [1, 0], ids=["ps", "workers_only"])
+def test_a_full_disk_at_start_ends_every_task_of_a_cluster_in_one_line(
+    small_disk, make_cluster, num_ps
+):
+    disk = _full_disk(small_disk)
+    cluster = make_cluster(
+        2,
+        "--max_steps=20",
+        "--operation_timeout_secs=%d" % FAULT_TIMEOUT_SECS,
+        *([] if num_ps else ["--variable_update=replicated"]),
+        num_ps=num_ps,
+    )
+    names = ["worker0", "worker1"] + ["ps0"] * num_ps
+    for index in range(num_ps):
+        cluster.start("ps", index)
+    cluster.start("worker", 0, "--train_dir=%s" % (disk / "train"))
+    cluster.start("worker", 1)
+    ends = {}
+    for name in names:
+        code, _ = cluster.wait(name)
+        ends[name] = code, cluster.log(name).strip().split("\n")[-1]
+    lines = {name: cluster.log(name) for name in names}
+    assert [name for name in names if "Traceback" in lines[name]] == []
+    assert ends["worker0"] == (1, _no_space_line(SCRIPT, disk / "train"))
+    # The chief's going cancels worker 1's start-up copy, or its session.
+    assert re.match(
+        r"%s: error: lost the cluster after 0 local steps \(\w+Error\): "
+        r"unreachable: worker task 0 \(%s\)"
+        % (SCRIPT, cluster.worker_addresses[0]),
+        ends["worker1"][1],
+    ), ends["worker1"]
+    assert sorted(p.name for p in disk.iterdir()) == ["fill"]
+    assert {name: code for name, (code, _) in ends.items()} == dict.fromkeys(
+        names, 1
+    ), ends
