@@ -5,29 +5,22 @@ before step 1 leaves the train_dir as it was; a resume removes what an
 interrupted save left, and only that.
 """
 
-import errno
-import os
 import re
 
 import pytest
-from conftest import SCRIPT, error_line
+from conftest import SCRIPT, checkpoint_steps, error_line, folder_contents
 from helpers.cluster import FAULT_TIMEOUT_SECS
+from helpers.data_files import fill_disk
+from helpers.training import SINGLE, run_trainer
 
-# A tmpfs this small holds the fill file and nothing more.
+# A tmpfs this small, filled in blocks of 64 KiB, keeps no byte free.
 FULL_DISK_SIZE = "256k"
 
 
 def _full_disk(small_disk):
     """A mounted tmpfs filled to its last byte."""
     disk = small_disk(FULL_DISK_SIZE)
-    fill = os.open(disk / "fill", os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fill, b"\0" * 4096):
-            pass
-    except OSError as e:
-        assert e.errno == errno.ENOSPC
-    finally:
-        os.close(fill)
+    fill_disk(disk)
     return disk
 
 
@@ -53,7 +46,7 @@ def test_a_full_disk_at_start_ends_the_trainer_in_one_line(
         "--max_steps=2",
     )
     assert line == _no_space_line("cifar10_train.py", train_dir)
-    assert sorted(p.name for p in disk.iterdir()) == ["fill"]
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]
 
 
 @pytest.mark.slow
@@ -88,7 +81,38 @@ def test_a_full_disk_at_start_ends_every_task_of_a_cluster_in_one_line(
         % (SCRIPT, cluster.worker_addresses[0]),
         ends["worker1"][1],
     ), ends["worker1"]
-    assert sorted(p.name for p in disk.iterdir()) == ["fill"]
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]
     assert {name: code for name, (code, _) in ends.items()} == dict.fromkeys(
         names, 1
     ), ends
+
+
+# What a kill -9 during the save of step 9 leaves (the sharded saver's
+# folder of parts being written), and the user's files named alike.
+INTERRUPTED_SAVE = {
+    "model.ckpt-9_temp/part-00000-of-00001.data-00000-of-00001"
+    ".tempstate1234": bytes(2**20),
+    "model.ckpt-9_temp/part-00000-of-00001.index": b"index",
+}
+USERS_FILES = {
+    "model.ckpt-8_temp/notes.txt": b"notes",
+    "model.ckpt-9_temp.txt": b"mine",
+}
+
+
+@pytest.mark.slow
+def test_a_resume_removes_what_an_interrupted_save_left_and_nothing_else(
+    cifar10_data_dir, tmp_path
+):
+    train_dir = tmp_path / "train"
+    run_trainer(SINGLE, cifar10_data_dir, train_dir, "--max_steps=2")
+    for name, content in {**INTERRUPTED_SAVE, **USERS_FILES}.items():
+        (train_dir / name).parent.mkdir(exist_ok=True)
+        (train_dir / name).write_bytes(content)
+    run_trainer(SINGLE, cifar10_data_dir, train_dir, "--max_steps=4")
+    left = folder_contents(train_dir)
+    assert sorted(name for name in left if "_temp" in name) == sorted(
+        USERS_FILES
+    )
+    assert {name: left[name] for name in USERS_FILES} == USERS_FILES
+    assert checkpoint_steps(train_dir) == [0, 2, 4]

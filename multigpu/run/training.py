@@ -328,6 +328,9 @@ def _prepare(train_dir, task, start):
         if _finished(newest, start.max_steps):
             return newest, True
     if task.is_chief:
+        # Under the lock, what an earlier run's interrupted saves left (a
+        # kill -9 mid-save: model.ckpt-STEP_temp/) is no run's any more.
+        train_dirs.remove_interrupted_writes(train_dir)
         event_files.own_writer(train_dir)
     return newest, False
 
