@@ -5,13 +5,18 @@ before step 1 leaves the train_dir as it was; a resume removes what an
 interrupted save left, and only that.
 """
 
+import glob
+import os
 import re
+import signal
+import time
 
 import pytest
 from conftest import SCRIPT, checkpoint_steps, error_line, folder_contents
 from helpers.cluster import FAULT_TIMEOUT_SECS
 from helpers.data_files import fill_disk
-from helpers.training import SINGLE, run_trainer
+from helpers.scripts import start_script
+from helpers.training import SINGLE, run_trainer, trainer_flags
 
 # A tmpfs this small, filled in blocks of 64 KiB, keeps no byte free.
 FULL_DISK_SIZE = "256k"
@@ -116,3 +121,66 @@ def test_a_resume_removes_what_an_interrupted_save_left_and_nothing_else(
     )
     assert {name: left[name] for name in USERS_FILES} == USERS_FILES
     assert checkpoint_steps(train_dir) == [0, 2, 4]
+
+
+# Seconds a trainer may take to reach the file a test waits for, and to end.
+START_DEADLINE_SECS = 180
+
+
+def _signal_when(process, log_path, pattern, signum):
+    """Sends signum once a file matches the glob pattern; returns the exit
+    code and output."""
+    deadline = time.monotonic() + START_DEADLINE_SECS
+    try:
+        while not glob.glob(pattern):
+            assert process.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "never wrote %s" % pattern
+            time.sleep(0.02)
+        os.kill(process.pid, signum)
+        process.wait(timeout=START_DEADLINE_SECS)
+    finally:
+        process.kill()
+        process.wait()
+    return process.returncode, log_path.read_text()
+
+
+# (the file whose writing the signal follows, the user's files in the
+# train_dir before the run): the lock is the run's first write; the event
+# file its last before the session is made (seconds before step 1).
+START_UP_POINTS = {
+    "new_folder_at_the_lock": ("trainer.lock", None),
+    "users_folder_at_the_event_file": (
+        "events.out.tfevents.*",
+        {"notes.txt": b"n\n"},
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", sorted(START_UP_POINTS))
+def test_a_signal_before_step_1_leaves_the_train_dir_as_it_was(
+    point, cifar10_data_dir, tmp_path
+):
+    written, found = START_UP_POINTS[point]
+    train_dir, log_path = tmp_path / "train", tmp_path / "train.log"
+    for name, content in (found or {}).items():
+        train_dir.mkdir(exist_ok=True)
+        (train_dir / name).write_bytes(content)
+    process = start_script(
+        "cifar10_train.py",
+        *trainer_flags(cifar10_data_dir, train_dir, "--max_steps=1000"),
+        log_path=log_path,
+    )
+    code, output = _signal_when(
+        process, log_path, str(train_dir / written), signal.SIGTERM
+    )
+    assert code == 143, output[-3000:]
+    assert output.strip().split("\n")[-1] == (
+        "cifar10_train.py: interrupted (SIGTERM) before step 1; nothing was "
+        "trained, and what the run wrote in %s is removed; run the same "
+        "command to start" % train_dir
+    )
+    if found is None:
+        assert not train_dir.exists()
+    else:
+        assert folder_contents(train_dir) == found

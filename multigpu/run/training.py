@@ -4,7 +4,6 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from multigpu import errors
 from multigpu.distributed import agreement, cluster, ps_agreement, watchdog
 from multigpu.graph import blocks, summaries
 from multigpu.run import (
@@ -179,9 +178,9 @@ class _Start(NamedTuple):
 def _run_or_put_back(train_op, train_dir, session, start, watched):
     """Trains; a run failing before its first step puts train_dir back.
 
-    The chief puts back what it found (`train_dirs.put_back`), but for an
-    interrupted run, which saved the step it reached, and for a train_dir
-    that another trainer holds.
+    The chief puts back what it found (`train_dirs.put_back`), also when a
+    signal stopped it before step 1, but not for a train_dir that another
+    trainer holds.
     """
     task = session.task
     server = cluster.start_server(task, session.config)
@@ -202,11 +201,12 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
             if failed is None:
                 raise
             raise failed from cause
-    except (errors.Interrupted, train_dirs.InUse):
-        # An interrupted run saved the step it reached; a folder in use is
-        # another trainer's, whose new files are not this run's to remove.
+    except train_dirs.InUse:
+        # A folder in use is another trainer's: its new files are not ours.
         raise
     except BaseException:
+        # A run interrupted after step 1 saved the step it reached; one
+        # interrupted before it, like one that failed, leaves no trace.
         if task.is_chief and watched.logger.runs == 0:
             train_dirs.put_back(train_dir, as_found)
         raise
@@ -267,7 +267,10 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
     raises `errors.Interrupted`.
     """
     task, config = session.task, session.config
+    # A signal from the first write in train_dir on is the run's to handle:
+    # one before step 1 leaves train_dir as it was (`_run_or_put_back`).
     with (
+        watched.interrupt.installed(),
         train_dirs.owned(train_dir, task.is_chief),
         watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
     ):
@@ -283,8 +286,7 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
             session.pretrained,
             newest,
         )
-        with watched.interrupt.installed():
-            _train_loop(train_op, session.hooks, creator)
+        _train_loop(train_op, session.hooks, creator)
         if server:
             cluster.report_done(
                 server, done_ops, task, watched.logger.runs, config
@@ -294,7 +296,9 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
                 watched.preemption, train_dir, task.is_chief
             )
         if watched.interrupt.signum is not None:
-            raise interrupts.interrupted(watched.interrupt, train_dir, task)
+            raise interrupts.interrupted(
+                watched.interrupt, train_dir, task, watched.logger.runs
+            )
 
 
 def _prepare(train_dir, task, start):
