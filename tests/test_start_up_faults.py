@@ -9,11 +9,12 @@ import glob
 import os
 import re
 import signal
+import subprocess
 import time
 
 import pytest
 from conftest import SCRIPT, checkpoint_steps, error_line, folder_contents
-from helpers.cluster import FAULT_TIMEOUT_SECS
+from helpers.cluster import FAULT_TIMEOUT_SECS, free_ports
 from helpers.data_files import fill_disk
 from helpers.scripts import start_script
 from helpers.training import SINGLE, run_trainer, trainer_flags
@@ -184,3 +185,30 @@ def test_a_signal_before_step_1_leaves_the_train_dir_as_it_was(
         assert not train_dir.exists()
     else:
         assert folder_contents(train_dir) == found
+
+
+@pytest.mark.slow
+def test_a_profile_a_worker_cannot_write_is_refused_before_step_1(
+    small_disk, cifar10_data_dir
+):
+    disk = small_disk("1m")
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    ps, chief, worker = ("127.0.0.1:%d" % port for port in free_ports(3))
+    line = error_line(
+        SCRIPT,
+        "--ps_hosts=%s" % ps,
+        "--worker_hosts=%s,%s" % (chief, worker),
+        "--job_name=worker",
+        "--task_index=1",
+        "--cpu_towers",
+        "--fake_data",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % (disk / "train"),
+        "--profile_steps=2,3",
+    )
+    assert line == (
+        "%s: error: --profile_steps=2,3 writes its profile under "
+        "--train_dir=%s, which is on a read-only file system; pass a "
+        "--train_dir this process can write, or drop --profile_steps"
+        % (SCRIPT, disk / "train")
+    )
