@@ -62,7 +62,8 @@ def run_training(
       config: the session's `ConfigProto`.
       clear_train_dir, data_dirs, model_name, data: `_prepare`.
       task, settings: a worker's `cluster.ClusterTask` (None to train in
-        this process); what the workers must share (`agreement.agree`).
+        this process); what the workers must share (`agreement.agree`),
+        with data (`data_records.with_setting`).
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
       pretrained: (str, bool), --pretrained_model_checkpoint_path and
         --fine_tune, for a train_dir without checkpoints (`restore`).
@@ -81,6 +82,7 @@ def run_training(
     if task.is_chief:
         saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
         hooks += _chief_hooks(train_dir, scaffold, saving, watched, histograms)
+    settings = data_records.with_setting(settings, data)
     session = _Session(task, config, scaffold, hooks, pretrained, settings)
     start = _Start(clear_train_dir, data_dirs, model_name, data, max_steps)
     _run_or_put_back(train_op, train_dir, session, start, watched)
