@@ -158,6 +158,38 @@ def refuse_other_data(train_dir, data, data_dir):
     )
 
 
+def refuse_other_data_set(train_dir, description, data_dir):
+    """Refuses to score train_dir's checkpoints on another data set.
+
+    For the eval, which reads the test files only: the data set's name is
+    compared (the sample set is not CIFAR-10), not the training files. A
+    train_dir with no record is scored as before.
+
+    Args:
+      train_dir: str, --checkpoint_dir.
+      description: str, what --data_dir holds, e.g. 'CIFAR-10'.
+      data_dir: str, --data_dir, for the message.
+
+    Raises:
+      ValueError: the record names another data set (one line naming both).
+    """
+    held = recorded_data(train_dir)
+    if held is None or held.description == description:
+        return
+    raise ValueError(
+        "--checkpoint_dir=%s was trained on %s, not on %s in --data_dir=%s "
+        "(%s names its files): its scores there would say nothing of it; "
+        "pass the --data_dir it was trained on"
+        % (
+            train_dir,
+            held.description,
+            description,
+            data_dir,
+            os.path.join(train_dir, train_dirs.DATA_RECORD),
+        )
+    )
+
+
 def _differing(held, found):
     """'a, b': the names of the files whose lines differ."""
     names = sorted({line.split(" ", 1)[0] for line in set(held) ^ set(found)})
