@@ -6,17 +6,15 @@ interrupted save left, and only that.
 """
 
 import glob
-import os
 import re
 import signal
 import subprocess
-import time
 
 import pytest
 from conftest import SCRIPT, checkpoint_steps, error_line, folder_contents
 from helpers.cluster import FAULT_TIMEOUT_SECS, free_ports
 from helpers.data_files import fill_disk
-from helpers.scripts import start_script
+from helpers.scripts import signal_when, start_script
 from helpers.training import SINGLE, run_trainer, trainer_flags
 
 # A tmpfs this small, filled in blocks of 64 KiB, keeps no byte free.
@@ -128,23 +126,6 @@ def test_a_resume_removes_what_an_interrupted_save_left_and_nothing_else(
 START_DEADLINE_SECS = 180
 
 
-def _signal_when(process, log_path, pattern, signum):
-    """Sends signum once a file matches the glob pattern; returns the exit
-    code and output."""
-    deadline = time.monotonic() + START_DEADLINE_SECS
-    try:
-        while not glob.glob(pattern):
-            assert process.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, "never wrote %s" % pattern
-            time.sleep(0.02)
-        os.kill(process.pid, signum)
-        process.wait(timeout=START_DEADLINE_SECS)
-    finally:
-        process.kill()
-        process.wait()
-    return process.returncode, log_path.read_text()
-
-
 # (the file whose writing the signal follows, the user's files in the
 # train_dir before the run): the lock is the run's first write; the event
 # file its last before the session is made (seconds before step 1).
@@ -172,8 +153,12 @@ def test_a_signal_before_step_1_leaves_the_train_dir_as_it_was(
         *trainer_flags(cifar10_data_dir, train_dir, "--max_steps=1000"),
         log_path=log_path,
     )
-    code, output = _signal_when(
-        process, log_path, str(train_dir / written), signal.SIGTERM
+    code, output = signal_when(
+        process,
+        log_path,
+        lambda: glob.glob(str(train_dir / written)),
+        signal.SIGTERM,
+        START_DEADLINE_SECS,
     )
     assert code == 143, output[-3000:]
     assert output.strip().split("\n")[-1] == (
