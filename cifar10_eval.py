@@ -38,7 +38,13 @@ from data_sets import cifar10_batches, cifar10_data
 from multigpu import errors, folders
 from multigpu.flags import choices, common_flags, flag_checks, script
 from multigpu.graph import op_kernels, placement, top_k_hits
-from multigpu.train_dir import checkpoints, event_files, restore, train_dirs
+from multigpu.train_dir import (
+    checkpoints,
+    data_records,
+    event_files,
+    restore,
+    train_dirs,
+)
 
 # Seconds between the watching eval's lines saying what it waits for.
 WAITING_LINE_SECS = 600
@@ -357,6 +363,9 @@ def main(argv):
         cifar10_data.prepare_data_dir(FLAGS.data_dir, fake_data=True)
     else:
         cifar10_data.say_if_sample_set(FLAGS.data_dir)
+    data_records.refuse_other_data_set(
+        checkpoint_dir, cifar10_data.description(FLAGS.data_dir), FLAGS.data_dir
+    )
     folders.make_folder(eval_dir, "eval_dir")
     devices = placement.tower_devices(1, cpu_towers=True)
     data = dict(

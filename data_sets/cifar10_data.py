@@ -147,13 +147,20 @@ def training_data(data_dir):
     """What a run on data_dir trains on, for its train_dir's record.
 
     Returns:
-      a `data_records.Data`: 'the CIFAR-10 sample set' or 'CIFAR-10', and
-      the fingerprints of the five training files.
+      a `data_records.Data`: its `description`, and the fingerprints of the
+      five training files.
     """
     return data_records.Data(
-        "the CIFAR-10 sample set" if holds_sample_set(data_dir) else "CIFAR-10",
+        description(data_dir),
         data_records.fingerprint(cifar10_input.data_files(data_dir)),
     )
+
+
+def description(data_dir):
+    """'the CIFAR-10 sample set' or 'CIFAR-10': what data_dir holds."""
+    if holds_sample_set(data_dir):
+        return "the CIFAR-10 sample set"
+    return "CIFAR-10"
 
 
 def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):

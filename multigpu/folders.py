@@ -43,6 +43,29 @@ def make_folder(path, flag):
         raise ValueError("--%s=%s is not writable by this user" % (flag, path))
 
 
+def why_unwritable(path):
+    """Why this process could not write files under path, or None.
+
+    Nothing is created: the nearest folder of path that exists is looked
+    at, as the one the first write would make a folder in.
+
+    Returns:
+      str, e.g. 'is on a read-only file system', 'is not writable by this
+      user' or 'is under FILE, which is a file'; None when path can be
+      written.
+    """
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return "is under %s, which is a file" % existing
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        return "is on a read-only file system"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "is not writable by this user"
+    return None
+
+
 def listing(names):
     """'a, b, c' for an error message, the first NAMED_FILES of names."""
     listed = ", ".join(names[:NAMED_FILES])
@@ -78,13 +101,20 @@ def written_aside(filename):
             os.remove(part)
         if isinstance(e, OSError):
             raise ValueError(
-                "could not write %s (%s; %.1f MB free on its disk); nothing "
-                "half-written is left"
-                % (
-                    filename,
-                    e.strerror or str(e),
-                    shutil.disk_usage(os.path.dirname(filename) or ".").free
-                    / 2**20,
-                )
+                "%s; nothing half-written is left" % not_written(filename, e)
             ) from None
         raise
+
+
+def not_written(filename, error):
+    """'could not write FILE (REASON; M MB free on its disk)'.
+
+    Args:
+      filename: str, the file whose write failed.
+      error: the `OSError` of the write, e.g. ENOSPC.
+    """
+    return "could not write %s (%s; %.1f MB free on its disk)" % (
+        filename,
+        error.strerror or str(error),
+        shutil.disk_usage(os.path.dirname(filename) or ".").free / 2**20,
+    )

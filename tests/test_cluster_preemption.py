@@ -207,7 +207,7 @@ def test_a_signal_no_step_carried_says_what_the_job_did_on_each_kind(kind):
     hook = interrupts.InterruptHook(stops_itself=not task.kind.agreed_stop)
     hook.signum, hook.step = signal.SIGTERM, MAX_STEPS
 
-    interrupted = interrupts.interrupted(hook, "unused", task)
+    interrupted = interrupts.interrupted(hook, "unused", task, MAX_STEPS)
 
     assert interrupted.exit_code == 143
     # In the last step, which ended the job before a next step could carry

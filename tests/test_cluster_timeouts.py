@@ -1,13 +1,17 @@
 """Operation timeouts bound the waits of a cluster, and only of a cluster."""
 
+import socket
+import threading
 import time
 
 import pytest
+import tensorflow as tf
 from conftest import error_line, free_port
 from helpers.scripts import run_code
 
-from multigpu.distributed import cluster
+from multigpu.distributed import agreement, cluster, watchdog
 from multigpu.graph import placement
+from multigpu.run import sessions
 
 
 def test_outside_a_cluster_no_operation_timeout_applies():
@@ -71,3 +75,64 @@ def test_a_wait_past_its_bound_ends_the_worker_naming_what_is_unreachable():
         "(127.0.0.1:%s), worker task 1 (127.0.0.1:%s); start every worker "
         "task again" % tuple(ports)
     )
+
+
+def test_an_operation_timeout_of_0_is_no_bound_not_7200_s():
+    for flag, bound in ((0, 0), (7, 7)):
+        config = placement.session_config(operation_timeout_secs=flag)
+        assert sessions.timeout_secs(config) == bound
+
+
+# A wait of 2 s under a bound of 0 (--operation_timeout_secs=0).
+_UNBOUNDED_WAIT = """
+import sys, time
+from multigpu.distributed import cluster, watchdog
+hosts = ",".join("127.0.0.1:" + port for port in sys.argv[1:3])
+task = cluster.cluster_task("", hosts, "worker", 1)
+with watchdog.ends_after(0, task, "a wait"):
+    time.sleep(2)
+print("the wait ended")
+"""
+
+
+def test_a_wait_bounded_by_0_runs_to_its_end():
+    result = run_code(_UNBOUNDED_WAIT, str(free_port()), str(free_port()))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == "the wait ended\n"
+
+
+class _LateCluster(tf.compat.v1.train.SessionCreator):
+    """A session creator whose cluster answers at its third try."""
+
+    def __init__(self):
+        self.tries = 0
+
+    def create_session(self):
+        self.tries += 1
+        if self.tries < 3:
+            raise tf.errors.UnavailableError(None, None, "not up yet")
+        return "session"
+
+
+def test_the_first_session_under_a_bound_of_0_waits_for_the_cluster():
+    late = _LateCluster()
+    creator = sessions.BoundedSessionCreator(late, 0)
+    assert creator.create_session() == "session"
+    assert late.tries == 3
+
+
+def test_the_agreement_under_a_bound_of_0_waits_for_a_late_peer():
+    with socket.socket() as peer:
+        peer.bind(("127.0.0.1", 0))
+        hosts = "127.0.0.1:%d,127.0.0.1:%d" % (
+            peer.getsockname()[1],
+            free_port(),
+        )
+        task = cluster.cluster_task("", hosts, "worker", 1)
+        # The peer's port answers after a few looks at it.
+        late = threading.Timer(3 * agreement.PORT_POLL_SECS, peer.listen)
+        late.start()
+        agreement.wait_for_peers(task, 0)
+        late.join()
+        # It returned once the peer answered, not at its first look.
+        assert watchdog.answers(hosts.split(",")[0])

@@ -97,6 +97,28 @@ def test_a_run_on_other_data_is_refused_and_leaves_the_folder_byte_identical(
 
 
 @pytest.mark.slow
+def test_the_eval_refuses_to_score_a_sample_set_run_on_other_data(
+    sample_set_run, tmp_path
+):
+    write_cifar10_files(tmp_path / "real", records_per_file=3)
+    before = folder_contents(sample_set_run)
+    line = error_line(
+        "cifar10_eval.py",
+        "--data_dir=%s" % (tmp_path / "real"),
+        "--checkpoint_dir=%s" % sample_set_run,
+        "--run_once",
+    )
+    assert line == (
+        "cifar10_eval.py: error: --checkpoint_dir=%s was trained on the "
+        "CIFAR-10 sample set, not on CIFAR-10 in --data_dir=%s (%s/data.txt "
+        "names its files): its scores there would say nothing of it; pass "
+        "the --data_dir it was trained on"
+        % (sample_set_run, tmp_path / "real", sample_set_run)
+    )
+    assert folder_contents(sample_set_run) == before
+
+
+@pytest.mark.slow
 def test_an_unmarked_copy_of_the_sample_set_is_the_same_data(
     sample_set_run, cifar10_data_dir, tmp_path
 ):

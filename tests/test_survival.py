@@ -29,6 +29,7 @@ from conftest import (
     trainer_flags,
     write_cifar10_files,
 )
+from helpers.scripts import signal_when, wait_until
 
 from data_sets import cifar10_data, mnist_data, sample_sets
 from multigpu.distributed import cluster
@@ -104,33 +105,24 @@ def test_training_a_copied_train_dir_leaves_the_original_byte_identical(
 
 def _wait_until(process, log_path, ready):
     """Waits, while the process runs, until ready() holds."""
-    deadline = time.monotonic() + START_TIMEOUT_SECS
-    while not ready():
-        assert process.poll() is None, log_path.read_text()[-3000:]
-        assert time.monotonic() < deadline, "not ready"
-        time.sleep(0.05)
+    wait_until(process, log_path, ready, START_TIMEOUT_SECS)
+
+
+def _logged(log_path, pattern):
+    """A function: whether the output holds a line matching pattern."""
+    return lambda: re.search(pattern, log_path.read_text(), re.MULTILINE)
 
 
 def _wait_for_output(process, log_path, pattern):
     """Waits, while the process runs, until its output matches pattern."""
-    _wait_until(
-        process,
-        log_path,
-        lambda: re.search(pattern, log_path.read_text(), re.MULTILINE),
-    )
+    _wait_until(process, log_path, _logged(log_path, pattern))
 
 
 def _interrupt(process, log_path, signum):
     """Sends signum once steps are logged; returns the exit code, output."""
-    try:
-        # The step logger's line of a step past the first save (step 0).
-        _wait_for_output(process, log_path, r": step [0-9]+, loss")
-        os.kill(process.pid, signum)
-        process.wait(timeout=EXIT_TIMEOUT_SECS)
-    finally:
-        process.kill()
-        process.wait()
-    return process.returncode, log_path.read_text()
+    # The step logger's line of a step past the first save (step 0).
+    stepped = _logged(log_path, r": step [0-9]+, loss")
+    return signal_when(process, log_path, stepped, signum, START_TIMEOUT_SECS)
 
 
 def _saved_global_step(checkpoint):

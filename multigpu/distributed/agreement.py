@@ -111,7 +111,8 @@ def agree(target, task, settings, wait_secs):
       task: the `cluster.ClusterTask`, in a cluster of workers only.
       settings: dict of str -> JSON value; the same keys on every worker.
       wait_secs: float, the start-up wait: for the peers' ports, then for
-        the all-gather (past it the process ends with one line).
+        the all-gather (past it the process ends with one line); 0 waits
+        forever.
 
     Raises:
       errors.TrainingError: a peer's port did not answer within wait_secs.
@@ -137,7 +138,7 @@ def wait_for_peers(task, wait_secs):
         waiting = {i for i in waiting if not watchdog.answers(addresses[i])}
         if not waiting:
             return
-        if time.time() > deadline:
+        if wait_secs and time.time() > deadline:
             raise errors.TrainingError(
                 "worker task %d: no answer from %s within %d s of start-up "
                 "(--operation_timeout_secs); start every worker task with "

@@ -25,7 +25,8 @@ CONNECT_TIMEOUT_SECS = 2
 
 
 class PsWatchdog:
-    """Ends the process when a ps task stops answering for timeout_secs.
+    """Ends the process when a ps task stops answering for timeout_secs
+    (0: never, as --operation_timeout_secs=0 says).
 
     Not in a cluster of workers only, which has no ps: there a lost worker
     fails the step of every other (`collective_cluster`).
@@ -41,6 +42,8 @@ class PsWatchdog:
         self._stop = threading.Event()
 
     def __enter__(self):
+        if not self._timeout_secs:
+            return self  # --operation_timeout_secs=0 bounds no wait.
         if self._task.kind.ps_tasks:
             threading.Thread(target=self._watch, daemon=True).start()
         return self
@@ -76,11 +79,15 @@ def ends_after(wait_secs, task, what):
     so a peer lost then would hold the worker forever.
 
     Args:
-      wait_secs: float, the bound.
+      wait_secs: float, the bound; 0 for none (the block may wait
+        forever, as --operation_timeout_secs=0 says).
       task: the `cluster.ClusterTask`.
       what: str, the wait, for the line, e.g. 'the agreement on the
         settings'.
     """
+    if not wait_secs:
+        yield
+        return
     timer = threading.Timer(wait_secs, _end, (wait_secs, task, what))
     timer.daemon = True
     timer.start()

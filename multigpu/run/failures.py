@@ -41,7 +41,7 @@ def failure(error, watched, task, train_dir, saved=None):
         if found is None:
             return None, None
         return _diverged(logger.step + 1, found.group(0), train_dir), error
-    if lost_cluster(error):
+    if lost_cluster(error) or cancelled_at_start(error, logger.runs):
         return _lost_cluster(error, logger.runs, task, saved), error
     events.cut_back()
     if isinstance(error, tf.errors.OpError):
@@ -62,6 +62,19 @@ def lost_cluster(error):
     return isinstance(
         error, (tf.errors.DeadlineExceededError, tf.errors.UnavailableError)
     )
+
+
+def cancelled_at_start(error, runs):
+    """Whether error cancelled an op before step 1: a peer that ended then
+    (its train_dir unwritable, say) cancels the collectives of the start-up
+    copy of the chief's values in every other worker of a cluster of workers
+    only (no op of a run in one process is cancelled before step 1).
+
+    Args:
+      error: the session's error.
+      runs: int, the steps this process ran.
+    """
+    return isinstance(error, tf.errors.CancelledError) and runs == 0
 
 
 def _lost_cluster(error, runs, task, saved):

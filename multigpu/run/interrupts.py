@@ -97,7 +97,7 @@ class _Handlers:
         return False
 
 
-def interrupted(hook, train_dir, task):
+def interrupted(hook, train_dir, task, runs):
     """The `errors.Interrupted` of a run the hook stopped.
 
     Args:
@@ -107,7 +107,10 @@ def interrupted(hook, train_dir, task):
         reached; another worker of the ps cluster leaves it, and the
         others train on without it (the ps holds the variables); where the
         stop is agreed, a signal that no step carried came in the last.
+      runs: int, the steps this process ran; 0: `before_step_1`.
     """
+    if task.is_chief and runs == 0:
+        return before_step_1(hook, train_dir)
     if not task.is_chief and task.kind.agreed_stop:
         # The job's last step ended before the signal went with a step.
         return errors.Interrupted(
@@ -142,5 +145,19 @@ def interrupted(hook, train_dir, task):
             hook.step,
             checkpoints.latest_checkpoint(train_dir),
         ),
+        hook.exit_code(),
+    )
+
+
+def before_step_1(hook, train_dir):
+    """The `errors.Interrupted` of a chief stopped before its first step.
+
+    Nothing was trained: the run takes back what it wrote in train_dir
+    (`train_dirs.put_back`), so no checkpoint says it saved anything.
+    """
+    return errors.Interrupted(
+        "interrupted (%s) before step 1; nothing was trained, and what "
+        "the run wrote in %s is removed; run the same command to start"
+        % (hook.signal_name(), train_dir),
         hook.exit_code(),
     )

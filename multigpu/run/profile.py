@@ -15,6 +15,7 @@ import os
 
 import tensorflow as tf
 
+from multigpu import folders
 from multigpu.run import op_table
 
 # Under the logdir given to the profiler: its runs' folders.
@@ -52,10 +53,23 @@ def parse_steps(value):
 
 
 def profile_hooks(profile_steps, train_dir):
-    """The hooks of --profile_steps: [] for '', else one `ProfileHook`."""
+    """The hooks of --profile_steps: [] for '', else one `ProfileHook`.
+
+    Raises:
+      ValueError: train_dir, where the profile goes, cannot be written
+        (say, a cluster worker's read-only --train_dir): said before step
+        1, not at the profile's last step.
+    """
     steps = parse_steps(profile_steps)
     if steps is None:
         return []
+    why = folders.why_unwritable(os.path.join(train_dir, PROFILE_FOLDER))
+    if why is not None:
+        raise ValueError(
+            "--profile_steps=%s writes its profile under --train_dir=%s, "
+            "which %s; pass a --train_dir this process can write, or drop "
+            "--profile_steps" % (profile_steps, train_dir, why)
+        )
     return [ProfileHook(steps[0], steps[1], train_dir)]
 
 

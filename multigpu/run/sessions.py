@@ -138,7 +138,9 @@ class PromptWorkerSessionCreator(tf.compat.v1.train.SessionCreator):
     def create_session(self):
         self._scaffold.finalize()
         return session_manager(self._scaffold).wait_for_session(
-            self._master, self._config, timeout_secs(self._config)
+            self._master,
+            self._config,
+            timeout_secs(self._config) or float("inf"),
         )
 
 
@@ -160,7 +162,8 @@ class BoundedSessionCreator(tf.compat.v1.train.SessionCreator):
     A `MonitoredSession` re-creates its session, forever, whenever a peer is
     unavailable (TF1's recovery from a restarted ps). Here a lost peer ends
     the run instead, with an error: the first session may wait for the
-    cluster to come up for at most timeout_secs; a second one is refused.
+    cluster to come up for at most timeout_secs (0: no bound); a second one
+    is refused.
     Restarting the task resumes from the chief's newest checkpoint.
     """
 
@@ -182,7 +185,7 @@ class BoundedSessionCreator(tf.compat.v1.train.SessionCreator):
                 self._created = True
                 return session
             except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
-                if time.time() > deadline:
+                if self._timeout_secs and time.time() > deadline:
                     raise tf.errors.DeadlineExceededError(
                         None,
                         None,
@@ -193,8 +196,10 @@ class BoundedSessionCreator(tf.compat.v1.train.SessionCreator):
 
 
 def timeout_secs(config):
+    """The session's --operation_timeout_secs: float seconds, 0 for no
+    bound (every wait that takes it waits forever then, as its help says)."""
     timeout_ms = config.operation_timeout_in_ms if config else 0
-    return timeout_ms / 1000 if timeout_ms > 0 else 7200
+    return max(timeout_ms, 0) / 1000
 
 
 def initialise(session):

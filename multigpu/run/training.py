@@ -4,7 +4,6 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from multigpu import errors
 from multigpu.distributed import agreement, cluster, ps_agreement, watchdog
 from multigpu.graph import blocks, summaries
 from multigpu.run import (
@@ -65,7 +64,8 @@ def run_training(
       config: the session's `ConfigProto`.
       clear_train_dir, data_dirs, model_name, data: `_prepare`.
       task, settings: a worker's `cluster.ClusterTask` (None to train in
-        this process); what the workers must share (`agreement.agree`).
+        this process); what the workers must share (`agreement.agree`),
+        with data (`data_records.with_setting`).
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
       pretrained: (str, bool), --pretrained_model_checkpoint_path and
         --fine_tune, for a train_dir without checkpoints (`restore`).
@@ -88,6 +88,7 @@ def run_training(
         chief_hooks = chief_savers.chief_hooks(
             train_dir, scaffold, saving, watched, histograms
         )
+    settings = data_records.with_setting(settings, data)
     session = _Session(
         task, config, scaffold, hooks, chief_hooks, pretrained, settings
     )
@@ -199,9 +200,9 @@ class _Start(NamedTuple):
 def _run_or_put_back(train_op, train_dir, session, start, watched):
     """Trains; a run failing before its first step puts train_dir back.
 
-    The chief puts back what it found (`train_dirs.put_back`), but for an
-    interrupted run, which saved the step it reached, and for a train_dir
-    that another trainer holds.
+    The chief puts back what it found (`train_dirs.put_back`), also when a
+    signal stopped it before step 1, but not for a train_dir that another
+    trainer holds.
     """
     task = session.task
     server = cluster.start_server(task, session.config)
@@ -217,11 +218,12 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     as_found = train_dirs.contents(train_dir)
     try:
         _train(train_op, train_dir, session, server, done_ops, start, watched)
-    except (errors.Interrupted, train_dirs.InUse):
-        # An interrupted run saved the step it reached; a folder in use is
-        # another trainer's, whose new files are not this run's to remove.
+    except train_dirs.InUse:
+        # A folder in use is another trainer's: its new files are not ours.
         raise
     except BaseException:
+        # A run interrupted after step 1 saved the step it reached; one
+        # interrupted before it, like one that failed, leaves no trace.
         if task.is_chief and watched.logger.runs == 0:
             train_dirs.put_back(train_dir, as_found)
         raise
@@ -314,7 +316,10 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
     a lost peer: all while it holds train_dir.
     """
     task, config = session.task, session.config
+    # A signal from the first write in train_dir on is the run's to handle:
+    # one before step 1 leaves train_dir as it was (`_run_or_put_back`).
     with (
+        watched.interrupt.installed(),
         train_dirs.owned(train_dir, task.is_chief),
         watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
     ):
@@ -350,8 +355,7 @@ def _train_owned(
         newest,
         session.joins_held_job,
     )
-    with watched.interrupt.installed():
-        _train_loop(train_op, hooks, creator)
+    _train_loop(train_op, hooks, creator)
     if server:
         cluster.report_done(server, done_ops, task, watched.logger.runs, config)
     if watched.preemption and watched.preemption.signals:
@@ -359,7 +363,9 @@ def _train_owned(
             watched.preemption, train_dir, task.is_chief
         )
     if watched.interrupt.signum is not None:
-        raise interrupts.interrupted(watched.interrupt, train_dir, task)
+        raise interrupts.interrupted(
+            watched.interrupt, train_dir, task, watched.logger.runs
+        )
 
 
 def _prepare(train_dir, task, start):
@@ -401,6 +407,9 @@ def _prepare(train_dir, task, start):
                 flush=True,
             )
         return newest, True
+    # Under the lock, what an earlier run's interrupted saves left (a kill
+    # -9 mid-save: model.ckpt-STEP_temp/) is no run's any more.
+    train_dirs.remove_interrupted_writes(train_dir)
     event_files.own_writer(train_dir)
     return newest, False
 

@@ -18,6 +18,10 @@ from multigpu.train_dir import checkpoints, train_dirs
 ENDS_BYTES = 1 << 16
 # Hex digits kept of a file's hash.
 HASH_DIGITS = 16
+# The name the data go by among the settings the workers of a cluster
+# compare before step 1 (`agreement.difference` names it as the flag):
+# each worker reads its own --data_dir, and all must hold the same files.
+SETTING = "data_dir"
 
 
 class Data(NamedTuple):
@@ -66,6 +70,27 @@ def digest(files):
     """A short hash of a `Data`'s files, to recognise a known data set."""
     text = "".join(line + "\n" for line in files)
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_DIGITS]
+
+
+def with_setting(settings, data):
+    """settings (a dict, or None outside a cluster) with data's `SETTING`.
+
+    Args:
+      settings: what the workers compare (`agreement.agree`), or None.
+      data: the `Data` of this run's --data_dir, or None.
+
+    Returns:
+      a new dict, or settings itself when either is None.
+    """
+    if settings is None or data is None:
+        return settings
+    return dict(
+        settings,
+        **{
+            SETTING: "%s, %d file(s), sha256 %s"
+            % (data.description, len(data.files), digest(data.files))
+        },
+    )
 
 
 def recorded_data(train_dir):
@@ -129,6 +154,38 @@ def refuse_other_data(train_dir, data, data_dir):
             found,
             os.path.join(train_dir, train_dirs.DATA_RECORD),
             train_dir,
+        )
+    )
+
+
+def refuse_other_data_set(train_dir, description, data_dir):
+    """Refuses to score train_dir's checkpoints on another data set.
+
+    For the eval, which reads the test files only: the data set's name is
+    compared (the sample set is not CIFAR-10), not the training files. A
+    train_dir with no record is scored as before.
+
+    Args:
+      train_dir: str, --checkpoint_dir.
+      description: str, what --data_dir holds, e.g. 'CIFAR-10'.
+      data_dir: str, --data_dir, for the message.
+
+    Raises:
+      ValueError: the record names another data set (one line naming both).
+    """
+    held = recorded_data(train_dir)
+    if held is None or held.description == description:
+        return
+    raise ValueError(
+        "--checkpoint_dir=%s was trained on %s, not on %s in --data_dir=%s "
+        "(%s names its files): its scores there would say nothing of it; "
+        "pass the --data_dir it was trained on"
+        % (
+            train_dir,
+            held.description,
+            description,
+            data_dir,
+            os.path.join(train_dir, train_dirs.DATA_RECORD),
         )
     )
 

@@ -369,7 +369,11 @@ def owned(train_dir, is_chief=True):
                 file=sys.stderr,
                 flush=True,
             )
-        _write(lock_file, "%d %s\n" % (os.getpid(), socket.gethostname()))
+        _write(
+            lock_file,
+            lock_path,
+            "%d %s\n" % (os.getpid(), socket.gethostname()),
+        )
         try:
             yield
         except Exception:
@@ -379,7 +383,7 @@ def owned(train_dir, is_chief=True):
                 raise gone(train_dir) from None
             raise
         finally:
-            _write(lock_file, "")
+            _write(lock_file, lock_path, "")
     finally:
         lock_file.close()
 
@@ -443,8 +447,21 @@ def _holder(content):
     return "pid %s on host %s" % tuple(fields)
 
 
-def _write(lock_file, content):
-    lock_file.seek(0)
-    lock_file.truncate()
-    lock_file.write(content)
-    lock_file.flush()
+def _write(lock_file, path, content):
+    """Makes content the whole content of the lock file, open at path.
+
+    Unbuffered, so that a failed write fails here, once, and not again
+    when the file is closed.
+
+    Raises:
+      ValueError: the write failed (a full disk), naming the file.
+    """
+    fd = lock_file.fileno()
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, content.encode(), 0)
+    except OSError as e:
+        raise ValueError(
+            "%s; free space on its disk, then run again"
+            % folders.not_written(path, e)
+        ) from None

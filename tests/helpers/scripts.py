@@ -219,3 +219,37 @@ def run_user_script(folder, name, text, *args):
     )
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     return result
+
+
+def wait_until(process, log_path, ready, timeout):
+    """Waits, while the started script runs, until ready() holds.
+
+    Args:
+      process: the `subprocess.Popen` of `start_script`.
+      log_path: its output, shown when it ends first.
+      ready: a function of no argument, true once the wait is over.
+      timeout: seconds before the test fails.
+    """
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert process.poll() is None, log_path.read_text()[-3000:]
+        assert time.monotonic() < deadline, "not ready"
+        time.sleep(0.05)
+
+
+def signal_when(process, log_path, ready, signum, timeout):
+    """Sends signum to a started script once ready() holds (`wait_until`).
+
+    The process is ended by the end of the call, whatever happens.
+
+    Returns:
+      (int, str): its exit code and output.
+    """
+    try:
+        wait_until(process, log_path, ready, timeout)
+        os.kill(process.pid, signum)
+        process.wait(timeout=timeout)
+    finally:
+        process.kill()
+        process.wait()
+    return process.returncode, log_path.read_text()
