@@ -203,7 +203,7 @@ def test_one_host_port_for_two_tasks_of_tf_config_names_tf_config():
     }
 
     with pytest.raises(ValueError) as raised:
-        cluster.cluster_task_from_flags(_Flags(), environ)
+        choices.cluster_task_from_flags(_Flags(), environ)
 
     assert str(raised.value) == (
         "TF_CONFIG's cluster lists h:1 more than once; every task needs a "
