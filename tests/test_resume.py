@@ -319,14 +319,13 @@ def test_an_mnist_checkpoint_in_the_cifar10_eval_is_one_line(
         cifar10_data_dir, train_dir, tmp_path / "eval", expect_success=False
     )
     assert result.returncode == 1
+    # Its data.txt names MNIST: refused before the model is even read.
     assert _last_line(result) == (
-        "cifar10_eval.py: error: checkpoint %s does not fit this model: it "
-        "lacks conv1/biases/ExponentialMovingAverage [64], "
-        "conv1/weights/ExponentialMovingAverage [5, 5, 3, 64], "
-        "conv2/biases/ExponentialMovingAverage [64] and 7 more; it seems to "
-        "hold a model of 1-channel images and 10 classes (conv1/weights "
-        "[5, 5, 1, 32], softmax_linear/weights [10, 10])"
-        % tf.train.latest_checkpoint(str(train_dir))
+        "cifar10_eval.py: error: --checkpoint_dir=%s was trained on MNIST, "
+        "not on the CIFAR-10 sample set in --data_dir=%s (%s/data.txt names "
+        "its files): its scores there would say nothing of it; pass the "
+        "--data_dir it was trained on"
+        % (train_dir, cifar10_data_dir, train_dir)
     )
     assert "Traceback" not in result.stderr
 
