@@ -52,7 +52,13 @@ def run_script(main):
         except errors.Interrupted as e:
             print("%s: %s" % (script, e), file=sys.stderr, flush=True)
             sys.exit(e.exit_code)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, RuntimeError) as e:
+            # pybind11 turns a Ctrl-C that lands while TensorFlow's C++
+            # raises into RuntimeError('... REPLACED BY KeyboardInterrupt').
+            if not isinstance(e, KeyboardInterrupt) and (
+                _PYBIND_CTRL_C not in str(e)
+            ):
+                raise
             print(
                 "%s: interrupted (SIGINT) outside the training loop; "
                 "nothing more to save" % script,
@@ -64,6 +70,8 @@ def run_script(main):
     app.run(main_with_errors, flags_parser=parse_flags)
 
 
+# What pybind11 says of a Ctrl-C that replaced a C++ exception.
+_PYBIND_CTRL_C = "REPLACED BY KeyboardInterrupt"
 # The help flags that print the script's grouped help (`flag_help`).
 _GROUPED_HELP_FLAGS = ("-?", "-h", "--help", "--helpshort")
 # absl's help flags: each prints the help, then exits with code 1.
