@@ -379,11 +379,7 @@ def _train(train_file, towers, train_dir, data, profiling, run):
                 clear_train_dir=start.clear_train_dir,
                 data_dirs=[recipe.data_dir],
                 task=task,
-                hooks=[
-                    closing,
-                    *hooks,
-                    *profiling,
-                ],
+                hooks=[closing, *hooks, *profiling],
                 pretrained=start.pretrained,
                 settings=settings,
                 data=data,

@@ -48,11 +48,10 @@ def run_training(
 ):
     """Runs the train op until max_steps or the end of the input.
 
-    A `MonitoredSession` resumes from the newest checkpoint of train_dir
-    that reads and logs, checks and saves as `_session_hooks` and
-    `chief_savers.chief_hooks` say; in a cluster it runs on the worker's
-    server. A run that fails before its first step leaves train_dir as it
-    was found.
+    A `MonitoredSession` from train_dir's newest checkpoint that reads, with
+    `_scaffold_and_hooks`' hooks; a run failing before step 1 leaves
+    train_dir as found; one a signal stopped raises `errors.Interrupted`,
+    one that failed `errors.TrainingError` (`failures.failure`).
 
     Args:
       train_op, loss: the op of one step; its float32 scalar loss.
@@ -67,27 +66,19 @@ def run_training(
         this process); what the workers must share (`agreement.agree`),
         with data (`data_records.with_setting`).
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
-      pretrained: (str, bool), --pretrained_model_checkpoint_path and
-        --fine_tune, for a train_dir without checkpoints (`restore`).
+      pretrained: (path, fine_tune) of `restore.restore_fn`, a new run's.
 
     Returns:
       int, the steps this process ran (a resumed run counts its own).
-
-    Raises:
-      errors.Interrupted, errors.TrainingError: `failures.failure`.
     """
     task = task or cluster.LOCAL_TASK
     config = cluster.task_config(config, task)
     progress = examples_per_step, log_frequency, max_steps
     watched = _watched(loss, progress, train_dir, task)
-    scaffold, histograms = _scaffold(summary_op)
-    hooks = _session_hooks(watched, loss, hooks, max_steps, task)
-    chief_hooks = []
-    if task.is_chief:
-        saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
-        chief_hooks = chief_savers.chief_hooks(
-            train_dir, scaffold, saving, watched, histograms
-        )
+    saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
+    scaffold, hooks, chief_hooks = _scaffold_and_hooks(
+        task, watched, loss, hooks, saving, train_dir, summary_op
+    )
     settings = data_records.with_setting(settings, data)
     session = _Session(
         task, config, scaffold, hooks, chief_hooks, pretrained, settings
@@ -126,6 +117,25 @@ def _watched(loss, progress, train_dir, task):
         loop_hooks.SaveWatcher(train_dir),
         event_files.EventFileHook(train_dir),
         agreed,
+    )
+
+
+def _scaffold_and_hooks(
+    task, watched, loss, hooks, saving, train_dir, summary_op
+):
+    """The session's scaffold, every task's hooks, and the chief's ([] on
+    the other workers): `_scaffold`, `_session_hooks` and
+    `chief_savers.chief_hooks`, whose saving tuple it takes."""
+    scaffold, histograms = _scaffold(summary_op)
+    hooks = _session_hooks(watched, loss, hooks, saving[2], task)
+    if not task.is_chief:
+        return scaffold, hooks, []
+    return (
+        scaffold,
+        hooks,
+        chief_savers.chief_hooks(
+            train_dir, scaffold, saving, watched, histograms
+        ),
     )
 
 
