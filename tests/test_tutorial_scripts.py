@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers.scripts import run_user_script
+from helpers.tutorial_checkpoints import top_1_hits
 
-import cifar10
 import cifar10_input
-from data_sets import cifar10_batches
 
 # A training script as users wrote them against the 2017 tutorial, with
 # only the import changed: the tutorial's names, flags from cifar10, a
@@ -191,7 +190,7 @@ def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
     restored = float(weights_line.rsplit(" ", 1)[1])
     assert restored == pytest.approx(np.sum(shadow), abs=2e-6)
     assert abs(np.sum(shadow) - np.sum(raw)) > 1e-4
-    assert hits == _top_1_hits(twenty_records_dir, train_dir, num_examples=12)
+    assert hits == top_1_hits(twenty_records_dir, train_dir, num_examples=12)
     # read_cifar10 on a FIFOQueue of file names: 'FILE:INDEX' keys, labels.
     test_file = (
         twenty_records_dir / cifar10_input.BATCHES_DIR / "test_batch.bin"
@@ -200,21 +199,6 @@ def test_a_tutorial_style_script_trains_and_its_eval_restores_the_averages(
     assert eval_lines[-3:] == [
         "%s:%d [%d]" % (test_file, i, labels[i]) for i in range(3)
     ]
-
-
-def _top_1_hits(data_dir, train_dir, num_examples):
-    """Top-1 hits of the newest checkpoint's moving averages, by our eval."""
-    with tf.Graph().as_default():
-        images, labels, init_op = cifar10_batches.eval_inputs(
-            "test", str(data_dir), num_examples, num_examples
-        )
-        logits = cifar10.inference(images)
-        top_1 = tf.nn.in_top_k(predictions=logits, targets=labels, k=1)
-        saver = tf.compat.v1.train.Saver(cifar10.variables_to_restore())
-        with tf.compat.v1.Session() as sess:
-            saver.restore(sess, tf.train.latest_checkpoint(str(train_dir)))
-            sess.run(init_op)
-            return int(np.sum(sess.run(top_1)))
 
 
 # A multi-tower script in the tutorial's manner: towers named with

@@ -14,7 +14,7 @@ import tensorflow as tf
 from helpers.checkpoints import checkpoint_steps
 from helpers.events import read_events
 from helpers.scripts import run_code, run_user_script
-from test_tutorial_scripts import _top_1_hits
+from helpers.tutorial_checkpoints import top_1_hits
 
 ERA_SCRIPTS = pathlib.Path(__file__).parent / "tutorial_scripts_2017"
 
@@ -72,7 +72,7 @@ def test_the_argparse_era_trainer_and_eval_honour_every_flag_given(
         "--run_once=True",
     )
     # ceil(10 / 4) batches of 4 from the test file's 20 records.
-    hits = _top_1_hits(twenty_records_dir, train_dir, num_examples=12)
+    hits = top_1_hits(twenty_records_dir, train_dir, num_examples=12)
     assert evaluated[-1].split(": ", 1)[1] == "precision @ 1 = %.3f" % (
         hits / 12
     )

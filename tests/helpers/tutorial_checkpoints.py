@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 import cifar10
+from data_sets import cifar10_batches
 from multigpu.train_dir import restore
 
 # The batch of the trainer's graph that write_infinite_checkpoint saves.
@@ -147,3 +148,18 @@ def write_infinite_checkpoint(train_dir, step):
             return tf.compat.v1.train.Saver().save(
                 sess, os.path.join(str(train_dir), "model.ckpt"), step
             )
+
+
+def top_1_hits(data_dir, train_dir, num_examples):
+    """Top-1 hits of the newest checkpoint's moving averages, by our eval."""
+    with tf.Graph().as_default():
+        images, labels, init_op = cifar10_batches.eval_inputs(
+            "test", str(data_dir), num_examples, num_examples
+        )
+        logits = cifar10.inference(images)
+        top_1 = tf.nn.in_top_k(predictions=logits, targets=labels, k=1)
+        saver = tf.compat.v1.train.Saver(cifar10.variables_to_restore())
+        with tf.compat.v1.Session() as sess:
+            saver.restore(sess, tf.train.latest_checkpoint(str(train_dir)))
+            sess.run(init_op)
+            return int(np.sum(sess.run(top_1)))
