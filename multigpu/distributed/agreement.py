@@ -197,6 +197,16 @@ def _all_gather(target, task, codes, wait_secs):
 _MEANINGS = {("learning_rate", "0.0"): "0 (the model's own recipe)"}
 
 
+def differing_names(settings_of_tasks):
+    """The names whose values (as JSON) differ between the settings dicts,
+    sorted; a name one dict lacks differs from one it holds."""
+    return [
+        name
+        for name in sorted(set().union(*settings_of_tasks))
+        if len({json.dumps(s.get(name)) for s in settings_of_tasks}) > 1
+    ]
+
+
 def difference(settings_of_tasks, tasks=None):
     """The line naming every flag that differs between workers.
 
@@ -216,16 +226,14 @@ def difference(settings_of_tasks, tasks=None):
       --learning_rate (...); start every worker with the same flags
       (docs/cluster.md)"; None when all agree.
     """
-    names = sorted(set().union(*settings_of_tasks))
     tasks = range(len(settings_of_tasks)) if tasks is None else tasks
     differing = {}
-    for name in names:
+    for name in differing_names(settings_of_tasks):
         values = [json.dumps(s.get(name)) for s in settings_of_tasks]
-        if len(set(values)) > 1:
-            differing[name] = ", ".join(
-                "worker task %d has %s" % (i, _MEANINGS.get((name, v), v))
-                for i, v in zip(tasks, values)
-            )
+        differing[name] = ", ".join(
+            "worker task %d has %s" % (i, _MEANINGS.get((name, v), v))
+            for i, v in zip(tasks, values)
+        )
     model = [
         (name, differing.pop(name))
         for name in (VARIABLES, OPS)

@@ -116,12 +116,11 @@ def refuse_other_job(held, settings):
       ValueError: naming each setting that differs, both values, and what
         to do.
     """
-    names = sorted(
+    names = [
         name
-        for name in set(held) | set(settings)
+        for name in agreement.differing_names([held, settings])
         if name not in RESTART_MAY_CHANGE
-        and json.dumps(held.get(name)) != json.dumps(settings.get(name))
-    )
+    ]
     if not names:
         return
     differing = ", ".join(

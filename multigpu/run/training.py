@@ -217,6 +217,9 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     task = session.task
     server = cluster.start_server(task, session.config)
     done_ops = cluster.done_signals(task)
+    if task.kind.agreement:
+        # What the workers compare, the model's digests too, made once.
+        session = session._replace(settings=_with_variables(session.settings))
     if task.kind.agreement == "collective":
         # A signal meanwhile is kept, and stops every worker after step 1.
         with watched.interrupt.installed():
@@ -261,7 +264,7 @@ def _agree(server, session):
     agreement.agree(
         server.target,
         session.task,
-        _with_variables(session.settings),
+        session.settings,
         sessions.timeout_secs(session.config),
     )
 
@@ -283,7 +286,7 @@ def _join_held_job(server, session):
     )
     if held is None:
         return session
-    ps_agreement.refuse_other_job(held, _with_variables(session.settings))
+    ps_agreement.refuse_other_job(held, session.settings)
     print(
         "the ps tasks hold this job already: training on from their "
         "variables, restoring no checkpoint",
@@ -298,7 +301,7 @@ def _with_ps_agreement(session, done_ops):
     worker that differs runs done_ops, the worker's `cluster.done_signals`."""
     agreed = ps_agreement.PsAgreementHook(
         session.task,
-        _with_variables(session.settings),
+        session.settings,
         sessions.timeout_secs(session.config),
         done_ops,
     )
