@@ -104,7 +104,6 @@ class FinishedHook(tf.compat.v1.train.SessionRunHook):
     def __init__(self, max_steps, task_index):
         self._max_steps = max_steps
         self._task_index = task_index
-        self.finished = False
 
     def begin(self):
         self._global_step = tf.compat.v1.train.get_global_step()
@@ -113,7 +112,6 @@ class FinishedHook(tf.compat.v1.train.SessionRunHook):
         step = session.run(self._global_step)
         if step < self._max_steps:
             return
-        self.finished = True
         print(
             "worker task %d: the job is already at global step %d, at or "
             "past --max_steps=%d; nothing to train (raise --max_steps on "
