@@ -1,9 +1,10 @@
-"""The Python the package declares is the one its code runs on.
+"""The Python the package declares is the one its code runs on, and CI's.
 
 pyproject.toml's requires-python names the oldest Python the package
-installs on; every module must parse as that Python's syntax, and the
-syntax the code needs (`X | None` in an annotation evaluated at import, a
-parenthesized `with` of several items: Python 3.10) must not be newer.
+installs on; every module must parse as that Python's syntax, the syntax
+the code needs (`X | None` in an annotation evaluated at import, a
+parenthesized `with` of several items: Python 3.10) must not be newer, and
+.ci/run makes its environment with that Python.
 """
 
 import ast
@@ -130,6 +131,13 @@ def test_the_check_sees_a_union_annotation_and_a_grouped_with():
         )
         is None
     )
+
+
+def test_ci_runs_the_tests_on_the_declared_minimum_python():
+    venv = re.findall(
+        r"^(python\S*) -m venv ", (ROOT / ".ci/run").read_text(), re.M
+    )
+    assert venv == ["python%d.%d" % declared_minimum(ROOT / "pyproject.toml")]
 
 
 def test_ruff_targets_the_declared_minimum_python():
