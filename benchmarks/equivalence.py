@@ -474,9 +474,8 @@ def run_cells(cells):
             starts[case.model] = initial_values(case)
         # The one device's run depends on all but the update and the
         # all-reduce, but for the dtype the gradients cross the workers in.
-        key = case._replace(
-            update=None, all_reduce=equivalence_workers.transfer_dtype(case)
-        )
+        key = case._replace(update=None, all_reduce=None)
+        key += (equivalence_workers.transfer_dtype(case),)
         result, references[key] = run_cell(
             case, starts[case.model], references.get(key)
         )
