@@ -11,7 +11,9 @@ model, its optimizer slots, its moving averages, the losses' averages and
 the loss scale's variables with one device that trains on the whole
 batch. The cells of update `workers_only` are a cluster of 2 worker
 processes on 127.0.0.1, their gradients all-reduced across them
-(benchmarks/equivalence_workers.py). `--models` takes the suite's models
+(benchmarks/equivalence_workers.py); where those cross in 2 bytes a value,
+the one device rounds them as the ring does
+(benchmarks/equivalence_transfer.py). `--models` takes the suite's models
 and a user's MODULE:FUNCTION, as the trainers' --model does. On a machine
 with GPUs the towers are the GPUs (NCCL joins the all-reduces); without,
 virtual CPU devices.
