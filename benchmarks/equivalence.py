@@ -11,7 +11,9 @@ model, its optimizer slots, its moving averages, the losses' averages and
 the loss scale's variables with one device that trains on the whole
 batch. The cells of update `workers_only` are a cluster of 2 worker
 processes on 127.0.0.1, their gradients all-reduced across them
-(benchmarks/equivalence_workers.py). `--models` takes the suite's models
+(benchmarks/equivalence_workers.py); where those cross in 2 bytes a value,
+the one device rounds them as the ring does
+(benchmarks/equivalence_transfer.py). `--models` takes the suite's models
 and a user's MODULE:FUNCTION, as the trainers' --model does. On a machine
 with GPUs the towers are the GPUs (NCCL joins the all-reduces); without,
 virtual CPU devices.
@@ -64,6 +66,7 @@ from benchmarks import (
     equivalence_cells,
     equivalence_reference,
     equivalence_tolerance,
+    equivalence_transfer,
     equivalence_workers,
 )
 from benchmarks.equivalence_table import (
@@ -122,15 +125,8 @@ def one_device_graph(case, images, labels):
         scope,
     )
     opt = model.optimizer(model.learning_rate(global_step, whole[1]))
-    # Each slice's loss takes the towers' loss scale (a power of two, 1 in
-    # float32), so that its float16 backward pass rounds as a tower's does;
-    # the sum over the slices, divided by their number, is their mean.
     scale = scaling.initial_scale if scaling else 1.0
-    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
-    grads = [
-        (grad / (scale * case.towers), var)
-        for grad, var in opt.compute_gradients(scaled_sum)
-    ]
+    grads = _mean_gradient(opt, case, slice_losses, regularization, scale)
     if case.clip_norm:
         # The whole batch's mean gradient, clipped to its global norm.
         clipped, _ = tf.clip_by_global_norm(
@@ -153,6 +149,30 @@ def one_device_graph(case, images, labels):
         return tf.compat.v1.train.ExponentialMovingAverage(
             cifar10.MOVING_AVERAGE_DECAY, num_updates=global_step
         ).apply(averaged)
+
+
+def _mean_gradient(opt, case, slice_losses, regularization, scale):
+    """The whole batch's mean gradient: [(float32 gradient, variable)].
+
+    Each slice's loss takes the towers' loss scale (a power of two, 1 in
+    float32), so that its float16 backward pass rounds as a tower's does;
+    the sum over the slices, divided by their number, is their mean. Where
+    the cell's gradients cross the workers in 2 bytes a value, each slice's
+    gradient is rounded and summed as they are there.
+    """
+    transfer_dtype = equivalence_workers.transfer_dtype(case)
+    if transfer_dtype != "float32":
+        return equivalence_transfer.mean_gradients(
+            opt,
+            [each + regularization for each in slice_losses],
+            scale,
+            transfer_dtype,
+        )
+    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
+    return [
+        (grad / (scale * case.towers), var)
+        for grad, var in opt.compute_gradients(scaled_sum)
+    ]
 
 
 def _slices(model, compute_dtype, batch_images, batch_labels, case):
@@ -454,8 +474,10 @@ def run_cells(cells):
     for case in cells:
         if case.model not in starts:
             starts[case.model] = initial_values(case)
-        # The one device's run depends on all but the update.
+        # The one device's run depends on all but the update and the
+        # all-reduce, but for the dtype the gradients cross the workers in.
         key = case._replace(update=None, all_reduce=None)
+        key += (equivalence_workers.transfer_dtype(case),)
         result, references[key] = run_cell(
             case, starts[case.model], references.get(key)
         )

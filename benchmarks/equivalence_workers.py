@@ -41,7 +41,11 @@ WORKERS = 2  # Worker tasks of a cell.
 UPDATE = "workers_only"
 # The all-reduces that cross machines (in a cluster of workers only), and
 # the --gradient_transfer_dtype each sends the float32 gradients in.
-TRANSFER_DTYPES = {"collective": "float32", "collective_float16": "float16"}
+TRANSFER_DTYPES = {
+    "collective": "float32",
+    "collective_float16": "float16",
+    "collective_bfloat16": "bfloat16",
+}
 ALL_REDUCES = tuple(TRANSFER_DTYPES)
 # Seconds a cell's workers may take in all: a bound on a hang, for a loaded
 # machine, not an expected time (a cell takes about a minute on 2 cores).
@@ -65,6 +69,14 @@ def cells(models, precisions):
             ALL_REDUCES, models, precisions, (1, 2)
         )
     ]
+
+
+def transfer_dtype(case):
+    """The dtype name the cell's gradients cross the workers in: float32
+    but in a cell across workers of a 2-byte --gradient_transfer_dtype."""
+    if case.update != UPDATE:
+        return "float32"
+    return TRANSFER_DTYPES[case.all_reduce]
 
 
 class WorkerFailed(Exception):

@@ -359,9 +359,13 @@ def test_cells_share_the_one_device_only_where_they_differ_in_the_update(
         cell._replace(clip_norm=1.5),
         cell._replace(update="replicated", clip_norm=1.5),
         cell._replace(precision="float16 fixed"),
+        # Across workers: float32 transfer as one machine's; 2 bytes apart.
+        cell._replace(update=WORKERS, all_reduce="collective"),
+        cell._replace(update=WORKERS, all_reduce="collective_float16"),
+        cell._replace(update=WORKERS, all_reduce="collective_bfloat16"),
     ]
 
     results = equivalence.run_cells(cells)
 
-    assert measured == [cells[0], cells[2], cells[4]]
-    assert [result.worst for result in results] == [0.0] * 5
+    assert measured == [cells[0], cells[2], cells[4], cells[6], cells[7]]
+    assert [result.worst for result in results] == [0.0] * 8
