@@ -11,7 +11,7 @@ and kept up, so that the rounds interleave (A, B, C, A, B, C, ...):
   bytes (the candidates for the flag's default);
 - replicated_with_stop: packed as the flag's default, and each step also
   all-reduces the workers' signal numbers, as the trainers' steps do in a
-  cluster of workers only (`preemption.stop_signals`);
+  cluster of workers only (`collectives.stop_signals`);
 - ps_cluster: 1 ps task and 2 workers, --variable_update=parameter_server
   (asynchronous, the TF1 default: each worker reads every variable and
   sends its gradients to the ps every step).
@@ -50,7 +50,7 @@ from benchmarks import common
 from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import collectives, placement, variable_update
-from multigpu.run import preemption, sessions
+from multigpu.run import sessions
 
 NAME = "collective"
 NUM_WORKERS = 2
@@ -86,7 +86,7 @@ def worker_main(variant, hosts, index, batch_size, steps, model):
     ):
         step = [worker_train_op(task, variant, batch_size, model)]
         if variant[2]:
-            step.append(preemption.stop_signals(task)[1])
+            step.append(collectives.stop_signals(task)[1])
         with tf.compat.v1.Session(server.target, config=config) as sess:
             _initialise(sess, task)
             for line in sys.stdin:

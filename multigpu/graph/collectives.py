@@ -305,3 +305,43 @@ def chief_values(variables, task, keys, device):
         with tf.device(var.device):
             assigns.append(var.assign(value).op)
     return tf.group(*assigns, name="take_chief_values")
+
+
+# The keys of the stop collective: the graph's own allocator
+# (`all_reduce.CollectiveKeys`) counts from 1 and never reaches them, so the
+# hook builds its collective apart from the graph's and collides with none.
+STOP_GROUP_KEY = 2**31 - 1
+STOP_INSTANCE_KEY = 1
+
+
+def stop_signals(task):
+    """The stop collective of this worker.
+
+    Args:
+      task: the worker's `cluster.ClusterTask`, of a kind whose stop is
+        agreed.
+
+    Returns:
+      (received, signals): received, a float32 scalar placeholder (0 by
+      default), the number of the signal this worker received; signals,
+      float32 [num_workers], every worker's signal number, the same on
+      every worker.
+    """
+    device = "/job:worker/replica:0/task:%d/device:CPU:0" % task.task_index
+    with tf.device(device), tf.name_scope("stop_signals"):
+        received = tf.compat.v1.placeholder_with_default(
+            0.0, shape=[], name="signal"
+        )
+        # [num_workers]: the signal at this worker's place, 0 elsewhere.
+        mine = received * tf.one_hot(task.task_index, task.num_workers)
+        signals = tf.raw_ops.CollectiveReduceV2(
+            input=mine,
+            group_size=task.num_workers,
+            group_key=STOP_GROUP_KEY,
+            instance_key=STOP_INSTANCE_KEY,
+            ordering_token=[],
+            merge_op="Add",
+            final_op="Id",
+            communication_hint=RING,
+        )
+    return received, signals

@@ -28,45 +28,6 @@ from multigpu.graph import collectives
 from multigpu.run import interrupts
 from multigpu.train_dir import checkpoints
 
-# The keys of the stop collective: the graph's own allocator
-# (`all_reduce.CollectiveKeys`) counts from 1 and never reaches them, so the
-# hook builds its collective apart from the graph's and collides with none.
-STOP_GROUP_KEY = 2**31 - 1
-STOP_INSTANCE_KEY = 1
-
-
-def stop_signals(task):
-    """The stop collective of this worker.
-
-    Args:
-      task: the worker's `cluster.ClusterTask`, of a kind whose stop is
-        agreed.
-
-    Returns:
-      (received, signals): received, a float32 scalar placeholder (0 by
-      default), the number of the signal this worker received; signals,
-      float32 [num_workers], every worker's signal number, the same on
-      every worker.
-    """
-    device = "/job:worker/replica:0/task:%d/device:CPU:0" % task.task_index
-    with tf.device(device), tf.name_scope("stop_signals"):
-        received = tf.compat.v1.placeholder_with_default(
-            0.0, shape=[], name="signal"
-        )
-        # [num_workers]: the signal at this worker's place, 0 elsewhere.
-        mine = received * tf.one_hot(task.task_index, task.num_workers)
-        signals = tf.raw_ops.CollectiveReduceV2(
-            input=mine,
-            group_size=task.num_workers,
-            group_key=STOP_GROUP_KEY,
-            instance_key=STOP_INSTANCE_KEY,
-            ordering_token=[],
-            merge_op="Add",
-            final_op="Id",
-            communication_hint=collectives.RING,
-        )
-    return received, signals
-
 
 class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     """Sends this worker's signal with each step; stops on anyone's.
@@ -87,7 +48,7 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
         self.step = None
 
     def begin(self):
-        self._signal, self._signals = stop_signals(self._task)
+        self._signal, self._signals = collectives.stop_signals(self._task)
         self._global_step = tf.compat.v1.train.get_global_step()
 
     def before_run(self, run_context):
