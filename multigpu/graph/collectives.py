@@ -1,13 +1,16 @@
 """Collective ops between the workers of a cluster: all-reduce, broadcast.
 
 In a cluster of workers only (`collective_cluster`) every tower of every
-worker holds a copy of the variables. Two kinds of collective op join them,
+worker holds a copy of the variables. Three kinds of collective op join them,
 on TensorFlow's collective runtime over the workers' gRPC servers:
 
   all_reduce_mean   each step: the gradients of all towers of all workers
                     summed, the mean back on every tower (a ring);
   broadcast         at the start: the chief's values of the variables to
-                    every other worker.
+                    every other worker; each step: the last worker's
+                    batch-norm statistics;
+  stop_signals      each step: every worker's signal number, summed
+                    (`run/preemption.py`).
 
 Every worker builds its graph on its own and runs it in its own session, so
 the collectives meet only by their keys: a group key per group of devices
@@ -309,13 +312,19 @@ def chief_values(variables, task, keys, device):
 
 # The keys of the stop collective: the graph's own allocator
 # (`all_reduce.CollectiveKeys`) counts from 1 and never reaches them, so the
-# hook builds its collective apart from the graph's and collides with none.
+# stop collective collides with none of the graph's others.
 STOP_GROUP_KEY = 2**31 - 1
 STOP_INSTANCE_KEY = 1
+# The graph collection of `stop_signals`' two tensors, which
+# `preemption.PreemptionHook` feeds and fetches.
+STOP_SIGNALS = "stop_signals"
 
 
 def stop_signals(task):
-    """The stop collective of this worker.
+    """The stop collective of this worker, in the STOP_SIGNALS collection.
+
+    A step of a cluster of workers only builds it: its update waits for it
+    (`gradient_reduction.all_or_none`).
 
     Args:
       task: the worker's `cluster.ClusterTask`, of a kind whose stop is
@@ -344,4 +353,6 @@ def stop_signals(task):
             final_op="Id",
             communication_hint=RING,
         )
+    for each in (received, signals):
+        tf.compat.v1.add_to_collection(STOP_SIGNALS, each)
     return received, signals

@@ -4,14 +4,15 @@ A scheduler preempts one worker with SIGTERM (a user stops one with
 Ctrl-C); the others cannot see that signal. Each worker's step carries one
 more collective: a float32 [num_workers] vector, zero but for this worker's
 place, which holds the number of the signal it received (0 while none
-came), summed over the workers. Every worker gets the same sum from the same
-step, so every worker stops after that step, the chief's checkpoint saver
-writes it (its `end`), and each process exits with one line naming the
-worker(s) and the signal, with the shell's exit status of that signal:
-128 + N, which schedulers such as Kubeflow's (restart policy `ExitCode`)
-treat as a retryable failure. A signal that comes while a step runs is sent
-with the next step, so the checkpoint is at most one step after the one in
-flight when the signal came.
+came), summed over the workers (`collectives.stop_signals`; the update waits
+for it, as for the step's other collectives). Every worker gets the same
+sum from the same step, so every worker stops after that step, the chief's
+checkpoint saver writes it (its `end`), and each process exits with one
+line naming the worker(s) and the signal, with the shell's exit status of
+that signal: 128 + N, which schedulers such as Kubeflow's (restart policy
+`ExitCode`) treat as a retryable failure. A signal that comes while a step
+runs is sent with the next step, so the checkpoint is at most one step
+after the one in flight when the signal came.
 
 As `tf.distribute.experimental.PreemptionCheckpointHandler` does for
 MultiWorkerMirroredStrategy, but without the coordination service, which
@@ -33,7 +34,8 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     """Sends this worker's signal with each step; stops on anyone's.
 
     Give it the run's `interrupts.InterruptHook`, made with
-    stops_itself=False, and place it after that hook.
+    stops_itself=False, and place it after that hook; the step's graph
+    holds the stop collective (`collectives.stop_signals`).
 
     Attributes:
       signals: dict {task index: signal number} of the workers that
@@ -41,14 +43,16 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
       step: int, the global step every worker stopped at (set by `end`).
     """
 
-    def __init__(self, task, interrupt):
-        self._task = task
+    def __init__(self, interrupt):
         self._interrupt = interrupt
         self.signals = {}
         self.step = None
 
     def begin(self):
-        self._signal, self._signals = collectives.stop_signals(self._task)
+        # Built with the step, whose update waits for it.
+        self._signal, self._signals = tf.compat.v1.get_collection(
+            collectives.STOP_SIGNALS
+        )
         self._global_step = tf.compat.v1.train.get_global_step()
 
     def before_run(self, run_context):
