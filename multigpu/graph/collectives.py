@@ -220,17 +220,24 @@ def _all_reduce(tensor, group, instance_key):
     sent = tensor
     if tensor.dtype == tf.float32 and transfer_dtype != tf.float32:
         sent = tf.cast(tensor, transfer_dtype)
-    mean = tf.raw_ops.CollectiveReduceV2(
-        input=sent,
+    mean = _ring_sum(sent, (group_size, group_key), instance_key, "Div")
+    return tf.cast(mean, tensor.dtype) if sent is not tensor else mean
+
+
+def _ring_sum(tensor, group, instance_key, final_op):
+    """tensor summed over the group (size, key) on a ring, then final_op:
+    'Div' divides by the group size, 'Id' keeps the sum."""
+    group_size, group_key = group
+    return tf.raw_ops.CollectiveReduceV2(
+        input=tensor,
         group_size=group_size,
         group_key=group_key,
         instance_key=instance_key,
         ordering_token=[],
         merge_op="Add",
-        final_op="Div",
+        final_op=final_op,
         communication_hint=RING,
     )
-    return tf.cast(mean, tensor.dtype) if sent is not tensor else mean
 
 
 def broadcast(values, sender, task, keys, device):
@@ -343,15 +350,8 @@ def stop_signals(task):
         )
         # [num_workers]: the signal at this worker's place, 0 elsewhere.
         mine = received * tf.one_hot(task.task_index, task.num_workers)
-        signals = tf.raw_ops.CollectiveReduceV2(
-            input=mine,
-            group_size=task.num_workers,
-            group_key=STOP_GROUP_KEY,
-            instance_key=STOP_INSTANCE_KEY,
-            ordering_token=[],
-            merge_op="Add",
-            final_op="Id",
-            communication_hint=RING,
+        signals = _ring_sum(
+            mine, (task.num_workers, STOP_GROUP_KEY), STOP_INSTANCE_KEY, "Id"
         )
     for each in (received, signals):
         tf.compat.v1.add_to_collection(STOP_SIGNALS, each)
