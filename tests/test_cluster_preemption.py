@@ -17,7 +17,7 @@ import tensorflow as tf
 from conftest import checkpoint_steps, free_port, start_script
 
 from multigpu.distributed import cluster
-from multigpu.graph import placement
+from multigpu.graph import collectives, placement
 from multigpu.run import interrupts, preemption
 
 SCRIPT = "cifar10_multi_gpu_train.py"
@@ -240,8 +240,10 @@ def _hook_graph(index, signum):
     interrupt = interrupts.InterruptHook(stops_itself=False)
     # As the handler records a signal, without installing one here.
     interrupt.signum = signum
-    hook = preemption.PreemptionHook(task, interrupt)
+    hook = preemption.PreemptionHook(interrupt)
     with tf.Graph().as_default() as graph:
+        # The stop collective alone, which a step of the cluster holds.
+        collectives.stop_signals(task)
         hook.begin()
         args = hook.before_run(None)
     ((fed, value),) = args.feed_dict.items()

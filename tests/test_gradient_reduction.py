@@ -1,8 +1,11 @@
 """The gradients' reduction: the mean of every tower's gradients."""
 
+import collections
+
 import tensorflow as tf
 from helpers.towers import zeros_step_graph
 
+from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import gradient_reduction, variable_update
 
@@ -94,9 +97,43 @@ def _ancestors(op):
     return seen
 
 
-def test_every_copys_update_waits_for_every_packs_all_reduce_across_workers():
-    """The all-or-none gate: a step a lost peer cuts short changes no copy."""
-    devices = ["/cpu:0", "/cpu:1"]
+# The ops that write a resource variable, but the optimizers' applies.
+_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+
+
+def _collectives_above(graph):
+    """{op: the collective ops it waits for, transitively}, in one pass
+    over graph's ops in the order they were made (inputs first)."""
+    above = {}
+    for op in graph.get_operations():
+        found = set()
+        for each in [t.op for t in op.inputs] + op.control_inputs:
+            found |= above[each]
+            if each.type.startswith("Collective"):
+                found.add(each)
+        above[op] = found
+    return above
+
+
+def _variables_written(op):
+    """The names of the variables a write op (an assign, an optimizer's
+    apply) writes: those of the resource handles it takes."""
+    names = set()
+    for each in op.inputs:
+        if each.dtype == tf.resource:
+            handle = each.op
+            while handle.type != "VarHandleOp":
+                handle = handle.inputs[0].op
+            names.add(handle.name)
+    return names
+
+
+def test_every_saved_variable_waits_for_every_collective_across_workers():
+    """The all-or-none gate: a step a lost peer cuts short in any of its
+    collectives writes no variable the chief saves (weights, their slots,
+    batch-norm statistics, moving averages, global step) but the losses'
+    averages of the summaries."""
+    devices = ["/cpu:0"]
     task = cluster.cluster_task(
         None, "127.0.0.1:2222,127.0.0.1:2223", "worker", 0
     )
@@ -104,13 +141,41 @@ def test_every_copys_update_waits_for_every_packs_all_reduce_across_workers():
         "replicated", devices, task=task, pack_bytes=PACK_BYTES
     )
     with tf.Graph().as_default() as graph:
-        zeros_step_graph(devices, update, task)
-    ops = graph.get_operations()
-    all_reduces = {op for op in ops if op.type == "CollectiveReduceV2"}
-    updates = [op for op in ops if op.type.startswith("ResourceApply")]
-    # The tutorial's 10 variables on 2 copies; its gradients in 66 pieces
-    # of at most PACK_BYTES, each all-reduced on both towers.
-    assert len(updates) == 20
-    assert len(all_reduces) == 132
-    for op in updates:
-        assert all_reduces <= _ancestors(op), op.name
+        train_op = zeros_step_graph(
+            devices,
+            update,
+            task,
+            model=registry.MODELS["resnet20"],
+        )
+        saved = {v.op.name for v in tf.compat.v1.global_variables()}
+    step = _ancestors(train_op)
+    collectives = {op for op in step if op.type.startswith("Collective")}
+    writes = [
+        op
+        for op in step
+        if op.type in _WRITES or op.type.startswith("ResourceApply")
+    ]
+    above = _collectives_above(graph)
+    early = set().union(
+        *(_variables_written(op) for op in writes if above[op] != collectives)
+    )
+    # ResNet-20's gradients in 17 pieces of at most PACK_BYTES; the
+    # workers' signals; the last worker's statistics.
+    assert collections.Counter(op.type for op in collectives) == {
+        "CollectiveReduceV2": 18,
+        "CollectiveBcastRecvV2": 1,
+    }
+    assert "update/stop_signals/CollectiveReduceV2" in {
+        op.name for op in collectives
+    }
+    # ResNet-20's 59 weights, their momentum and moving averages; its 38
+    # statistics and their moving averages; the global step; the 2
+    # losses' averages.
+    assert len(saved) == 59 * 3 + 38 * 2 + 1 + 2
+    assert set().union(*map(_variables_written, writes)) >= saved
+    # Before some collective: only the last tower's own copies of the
+    # statistics (local variables, never saved) and the losses' averages.
+    assert sorted(early & saved) == [
+        "summaries/cross_entropy/avg",
+        "summaries/total_loss/avg",
+    ]

@@ -1,13 +1,16 @@
 """Collective ops between the workers of a cluster: all-reduce, broadcast.
 
 In a cluster of workers only (`collective_cluster`) every tower of every
-worker holds a copy of the variables. Two kinds of collective op join them,
+worker holds a copy of the variables. Three kinds of collective op join them,
 on TensorFlow's collective runtime over the workers' gRPC servers:
 
   all_reduce_mean   each step: the gradients of all towers of all workers
                     summed, the mean back on every tower (a ring);
   broadcast         at the start: the chief's values of the variables to
-                    every other worker.
+                    every other worker; each step: the last worker's
+                    batch-norm statistics;
+  stop_signals      each step: every worker's signal number, summed
+                    (`run/preemption.py`).
 
 Every worker builds its graph on its own and runs it in its own session, so
 the collectives meet only by their keys: a group key per group of devices
@@ -217,17 +220,24 @@ def _all_reduce(tensor, group, instance_key):
     sent = tensor
     if tensor.dtype == tf.float32 and transfer_dtype != tf.float32:
         sent = tf.cast(tensor, transfer_dtype)
-    mean = tf.raw_ops.CollectiveReduceV2(
-        input=sent,
+    mean = _ring_sum(sent, (group_size, group_key), instance_key, "Div")
+    return tf.cast(mean, tensor.dtype) if sent is not tensor else mean
+
+
+def _ring_sum(tensor, group, instance_key, final_op):
+    """tensor summed over the group (size, key) on a ring, then final_op:
+    'Div' divides by the group size, 'Id' keeps the sum."""
+    group_size, group_key = group
+    return tf.raw_ops.CollectiveReduceV2(
+        input=tensor,
         group_size=group_size,
         group_key=group_key,
         instance_key=instance_key,
         ordering_token=[],
         merge_op="Add",
-        final_op="Div",
+        final_op=final_op,
         communication_hint=RING,
     )
-    return tf.cast(mean, tensor.dtype) if sent is not tensor else mean
 
 
 def broadcast(values, sender, task, keys, device):
@@ -305,3 +315,44 @@ def chief_values(variables, task, keys, device):
         with tf.device(var.device):
             assigns.append(var.assign(value).op)
     return tf.group(*assigns, name="take_chief_values")
+
+
+# The keys of the stop collective: the graph's own allocator
+# (`all_reduce.CollectiveKeys`) counts from 1 and never reaches them, so the
+# stop collective collides with none of the graph's others.
+STOP_GROUP_KEY = 2**31 - 1
+STOP_INSTANCE_KEY = 1
+# The graph collection of `stop_signals`' two tensors, which
+# `preemption.PreemptionHook` feeds and fetches.
+STOP_SIGNALS = "stop_signals"
+
+
+def stop_signals(task):
+    """The stop collective of this worker, in the STOP_SIGNALS collection.
+
+    A step of a cluster of workers only builds it: its update waits for it
+    (`gradient_reduction.all_or_none`).
+
+    Args:
+      task: the worker's `cluster.ClusterTask`, of a kind whose stop is
+        agreed.
+
+    Returns:
+      (received, signals): received, a float32 scalar placeholder (0 by
+      default), the number of the signal this worker received; signals,
+      float32 [num_workers], every worker's signal number, the same on
+      every worker.
+    """
+    device = "/job:worker/replica:0/task:%d/device:CPU:0" % task.task_index
+    with tf.device(device), tf.name_scope("stop_signals"):
+        received = tf.compat.v1.placeholder_with_default(
+            0.0, shape=[], name="signal"
+        )
+        # [num_workers]: the signal at this worker's place, 0 elsewhere.
+        mine = received * tf.one_hot(task.task_index, task.num_workers)
+        signals = _ring_sum(
+            mine, (task.num_workers, STOP_GROUP_KEY), STOP_INSTANCE_KEY, "Id"
+        )
+    for each in (received, signals):
+        tf.compat.v1.add_to_collection(STOP_SIGNALS, each)
+    return received, signals

@@ -6,7 +6,8 @@ variable manager owns its mode's reduction the same way):
 parameter_server averages them on the variable device (`on_variable_device`,
 `average_gradients`), replicated all-reduces them between the towers
 (`between_towers`, `all_reduce`), and across the workers of a cluster of
-workers only (`across_workers`, `collectives`).
+workers only (`across_workers`, `collectives`), whose update waits for
+every collective of its step (`all_or_none`).
 """
 
 import tensorflow as tf
@@ -44,36 +45,55 @@ def between_towers(update, tower_grads):
 
 def across_workers(update, tower_grads):
     """replicated across the workers: the mean of every tower of every
-    worker, on each tower's copy, every gradient available only once all
-    of them are (`_all_or_none`).
+    worker, on each tower's copy; the update waits for it and for the
+    step's other collectives (`all_or_none`).
 
     Args, Returns: as `between_towers`'s; update.task is the worker's
     `cluster.ClusterTask`.
     """
-    # Every copy waits for every pack's all-reduce: a step a lost peer cuts
-    # short changes no copy, so the chief can save the last step it
-    # completed (`run/last_step.py`).
-    return _all_or_none(
-        collectives.all_reduce_mean(
-            tower_grads,
-            update.devices,
-            update.task.num_workers,
-            update.keys,
-            update.pack_bytes,
-            update.transfer_dtype,
-        )
+    return collectives.all_reduce_mean(
+        tower_grads,
+        update.devices,
+        update.task.num_workers,
+        update.keys,
+        update.pack_bytes,
+        update.transfer_dtype,
     )
 
 
-def _all_or_none(reduced):
-    """reduced (lists of (gradient, variable)), each gradient available only
-    once every gradient of every list is (a None gradient stays None)."""
+def all_or_none(update, reduced, statistics):
+    """The step's last collectives, then the gate of its update.
+
+    In a cluster of workers only every variable the update writes (each
+    copy, its slots, the global step, the loss scale, the statistics and
+    the moving averages) waits for what this returns: a step that a lost
+    peer cuts short in any collective (the gradients' all-reduces, the
+    statistics' broadcast, the stop collective) changes none, so the chief
+    can save the last step it completed (`run/last_step.py`).
+
+    Args:
+      update: the `variable_update.VariableUpdate` of ACROSS_WORKERS.
+      reduced: lists of (gradient, variable), `across_workers`'.
+      statistics: the last tower's statistics, as the step leaves them on
+        this worker (tensors; empty for a model without).
+
+    Returns:
+      (reduced, statistics): the same lists, and the last worker's
+      statistics, every tensor available only once every collective of the
+      step has finished (a None gradient stays None).
+    """
+    task = update.task
+    received = collectives.broadcast(
+        statistics, task.num_workers - 1, task, update.keys, update.devices[0]
+    )
+    _, signals = collectives.stop_signals(task)
     present = [g for grads in reduced for g, _ in grads if g is not None]
-    gated = iter(tf.tuple(present))
-    return [
+    gated = iter(tf.tuple(present + received, control_inputs=[signals]))
+    reduced = [
         [(g if g is None else next(gated), v) for g, v in grads]
         for grads in reduced
     ]
+    return reduced, list(gated)
 
 
 def average_gradients(tower_grads, device=placement.VARIABLE_DEVICE):

@@ -45,6 +45,7 @@ every statistic as it was.
 """
 
 import collections
+import functools
 
 import tensorflow as tf
 
@@ -306,6 +307,9 @@ def apply_gradients(
       LOCAL_INIT_OP collection, where a `Scaffold` (or, in a plain
       `Session`, `sessions.local_init_op`) finds it.
     """
+    reduced, statistics = _MODES[update.mode].gate(
+        update, plan, reduced, (statistics_updates, applied)
+    )
     # The optimizer's slots of a copy are the copy's: local variables.
     with tf.variable_creator_scope(_local_if_a_copy):
         apply_op = opt.apply_gradients(
@@ -313,7 +317,7 @@ def apply_gradients(
             global_step=global_step,
         )
     with tf.control_dependencies([apply_op, *statistics_updates]):
-        commit = _commit_statistics(update, plan, applied)
+        commit = _commit_statistics(plan, *statistics())
     tf.compat.v1.add_to_collection(
         tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op(update)
     )
@@ -327,13 +331,10 @@ def _local_if_a_copy(next_creator, **kwargs):
     return next_creator(**kwargs)
 
 
-def _commit_statistics(update, plan, applied):
-    """The last tower's statistics, to the variables and every other copy.
-
-    Call it after the last tower's statistics updates. Where the step is not
-    applied the variables keep their values and every copy takes them back.
-    The values committed are the mode's (`_Mode.shared_statistics`).
-    """
+def _last_towers_values(plan, applied):
+    """(names, values): the statistics' variable names, and the values of
+    the last tower's copies (after its statistics updates), or the
+    variables' own where the step is not applied, each on its device."""
     variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
     names = [name for name in plan[-1].copies if not variables[name].trainable]
     values = []
@@ -347,7 +348,13 @@ def _commit_statistics(update, plan, applied):
                     variable.read_value(),
                 )
             )
-    values = _MODES[update.mode].shared_statistics(update, values)
+    return names, values
+
+
+def _commit_statistics(plan, names, values):
+    """The statistics' values (`_last_towers_values`, or in ACROSS_WORKERS
+    the last worker's), to the variables and every copy."""
+    variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
     assigns = []
     for name, value in zip(names, values):
         variable = variables[name]
@@ -388,18 +395,23 @@ def describe(update):
     return _MODES[update.mode].describe(update)
 
 
-def _own_values(update, values):
-    """Statistics of one machine: the last tower's values, as they are."""
-    return values
+def _no_gate(update, plan, reduced, statistics):
+    """One machine: (the gradients as they are, a callable() that reads
+    `_last_towers_values` after the update)."""
+    _, applied = statistics
+    return reduced, functools.partial(_last_towers_values, plan, applied)
 
 
-def _last_workers_values(update, values):
-    """ACROSS_WORKERS: the last tower is the last worker's; every worker
-    takes its values."""
-    task = update.task
-    return collectives.broadcast(
-        values, task.num_workers - 1, task, update.keys, update.devices[0]
-    )
+def _across_workers_gate(update, plan, reduced, statistics):
+    """ACROSS_WORKERS: (the gradients, a callable() -> the statistics'
+    names and the last worker's values), read and sent before the update,
+    all waiting for every collective of the step
+    (`gradient_reduction.all_or_none`)."""
+    updates, applied = statistics
+    with tf.control_dependencies(updates):
+        names, values = _last_towers_values(plan, applied)
+    reduced, received = gradient_reduction.all_or_none(update, reduced, values)
+    return reduced, lambda: (names, received)
 
 
 def _own_start(update, initialise):
@@ -451,20 +463,19 @@ def _describe_across_workers(update):
 
 _Mode = collections.namedtuple(
     "_Mode",
-    "make copies_weights variable_device reduce shared_statistics "
-    "start_values describe",
+    "make copies_weights variable_device reduce gate start_values describe",
 )
 # The table of the modes, a row each: its `VariableUpdate`; whether tower
 # index copies the weights, and where its variable ops go; the gradients'
-# reduction (`gradient_reduction`); the statistics every copy takes; the
-# copies' start; the dry run's lines.
+# reduction (`gradient_reduction`); what the update waits for, and the
+# statistics every copy takes; the copies' start; the dry run's lines.
 _MODES = {
     "parameter_server": _Mode(
         _parameter_server_update,
         _copies_no_weights,
         _shared_device,
         gradient_reduction.on_variable_device,
-        _own_values,
+        _no_gate,
         _own_start,
         _describe_parameter_server,
     ),
@@ -473,7 +484,7 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.between_towers,
-        _own_values,
+        _no_gate,
         _own_start,
         _describe_replicated,
     ),
@@ -482,7 +493,7 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.across_workers,
-        _last_workers_values,
+        _across_workers_gate,
         _chief_start,
         _describe_across_workers,
     ),

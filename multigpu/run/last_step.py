@@ -1,10 +1,10 @@
 """A cluster of workers only, lost: the chief saves its last completed step.
 
 Every worker holds its own copies of the variables, equal after every step.
-When a peer, or the link to it, is lost, the step in flight fails in its
-all-reduce before any copy is updated (every copy waits for every reduced
-gradient, `gradient_reduction.across_workers`), so the chief's copies are
-still those of the last step it completed: it saves them, and the same
+When a peer, or the link to it, is lost, the step in flight fails in one
+of its collectives before any saved variable is written (the update waits
+for every collective of the step, `gradient_reduction.all_or_none`), so the
+chief's variables are still those of the last step it completed: it saves them, and the same
 commands resume from that step once the cluster is whole again. Without
 this a link that goes down costs every step since the last periodic
 checkpoint (up to --save_checkpoint_steps).

@@ -4,14 +4,15 @@ A scheduler preempts one worker with SIGTERM (a user stops one with
 Ctrl-C); the others cannot see that signal. Each worker's step carries one
 more collective: a float32 [num_workers] vector, zero but for this worker's
 place, which holds the number of the signal it received (0 while none
-came), summed over the workers. Every worker gets the same sum from the same
-step, so every worker stops after that step, the chief's checkpoint saver
-writes it (its `end`), and each process exits with one line naming the
-worker(s) and the signal, with the shell's exit status of that signal:
-128 + N, which schedulers such as Kubeflow's (restart policy `ExitCode`)
-treat as a retryable failure. A signal that comes while a step runs is sent
-with the next step, so the checkpoint is at most one step after the one in
-flight when the signal came.
+came), summed over the workers (`collectives.stop_signals`; the update waits
+for it, as for the step's other collectives). Every worker gets the same
+sum from the same step, so every worker stops after that step, the chief's
+checkpoint saver writes it (its `end`), and each process exits with one
+line naming the worker(s) and the signal, with the shell's exit status of
+that signal: 128 + N, which schedulers such as Kubeflow's (restart policy
+`ExitCode`) treat as a retryable failure. A signal that comes while a step
+runs is sent with the next step, so the checkpoint is at most one step
+after the one in flight when the signal came.
 
 As `tf.distribute.experimental.PreemptionCheckpointHandler` does for
 MultiWorkerMirroredStrategy, but without the coordination service, which
@@ -28,51 +29,13 @@ from multigpu.graph import collectives
 from multigpu.run import interrupts
 from multigpu.train_dir import checkpoints
 
-# The keys of the stop collective: the graph's own allocator
-# (`all_reduce.CollectiveKeys`) counts from 1 and never reaches them, so the
-# hook builds its collective apart from the graph's and collides with none.
-STOP_GROUP_KEY = 2**31 - 1
-STOP_INSTANCE_KEY = 1
-
-
-def stop_signals(task):
-    """The stop collective of this worker.
-
-    Args:
-      task: the worker's `cluster.ClusterTask`, of a kind whose stop is
-        agreed.
-
-    Returns:
-      (received, signals): received, a float32 scalar placeholder (0 by
-      default), the number of the signal this worker received; signals,
-      float32 [num_workers], every worker's signal number, the same on
-      every worker.
-    """
-    device = "/job:worker/replica:0/task:%d/device:CPU:0" % task.task_index
-    with tf.device(device), tf.name_scope("stop_signals"):
-        received = tf.compat.v1.placeholder_with_default(
-            0.0, shape=[], name="signal"
-        )
-        # [num_workers]: the signal at this worker's place, 0 elsewhere.
-        mine = received * tf.one_hot(task.task_index, task.num_workers)
-        signals = tf.raw_ops.CollectiveReduceV2(
-            input=mine,
-            group_size=task.num_workers,
-            group_key=STOP_GROUP_KEY,
-            instance_key=STOP_INSTANCE_KEY,
-            ordering_token=[],
-            merge_op="Add",
-            final_op="Id",
-            communication_hint=collectives.RING,
-        )
-    return received, signals
-
 
 class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     """Sends this worker's signal with each step; stops on anyone's.
 
     Give it the run's `interrupts.InterruptHook`, made with
-    stops_itself=False, and place it after that hook.
+    stops_itself=False, and place it after that hook; the step's graph
+    holds the stop collective (`collectives.stop_signals`).
 
     Attributes:
       signals: dict {task index: signal number} of the workers that
@@ -80,14 +43,16 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
       step: int, the global step every worker stopped at (set by `end`).
     """
 
-    def __init__(self, task, interrupt):
-        self._task = task
+    def __init__(self, interrupt):
         self._interrupt = interrupt
         self.signals = {}
         self.step = None
 
     def begin(self):
-        self._signal, self._signals = stop_signals(self._task)
+        # Built with the step, whose update waits for it.
+        self._signal, self._signals = tf.compat.v1.get_collection(
+            collectives.STOP_SIGNALS
+        )
         self._global_step = tf.compat.v1.train.get_global_step()
 
     def before_run(self, run_context):

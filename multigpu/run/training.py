@@ -110,7 +110,7 @@ def _watched(loss, progress, train_dir, task):
     interrupt = interrupts.InterruptHook(stops_itself=not task.kind.agreed_stop)
     agreed = None
     if task.kind.agreed_stop:
-        agreed = preemption.PreemptionHook(task, interrupt)
+        agreed = preemption.PreemptionHook(interrupt)
     return _Watched(
         loop_hooks.StepLoggerHook(loss, *progress),
         interrupt,

@@ -76,9 +76,12 @@ def zeros_step_graph(devices, update, task=cluster.LOCAL_TASK, **options):
       devices: the towers' device strings.
       update: the `variable_update.VariableUpdate`.
       task: a `cluster.ClusterTask`.
-      **options: prefetch, model of `build_graph`.
+      **options: prefetch, model, loss_scaling of `build_graph`.
+
+    Returns:
+      The train op.
     """
-    cifar10_multi_gpu_train.build_graph(
+    _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
         get_next=lambda: (tf.zeros([2, 24, 24, 3]), tf.zeros([2], tf.int32)),
         batch_size=2,
         devices=devices,
@@ -87,6 +90,7 @@ def zeros_step_graph(devices, update, task=cluster.LOCAL_TASK, **options):
         update=update,
         **options,
     )
+    return train_op
 
 
 def cifar10_step(num_towers, images, labels, initial_values, **options):
