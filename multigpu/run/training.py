@@ -215,16 +215,19 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     trainer holds.
     """
     task = session.task
-    server = cluster.start_server(task, session.config)
     done_ops = cluster.done_signals(task)
     if task.kind.agreement:
         # What the workers compare, the model's digests too, made once.
         session = session._replace(settings=_with_variables(session.settings))
     if task.kind.agreement == "collective":
-        # A signal meanwhile is kept, and stops every worker after step 1.
+        # A signal from the server's start on (its peers may reach it from
+        # then) is kept, and stops every worker after step 1.
         with watched.interrupt.installed():
+            server = cluster.start_server(task, session.config)
             _agree(server, session)
-    elif task.kind.agreement == "ps":
+    else:
+        server = cluster.start_server(task, session.config)
+    if task.kind.agreement == "ps":
         if task.is_chief:
             session = _join_held_job(server, session)
         session = _with_ps_agreement(session, done_ops)
