@@ -126,6 +126,13 @@ def _started_as_script():
     return name.replace("-", "_") in SCRIPTS
 
 
+_as_script = _started_as_script()
+if _as_script:
+    # Held from before the filter starts until the handler is set: a Ctrl-C
+    # at any moment from the filter's start on is the handler's one line
+    # (a loaded machine can take longer than the test's 0.1 s in between).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 _drain = _install()
-if _started_as_script():
+if _as_script:
     signal.signal(signal.SIGINT, functools.partial(_exit_on_ctrl_c, _drain))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
