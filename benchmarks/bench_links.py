@@ -4,7 +4,8 @@ Run it from the repository root, as root (network namespaces):
   python -m benchmarks.bench_links [--rates=20,50,100] [--workers=2,3,4]
       [--models=tutorial,resnet20] [--kinds=packed,unpacked,ps]
   python -m benchmarks.bench_links --predict=RESULT.json[,MORE.json]
-      # the model again, on the rows of stored runs (their --out)
+      # the model again, on the rows of stored runs (their --out), their
+      # bytes priced again on the graphs as they are now
 
 Each host (2, 3 or 4 workers, and the ps task of the ps kind) is a network
 namespace of its own on one bridge, its link shaped with `tc qdisc ... tbf`
@@ -346,6 +347,19 @@ def predicted(table):
     ]
 
 
+def planned_again(table, args):
+    """The rows with their bytes priced again on their model's graph as it
+    is now (`planned_bytes`, at --batch_size)."""
+    planned = {
+        name: planned_bytes(name, args.batch_size)
+        for name in {row["model"] for row in table}
+    }
+    return [
+        dict(row, planned_bytes=planned[row["model"]][row["kind"]])
+        for row in table
+    ]
+
+
 def markdown(table):
     """The rows as a Markdown table: measured, predicted, their ratio, and
     the cores other processes kept busy (the load) while measured."""
@@ -390,7 +404,7 @@ def main():
                 "bench_links: --predict=%s is no result of bench_links: %r"
                 % (args.predict, e)
             )
-        print(markdown(predicted(rows_stored)))
+        print(markdown(predicted(planned_again(rows_stored, args))))
         return
     why_not = shaped_links.missing()
     if why_not:

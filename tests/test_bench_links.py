@@ -9,6 +9,7 @@ asserts on a measured time or ratio.
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 import tensorflow as tf
@@ -250,3 +251,11 @@ def test_a_stored_run_is_predicted_again_by_the_model_as_it_is_now():
     }
     (again,) = bench_links.predicted([stored])
     assert (again["predicted_secs"], again["ratio"]) == (2.625, 0.8)
+
+
+def test_a_stored_row_is_priced_again_on_its_models_graph_as_it_is_now():
+    stored = {"model": "tutorial", "kind": "packed", "planned_bytes": 1}
+    args = types.SimpleNamespace(batch_size=8)
+    (again,) = bench_links.planned_again([stored], args)
+    # The tutorial's gradients in two packs of at most 4 MiB.
+    assert again["planned_bytes"] == [TUTORIAL_BYTES // 2] * 2
