@@ -259,3 +259,15 @@ def test_a_stored_row_is_priced_again_on_its_models_graph_as_it_is_now():
     (again,) = bench_links.planned_again([stored], args)
     # The tutorial's gradients in two packs of at most 4 MiB.
     assert again["planned_bytes"] == [TUTORIAL_BYTES // 2] * 2
+
+
+def test_the_scaling_table_says_its_rows_were_not_measured_but_which_were():
+    table = network_plan.scaling_table(TUTORIAL_BYTES, 10**9).split("\n")
+    assert table[2] == (
+        "  (the model of a step on links of a given rate was checked against "
+        "measured steps by `python -m benchmarks.bench_links`, "
+        "docs/cluster.md: the tutorial net and ResNet-20, 2, 3 and 4 workers "
+        "of one CPU tower, replicated packed and unpacked and a ps cluster, "
+        "at 20, 50 and 100 Mbit/s; none of the rows below, 8 GPUs a machine "
+        "at Gb/s, was measured)"
+    )

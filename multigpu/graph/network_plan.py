@@ -172,10 +172,11 @@ def _modes(gradient_bytes, sent_bytes, num_workers, towers):
 
 # What of the model was measured (`cluster_step_secs`, docs/cluster.md).
 CHECKED = (
-    "  (the model checked against measured steps on shaped links by "
-    "`python -m benchmarks.bench_links`: 2, 3 and 4 workers of one CPU "
-    "tower, replicated packed and unpacked and a ps cluster, at 20, 50 and "
-    "100 Mbit/s; none of the rows below, 8 GPUs a machine at Gb/s, was "
+    "  (the model of a step on links of a given rate was checked against "
+    "measured steps by `python -m benchmarks.bench_links`, docs/cluster.md: "
+    "the tutorial net and ResNet-20, 2, 3 and 4 workers of one CPU tower, "
+    "replicated packed and unpacked and a ps cluster, at 20, 50 and 100 "
+    "Mbit/s; none of the rows below, 8 GPUs a machine at Gb/s, was "
     "measured)"
 )
 
