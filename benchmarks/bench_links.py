@@ -362,7 +362,9 @@ def planned_again(table, args):
 
 def markdown(table):
     """The rows as a Markdown table: measured, predicted, their ratio, and
-    the cores other processes kept busy (the load) while measured."""
+    the cores other processes kept busy (the load) while measured. The
+    compute column is the compute the model took: a ps row's with no
+    replicated row, its unshaped step."""
     lines = [
         "| model | kind | workers | Mbit/s | unshaped s | compute s | "
         "step s | examples/s | predicted s | measured / predicted | load |",
@@ -370,6 +372,8 @@ def markdown(table):
         "| ---: |",
     ]
     for row in table:
+        if row["before_reduce_secs"] is None:
+            row = dict(row, before_reduce_secs=row["compute_secs"])
         lines.append(
             "| %(model)s | %(kind)s | %(workers)d | %(mbits)d | "
             "%(compute_secs).3f | %(before_reduce_secs).3f | %(step_secs).3f "

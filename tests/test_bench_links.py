@@ -138,7 +138,14 @@ def test_the_table_gives_each_row_its_measured_and_predicted_step():
 def test_a_ps_row_takes_the_compute_of_the_replicated_row_of_its_workers():
     # 1 s of reads and 0.5 s of gradients at 8 Mbit/s, one worker.
     reads = 8e6 * SHARE / 8
-    common = {"model": "tutorial", "workers": 1, "mbits": 8, "step_secs": 1.8}
+    common = {
+        "model": "tutorial",
+        "workers": 1,
+        "mbits": 8,
+        "step_secs": 1.8,
+        "examples_per_sec": 17.8,
+        "load": 0.5,
+    }
     table = [
         dict(
             common,
@@ -160,9 +167,15 @@ def test_a_ps_row_takes_the_compute_of_the_replicated_row_of_its_workers():
     # moved the bytes too: 0.2 + 1 + 0.5.
     assert ps["predicted_secs"] == pytest.approx(1.7, abs=1e-4)
     assert ps["ratio"] == pytest.approx(1.8 / 1.7, abs=1e-3)
-    # Alone, the ps row takes its unshaped step: 0.5 + 1.5.
-    alone = bench_links.predicted(table[1:])[0]
-    assert alone["predicted_secs"] == pytest.approx(2.0, abs=1e-4)
+    # Alone, the ps row takes its unshaped step: 0.5 + 1.5, and the
+    # table shows it as the compute.
+    alone = bench_links.predicted(table[1:])
+    assert alone[0]["predicted_secs"] == pytest.approx(2.0, abs=1e-4)
+    assert (
+        bench_links.markdown(alone)
+        .split("\n")[2]
+        .startswith("| tutorial | ps | 1 | 8 | 0.500 | 0.500 | 1.800 |")
+    )
 
 
 @pytest.mark.slow
