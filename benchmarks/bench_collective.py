@@ -66,7 +66,8 @@ def worker_main(variant, hosts, index, batch_size, steps, model):
 
     Reads 'go' lines on stdin; for each runs WARMUP_STEPS steps, times
     steps steps (N for a line 'go N') and prints the `common.timed` dict as
-    one JSON line.
+    one JSON line. A line 'compute N' does the same with the step's work
+    before its all-reduces across workers (`compute_only`).
 
     Args:
       variant: (mode, pack_bytes, with_stop), and maybe the transfer
@@ -92,16 +93,18 @@ def worker_main(variant, hosts, index, batch_size, steps, model):
             step.append(
                 tf.compat.v1.get_collection(collectives.STOP_SIGNALS)[1]
             )
+        fetches = {"go": step, "compute": compute_only(step)}
         with tf.compat.v1.Session(server.target, config=config) as sess:
             _initialise(sess, task)
             for line in sys.stdin:
                 words = line.split()
-                if words[:1] != ["go"]:
+                if words[:1] not in (["go"], ["compute"]):
                     break
                 count = int(words[1]) if len(words) > 1 else steps
-                common.run_steps(sess, step, common.WARMUP_STEPS)
+                run = fetches[words[0]]
+                common.run_steps(sess, run, common.WARMUP_STEPS)
                 result = common.timed(
-                    functools.partial(common.run_steps, sess, step, count),
+                    functools.partial(common.run_steps, sess, run, count),
                     count * batch_size,
                 )
                 print(json.dumps(result), flush=True)
@@ -135,6 +138,22 @@ def worker_train_op(task, variant, batch_size, model):
         model=model,
     )
     return train_op
+
+
+def compute_only(step):
+    """The work of step (a list of ops) before its all-reduces across
+    workers: the ops that make the tensors its CollectiveReduceV2 ops
+    take (the gradients, packed or cast, and the signal numbers); step
+    itself where it has none (a ps cluster's worker). Not a tf.group of
+    them: Grappler drops a NoOp's control inputs that have no side
+    effects, and the group runs in a millisecond."""
+    graph = step[0].graph
+    taken = [
+        op.inputs[0]
+        for op in graph.get_operations()
+        if op.type == "CollectiveReduceV2"
+    ]
+    return [tensor.op for tensor in taken] if taken else step
 
 
 def _initialise(sess, task):

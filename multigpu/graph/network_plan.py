@@ -22,12 +22,25 @@ TensorFlow starts an all-reduce once its gradients exist). The compute of a
 step is the graph's FLOPs per tower at ASSUMED_TFLOPS.
 
 The step of one-tower workers on links of a given rate (`cluster_step_secs`,
-held against measured steps by benchmarks/bench_links.py): replicated, the
-compute and the ring's bytes at PAYLOAD_SHARE of the rate; the ps cluster,
-a closed network of queues (`closed_cycle_secs`): every worker reads over
-the ps's one link and sends its gradients back over it (its congestion),
-the bytes counted in the worker's graph (`step_bytes`), which reads a
-variable once per use, not once per step.
+held against measured steps by benchmarks/bench_links.py) starts from two
+steps measured with no link to wait for: the compute (the work before the
+all-reduces) and the unshaped step, whose remainder is the all-reduces'
+own costs on the worker (their messages and copies, CPU-bound on a veth).
+Replicated: after the compute, each all-reduce (a gradient, or a pack;
+`collective_bytes`) crosses the link in turn, its ring's bytes at
+PAYLOAD_SHARE of the rate, and then takes its share of the own costs,
+which overlap the next all-reduce's transfer (a flow shop of two stages,
+link then worker). One pack: the compute, the transfer and the costs one
+after the other; many all-reduces: the compute and the larger of the
+transfers and the costs. Every transfer starts after the compute: an
+overlap of the backward pass and the early gradients' transfers did not
+show in the measured steps (on 2 busy cores the sends wait for the CPU
+that computes). The ps cluster, a closed
+network of queues (`closed_cycle_secs`): every worker reads over the ps's
+one link, computes, and sends its gradients back over it (its
+congestion), the bytes counted in the worker's graph (`step_bytes`), which
+reads a variable once per use, not once per step; its think time is the
+compute alone, not an unshaped step, which also moves those bytes.
 """
 
 import tensorflow as tf
@@ -159,10 +172,11 @@ def _modes(gradient_bytes, sent_bytes, num_workers, towers):
 
 # What of the model was measured (`cluster_step_secs`, docs/cluster.md).
 CHECKED = (
-    "  (the model checked against measured steps on shaped links by "
-    "`python -m benchmarks.bench_links`: 2, 3 and 4 workers of one CPU "
-    "tower, replicated packed and unpacked and a ps cluster, at 20, 50 and "
-    "100 Mbit/s; none of the rows below, 8 GPUs a machine at Gb/s, was "
+    "  (the model of a step on links of a given rate was checked against "
+    "measured steps by `python -m benchmarks.bench_links`, docs/cluster.md: "
+    "the tutorial net and ResNet-20, 2, 3 and 4 workers of one CPU tower, "
+    "replicated packed and unpacked and a ps cluster, at 20, 50 and 100 "
+    "Mbit/s; none of the rows below, 8 GPUs a machine at Gb/s, was "
     "measured)"
 )
 
@@ -268,14 +282,8 @@ def step_bytes(fetches):
     Returns:
       (bytes in, bytes out), ints.
     """
-    run, stack = set(), list(fetches)
-    while stack:
-        op = stack.pop()
-        if op not in run:
-            run.add(op)
-            stack += [t.op for t in op.inputs] + list(op.control_inputs)
     crossing = {}
-    for op in run:
+    for op in _needed(fetches):
         for tensor in op.inputs:
             here, there = _job(op), _job(tensor.op)
             if here != there:
@@ -303,18 +311,28 @@ def cluster_step_secs(mode, moved, num_workers, mbits, compute_secs):
     Args:
       mode: 'replicated' (workers only) or 'parameter_server' (one ps
         task on a host of its own, the workers asynchronous).
-      moved: for replicated, the bytes of one copy's gradients; for
-        parameter_server, (in, out) of a worker's step (`step_bytes`).
+      moved: for replicated, the bytes of each all-reduce of one worker's
+        step (`collective_bytes`); for parameter_server, (in, out) of a
+        worker's step (`step_bytes`).
       num_workers: int.
       mbits: float, every host's link, Mbit/s each way.
-      compute_secs: float, the step with no link to wait for.
+      compute_secs: float, the step's work with no transfer (the ps
+        cluster's think time); for replicated, (the step on unshaped
+        links, its work before the all-reduces).
 
     Returns:
       float, seconds per step of each worker.
     """
     if mode == "replicated":
-        out, into, _ = replicated_bytes(moved, num_workers, 1)
-        return compute_secs + transfer_secs(max(out, into), mbits)
+        unshaped, before = compute_secs
+        own = (unshaped - before) / len(moved)
+        link = worker = before
+        for each in moved:
+            link += transfer_secs(
+                replicated_bytes(each, num_workers, 1)[0], mbits
+            )
+            worker = max(worker, link) + own
+        return worker
     # Each worker reads, computes, sends, and again: its reads queue for
     # the ps link's one way, its gradients for the other.
     demands = [transfer_secs(each, mbits) for each in moved]
@@ -347,3 +365,33 @@ def closed_cycle_secs(demands, think_secs, customers):
         cycle = think_secs + sum(residences)
         queues = [count * r / cycle for r in residences]
     return cycle
+
+
+def collective_bytes(fetches):
+    """The bytes of each all-reduce across workers (CollectiveReduceV2) of
+    a step, as its input holds them (a gradient, a pack, cast or not).
+
+    Args:
+      fetches: the ops of the step, of a graph whose shapes are fully
+        defined.
+
+    Returns:
+      A list of ints, in the order of the graph's ops.
+    """
+    needed = _needed(fetches)
+    return [
+        op.inputs[0].shape.num_elements() * op.inputs[0].dtype.size
+        for op in fetches[0].graph.get_operations()
+        if op in needed and op.type == "CollectiveReduceV2"
+    ]
+
+
+def _needed(fetches):
+    """The set of ops fetches depend on, themselves included."""
+    run, stack = set(), list(fetches)
+    while stack:
+        op = stack.pop()
+        if op not in run:
+            run.add(op)
+            stack += [t.op for t in op.inputs] + list(op.control_inputs)
+    return run
