@@ -270,8 +270,9 @@ def test_a_stored_row_is_priced_again_on_its_models_graph_as_it_is_now():
     stored = {"model": "tutorial", "kind": "packed", "planned_bytes": 1}
     args = types.SimpleNamespace(batch_size=8)
     (again,) = bench_links.planned_again([stored], args)
-    # The tutorial's gradients in two packs of at most 4 MiB.
-    assert again["planned_bytes"] == [TUTORIAL_BYTES // 2] * 2
+    # The tutorial's gradients in two packs of at most 4 MiB, then the
+    # stop collective's float32 [2] (`collectives.stop_signals`).
+    assert again["planned_bytes"] == [TUTORIAL_BYTES // 2] * 2 + [8]
 
 
 def test_the_scaling_table_says_its_rows_were_not_measured_but_which_were():
