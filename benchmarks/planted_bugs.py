@@ -24,13 +24,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import planted_step_bugs
+from benchmarks import planted_run_bugs, planted_step_bugs
 
 REPO = Path(__file__).resolve().parents[1]
 # Seconds one pytest run of a bug's checks may take.
 TIMEOUT_SECS = 900
 
-BUGS = planted_step_bugs.BUGS
+BUGS = planted_step_bugs.BUGS + planted_run_bugs.BUGS
 
 
 def scratch_copy(folder):

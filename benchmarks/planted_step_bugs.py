@@ -30,6 +30,10 @@ _RESNET = (
     "tests/test_resnet_reference.py::"
     "test_resnet20_logits_equal_a_numpy_forward_pass_of_its_weights"
 )
+_OVERFLOW = (
+    "tests/test_reduced_precision.py::"
+    "test_one_towers_float16_overflow_skips_the_step_of_every_copy[%d]"
+)
 
 BUGS = [
     Bug(
@@ -231,5 +235,73 @@ BUGS = [
             _TOLERANCE + "test_a_row_says_ok_only_of_a_settled_cell_within_"
             "tolerance",
         ),
+    ),
+    Bug(
+        "gate_removed",
+        "multigpu/graph/gradient_reduction.py",
+        "    return _all_or_none(\n        collectives.all_reduce_mean(",
+        "    return (\n        collectives.all_reduce_mean(",
+        "a copy across workers updated before every pack is all-reduced",
+        (
+            "tests/test_gradient_reduction.py::test_every_copys_update_waits_"
+            "for_every_packs_all_reduce_across_workers",
+        ),
+    ),
+    Bug(
+        "skip_on_local_gradients",
+        "cifar10_multi_gpu_train.py",
+        "        reduced = _reduce(update, tower_grads, clip_norm, "
+        "loss_averages_op)\n"
+        "        reduced = loss_scale.skip_unless_finite(scaled, reduced)\n",
+        "        tower_grads = loss_scale.skip_unless_finite(scaled, "
+        "tower_grads)\n"
+        "        reduced = _reduce(update, tower_grads, clip_norm, "
+        "loss_averages_op)\n",
+        "the loss-scale skip decided on tower 0's local gradients",
+        (_OVERFLOW % 1,),
+    ),
+    Bug(
+        "skipped_step_averaged",
+        "multigpu/graph/moving_averages.py",
+        "tf.where(applied, early, 1.0)",
+        "early",
+        "a step the loss scale skips still moves the moving averages",
+        (_OVERFLOW % 0,),
+    ),
+    Bug(
+        "sync_averages_per_worker_step",
+        "cifar10_multi_gpu_train.py",
+        "        opt = cluster.sync_optimizer(\n"
+        "            moving_averages.AveragedOptimizer(\n"
+        "                scaled, cifar10.MOVING_AVERAGE_DECAY\n"
+        "            ),\n"
+        "            task,\n"
+        "        )\n"
+        "        apply_op = variable_update.apply_gradients(\n"
+        "            update, plan, opt, reduced, global_step, [], applied\n"
+        "        )\n"
+        "        return apply_op, opt\n",
+        "        opt = cluster.sync_optimizer(scaled, task)\n"
+        "        apply_op = variable_update.apply_gradients(\n"
+        "            update, plan, opt, reduced, global_step, [], applied\n"
+        "        )\n"
+        "        averages = moving_averages.average_variables(\n"
+        "            [apply_op], global_step, applied, "
+        "cifar10.MOVING_AVERAGE_DECAY\n"
+        "        )\n"
+        "        return averages, opt\n",
+        "sync replicas move the averages with each worker's step",
+        (
+            "tests/test_sync_replicas_averages.py::test_sync_replicas_move_"
+            "each_average_once_per_global_step_not_per_worker",
+        ),
+    ),
+    Bug(
+        "every_towers_losses",
+        "multigpu/graph/towers.py",
+        'tf.compat.v1.get_collection("losses", scope)\n',
+        'tf.compat.v1.get_collection("losses")\n',
+        "a tower's loss sums the cross entropy of every tower before it",
+        (_CELL % "parameter_server-None-tutorial-float32-2-0.0",),
     ),
 ]
