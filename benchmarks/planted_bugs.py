@@ -6,13 +6,15 @@
 Copies the suite's files (tracked and new, as they are in the working
 tree) to a scratch folder, runs every bug's checks there once unplanted
 (each must pass: a check that fails anyway proves nothing), then, for
-each bug of BUGS, replaces its text in its file, runs its checks (tests
-of `-m "not slow"`, each a pytest node id, in one pytest process), and
-puts the file back. Prints a table (bug | what | check | caught by |
-result) and exits 1 unless every bug was caught. The repository itself
-is never written; the scratch folder is removed at the end. Every bug
-takes a pytest process (10 s to start TensorFlow) and its checks' time:
-13 minutes for 18 bugs on 2 CPU cores shared with other work.
+each bug of BUGS (`planted_step_bugs`' and `planted_run_bugs`'),
+replaces its text in its file, runs its checks (tests of `-m "not slow"`,
+each a pytest node id, in one pytest process), and puts the file back.
+Prints a table (bug | where | what | check | caught by | how, pytest's
+line of each failure | result) and exits 1 unless every bug was caught.
+The repository itself is never written; the scratch folder is removed
+at the end. Every bug takes a pytest process (10 s to start TensorFlow)
+and its checks' time: 13 minutes for 18 bugs on 2 CPU cores shared with
+other work.
 """
 
 import argparse
@@ -29,6 +31,8 @@ from benchmarks import planted_run_bugs, planted_step_bugs
 REPO = Path(__file__).resolve().parents[1]
 # Seconds one pytest run of a bug's checks may take.
 TIMEOUT_SECS = 900
+# Characters of a failure's line the table keeps.
+HOW_CHARS = 160
 
 BUGS = planted_step_bugs.BUGS + planted_run_bugs.BUGS
 
@@ -49,14 +53,15 @@ def scratch_copy(folder):
 
 
 def failed_checks(folder, checks):
-    """The checks that fail (or do not run) in folder.
+    """The checks that fail (or do not run) in folder, and how.
 
     Args:
       folder: Path, the scratch copy.
       checks: list of pytest node ids.
 
     Returns:
-      set of the node ids that failed, errored or were not found.
+      dict {node id: str, pytest's one line of why it failed, errored or
+      did not run} of the checks that did not pass.
     """
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "0", "-rfE"]
@@ -65,17 +70,20 @@ def failed_checks(folder, checks):
         capture_output=True,
         text=True,
         timeout=TIMEOUT_SECS,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        # Wide enough that pytest's summary line keeps its message whole.
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "500"},
     )
-    failed = set()
+    failed = {}
     for line in run.stdout.splitlines():
-        match = re.match(r"(FAILED|ERROR) (\S.*?)(?: - .*)?$", line)
+        match = re.match(r"(FAILED|ERROR) (\S.*?)(?: - (.*))?$", line)
         if match:
-            failed.update(c for c in checks if match.group(2).startswith(c))
+            for check in checks:
+                if match.group(2).startswith(check):
+                    failed.setdefault(check, match.group(3) or match.group(1))
     if run.returncode != 0 and not failed:
         # A test file that fails to import, a node id not found or
         # deselected: none of them ran to pass.
-        return set(checks)
+        return dict.fromkeys(checks, "did not run")
     return failed
 
 
@@ -103,7 +111,8 @@ def try_bugs(folder, bugs):
     """Each bug planted in turn; returns the table's rows.
 
     Returns:
-      list of (name, description, checks, caught_by, result) of str.
+      list of (name, path, description, checks, caught_by, how, result)
+      of str; how, the first line of each caught check's failure.
     """
     checks = sorted({check for bug in bugs for check in bug.checks})
     failing_unplanted = failed_checks(folder, checks)
@@ -113,9 +122,11 @@ def try_bugs(folder, bugs):
         rows.append(
             (
                 bug.name,
+                bug.path,
                 bug.description,
                 ", ".join(short(c) for c in bug.checks),
                 ", ".join(short(c) for c in caught) or "-",
+                "; ".join(_cut(how) for how in caught.values()) or "-",
                 result,
             )
         )
@@ -123,17 +134,25 @@ def try_bugs(folder, bugs):
     return rows
 
 
+def _cut(how):
+    """A failure's line for a table cell: at most HOW_CHARS, no '|'."""
+    how = how.replace("|", "/")
+    return how if len(how) <= HOW_CHARS else how[: HOW_CHARS - 3] + "..."
+
+
 def _outcome(folder, bug, failing_unplanted):
-    """The bug's checks that failed with it planted, and the verdict."""
-    if failing_unplanted.intersection(bug.checks):
-        return [], "CHECK FAILS UNPLANTED"
+    """The bug's checks that failed with it planted (dict, by node id, of
+    how), and the verdict."""
+    if set(failing_unplanted).intersection(bug.checks):
+        return {}, "CHECK FAILS UNPLANTED"
     text = plant(folder, bug)
     if text is None:
-        return [], "NOT PLANTED (its text is not found once)"
+        return {}, "NOT PLANTED (its text is not found once)"
     try:
-        caught = sorted(failed_checks(folder, list(bug.checks)))
+        caught = failed_checks(folder, list(bug.checks))
     finally:
         (folder / bug.path).write_text(text)
+    caught = {check: caught[check] for check in sorted(caught)}
     return caught, "caught" if caught else "MISSED"
 
 
@@ -154,8 +173,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as scratch:
         folder = Path(scratch)
         scratch_copy(folder)
-        print("| bug | what | check | caught by | result |")
-        print("| --- | --- | --- | --- | --- |", flush=True)
+        print("| bug | where | what | check | caught by | how | result |")
+        print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
         rows = try_bugs(folder, bugs)
     caught = sum(row[-1] == "caught" for row in rows)
     print("%d of %d planted bug(s) caught" % (caught, len(rows)))
