@@ -53,9 +53,15 @@ def test_the_script_names_the_check_that_caught_a_bug_and_writes_nothing():
         "an_int"
     )
     assert (run.returncode, run.stderr) == (0, ""), run.stdout + run.stderr
+    # How: pytest's line of the failed assert, its dicts shortened.
+    how = (
+        "AssertionError: assert {'moved': 0.5... 'count': 0.0} == "
+        "{'moved': 0.5... 'count': 0.0}"
+    )
     assert run.stdout.splitlines()[2:] == [
-        "| no_ulp_floor | a spread of 0 where the measuring run repeats a "
-        "value exactly | %s | %s | caught |" % (check, check),
+        "| no_ulp_floor | benchmarks/equivalence_tolerance.py | a spread of 0 "
+        "where the measuring run repeats a value exactly | %s | %s | %s | "
+        "caught |" % (check, check, how),
         "1 of 1 planted bug(s) caught",
     ]
     assert planted.read_bytes() == before

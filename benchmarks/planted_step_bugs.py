@@ -1,0 +1,307 @@
+"""The planted bugs of a step's numbers, and what a planted bug is.
+
+Each bug is one text of one file and its replacement, with the quick
+checks (tests of `-m "not slow"`) that should catch it: here the towers,
+the gradients' reduction and clipping, the loss scale, the moving
+averages, the ResNet, the equivalence runner's tolerance and table, and
+its filter of TensorFlow's C++ notices. `benchmarks/planted_bugs.py`
+plants them.
+"""
+
+import collections
+
+Bug = collections.namedtuple("Bug", "name path old new description checks")
+Bug.__doc__ = """One planted bug.
+
+name: str, what --bugs takes.
+path: str, the file, relative to the repository.
+old, new: str, the exact text (found once in the file) and its replacement.
+description: str, one line.
+checks: tuple of str, pytest node ids (of tests under -m "not slow") that
+  should fail with the bug planted.
+"""
+
+_CELL = (
+    "tests/test_equivalence.py::"
+    "test_each_cell_of_the_fast_slice_trains_what_one_device_trains[%s]"
+)
+_TOLERANCE = "tests/test_equivalence_tolerance.py::"
+_RESNET = (
+    "tests/test_resnet_reference.py::"
+    "test_resnet20_logits_equal_a_numpy_forward_pass_of_its_weights"
+)
+_OVERFLOW = (
+    "tests/test_reduced_precision.py::"
+    "test_one_towers_float16_overflow_skips_the_step_of_every_copy[%d]"
+)
+
+BUGS = [
+    Bug(
+        "copy_gap_ignored",
+        "benchmarks/equivalence_table.py",
+        "result.worst <= 1.0 and result.copy_gap == 0.0",
+        "result.worst <= 1.0",
+        "the runner's exit status ignores a copy that differs",
+        (
+            _TOLERANCE + "test_the_exit_code_counts_a_copy_gap_as_out_and_an_"
+            "unsettled_cell_apart",
+        ),
+    ),
+    Bug(
+        "unsettled_passes",
+        "benchmarks/equivalence_table.py",
+        "return 1 if out or (unsettled and not allow_unsettled) else 0",
+        "return 1 if out else 0",
+        "the runner exits 0 with a cell whose tolerance never settled",
+        (
+            _TOLERANCE + "test_the_exit_code_counts_a_copy_gap_as_out_and_an_"
+            "unsettled_cell_apart",
+        ),
+    ),
+    Bug(
+        "settles_on_a_tip",
+        "benchmarks/equivalence_tolerance.py",
+        "later[name] <= MULTIPLE * earlier[name]\n"
+        "        and earlier[name] <= MULTIPLE * later[name]",
+        "later[name] <= MULTIPLE * earlier[name]",
+        "a run within the tolerance of the one before settles (one-sided)",
+        (
+            _TOLERANCE + "test_a_tip_then_smooth_runs_hold_the_towers_to_the_"
+            "smooth_spread",
+        ),
+    ),
+    Bug(
+        "clipped_per_tower",
+        "cifar10_multi_gpu_train.py",
+        "    reduced = variable_update.reduce_gradients(update, tower_grads)\n"
+        "    if clip_norm > 0:\n"
+        "        reduced = [towers.clip_gradients(grads, clip_norm) "
+        "for grads in reduced]\n",
+        "    if clip_norm > 0:\n"
+        "        tower_grads = [towers.clip_gradients(g, clip_norm) "
+        "for g in tower_grads]\n"
+        "    reduced = variable_update.reduce_gradients(update, tower_grads)\n",
+        "gradients clipped per tower before the mean",
+        (_CELL % "replicated-collective-tutorial-float32-2-1.5",),
+    ),
+    Bug(
+        "shortcut_one_side",
+        "cifar10_models/resnet.py",
+        "[extra // 2, extra - extra // 2]",
+        "[0, extra]",
+        "the ResNet's shortcut pads its new channels on one side",
+        (_RESNET,),
+    ),
+    Bug(
+        "unfused_notice_shown",
+        "multigpu/cpp_log_filter.py",
+        "OpKernel for CPU devices ",
+        "OpKernel for GPU devices ",
+        "the runner's stderr shows the unfused float16 batch norm notice",
+        (
+            "tests/test_output.py::test_the_notice_of_an_unfused_float16_"
+            "batch_norm_is_dropped_whole",
+        ),
+    ),
+    Bug(
+        "cuinit_notice_shown",
+        "multigpu/cpp_log_filter.py",
+        'rb"^E\\d{4} [^]]*\\] failed call to cuInit: "',
+        'rb"^E\\d{4} [^]]*\\] failed call to cuInit; "',
+        "the runner's stderr shows cuInit's error on a machine without a GPU",
+        (
+            "tests/test_output.py::test_the_harmless_lines_of_a_machine_"
+            "without_a_gpu_are_dropped",
+        ),
+    ),
+    Bug(
+        "summed_gradients",
+        "multigpu/graph/gradient_reduction.py",
+        "return tf.math.add_n(grads) / len(grads)",
+        "return tf.math.add_n(grads)",
+        "the towers' gradients summed, not averaged",
+        (_CELL % "parameter_server-None-tutorial-float32-2-0.0",),
+    ),
+    Bug(
+        "rate_of_one_tower",
+        "cifar10_multi_gpu_train.py",
+        "examples = batch_size * len(devices) * task.replicas_per_step",
+        "examples = batch_size * task.replicas_per_step",
+        "the learning rate scaled by one tower's batch, not the step's",
+        (_CELL % "replicated-one_device-layers-float32-2-0.0",),
+    ),
+    Bug(
+        "loss_scale_kept",
+        "multigpu/graph/loss_scale.py",
+        "(g / scale if g is not None else None, v)",
+        "(g if g is not None else None, v)",
+        "float16 gradients applied still multiplied by the loss scale",
+        (_CELL % "parameter_server-None-layers-float16 fixed-2-0.0",),
+    ),
+    Bug(
+        "no_regularizers",
+        "multigpu/graph/towers.py",
+        'tf.compat.v1.get_collection("losses", scope)\n'
+        "        + regularization_losses(scope),",
+        'tf.compat.v1.get_collection("losses", scope),',
+        "a tower's loss without the layers' regularization terms",
+        (_CELL % "replicated-collective-get_variable-float32-4-0.0",),
+    ),
+    Bug(
+        "statistics_not_committed",
+        "multigpu/graph/variable_update.py",
+        "if not variables[name].trainable]",
+        "if variables[name].trainable]",
+        "the last tower's batch-norm statistics never reach the variables",
+        (_CELL % "replicated-one_device-layers-float32-2-0.0",),
+    ),
+    Bug(
+        "averages_without_statistics",
+        "multigpu/graph/any_model.py",
+        "for var in tf.compat.v1.moving_average_variables():",
+        "for var in []:",
+        "the batch-norm statistics left out of the moving averages",
+        (_CELL % "replicated-one_device-layers-float32-2-0.0",),
+    ),
+    Bug(
+        "clip_norm_doubled",
+        "multigpu/graph/towers.py",
+        "tf.clip_by_global_norm(list(grads), clip_norm)",
+        "tf.clip_by_global_norm(list(grads), 2 * clip_norm)",
+        "gradients clipped to twice --clip_gradients",
+        (
+            "tests/test_towers.py::test_clipping_bounds_the_global_norm_of_"
+            "the_averaged_gradients",
+            _CELL % "replicated-collective-tutorial-float32-2-1.5",
+        ),
+    ),
+    Bug(
+        "no_ulp_floor",
+        "benchmarks/equivalence_tolerance.py",
+        "float(np.spacing(np.float32(largest))),",
+        "0.0,",
+        "a spread of 0 where the measuring run repeats a value exactly",
+        (
+            _TOLERANCE + "test_a_spread_is_the_largest_gap_at_least_a_float32_"
+            "ulp_and_0_for_an_int",
+        ),
+    ),
+    Bug(
+        "moved_in_float32",
+        "benchmarks/equivalence_tolerance.py",
+        "np.spacing(np.abs(value).astype(compute_dtype))",
+        "np.spacing(np.abs(value))",
+        "the measuring run moved by a float32 ulp in a float16 cell",
+        (
+            _TOLERANCE + "test_moving_by_one_ulp_moves_each_value_by_its_"
+            "float16_spacing",
+        ),
+    ),
+    Bug(
+        "shortcut_odd_pixels",
+        "cifar10_models/resnet.py",
+        "x = x[:, ::strides, ::strides, :]",
+        "x = x[:, 1::strides, 1::strides, :]",
+        "the ResNet's shortcut subsamples the odd pixels",
+        (_RESNET,),
+    ),
+    Bug(
+        "batch_norm_epsilon",
+        "cifar10_models/resnet.py",
+        "BATCH_NORM_EPSILON = 1e-5",
+        "BATCH_NORM_EPSILON = 1e-3",
+        "the ResNet's batch norm with Keras' epsilon, not the paper's",
+        (_RESNET,),
+    ),
+    Bug(
+        "reference_shared_by_clip",
+        "benchmarks/equivalence.py",
+        "key = case._replace(update=None, all_reduce=None)",
+        "key = (case.model, case.precision, case.towers)",
+        "a clipped cell held to the unclipped cell's one device",
+        (
+            "tests/test_equivalence.py::test_cells_share_the_one_device_only_"
+            "where_they_differ_in_the_update",
+        ),
+    ),
+    Bug(
+        "unsettled_row_ok",
+        "benchmarks/equivalence_table.py",
+        'return "ok" if result.settled else '
+        '"UNSETTLED (within its widest spread)"',
+        'return "ok"',
+        "a row of an unsettled cell within its widest spread reads ok",
+        (
+            _TOLERANCE + "test_a_row_says_ok_only_of_a_settled_cell_within_"
+            "tolerance",
+        ),
+    ),
+    Bug(
+        "gate_removed",
+        "multigpu/graph/gradient_reduction.py",
+        "    return _all_or_none(\n        collectives.all_reduce_mean(",
+        "    return (\n        collectives.all_reduce_mean(",
+        "a copy across workers updated before every pack is all-reduced",
+        (
+            "tests/test_gradient_reduction.py::test_every_copys_update_waits_"
+            "for_every_packs_all_reduce_across_workers",
+        ),
+    ),
+    Bug(
+        "skip_on_local_gradients",
+        "cifar10_multi_gpu_train.py",
+        "        reduced = _reduce(update, tower_grads, clip_norm, "
+        "loss_averages_op)\n"
+        "        reduced = loss_scale.skip_unless_finite(scaled, reduced)\n",
+        "        tower_grads = loss_scale.skip_unless_finite(scaled, "
+        "tower_grads)\n"
+        "        reduced = _reduce(update, tower_grads, clip_norm, "
+        "loss_averages_op)\n",
+        "the loss-scale skip decided on tower 0's local gradients",
+        (_OVERFLOW % 1,),
+    ),
+    Bug(
+        "skipped_step_averaged",
+        "multigpu/graph/moving_averages.py",
+        "tf.where(applied, early, 1.0)",
+        "early",
+        "a step the loss scale skips still moves the moving averages",
+        (_OVERFLOW % 0,),
+    ),
+    Bug(
+        "sync_averages_per_worker_step",
+        "cifar10_multi_gpu_train.py",
+        "        opt = cluster.sync_optimizer(\n"
+        "            moving_averages.AveragedOptimizer(\n"
+        "                scaled, cifar10.MOVING_AVERAGE_DECAY\n"
+        "            ),\n"
+        "            task,\n"
+        "        )\n"
+        "        apply_op = variable_update.apply_gradients(\n"
+        "            update, plan, opt, reduced, global_step, [], applied\n"
+        "        )\n"
+        "        return apply_op, opt\n",
+        "        opt = cluster.sync_optimizer(scaled, task)\n"
+        "        apply_op = variable_update.apply_gradients(\n"
+        "            update, plan, opt, reduced, global_step, [], applied\n"
+        "        )\n"
+        "        averages = moving_averages.average_variables(\n"
+        "            [apply_op], global_step, applied, "
+        "cifar10.MOVING_AVERAGE_DECAY\n"
+        "        )\n"
+        "        return averages, opt\n",
+        "sync replicas move the averages with each worker's step",
+        (
+            "tests/test_sync_replicas_averages.py::test_sync_replicas_move_"
+            "each_average_once_per_global_step_not_per_worker",
+        ),
+    ),
+    Bug(
+        "every_towers_losses",
+        "multigpu/graph/towers.py",
+        'tf.compat.v1.get_collection("losses", scope)\n',
+        'tf.compat.v1.get_collection("losses")\n',
+        "a tower's loss sums the cross entropy of every tower before it",
+        (_CELL % "parameter_server-None-tutorial-float32-2-0.0",),
+    ),
+]
