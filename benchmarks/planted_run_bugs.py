@@ -68,9 +68,9 @@ BUGS = [
     ),
     Bug(
         "stop_flag_not_reduced",
-        "multigpu/run/preemption.py",
-        "    return received, signals\n",
-        "    return received, mine\n",
+        "multigpu/graph/collectives.py",
+        "    for each in (received, signals):\n",
+        "    for each in (received, mine):\n",
         "the stop flag not all-reduced: each worker reads its own signal",
         (
             "tests/test_cluster_preemption.py::test_a_sigterm_to_one_worker_"

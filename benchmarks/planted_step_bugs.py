@@ -239,12 +239,13 @@ BUGS = [
     Bug(
         "gate_removed",
         "multigpu/graph/gradient_reduction.py",
-        "    return _all_or_none(\n        collectives.all_reduce_mean(",
-        "    return (\n        collectives.all_reduce_mean(",
-        "a copy across workers updated before every pack is all-reduced",
+        "    gated = iter(tf.tuple(present + received, "
+        "control_inputs=[signals]))",
+        "    gated = iter(present + received)",
+        "a copy across workers updated before every collective has returned",
         (
-            "tests/test_gradient_reduction.py::test_every_copys_update_waits_"
-            "for_every_packs_all_reduce_across_workers",
+            "tests/test_gradient_reduction.py::test_every_saved_variable_"
+            "waits_for_every_collective_across_workers",
         ),
     ),
     Bug(
