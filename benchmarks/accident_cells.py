@@ -14,6 +14,7 @@ import signal
 from typing import Callable, NamedTuple
 
 from benchmarks import accident_provoke as provoke
+from benchmarks import accident_restarts as restarts
 from benchmarks.accident_expect import (
     KEPT,
     LOCAL,
@@ -35,6 +36,7 @@ from benchmarks.accident_expect import (
 
 KILLED = -signal.SIGKILL  # The exit code of a task the cell killed.
 NO_PEER = "one process has no peer"
+NO_PS = "a cluster of workers only has no ps"
 STEPS = 20  # --max_steps of a run the accident cuts short.
 LAST_STEP = 6  # --max_steps of the runs that end there.
 UNTIL_STOPPED = ("--max_steps=%d" % STEPS, "--save_checkpoint_steps=100000")
@@ -58,8 +60,9 @@ def _before_step_1(tasks, context, outcome):
         return Expected(
             {"local": 143},
             {
-                "local": "%s: interrupted (SIGTERM) before step 1; nothing was "
-                "saved; run the same command to start" % SCRIPT
+                "local": "%s: interrupted (SIGTERM) before step 1; nothing was"
+                " trained, and what the run wrote in %s is removed; run the "
+                "same command to start" % (SCRIPT, tasks.train_dir("local"))
             },
             [],
             None,
@@ -413,7 +416,7 @@ ACCIDENTS = {
         _every(
             _lost_ps,
             LOCAL=NO_PEER,
-            WORKERS="a cluster of workers only has no ps",
+            WORKERS=NO_PS,
         ),
     ),
     "other_data": Accident(
@@ -421,6 +424,34 @@ ACCIDENTS = {
         provoke.other_data,
         ENDING,
         _every(_other_data, LOCAL="one process has one data"),
+    ),
+    "full_disk": Accident(
+        "a full disk at start",
+        provoke.full_disk,
+        ENDING,
+        _every(restarts.full_disk),
+    ),
+    "stale_ps": Accident(
+        "a ps left alive from an earlier job",
+        provoke.stale_ps,
+        UNTIL_STOPPED,
+        _every(restarts.stale_ps, LOCAL="one process has no ps", WORKERS=NO_PS),
+    ),
+    "restarted_chief": Accident(
+        "a chief started again under a running worker",
+        provoke.restarted_chief,
+        UNTIL_STOPPED,
+        _every(
+            restarts.restarted_chief,
+            LOCAL=NO_PEER,
+            WORKERS="a cluster of workers only ends with its chief",
+        ),
+    ),
+    "killed_in_save": Accident(
+        "kill -9 during a save, then the same command",
+        provoke.killed_in_a_save,
+        (*ENDING[:1], "--save_checkpoint_steps=1"),
+        _every(restarts.killed_in_a_save),
     ),
 }
 
