@@ -9,7 +9,6 @@ docs/cluster.md; `accident_expect`) or why it does not apply.
 issue 46 it belongs to.
 """
 
-import re
 import signal
 from typing import Callable, NamedTuple
 
@@ -18,16 +17,19 @@ from benchmarks import accident_restarts as restarts
 from benchmarks.accident_expect import (
     KEPT,
     LOCAL,
+    LOST,
     PS,
     PS_SYNC,
     SCRIPT,
     WORKERS,
     Expected,
+    chief_gone,
     files,
     finished_lines,
     interrupted,
     left,
     left_at,
+    matching,
     saved,
     stopped_together,
     unreachable,
@@ -238,35 +240,10 @@ def _read_only(tasks, context, outcome):
     else:
         lines = {
             "worker1": LOST.replace("{N}", "0") % (SCRIPT, chief_lost),
-            "ps0": _chief_gone(tasks),
+            "ps0": chief_gone(tasks),
         }
     lines[chief] = refused
     return Expected({name: 1 for name in lines}, lines, [], "unchanged")
-
-
-def _chief_gone(tasks):
-    """The ps's line once the chief is gone and worker 1 silent."""
-    return (
-        "%s: error: ps task 0: the chief, %s, is gone: its port has not "
-        "answered for --operation_timeout_secs=60, and no word from %s; the "
-        "ps stops"
-        % (SCRIPT, unreachable(tasks, "worker0"), unreachable(tasks, "worker1"))
-    )
-
-
-def _matching(observed, text, *args):
-    """observed if it is the line text % args but for any count where
-    text has {N}, else text % args: exact but for the steps counted."""
-    text %= args
-    pattern = re.escape(text).replace(re.escape("{N}"), r"\d+")
-    return observed if re.fullmatch(pattern, observed) else text
-
-
-# A worker's line once a peer is lost: {N} local steps; the task lost.
-LOST = (
-    "%s: error: lost the cluster after {N} local steps "
-    "(DeadlineExceededError): unreachable: %s"
-)
 
 
 def _lost_worker(tasks, context, outcome):
@@ -274,7 +251,7 @@ def _lost_worker(tasks, context, outcome):
     lines, lost = outcome.lines, unreachable(tasks, "worker1")
     if tasks.kind.name == WORKERS:
         step = outcome.steps[-1] if outcome.steps else -1
-        line = _matching(
+        line = matching(
             lines["worker0"],
             LOST + "; saved %s; run the same "
             "commands on every worker to resume from it",
@@ -306,8 +283,8 @@ def _lost_worker(tasks, context, outcome):
     return Expected(
         {"ps0": 1, "worker0": 1, "worker1": KILLED},
         {
-            "worker0": _matching(lines["worker0"], LOST, SCRIPT, lost),
-            "ps0": _chief_gone(tasks),
+            "worker0": matching(lines["worker0"], LOST, SCRIPT, lost),
+            "ps0": chief_gone(tasks),
         },
         [0],
         files([0]),

@@ -117,3 +117,28 @@ def unreachable(tasks, name):
     hosts = dict(flag[2:].split("=") for flag in tasks.cluster_flags)
     address = hosts["%s_hosts" % job].split(",")[index]
     return "%s task %d (%s)" % (job, index, address)
+
+
+def chief_gone(tasks):
+    """The ps's line once the chief is gone and worker 1 silent."""
+    return (
+        "%s: error: ps task 0: the chief, %s, is gone: its port has not "
+        "answered for --operation_timeout_secs=60, and no word from %s; the "
+        "ps stops"
+        % (SCRIPT, unreachable(tasks, "worker0"), unreachable(tasks, "worker1"))
+    )
+
+
+def matching(observed, text, *args):
+    """observed if it is the line text % args but for any count where
+    text has {N}, else text % args: exact but for the steps counted."""
+    text %= args
+    pattern = re.escape(text).replace(re.escape("{N}"), r"\d+")
+    return observed if re.fullmatch(pattern, observed) else text
+
+
+# A worker's line once a peer is lost: {N} local steps; the task lost.
+LOST = (
+    "%s: error: lost the cluster after {N} local steps "
+    "(DeadlineExceededError): unreachable: %s"
+)
