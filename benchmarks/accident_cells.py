@@ -9,13 +9,13 @@ docs/cluster.md; `accident_expect`) or why it does not apply.
 issue 46 it belongs to.
 """
 
-import signal
 from typing import Callable, NamedTuple
 
 from benchmarks import accident_provoke as provoke
 from benchmarks import accident_restarts as restarts
 from benchmarks.accident_expect import (
     KEPT,
+    KILLED,
     LOCAL,
     LOST,
     PS,
@@ -24,6 +24,7 @@ from benchmarks.accident_expect import (
     WORKERS,
     Expected,
     chief_gone,
+    chief_lost_at_start,
     files,
     finished_lines,
     interrupted,
@@ -36,7 +37,6 @@ from benchmarks.accident_expect import (
     within,
 )
 
-KILLED = -signal.SIGKILL  # The exit code of a task the cell killed.
 NO_PEER = "one process has no peer"
 NO_PS = "a cluster of workers only has no ps"
 STEPS = 20  # --max_steps of a run the accident cuts short.
@@ -238,10 +238,7 @@ def _read_only(tasks, context, outcome):
             )
         }
     else:
-        lines = {
-            "worker1": LOST.replace("{N}", "0") % (SCRIPT, chief_lost),
-            "ps0": chief_gone(tasks),
-        }
+        lines = chief_lost_at_start(tasks)
     lines[chief] = refused
     return Expected({name: 1 for name in lines}, lines, [], "unchanged")
 

@@ -8,6 +8,7 @@ outside them the expected value is -1, which nothing leaves.
 """
 
 import re
+import signal
 from typing import NamedTuple
 
 from benchmarks.accident_runs import SCRIPT
@@ -18,6 +19,7 @@ LOCAL, PS, PS_SYNC, WORKERS = (k.name for k in kinds.KINDS)
 # event files (`files`).
 RECORDS = ("checkpoint", "data.txt", "graph.pbtxt", "model.txt", "trainer.lock")
 RESUME_ALL = "run the same commands on every worker to resume"
+KILLED = -signal.SIGKILL  # The exit code of a task the cell killed.
 # The saver's max_to_keep.
 KEPT = 5
 
@@ -131,9 +133,14 @@ def chief_gone(tasks):
 
 def matching(observed, text, *args):
     """observed if it is the line text % args but for any count where
-    text has {N}, else text % args: exact but for the steps counted."""
+    text has {N} and any error's name where it has {E}, else text % args:
+    exact but for the steps counted and the error a timing picks."""
     text %= args
-    pattern = re.escape(text).replace(re.escape("{N}"), r"\d+")
+    pattern = (
+        re.escape(text)
+        .replace(re.escape("{N}"), r"\d+")
+        .replace(re.escape("{E}"), r"\w+Error")
+    )
     return observed if re.fullmatch(pattern, observed) else text
 
 
@@ -142,3 +149,13 @@ LOST = (
     "%s: error: lost the cluster after {N} local steps "
     "(DeadlineExceededError): unreachable: %s"
 )
+
+
+def chief_lost_at_start(tasks):
+    """The lines of worker 1 and the ps of a ps cluster whose chief ended
+    before step 1."""
+    return {
+        "worker1": LOST.replace("{N}", "0")
+        % (SCRIPT, unreachable(tasks, "worker0")),
+        "ps0": chief_gone(tasks),
+    }

@@ -25,6 +25,10 @@ ACCIDENT_STEP = 3
 FULL_DISK_SIZE = "256k"
 # The flag a chief is started again with, or an earlier job ran at.
 OTHER_RATE = "--learning_rate=0.05"
+# A ps that waits for its chief as long as a cell waits for anything: the
+# one a chief restarts on, or a new job's chief starts on, while a loaded
+# machine takes tens of seconds to start it.
+PATIENT_PS = {"ps0": ("--operation_timeout_secs=%d" % WAIT_SECS,)}
 # What a chief restarted with its job's flags says before its first step.
 TRAINS_ON_LINE = r"the ps tasks hold this job already: training on from"
 
@@ -203,40 +207,40 @@ def other_data(tasks):
 
 def stale_ps(tasks):
     """kill -9 of both workers of an earlier job at OTHER_RATE once its
-    chief logged ACCIDENT_STEP, its ps left running; then a new job's chief
-    and worker (the default rate, a new --train_dir) against that ps."""
+    chief logged ACCIDENT_STEP, its ps left running (PATIENT_PS); then a
+    new job's chief and worker (the default rate, a new --train_dir)
+    against that ps; once they ended, kill -9 of the ps."""
     _sample_set(tasks)
     tasks.train_dirs = {tasks.chief: tasks.root / "train_earlier_job"}
-    tasks.start(OTHER_RATE)
+    tasks.start(OTHER_RATE, flags_of=PATIENT_PS)
     tasks.wait_for_step(tasks.chief, ACCIDENT_STEP)
     _kill(tasks, ["worker0", "worker1"])
     tasks.train_dirs = {}
     tasks.start(only=("worker0", "worker1"))
+    for name in ("worker0", "worker1"):
+        tasks.processes[name].wait(timeout=WAIT_SECS)
+    _kill(tasks, ["ps0"])
     return {}
 
 
 def restarted_chief(tasks):
     """kill -9 of the chief once it logged ACCIDENT_STEP, worker 1 frozen
-    meanwhile (so that the job waits for its chief); the chief started
-    again at OTHER_RATE, then with the job's flags; worker 1 goes on once
-    the chief trains on.
+    meanwhile (so that the job waits for its chief) and the ps patient
+    (PATIENT_PS); the chief started again at OTHER_RATE, then with the
+    job's flags; worker 1 goes on once the chief trains on.
 
     Returns:
       {"ended": {"worker0 (OTHER_RATE)": (exit code, last line)}}.
     """
     _sample_set(tasks)
-    tasks.start()
+    tasks.start(flags_of=PATIENT_PS)
     tasks.wait_for_step(tasks.chief, ACCIDENT_STEP)
     tasks.signal("worker1", signal.SIGSTOP)
     _kill(tasks, [tasks.chief])
     tasks.start(OTHER_RATE, only=(tasks.chief,))
     code = tasks.processes[tasks.chief].wait(timeout=WAIT_SECS)
-    ended = {
-        "%s (%s)" % (tasks.chief, OTHER_RATE): (
-            code,
-            tasks.last_line(tasks.chief),
-        )
-    }
+    other = "%s (%s)" % (tasks.chief, OTHER_RATE)
+    ended = {other: (code, tasks.last_line(tasks.chief))}
     assert tasks.processes["worker1"].poll() is None
     tasks.start(only=(tasks.chief,))
     try:

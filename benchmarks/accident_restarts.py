@@ -9,12 +9,16 @@ Each is a function (tasks, context, outcome) -> `Expected`, as in
 from benchmarks import accident_provoke as provoke
 from benchmarks.accident_expect import (
     KEPT,
+    KILLED,
     LOCAL,
+    LOST,
     SCRIPT,
     WORKERS,
     Expected,
+    chief_lost_at_start,
     files,
     finished_lines,
+    matching,
     unreachable,
     within,
 )
@@ -36,17 +40,21 @@ def _no_space(tasks):
 def full_disk(tasks, context, outcome):
     """The chief ends at its first write, naming the disk; every other
     task ends naming the chief; nothing is written."""
-    chief = tasks.chief
-    if tasks.kind.name == LOCAL:
-        return Expected({chief: 1}, {chief: _no_space(tasks)}, [], "unchanged")
-    lines = {chief: _no_space(tasks), **cluster_lost(tasks, outcome)}
+    chief, lost = tasks.chief, unreachable(tasks, "worker0")
+    lines = {chief: _no_space(tasks)}
+    if tasks.kind.name == WORKERS:
+        # The chief's end cancels worker 1's start-up copy, or its session.
+        lines["worker1"] = matching(
+            outcome.lines.get("worker1", ""),
+            LOST.replace("DeadlineExceededError", "{E}").replace("{N}", "0")
+            + "; run the same commands on every worker to resume from the "
+            "chief's newest checkpoint",
+            SCRIPT,
+            lost,
+        )
+    elif tasks.kind.name != LOCAL:
+        lines.update(chief_lost_at_start(tasks))
     return Expected(dict.fromkeys(lines, 1), lines, [], "unchanged")
-
-
-def cluster_lost(tasks, outcome):
-    """The lines of worker 1 and the ps once the chief ended before step
-    1 (filled in from a run)."""
-    return {}
 
 
 def _refused(other, this):
@@ -62,8 +70,23 @@ def _refused(other, this):
 
 def stale_ps(tasks, context, outcome):
     """The new job's chief is refused before it writes anything; its
-    worker 1 ends naming the flag; the ps of the earlier job ends."""
-    return Expected({}, {}, [], None)
+    worker 1, which reads the earlier chief's settings on the ps, ends
+    naming the flag and the earlier job; the ps runs on (the cell kills
+    it)."""
+    worker = (
+        "%s: error: --learning_rate differs between the workers: worker "
+        "task 0 has 0.05, worker task 1 has 0 (the model's own recipe); "
+        "start every worker with the same --learning_rate (docs/cluster.md);"
+        " worker task 0's are those published on ps task 0: if it now runs "
+        "with other flags, the ps tasks are left from an earlier job, and "
+        "every task of that job, its ps tasks too, must stop first" % SCRIPT
+    )
+    return Expected(
+        {"ps0": KILLED, "worker0": 1, "worker1": 1},
+        {"worker0": _refused("0.05", "0.0"), "worker1": worker},
+        [],
+        None,
+    )
 
 
 def restarted_chief(tasks, context, outcome):
