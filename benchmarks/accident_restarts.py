@@ -40,8 +40,7 @@ def _no_space(tasks):
 def full_disk(tasks, context, outcome):
     """The chief ends at its first write, naming the disk; every other
     task ends naming the chief; nothing is written."""
-    chief, lost = tasks.chief, unreachable(tasks, "worker0")
-    lines = {chief: _no_space(tasks)}
+    lines = {tasks.chief: _no_space(tasks)}
     if tasks.kind.name == WORKERS:
         # The chief's end cancels worker 1's start-up copy, or its session.
         lines["worker1"] = matching(
@@ -50,7 +49,7 @@ def full_disk(tasks, context, outcome):
             + "; run the same commands on every worker to resume from the "
             "chief's newest checkpoint",
             SCRIPT,
-            lost,
+            unreachable(tasks, "worker0"),
         )
     elif tasks.kind.name != LOCAL:
         lines.update(chief_lost_at_start(tasks))

@@ -50,6 +50,7 @@ SLOW = (
     "read_only:local",
     "last_step:local",
     "during_save:local",
+    "killed_in_save:local",
 )
 
 
