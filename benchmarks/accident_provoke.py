@@ -29,8 +29,8 @@ OTHER_RATE = "--learning_rate=0.05"
 # one a chief restarts on, or a new job's chief starts on, while a loaded
 # machine takes tens of seconds to start it.
 PATIENT_PS = {"ps0": ("--operation_timeout_secs=%d" % WAIT_SECS,)}
-# What a chief restarted with its job's flags says before its first step.
-TRAINS_ON_LINE = r"the ps tasks hold this job already: training on from"
+# What a chief restarted with its job's flags says, then its first step.
+TRAINS_ON = r"the ps tasks hold this job already: training on from[\s\S]*: step"
 
 
 def _sample_set(tasks):
@@ -227,7 +227,8 @@ def restarted_chief(tasks):
     """kill -9 of the chief once it logged ACCIDENT_STEP, worker 1 frozen
     meanwhile (so that the job waits for its chief) and the ps patient
     (PATIENT_PS); the chief started again at OTHER_RATE, then with the
-    job's flags; worker 1 goes on once the chief trains on.
+    job's flags; worker 1 goes on once the chief trained on a step (else
+    worker 1 may end the job before it, and the chief's line differs).
 
     Returns:
       {"ended": {"worker0 (OTHER_RATE)": (exit code, last line)}}.
@@ -244,7 +245,7 @@ def restarted_chief(tasks):
     assert tasks.processes["worker1"].poll() is None
     tasks.start(only=(tasks.chief,))
     try:
-        tasks.wait_for(tasks.chief, TRAINS_ON_LINE)
+        tasks.wait_for(tasks.chief, TRAINS_ON)
     finally:
         tasks.signal("worker1", signal.SIGCONT)
     return {"ended": ended}
