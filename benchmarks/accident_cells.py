@@ -21,6 +21,7 @@ from benchmarks.accident_expect import (
     PS,
     PS_SYNC,
     SCRIPT,
+    STALE_PS_NOTE,
     WORKERS,
     Expected,
     chief_gone,
@@ -36,6 +37,8 @@ from benchmarks.accident_expect import (
     unreachable,
     within,
 )
+from data_sets import cifar10_data
+from multigpu.train_dir import data_records
 
 NO_PEER = "one process has no peer"
 # The kinds as cell ids name them (`accidents.KIND_IDS`).
@@ -323,19 +326,36 @@ def _lost_ps(tasks, context, outcome):
 
 
 def _other_data(tasks, context, outcome):
-    """Worker 1's data differs from the chief's: refused like a setting,
-    every worker ends before step 1 with one line (issue 46)."""
+    """Worker 1's data differs from the chief's: refused like a setting
+    (docs/cluster.md), before step 1; in a cluster of workers only every
+    worker ends, in a ps cluster worker 1 (the chief trains on)."""
+    held = [
+        data_records.with_setting(
+            {}, cifar10_data.training_data(str(tasks.data_dir(name)))
+        )["data_dir"]
+        for name in ("worker0", "worker1")
+    ]
     line = (
-        "%s: error: the data differs between the workers: worker task 0"
-        " has %s, worker task 1 has %s; give every worker the same data"
-        " (docs/cluster.md)"
-        % (SCRIPT, tasks.data_dir("worker0"), tasks.data_dir("worker1"))
+        "%s: error: --data_dir differs between the workers: worker task 0 has"
+        ' "%s", worker task 1 has "%s"; start every worker with the same '
+        "--data_dir (docs/cluster.md)" % (SCRIPT, *held)
     )
-    codes = {name: 1 for name in outcome.codes}
-    lines = {name: line for name in outcome.codes}
-    if "ps0" in codes:
-        codes["ps0"], lines["ps0"] = 0, finished_lines(tasks, ["ps0"])["ps0"]
-    return Expected(codes, lines, [], None)
+    if tasks.kind.name == WORKERS:
+        return Expected(
+            {"worker0": 1, "worker1": 1},
+            {"worker0": line, "worker1": line},
+            [],
+            None,
+        )
+    return Expected(
+        {"ps0": 0, "worker0": 0, "worker1": 1},
+        {
+            **finished_lines(tasks, ["ps0", "worker0"]),
+            "worker1": line + STALE_PS_NOTE,
+        },
+        [0, LAST_STEP],
+        files([0, LAST_STEP]),
+    )
 
 
 def _lost_task(name):
@@ -467,7 +487,6 @@ KNOWN_FAILURES = {
     "worker 1 end in a block of '=' lines, not their one line",
     "read_only:workers_only": "(found here) worker 1 ends in a traceback "
     "when the chief refuses its read-only --train_dir",
-    "other_data:ps": "Data identity covers one process.",
     "other_data:ps_sync": "Data identity covers one process.",
     "other_data:workers_only": "Data identity covers one process.",
 }

@@ -13,6 +13,7 @@ from benchmarks.accident_expect import (
     LOCAL,
     LOST,
     SCRIPT,
+    STALE_PS_NOTE,
     WORKERS,
     Expected,
     chief_lost_at_start,
@@ -75,11 +76,9 @@ def stale_ps(tasks, context, outcome):
     worker = (
         "%s: error: --learning_rate differs between the workers: worker "
         "task 0 has 0.05, worker task 1 has 0 (the model's own recipe); "
-        "start every worker with the same --learning_rate (docs/cluster.md);"
-        " worker task 0's are those published on ps task 0: if it now runs "
-        "with other flags, the ps tasks are left from an earlier job, and "
-        "every task of that job, its ps tasks too, must stop first" % SCRIPT
-    )
+        "start every worker with the same --learning_rate (docs/cluster.md)"
+        % SCRIPT
+    ) + STALE_PS_NOTE
     return Expected(
         {"ps0": KILLED, "worker0": 1, "worker1": 1},
         {"worker0": _refused("0.05", "0.0"), "worker1": worker},
