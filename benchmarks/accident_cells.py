@@ -241,7 +241,7 @@ def _finished_again(tasks, context, outcome):
 
 def _read_only(tasks, context, outcome):
     """The chief refuses its read-only --train_dir before any work; every
-    other task ends naming it, within its start-up wait."""
+    other task ends naming it."""
     chief = tasks.chief
     refused = (
         "%s: error: --train_dir=%s is on a read-only file system; pass a "
@@ -249,18 +249,7 @@ def _read_only(tasks, context, outcome):
     )
     if tasks.kind.name == LOCAL:
         return Expected({chief: 1}, {chief: refused}, [], "unchanged")
-    chief_lost = unreachable(tasks, "worker0")
-    if tasks.kind.name == WORKERS:
-        lines = {
-            "worker1": (
-                "%s: error: worker task 1: no answer from %s within 30 s of "
-                "start-up (--operation_timeout_secs); start every worker task "
-                "with the same flags, or look in its output for why it ended"
-                % (SCRIPT, chief_lost)
-            )
-        }
-    else:
-        lines = chief_lost_at_start(tasks)
+    lines = chief_lost_at_start(tasks, outcome)
     lines[chief] = refused
     return Expected({name: 1 for name in lines}, lines, [], "unchanged")
 
@@ -480,13 +469,14 @@ _IN_AGREEMENT = _UNHANDLED % (
     "between the gRPC server's start and the agreement (the ps kind, "
     "whose window is shorter, passed once by timing)"
 )
+_SYNC_BLOCK = (
+    "(found here) with --sync_replicas, the chief and worker 1 ending "
+    "before step 1 print a block of '=' lines last, not their one line"
+)
 KNOWN_FAILURES = {
     **{"start_up:%s" % kind: _AT_START_UP for kind in KIND_NAMES},
     **{"agreement:%s" % kind: _IN_AGREEMENT for kind in KIND_NAMES[1:]},
-    "read_only:ps_sync": "(found here) with --sync_replicas, the chief and "
-    "worker 1 end in a block of '=' lines, not their one line",
-    "read_only:workers_only": "(found here) worker 1 ends in a traceback "
-    "when the chief refuses its read-only --train_dir",
+    "read_only:ps_sync": _SYNC_BLOCK,
+    "stale_ps:ps_sync": _SYNC_BLOCK,
     "other_data:ps_sync": "Data identity covers one process.",
-    "other_data:workers_only": "Data identity covers one process.",
 }

@@ -157,11 +157,23 @@ LOST = (
 )
 
 
-def chief_lost_at_start(tasks):
-    """The lines of worker 1 and the ps of a ps cluster whose chief ended
-    before step 1."""
+def chief_lost_at_start(tasks, outcome):
+    """The lines of the other tasks of a cluster whose chief ended before
+    step 1: worker 1 names it, the ps (if any) stops."""
+    lost = unreachable(tasks, "worker0")
+    if tasks.kind.name == WORKERS:
+        # The chief's end cancels worker 1's start-up copy, or its session.
+        return {
+            "worker1": matching(
+                outcome.lines.get("worker1", ""),
+                LOST.replace("DeadlineExceededError", "{E}").replace("{N}", "0")
+                + "; run the same commands on every worker to resume from the"
+                " chief's newest checkpoint",
+                SCRIPT,
+                lost,
+            )
+        }
     return {
-        "worker1": LOST.replace("{N}", "0")
-        % (SCRIPT, unreachable(tasks, "worker0")),
+        "worker1": LOST.replace("{N}", "0") % (SCRIPT, lost),
         "ps0": chief_gone(tasks),
     }

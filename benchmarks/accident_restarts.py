@@ -11,7 +11,6 @@ from benchmarks.accident_expect import (
     KEPT,
     KILLED,
     LOCAL,
-    LOST,
     SCRIPT,
     STALE_PS_NOTE,
     WORKERS,
@@ -19,8 +18,6 @@ from benchmarks.accident_expect import (
     chief_lost_at_start,
     files,
     finished_lines,
-    matching,
-    unreachable,
     within,
 )
 
@@ -42,18 +39,8 @@ def full_disk(tasks, context, outcome):
     """The chief ends at its first write, naming the disk; every other
     task ends naming the chief; nothing is written."""
     lines = {tasks.chief: _no_space(tasks)}
-    if tasks.kind.name == WORKERS:
-        # The chief's end cancels worker 1's start-up copy, or its session.
-        lines["worker1"] = matching(
-            outcome.lines.get("worker1", ""),
-            LOST.replace("DeadlineExceededError", "{E}").replace("{N}", "0")
-            + "; run the same commands on every worker to resume from the "
-            "chief's newest checkpoint",
-            SCRIPT,
-            unreachable(tasks, "worker0"),
-        )
-    elif tasks.kind.name != LOCAL:
-        lines.update(chief_lost_at_start(tasks))
+    if tasks.kind.name != LOCAL:
+        lines.update(chief_lost_at_start(tasks, outcome))
     return Expected(dict.fromkeys(lines, 1), lines, [], "unchanged")
 
 
