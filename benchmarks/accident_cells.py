@@ -479,12 +479,15 @@ _SYNC_BLOCK = (
     "(found here) with --sync_replicas, a worker ending before step 1 "
     "prints a block of '=' lines last, not its one line"
 )
+_ZERO_STEPS = (
+    "(found here) each worker's last line is 'Worker task N ran 0 local "
+    "steps; global step S.', printed after its 'the job is already at "
+    "global step S ... nothing to train'"
+)
 KNOWN_FAILURES = {
     **{"start_up:%s" % kind: _AT_START_UP for kind in KIND_NAMES},
     **{"agreement:%s" % kind: _IN_AGREEMENT for kind in KIND_NAMES[1:]},
-    "finished:ps": "(found here) each worker's last line is 'Worker task"
-    " N ran 0 local steps; global step S.', printed after its 'the job is "
-    "already at global step S ... nothing to train'",
+    **{"finished:%s" % kind: _ZERO_STEPS for kind in KIND_NAMES[1:]},
     "read_only:ps_sync": _SYNC_BLOCK,
     "stale_ps:ps_sync": _SYNC_BLOCK,
     "other_data:ps_sync": _SYNC_BLOCK,

@@ -176,10 +176,10 @@ def print_row(cell, outcome, result, seconds):
 
 
 def unprovoked(cell, error):
-    """The result of a cell whose accident could not be provoked as
-    written (a task ended first, a line never came)."""
+    """The result of a cell that did not run as written (a task ended
+    first, a line never came, a task did not end)."""
     said = str(error).strip().split("\n")
-    why = "could not provoke it: %s" % " ... ".join(said[:1] + said[1:][-1:])
+    why = "did not run as written: %s" % " ... ".join(said[:1] + said[1:][-1:])
     known = accident_cells.KNOWN_FAILURES.get(cell)
     return "known failure (%s): %s" % (why, known) if known else "FAILS: " + why
 
