@@ -29,6 +29,8 @@ OTHER_RATE = "--learning_rate=0.05"
 # one a chief restarts on, or a new job's chief starts on, while a loaded
 # machine takes tens of seconds to start it.
 PATIENT_PS = {"ps0": ("--operation_timeout_secs=%d" % WAIT_SECS,)}
+# No bound on a task's waits (--operation_timeout_secs=0).
+UNBOUNDED = ("--operation_timeout_secs=0",)
 # What a chief restarted with its job's flags says, then its first step.
 TRAINS_ON = r"the ps tasks hold this job already: training on from[\s\S]*: step"
 
@@ -225,16 +227,18 @@ def stale_ps(tasks):
 
 def restarted_chief(tasks):
     """kill -9 of the chief once it logged ACCIDENT_STEP, worker 1 frozen
-    meanwhile (so that the job waits for its chief) and the ps patient
-    (PATIENT_PS); the chief started again at OTHER_RATE, then with the
-    job's flags; worker 1 goes on once the chief trained on a step (else
-    worker 1 may end the job before it, and the chief's line differs).
+    meanwhile (so that the job waits for its chief); worker 1 and the ps
+    wait without bound (UNBOUNDED: the frozen worker's step would else
+    time out, as it did after minutes frozen); the chief started again at
+    OTHER_RATE, then with the job's flags; worker 1 goes on once the
+    chief trained on a step (else worker 1 may end the job before it, and
+    the chief's line differs).
 
     Returns:
       {"ended": {"worker0 (OTHER_RATE)": (exit code, last line)}}.
     """
     _sample_set(tasks)
-    tasks.start(flags_of=PATIENT_PS)
+    tasks.start(flags_of=dict.fromkeys(("ps0", "worker1"), UNBOUNDED))
     tasks.wait_for_step(tasks.chief, ACCIDENT_STEP)
     tasks.signal("worker1", signal.SIGSTOP)
     _kill(tasks, [tasks.chief])

@@ -155,8 +155,10 @@ class Tasks:
 
     def wait_for_step(self, name, step):
         """Waits for the log line of step (or a later one) on the task."""
+        digits = len(str(step))
+        later = [str(n) for n in range(step, 10**digits)]
         return self.wait_for(
-            name, r": step (%d|[1-9]\d{%d,}), loss" % (step, len(str(step)))
+            name, r": step (%s|[1-9]\d{%d,}), loss" % ("|".join(later), digits)
         )
 
     def signal(self, name, signum=signal.SIGTERM):
