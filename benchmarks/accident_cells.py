@@ -41,8 +41,7 @@ from data_sets import cifar10_data
 from multigpu.train_dir import data_records
 
 NO_PEER = "one process has no peer"
-# The kinds as cell ids name them (`accidents.KIND_IDS`).
-KIND_NAMES = ("local", "ps", "ps_sync", "workers_only")
+KIND_NAMES = ("local", "ps", "ps_sync", "workers_only")  # as cell ids
 NO_PS = "a cluster of workers only has no ps"
 STEPS = 20  # --max_steps of a run the accident cuts short.
 LAST_STEP = 6  # --max_steps of the runs that end there.
@@ -484,10 +483,17 @@ _ZERO_STEPS = (
     "steps; global step S.', printed after its 'the job is already at "
     "global step S ... nothing to train'"
 )
+_FROZEN = (
+    "(the cell) worker 1, frozen through two chief start-ups, timed out, or"
+    " the unbounded ps outlived the cell; the refusal's line was right"
+)
 KNOWN_FAILURES = {
     **{"start_up:%s" % kind: _AT_START_UP for kind in KIND_NAMES},
     **{"agreement:%s" % kind: _IN_AGREEMENT for kind in KIND_NAMES[1:]},
     **{"finished:%s" % kind: _ZERO_STEPS for kind in KIND_NAMES[1:]},
+    "killed:ps": "(found here) the resumed chief saved step 8 of 6",
+    "restarted_chief:ps": _FROZEN,
+    "restarted_chief:ps_sync": _FROZEN,
     "read_only:ps_sync": _SYNC_BLOCK,
     "stale_ps:ps_sync": _SYNC_BLOCK,
     "other_data:ps_sync": _SYNC_BLOCK,
