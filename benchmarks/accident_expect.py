@@ -8,6 +8,7 @@ outside them the expected value is -1, which nothing leaves.
 """
 
 import re
+import signal
 from typing import NamedTuple
 
 from benchmarks.accident_runs import SCRIPT
@@ -18,6 +19,13 @@ LOCAL, PS, PS_SYNC, WORKERS = (k.name for k in kinds.KINDS)
 # event files (`files`).
 RECORDS = ("checkpoint", "data.txt", "graph.pbtxt", "model.txt", "trainer.lock")
 RESUME_ALL = "run the same commands on every worker to resume"
+# What a ps cluster's worker adds when it refuses the chief's settings.
+STALE_PS_NOTE = (
+    "; worker task 0's are those published on ps task 0: if it now runs "
+    "with other flags, the ps tasks are left from an earlier job, and "
+    "every task of that job, its ps tasks too, must stop first"
+)
+KILLED = -signal.SIGKILL  # The exit code of a task the cell killed.
 # The saver's max_to_keep.
 KEPT = 5
 
@@ -117,3 +125,55 @@ def unreachable(tasks, name):
     hosts = dict(flag[2:].split("=") for flag in tasks.cluster_flags)
     address = hosts["%s_hosts" % job].split(",")[index]
     return "%s task %d (%s)" % (job, index, address)
+
+
+def chief_gone(tasks):
+    """The ps's line once the chief is gone and worker 1 silent."""
+    return (
+        "%s: error: ps task 0: the chief, %s, is gone: its port has not "
+        "answered for --operation_timeout_secs=60, and no word from %s; the "
+        "ps stops"
+        % (SCRIPT, unreachable(tasks, "worker0"), unreachable(tasks, "worker1"))
+    )
+
+
+def matching(observed, text, *args):
+    """observed if it is the line text % args but for any count where
+    text has {N} and any error's name where it has {E}, else text % args:
+    exact but for the steps counted and the error a timing picks."""
+    text %= args
+    pattern = (
+        re.escape(text)
+        .replace(re.escape("{N}"), r"\d+")
+        .replace(re.escape("{E}"), r"\w+Error")
+    )
+    return observed if re.fullmatch(pattern, observed) else text
+
+
+# A worker's line once a peer is lost: {N} local steps; the task lost.
+LOST = (
+    "%s: error: lost the cluster after {N} local steps "
+    "(DeadlineExceededError): unreachable: %s"
+)
+
+
+def chief_lost_at_start(tasks, outcome):
+    """The lines of the other tasks of a cluster whose chief ended before
+    step 1: worker 1 names it, the ps (if any) stops."""
+    lost = unreachable(tasks, "worker0")
+    if tasks.kind.name == WORKERS:
+        # The chief's end cancels worker 1's start-up copy, or its session.
+        return {
+            "worker1": matching(
+                outcome.lines.get("worker1", ""),
+                LOST.replace("DeadlineExceededError", "{E}").replace("{N}", "0")
+                + "; run the same commands on every worker to resume from the"
+                " chief's newest checkpoint",
+                SCRIPT,
+                lost,
+            )
+        }
+    return {
+        "worker1": LOST.replace("{N}", "0") % (SCRIPT, lost),
+        "ps0": chief_gone(tasks),
+    }

@@ -14,13 +14,25 @@ import time
 
 from benchmarks.accident_runs import WAIT_SECS
 from data_sets import cifar10_data
-from tests.helpers.data_files import write_cifar10_files
+from tests.helpers.data_files import fill_disk, write_cifar10_files
 
 # The line every trainer prints early, before its graph, on the sample set.
 START_UP_LINE = r"^NOTE: \S+ holds the built-in sample set"
 SERVER_LINE = r"^worker task 1: gRPC server listening"
 # The step whose log line an accident follows.
 ACCIDENT_STEP = 3
+# A tmpfs this small, filled in blocks of 64 KiB, keeps no byte free.
+FULL_DISK_SIZE = "256k"
+# The flag a chief is started again with, or an earlier job ran at.
+OTHER_RATE = "--learning_rate=0.05"
+# A ps that waits for its chief as long as a cell waits for anything: the
+# one a chief restarts on, or a new job's chief starts on, while a loaded
+# machine takes tens of seconds to start it.
+PATIENT_PS = {"ps0": ("--operation_timeout_secs=%d" % WAIT_SECS,)}
+# No bound on a task's waits (--operation_timeout_secs=0).
+UNBOUNDED = ("--operation_timeout_secs=0",)
+# What a chief restarted with its job's flags says, then its first step.
+TRAINS_ON = r"the ps tasks hold this job already: training on from[\s\S]*: step"
 
 
 def _sample_set(tasks):
@@ -69,21 +81,54 @@ def last_step(tasks):
     return {}
 
 
+def _saving(tasks):
+    """Whether a save's temporary folder shows in the chief's train_dir."""
+    folder = tasks.train_dir(tasks.chief)
+    return any(
+        re.fullmatch(r"model\.ckpt-[1-9]\d*_temp", name)
+        for name in (os.listdir(str(folder)) if folder.exists() else ())
+    )
+
+
+def _wait_for_a_save(tasks):
+    deadline = time.monotonic() + WAIT_SECS
+    while not _saving(tasks):
+        assert time.monotonic() < deadline, "no save"
+        assert tasks.processes[tasks.chief].poll() is None
+        time.sleep(0.005)
+
+
 def during_save(tasks):
     """SIGTERM to the chief once a save's temporary folder shows."""
     _sample_set(tasks)
     tasks.start()
-    folder = tasks.train_dir(tasks.chief)
-    deadline = time.monotonic() + WAIT_SECS
-    while not any(
-        re.fullmatch(r"model\.ckpt-[1-9]\d*_temp", name)
-        for name in (os.listdir(str(folder)) if folder.exists() else ())
-    ):
-        assert time.monotonic() < deadline, "no save"
-        assert tasks.processes[tasks.chief].poll() is None
-        time.sleep(0.005)
+    _wait_for_a_save(tasks)
     tasks.signal(tasks.chief)
     return {}
+
+
+def killed_in_a_save(tasks):
+    """kill -9 of every task while the chief's save is half written (the
+    chief frozen with its temporary folder there), then the same commands."""
+    _sample_set(tasks)
+    tasks.start()
+    while True:
+        _wait_for_a_save(tasks)
+        tasks.signal(tasks.chief, signal.SIGSTOP)
+        if _saving(tasks):
+            break
+        tasks.signal(tasks.chief, signal.SIGCONT)
+    _kill(tasks, tasks.names)
+    tasks.start()
+    return {}
+
+
+def _kill(tasks, names):
+    """kill -9 of the tasks names; waits for their end."""
+    for name in names:
+        tasks.signal(name, signal.SIGKILL)
+    for name in names:
+        tasks.processes[name].wait(timeout=WAIT_SECS)
 
 
 def killed_then_again(tasks):
@@ -91,9 +136,7 @@ def killed_then_again(tasks):
     _sample_set(tasks)
     tasks.start()
     tasks.wait_for_step(tasks.chief, ACCIDENT_STEP)
-    for name in tasks.names:
-        tasks.signal(name, signal.SIGKILL)
-    tasks.codes()
+    _kill(tasks, tasks.names)
     tasks.start()
     return {}
 
@@ -110,11 +153,12 @@ def finished_again(tasks):
 
 
 @contextlib.contextmanager
-def read_only_folder(path):
-    """path, an empty read-only tmpfs (needs root) for the block."""
+def tmpfs_folder(path, options):
+    """path, an empty tmpfs mounted with options (needs root) for the
+    block."""
     path.mkdir()
     subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "ro,size=1M", "tmpfs", str(path)],
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
         check=True,
         capture_output=True,
     )
@@ -127,9 +171,21 @@ def read_only_folder(path):
 def read_only(tasks):
     """The chief's --train_dir is an empty read-only disk."""
     _sample_set(tasks)
-    tasks.set_up.enter_context(read_only_folder(tasks.train_dir(tasks.chief)))
+    folder = tasks.train_dir(tasks.chief)
+    tasks.set_up.enter_context(tmpfs_folder(folder, "ro,size=1M"))
     tasks.start()
     return {"before": tasks.folder()}
+
+
+def full_disk(tasks):
+    """The chief's --train_dir is a disk filled to its last byte."""
+    _sample_set(tasks)
+    folder = tasks.train_dir(tasks.chief)
+    tasks.set_up.enter_context(tmpfs_folder(folder, "size=" + FULL_DISK_SIZE))
+    fill_disk(folder)
+    before = tasks.folder()
+    tasks.start()
+    return {"before": before}
 
 
 def lost_peer(tasks, name):
@@ -149,3 +205,51 @@ def other_data(tasks):
     write_cifar10_files(tasks.data_dir("worker1"), 40, seed=1)
     tasks.start()
     return {}
+
+
+def stale_ps(tasks):
+    """kill -9 of both workers of an earlier job at OTHER_RATE once its
+    chief logged ACCIDENT_STEP, its ps left running (PATIENT_PS); then a
+    new job's chief and worker (the default rate, a new --train_dir)
+    against that ps; once they ended, kill -9 of the ps."""
+    _sample_set(tasks)
+    tasks.train_dirs = {tasks.chief: tasks.root / "train_earlier_job"}
+    tasks.start(OTHER_RATE, flags_of=PATIENT_PS)
+    tasks.wait_for_step(tasks.chief, ACCIDENT_STEP)
+    _kill(tasks, ["worker0", "worker1"])
+    tasks.train_dirs = {}
+    tasks.start(only=("worker0", "worker1"))
+    for name in ("worker0", "worker1"):
+        tasks.processes[name].wait(timeout=WAIT_SECS)
+    _kill(tasks, ["ps0"])
+    return {}
+
+
+def restarted_chief(tasks):
+    """kill -9 of the chief once it logged ACCIDENT_STEP, worker 1 frozen
+    meanwhile (so that the job waits for its chief); worker 1 and the ps
+    wait without bound (UNBOUNDED: the frozen worker's step would else
+    time out, as it did after minutes frozen); the chief started again at
+    OTHER_RATE, then with the job's flags; worker 1 goes on once the
+    chief trained on a step (else worker 1 may end the job before it, and
+    the chief's line differs).
+
+    Returns:
+      {"ended": {"worker0 (OTHER_RATE)": (exit code, last line)}}.
+    """
+    _sample_set(tasks)
+    tasks.start(flags_of=dict.fromkeys(("ps0", "worker1"), UNBOUNDED))
+    tasks.wait_for_step(tasks.chief, ACCIDENT_STEP)
+    tasks.signal("worker1", signal.SIGSTOP)
+    _kill(tasks, [tasks.chief])
+    tasks.start(OTHER_RATE, only=(tasks.chief,))
+    code = tasks.processes[tasks.chief].wait(timeout=WAIT_SECS)
+    other = "%s (%s)" % (tasks.chief, OTHER_RATE)
+    ended = {other: (code, tasks.last_line(tasks.chief))}
+    assert tasks.processes["worker1"].poll() is None
+    tasks.start(only=(tasks.chief,))
+    try:
+        tasks.wait_for(tasks.chief, TRAINS_ON)
+    finally:
+        tasks.signal("worker1", signal.SIGCONT)
+    return {"ended": ended}

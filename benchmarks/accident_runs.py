@@ -76,9 +76,11 @@ class Tasks:
             "--%s_hosts=%s" % (job, hosts[job]) for job in hosts if hosts[job]
         ]
         self.flags = [*COMMON_FLAGS, *KIND_FLAGS[kind.name], *flags]
-        # name -> its --data_dir, where not root/data.
-        self.data_dirs = {}
-        self.processes, self.run = {}, 0
+        # name -> its --data_dir, where not root/data; its --train_dir,
+        # where not root/train_NAME.
+        self.data_dirs, self.train_dirs = {}, {}
+        # name -> its process, and the run (1, 2, ...) that started it.
+        self.processes, self.runs, self.run = {}, {}, 0
         # What the cell set up outside the processes (a mount), undone at
         # the end.
         self.set_up = contextlib.ExitStack()
@@ -88,7 +90,7 @@ class Tasks:
         return self.names[0] if self.names[0] != "ps0" else "worker0"
 
     def train_dir(self, name):
-        return self.root / ("train_" + name)
+        return self.train_dirs.get(name, self.root / ("train_" + name))
 
     def data_dir(self, name):
         return self.data_dirs.get(name, self.root / "data")
@@ -121,6 +123,7 @@ class Tasks:
         self.run += 1
         for name in reversed(self.names):
             if only is None or name in only:
+                self.runs[name] = self.run
                 self.processes[name] = start_script(
                     SCRIPT,
                     *self.task_flags(name),
@@ -130,7 +133,7 @@ class Tasks:
                 )
 
     def log_path(self, name, run=None):
-        return self.root / ("%s_%d.log" % (name, run or self.run))
+        return self.root / ("%s_%d.log" % (name, run or self.runs[name]))
 
     def log(self, name, run=None):
         return self.log_path(name, run).read_text()
@@ -152,8 +155,10 @@ class Tasks:
 
     def wait_for_step(self, name, step):
         """Waits for the log line of step (or a later one) on the task."""
+        digits = len(str(step))
+        later = [str(n) for n in range(step, 10**digits)]
         return self.wait_for(
-            name, r": step (%d|[1-9]\d{%d,}), loss" % (step, len(str(step)))
+            name, r": step (%s|[1-9]\d{%d,}), loss" % ("|".join(later), digits)
         )
 
     def signal(self, name, signum=signal.SIGTERM):
@@ -166,11 +171,11 @@ class Tasks:
             for name, process in self.processes.items()
         }
 
+    def last_line(self, name):
+        return (self.log(name).strip().split("\n") or [""])[-1]
+
     def last_lines(self):
-        return {
-            name: (self.log(name).strip().split("\n") or [""])[-1]
-            for name in self.processes
-        }
+        return {name: self.last_line(name) for name in self.processes}
 
     def folder(self):
         """The chief's train_dir: relative path -> bytes; None if absent."""

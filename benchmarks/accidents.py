@@ -26,6 +26,7 @@ import signal
 import sys
 import tempfile
 import time
+from subprocess import TimeoutExpired
 from typing import NamedTuple
 
 from benchmarks import accident_cells
@@ -49,6 +50,7 @@ SLOW = (
     "read_only:local",
     "last_step:local",
     "during_save:local",
+    "killed_in_save:local",
 )
 
 
@@ -119,6 +121,9 @@ def run_cell(cell, root):
             for name, line in tasks.last_lines().items()
             if codes[name] != -signal.SIGKILL
         }
+        # Tasks that ended earlier in the cell: name -> (code, last line).
+        for name, (code, line) in context.get("ended", {}).items():
+            codes[name], lines[name] = code, line
         outcome = Outcome(codes, lines, steps_of(folder), listing(folder))
         if context.get("before") is not None and folder == context["before"]:
             outcome = outcome._replace(files="unchanged")
@@ -170,6 +175,15 @@ def print_row(cell, outcome, result, seconds):
     )
 
 
+def unprovoked(cell, error):
+    """The result of a cell that did not run as written (a task ended
+    first, a line never came, a task did not end)."""
+    said = str(error).strip().split("\n")
+    why = "did not run as written: %s" % " ... ".join(said[:1] + said[1:][-1:])
+    known = accident_cells.KNOWN_FAILURES.get(cell)
+    return "known failure (%s): %s" % (why, known) if known else "FAILS: " + why
+
+
 def failed(result):
     return result.startswith(("FAILS", "PASSES"))
 
@@ -197,8 +211,11 @@ def main(argv=None):
     for cell in chosen:
         start = time.time()
         with tempfile.TemporaryDirectory() as root:
-            outcome, expected = run_cell(cell, pathlib.Path(root))
-        result = verdict(cell, outcome, expected)
+            try:
+                outcome, expected = run_cell(cell, pathlib.Path(root))
+                result = verdict(cell, outcome, expected)
+            except (AssertionError, RuntimeError, TimeoutExpired) as e:
+                outcome, result = None, unprovoked(cell, e)
         failures += failed(result)
         print_row(cell, outcome, result, time.time() - start)
         sys.stdout.flush()

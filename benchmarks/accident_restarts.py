@@ -1,0 +1,111 @@
+"""What the accidents of a start leave on each kind (issue 46's Why): a
+full disk at start, a ps left alive from an earlier job, a chief started
+again under a running worker, kill -9 during a save then the same command.
+
+Each is a function (tasks, context, outcome) -> `Expected`, as in
+`accident_cells`.
+"""
+
+from benchmarks import accident_provoke as provoke
+from benchmarks.accident_expect import (
+    KEPT,
+    KILLED,
+    LOCAL,
+    SCRIPT,
+    STALE_PS_NOTE,
+    WORKERS,
+    Expected,
+    chief_lost_at_start,
+    files,
+    finished_lines,
+    within,
+)
+
+# The last step of the runs these accidents start again, and the step the
+# chief restarted under a running worker trains to.
+LAST_STEP = 6
+STEPS = 20
+
+
+def _no_space(tasks):
+    return (
+        "%s: error: could not write %s/trainer.lock (No space left on "
+        "device; 0.0 MB free on its disk); free space on its disk, then run "
+        "again" % (SCRIPT, tasks.train_dir(tasks.chief))
+    )
+
+
+def full_disk(tasks, context, outcome):
+    """The chief ends at its first write, naming the disk; every other
+    task ends naming the chief; nothing is written."""
+    lines = {tasks.chief: _no_space(tasks)}
+    if tasks.kind.name != LOCAL:
+        lines.update(chief_lost_at_start(tasks, outcome))
+    return Expected(dict.fromkeys(lines, 1), lines, [], "unchanged")
+
+
+def _refused(other, this):
+    """A chief's line when the ps tasks hold a job of other flags."""
+    return (
+        "%s: error: the ps tasks hold a job started by a chief with other "
+        "flags: --learning_rate (the job's chief has %s, this chief %s); "
+        "start this chief with that job's flags to rejoin it, or stop every "
+        "task of that job, its ps tasks too, to start a new one "
+        "(docs/cluster.md)" % (SCRIPT, other, this)
+    )
+
+
+def stale_ps(tasks, context, outcome):
+    """The new job's chief is refused before it writes anything; its
+    worker 1, which reads the earlier chief's settings on the ps, ends
+    naming the flag and the earlier job; the ps runs on (the cell kills
+    it)."""
+    worker = (
+        "%s: error: --learning_rate differs between the workers: worker "
+        "task 0 has 0.05, worker task 1 has 0 (the model's own recipe); "
+        "start every worker with the same --learning_rate (docs/cluster.md)"
+        % SCRIPT
+    ) + STALE_PS_NOTE
+    return Expected(
+        {"ps0": KILLED, "worker0": 1, "worker1": 1},
+        {"worker0": _refused("0.05", "0.0"), "worker1": worker},
+        [],
+        None,
+    )
+
+
+def restarted_chief(tasks, context, outcome):
+    """Started again at another rate under a running worker: refused
+    before it restores anything; with the job's flags it trains on from
+    the ps's variables, and every task ends at --max_steps."""
+    newest = within(
+        outcome.steps[-1] if outcome.steps else -1, STEPS, STEPS + 1
+    )
+    names = ["ps0", "worker0", "worker1"]
+    other = "%s (%s)" % (tasks.chief, provoke.OTHER_RATE)
+    return Expected(
+        {**dict.fromkeys(names, 0), other: 1},
+        {**finished_lines(tasks, names), other: _refused("0.0", "0.05")},
+        [0, newest],
+        files([0, newest], 2),
+    )
+
+
+def killed_in_a_save(tasks, context, outcome):
+    """kill -9 of every task while the chief's save is half written, then
+    the same commands: they train to --max_steps, and the half-written
+    save (`model.ckpt-N_temp/`) is gone."""
+    names = list(outcome.codes)
+    if tasks.kind.name in (LOCAL, WORKERS):
+        steps = list(range(LAST_STEP - KEPT + 1, LAST_STEP + 1))
+    else:
+        newest = outcome.steps[-1] if outcome.steps else -1
+        steps = outcome.steps[-KEPT:-1] + [
+            within(newest, LAST_STEP, LAST_STEP + 1)
+        ]
+    return Expected(
+        dict.fromkeys(names, 0),
+        finished_lines(tasks, names),
+        steps,
+        files(steps, 2),
+    )
