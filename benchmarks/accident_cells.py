@@ -478,11 +478,6 @@ _SYNC_BLOCK = (
     "(found here) with --sync_replicas, a worker ending before step 1 "
     "prints a block of '=' lines last, not its one line"
 )
-_ZERO_STEPS = (
-    "(found here) each worker's last line is 'Worker task N ran 0 local "
-    "steps; global step S.', printed after its 'the job is already at "
-    "global step S ... nothing to train'"
-)
 _FROZEN = (
     "(the cell) worker 1, frozen through two chief start-ups, timed out, or"
     " the unbounded ps outlived the cell; the refusal's line was right"
@@ -490,7 +485,6 @@ _FROZEN = (
 KNOWN_FAILURES = {
     **{"start_up:%s" % kind: _AT_START_UP for kind in KIND_NAMES},
     **{"agreement:%s" % kind: _IN_AGREEMENT for kind in KIND_NAMES[1:]},
-    **{"finished:%s" % kind: _ZERO_STEPS for kind in KIND_NAMES[1:]},
     "killed:ps": "(found here) the resumed chief saved step 8 of 6",
     "restarted_chief:ps": _FROZEN,
     "restarted_chief:ps_sync": _FROZEN,

@@ -11,6 +11,7 @@ import re
 import signal
 import time
 
+from multigpu import cpp_log_filter
 from multigpu.distributed import kinds
 from tests.helpers.data_files import folder_contents
 from tests.helpers.scripts import free_port, start_script
@@ -172,7 +173,15 @@ class Tasks:
         }
 
     def last_line(self, name):
-        return (self.log(name).strip().split("\n") or [""])[-1]
+        """The task's last line that a user sees: TensorFlow's C++ lines
+        that the scripts' filter drops for them (`cpp_log_filter`) are
+        left out (the tasks run with TF_CPP_MIN_LOG_LEVEL set, unfiltered)."""
+        seen = [
+            line
+            for line in self.log(name).strip().split("\n")
+            if not cpp_log_filter.is_dropped(line.encode(), gpu_driver=False)
+        ]
+        return (seen or [""])[-1]
 
     def last_lines(self):
         return {name: self.last_line(name) for name in self.processes}

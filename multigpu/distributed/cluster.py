@@ -370,10 +370,15 @@ def done_signals(task, one_at_a_time=False):
     return ops
 
 
-def report_done(server, done_ops, task, runs, config):
+def report_done(server, done_ops, task, runs, config, max_steps):
+    """Runs done_ops, then says what the worker ran, unless it ran no step
+    of a job already at max_steps (int or None): its
+    `loop_hooks.FinishedHook` said so, and that line stays its last."""
     with tf.compat.v1.Session(server.target, config=config) as sess:
         global_step = sess.run(tf.compat.v1.train.get_global_step())
         sess.run(done_ops)
+    if runs == 0 and max_steps is not None and global_step >= max_steps:
+        return
     print(
         "Worker task %d ran %d local steps; global step %d."
         % (task.task_index, runs, global_step),

@@ -373,7 +373,9 @@ def _train_owned(
     )
     _train_loop(train_op, hooks, creator)
     if server:
-        cluster.report_done(server, done_ops, task, watched.logger.runs, config)
+        cluster.report_done(
+            server, done_ops, task, watched.logger.runs, config, start.max_steps
+        )
     if watched.preemption and watched.preemption.signals:
         raise preemption.interrupted(
             watched.preemption, train_dir, task.is_chief
