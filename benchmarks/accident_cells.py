@@ -470,10 +470,6 @@ _UNHANDLED = (
     "ends the task at once, exit -15 and no line: %s"
 )
 _AT_START_UP = _UNHANDLED % "at start-up, while the data are read"
-_IN_AGREEMENT = _UNHANDLED % (
-    "between the gRPC server's start and the agreement (the ps kind, "
-    "whose window is shorter, passed once by timing)"
-)
 _SYNC_BLOCK = (
     "(found here) with --sync_replicas, a worker ending before step 1 "
     "prints a block of '=' lines last, not its one line"
@@ -484,7 +480,6 @@ _FROZEN = (
 )
 KNOWN_FAILURES = {
     **{"start_up:%s" % kind: _AT_START_UP for kind in KIND_NAMES},
-    **{"agreement:%s" % kind: _IN_AGREEMENT for kind in KIND_NAMES[1:]},
     "killed:ps": "(found here) the resumed chief saved step 8 of 6",
     "restarted_chief:ps": _FROZEN,
     "restarted_chief:ps_sync": _FROZEN,
