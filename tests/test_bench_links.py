@@ -206,13 +206,14 @@ def test_a_slice_on_shaped_links_reports_its_row_and_removes_its_hosts(
         2,
         50,
     )
-    # The gradients in two packs of 4 MiB at most.
+    # The gradients in two packs of 4 MiB at most, then the stop
+    # collective's float32 [2].
     half = TUTORIAL_BYTES // 2
-    assert row["planned_bytes"] == [half, half]
+    assert row["planned_bytes"] == [half, half, 8]
     compute = (row["compute_secs"], row["before_reduce_secs"])
     assert row["predicted_secs"] == pytest.approx(
         network_plan.cluster_step_secs(
-            "replicated", [half, half], 2, 50, compute
+            "replicated", [half, half, 8], 2, 50, compute
         ),
         abs=2e-4,
     )
