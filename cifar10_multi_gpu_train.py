@@ -78,7 +78,7 @@ from multigpu.graph import (
     towers,
     variable_update,
 )
-from multigpu.run import profile, report, training
+from multigpu.run import interrupts, profile, report, training
 from multigpu.train_dir import data_records
 
 FLAGS = flags.FLAGS
@@ -301,6 +301,9 @@ def main(argv):
     )
     if FLAGS.dry_run:
         return _check_plan(FLAGS.batch_size, task, plan, model)
+    # A signal from here on (the data read, the graph built) is the run's,
+    # which stops before step 1.
+    interrupts.hold()
     cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )

@@ -28,7 +28,7 @@ from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.flags import choices, common_flags, flag_checks, script
 from multigpu.graph import blocks, op_kernels, placement, summaries
-from multigpu.run import profile, report, training
+from multigpu.run import interrupts, profile, report, training
 from multigpu.train_dir import data_records
 
 FLAGS = flags.FLAGS
@@ -104,6 +104,9 @@ def main(argv):
     )
     # Before the data: a refused flag writes nothing.
     loss_scaling = choices.loss_scaling(precision, compute_dtype)
+    # A signal from here on (the data read, the graph built) is the run's,
+    # which stops before step 1.
+    interrupts.hold()
     cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url
     )

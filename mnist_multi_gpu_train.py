@@ -55,7 +55,7 @@ from multigpu.flags import (
     tower_flags,
 )
 from multigpu.graph import dry_run, placement, variable_update
-from multigpu.run import loop_hooks, profile, report, training
+from multigpu.run import interrupts, loop_hooks, profile, report, training
 from multigpu.train_dir import data_records
 
 FLAGS = flags.FLAGS
@@ -229,6 +229,9 @@ def main(argv):
     if FLAGS.eval_only:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
         return
+    # A signal from here on (the data read, the graph built) is the run's,
+    # which stops before step 1.
+    interrupts.hold()
     devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
     config = placement.session_config(
         devices,

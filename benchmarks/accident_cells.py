@@ -41,7 +41,6 @@ from data_sets import cifar10_data
 from multigpu.train_dir import data_records
 
 NO_PEER = "one process has no peer"
-KIND_NAMES = ("local", "ps", "ps_sync", "workers_only")  # as cell ids
 NO_PS = "a cluster of workers only has no ps"
 STEPS = 20  # --max_steps of a run the accident cuts short.
 LAST_STEP = 6  # --max_steps of the runs that end there.
@@ -465,11 +464,6 @@ ACCIDENTS = {
 # The cells today's code fails, 'ACCIDENT:KIND' -> the behaviour that
 # fails (issue 46's line, or '(found here)'); a fix that makes one pass
 # removes it here.
-_UNHANDLED = (
-    "(found here) a SIGTERM that lands before the run sets its handler "
-    "ends the task at once, exit -15 and no line: %s"
-)
-_AT_START_UP = _UNHANDLED % "at start-up, while the data are read"
 _SYNC_BLOCK = (
     "(found here) with --sync_replicas, a worker ending before step 1 "
     "prints a block of '=' lines last, not its one line"
@@ -479,7 +473,6 @@ _FROZEN = (
     " the unbounded ps outlived the cell; the refusal's line was right"
 )
 KNOWN_FAILURES = {
-    **{"start_up:%s" % kind: _AT_START_UP for kind in KIND_NAMES},
     "killed:ps": "(found here) the resumed chief saved step 8 of 6",
     "restarted_chief:ps": _FROZEN,
     "restarted_chief:ps_sync": _FROZEN,

@@ -126,13 +126,19 @@ def test_a_resume_removes_what_an_interrupted_save_left_and_nothing_else(
 START_DEADLINE_SECS = 180
 
 
-# (the file whose writing the signal follows, the user's files in the
-# train_dir before the run): the lock is the run's first write; the event
-# file its last before the session is made (seconds before step 1).
+# (when the signal goes, the user's files in the train_dir before the
+# run): the first line comes before the data are read, seconds before the
+# run sets its handler; the event file is the run's last write before the
+# session is made (seconds before step 1).
 START_UP_POINTS = {
-    "new_folder_at_the_lock": ("trainer.lock", None),
+    "new_folder_at_the_first_line": (
+        lambda train_dir, log: re.search("^NOTE: ", log.read_text(), re.M),
+        None,
+    ),
     "users_folder_at_the_event_file": (
-        "events.out.tfevents.*",
+        lambda train_dir, log: glob.glob(
+            str(train_dir / "events.out.tfevents.*")
+        ),
         {"notes.txt": b"n\n"},
     ),
 }
@@ -143,7 +149,7 @@ START_UP_POINTS = {
 def test_a_signal_before_step_1_leaves_the_train_dir_as_it_was(
     point, cifar10_data_dir, tmp_path
 ):
-    written, found = START_UP_POINTS[point]
+    ready, found = START_UP_POINTS[point]
     train_dir, log_path = tmp_path / "train", tmp_path / "train.log"
     for name, content in (found or {}).items():
         train_dir.mkdir(exist_ok=True)
@@ -156,7 +162,7 @@ def test_a_signal_before_step_1_leaves_the_train_dir_as_it_was(
     code, output = signal_when(
         process,
         log_path,
-        lambda: glob.glob(str(train_dir / written)),
+        lambda: ready(train_dir, log_path),
         signal.SIGTERM,
         START_DEADLINE_SECS,
     )

@@ -9,6 +9,10 @@ writes the step reached (its `end`), and `run_training` raises
 shell's exit status of that signal. A second signal ends the process at
 once, even in the middle of that save (the newest complete checkpoint stays
 the one the state file names).
+
+A signal before the run's handlers are set (while a training script reads
+its data and builds its graph, seconds) is held (`hold`) and taken by the
+handler as it is set: the run stops before step 1 as for any signal then.
 """
 
 import signal
@@ -67,7 +71,8 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
         self.step = int(session.run(self._global_step))
 
     def installed(self):
-        """A context manager: the handlers of this hook, then the old ones."""
+        """A context manager: the handlers of this hook, then the old ones
+        (those before `hold`); a signal `hold` held is taken on entry."""
         return _Handlers(self.handle)
 
     def exit_code(self):
@@ -79,8 +84,53 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
         return signal.Signals(self.signum).name
 
 
+def hold():
+    """Holds a SIGINT or SIGTERM from now until a run's handlers are set.
+
+    A training script calls it before it reads its data: else a signal in
+    the seconds before its `InterruptHook` is installed ends it with no
+    line (SIGTERM) or as one outside the training loop (SIGINT). Held, the
+    signal is the hook's as it is installed (`_Handlers`), and the run
+    stops before step 1; a second one ends the process at once, as after
+    the hook's handler.
+    """
+    for signum in SIGNALS:
+        _HELD.before[signum] = signal.signal(signum, _hold_signal)
+
+
+class _Held:
+    """What `hold` keeps until a run's handlers are set.
+
+    Attributes:
+      before: {signum: the handler `hold` replaced}; empty when not held.
+      signum: int, the signal held, None while none came.
+    """
+
+    def __init__(self):
+        self.before = {}
+        self.signum = None
+
+    def take(self):
+        """(before, signum), once: then nothing is held."""
+        taken = dict(self.before), self.signum
+        self.before.clear()
+        self.signum = None
+        return taken
+
+
+_HELD = _Held()
+
+
+def _hold_signal(signum, frame):
+    del frame
+    _HELD.signum = signum
+    for other in SIGNALS:
+        signal.signal(other, signal.SIG_DFL)
+
+
 class _Handlers:
-    """Sets a handler of SIGNALS on entry, the previous ones on exit."""
+    """Sets a handler of SIGNALS on entry, the previous ones on exit, and
+    hands it the signal `hold` held, if one came."""
 
     def __init__(self, handler):
         self._handler = handler
@@ -89,6 +139,11 @@ class _Handlers:
     def __enter__(self):
         for signum in SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handler)
+        # Taken once the handler is set: a signal meanwhile is not lost.
+        before, held = _HELD.take()
+        self._previous.update(before)
+        if held is not None:
+            self._handler(held, None)
         return self
 
     def __exit__(self, *exc_info):
