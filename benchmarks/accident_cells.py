@@ -464,10 +464,6 @@ ACCIDENTS = {
 # The cells today's code fails, 'ACCIDENT:KIND' -> the behaviour that
 # fails (issue 46's line, or '(found here)'); a fix that makes one pass
 # removes it here.
-_SYNC_BLOCK = (
-    "(found here) with --sync_replicas, a worker ending before step 1 "
-    "prints a block of '=' lines last, not its one line"
-)
 _FROZEN = (
     "(the cell) worker 1, frozen through two chief start-ups, timed out, or"
     " the unbounded ps outlived the cell; the refusal's line was right"
@@ -476,7 +472,4 @@ KNOWN_FAILURES = {
     "killed:ps": "(found here) the resumed chief saved step 8 of 6",
     "restarted_chief:ps": _FROZEN,
     "restarted_chief:ps_sync": _FROZEN,
-    "read_only:ps_sync": _SYNC_BLOCK,
-    "stale_ps:ps_sync": _SYNC_BLOCK,
-    "other_data:ps_sync": _SYNC_BLOCK,
 }

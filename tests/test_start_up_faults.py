@@ -2,20 +2,25 @@
 
 A full disk at start ends every process of the run with one line; a signal
 before step 1 leaves the train_dir as it was; a resume removes what an
-interrupted save left, and only that.
+interrupted save left, and only that; a sync worker that ends before its
+session logs nothing after its line.
 """
 
+import gc
 import glob
 import re
 import signal
 import subprocess
 
 import pytest
+import tensorflow as tf
 from conftest import SCRIPT, checkpoint_steps, error_line, folder_contents
 from helpers.cluster import FAULT_TIMEOUT_SECS, free_ports
 from helpers.data_files import fill_disk
 from helpers.scripts import signal_when, start_script
 from helpers.training import SINGLE, run_trainer, trainer_flags
+
+from multigpu.distributed import cluster
 
 # A tmpfs this small, filled in blocks of 64 KiB, keeps no byte free.
 FULL_DISK_SIZE = "256k"
@@ -203,3 +208,30 @@ def test_a_profile_a_worker_cannot_write_is_refused_before_step_1(
         "--train_dir this process can write, or drop --profile_steps"
         % (SCRIPT, disk / "train")
     )
+
+
+def test_a_sync_worker_that_ends_before_its_session_logs_no_unread_tensor(
+    caplog,
+):
+    # A worker refused or interrupted before its session never reads the
+    # optimizer's readiness tensor, which TensorFlow logs as it is deleted,
+    # at exit: a block of '=' lines after the worker's one line.
+    spec = tf.train.ClusterSpec(
+        {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]}
+    )
+    task = cluster.ClusterTask(spec, "worker", 1, True, 2)
+    with tf.Graph().as_default():
+        weight = tf.compat.v1.get_variable("weight", initializer=1.0)
+        opt = cluster.sync_optimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1), task
+        )
+        opt.apply_gradients(
+            opt.compute_gradients(weight * weight),
+            tf.compat.v1.train.get_or_create_global_step(),
+        )
+        cluster.sync_hooks(opt, task)
+    del opt
+    gc.collect()
+    assert [
+        r.getMessage() for r in caplog.records if r.levelname == "ERROR"
+    ] == []

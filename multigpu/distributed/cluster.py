@@ -246,6 +246,11 @@ def sync_hooks(opt, task):
     """
     if not isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer):
         return []
+    # Read by the optimizer's hook as the session starts. A worker that ends
+    # before (refused, interrupted) would else end in a block of '=' lines
+    # after its one line: TensorFlow logs a tensor never read as it is
+    # deleted, at exit (tf_should_use).
+    opt.ready_for_local_init_op.mark_used()
     return [
         opt.make_session_run_hook(task.is_chief),
         _ReleaseWorkersHook(opt.get_init_tokens_op(task.num_workers)),
