@@ -20,7 +20,6 @@ from helpers.cluster import (
     wait_for_step,
 )
 from helpers.model_sizes import CIFAR10_PARAMETERS
-from helpers.scripts import eval_once
 
 from benchmarks import equivalence, equivalence_table
 from multigpu.distributed import cluster, kinds
@@ -351,60 +350,6 @@ def test_a_killed_or_frozen_worker_ends_the_other_naming_it(
         os.kill(cluster.processes["worker1"].pid, signal.SIGCONT)
         code, _ = cluster.wait("worker1")
         assert code == 1
-
-
-@pytest.mark.slow
-def test_a_run_resumes_across_topologies_to_the_eval(
-    make_cluster,
-    cifar10_data_dir,
-    tmp_path,
-):
-    cluster = _workers_cluster(
-        make_cluster, "--max_steps=4", "--save_checkpoint_steps=2"
-    )
-    cluster.start("worker", 0)
-    cluster.start("worker", 1)
-    for name in ("worker0", "worker1"):
-        code, _ = cluster.wait(name)
-        assert code == 0, cluster.log(name)[-3000:]
-    train_dir = cluster.train_dir(0)
-    assert checkpoint_steps(train_dir)[-1] == 4
-    # Only the chief writes.
-    assert not cluster.train_dir(1).exists()
-    data = ["--data_dir=%s" % cifar10_data_dir, "--fake_data", "--batch_size=4"]
-
-    # 1 worker x 4 towers, replicated, in one process.
-    run_script(
-        SCRIPT,
-        *data,
-        "--train_dir=%s" % train_dir,
-        "--num_gpus=4",
-        "--cpu_towers",
-        "--variable_update=replicated",
-        "--max_steps=6",
-    )
-    assert checkpoint_steps(train_dir)[-1] == 6
-    # The ps cluster: 1 ps, 1 worker.
-    ps_cluster = make_cluster(1, "--max_steps=8")
-    ps_cluster.start("ps", 0)
-    ps_cluster.start("worker", 0, "--train_dir=%s" % train_dir)
-    code, _ = ps_cluster.wait("worker0")
-    assert code == 0, ps_cluster.log("worker0")[-3000:]
-    assert "training from step 6" in ps_cluster.log("worker0")
-    assert checkpoint_steps(train_dir)[-1] == 8
-    # One device.
-    result = run_script(
-        "cifar10_train.py",
-        *data,
-        "--train_dir=%s" % train_dir,
-        "--max_steps=10",
-    )
-    assert "training from step 8" in result.stdout
-    assert checkpoint_steps(train_dir)[-1] == 10
-    result = eval_once(
-        cifar10_data_dir, train_dir, tmp_path / "eval", "--num_examples=100"
-    )
-    assert re.search(r"precision @ 1 = [\d.]+", result.stdout), result.stdout
 
 
 @pytest.mark.slow

@@ -117,63 +117,106 @@ def mnist_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_a_checkpoint_goes_from_2_to_4_towers_to_one_device_to_a_cluster(
-    two_towers,
-    cifar10_data_dir,
-    make_cluster,
-    tmp_path,
+def test_a_checkpoint_goes_through_every_kind_of_run_to_the_eval(
+    cifar10_data_dir, make_cluster, tmp_path
 ):
-    cluster = make_cluster(
+    # Workers only: 2 workers of 2 towers, replicated; only the chief writes.
+    workers = make_cluster(
         2,
-        "--sync_replicas",
-        "--batch_size=2",
-        "--max_steps=9",
-        "--clip_gradients=5",
+        "--variable_update=replicated",
+        "--num_gpus=2",
+        "--batch_size=4",
+        "--max_steps=2",
+        num_ps=0,
     )
-    train_dir = cluster.train_dir(0)
-    shutil.copytree(two_towers, train_dir)
-    assert checkpoint_steps(train_dir)[-1] == 3
+    workers.start("worker", 0)
+    workers.start("worker", 1)
+    for name in ("worker0", "worker1"):
+        code, _ = workers.wait(name)
+        assert code == 0, workers.log(name)[-3000:]
+    train_dir = workers.train_dir(0)
+    assert not workers.train_dir(1).exists()
+    assert checkpoint_steps(train_dir)[-1] == 2
+    # One copy, under the names of the tutorial's one-device trainer.
     assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
+    pretrained = shutil.copytree(train_dir, tmp_path / "pretrained")
 
-    # The flag is for new runs: a train_dir with checkpoints resumes.
     four = _multi(
         cifar10_data_dir,
         train_dir,
         4,
+        "--variable_update=replicated",
         "--batch_size=1",
-        "--max_steps=5",
-        "--pretrained_model_checkpoint_path=%s" % two_towers,
+        "--max_steps=4",
     )
-    assert "training from step 3" in four.stdout
+    assert "training from step 2" in four.stdout
     assert (
-        "--pretrained_model_checkpoint_path=%s is ignored" % (two_towers)
-        in four.stdout
+        "--variable_update=replicated: a copy of the variables on each "
+        "tower, their gradients all-reduced by collective\n" in four.stdout
     )
-    assert checkpoint_steps(train_dir)[-1] == 5
+    assert checkpoint_steps(train_dir)[-1] == 4
+
+    # The flag is for new runs: a train_dir with checkpoints resumes.
+    two = _multi(
+        cifar10_data_dir,
+        train_dir,
+        2,
+        "--variable_update=parameter_server",
+        "--batch_size=2",
+        "--max_steps=6",
+        "--pretrained_model_checkpoint_path=%s" % pretrained,
+    )
+    assert "training from step 4" in two.stdout
+    assert "all-reduced" not in two.stdout
+    assert (
+        "--pretrained_model_checkpoint_path=%s is ignored" % pretrained
+        in two.stdout
+    )
+    assert checkpoint_steps(train_dir)[-1] == 6
+
+    one_tower = _multi(
+        cifar10_data_dir,
+        train_dir,
+        1,
+        "--variable_update=replicated",
+        "--batch_size=2",
+        "--max_steps=8",
+    )
+    assert "training from step 6" in one_tower.stdout
+    assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
 
     one = _train(
         "cifar10_train.py",
         cifar10_data_dir,
         train_dir,
         "--batch_size=3",
-        "--max_steps=7",
+        "--max_steps=10",
     )
-    assert "training from step 5" in one.stdout
-    assert checkpoint_steps(train_dir)[-1] == 7
+    assert "training from step 8" in one.stdout
+    assert checkpoint_steps(train_dir)[-1] == 10
     # The names of the tutorial's one-device trainer, so that its graph
     # restores the checkpoint.
     assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
     restore_in_tutorial_graph(tf.train.latest_checkpoint(str(train_dir)))
 
+    # A ps cluster with sync replicas, in the same train_dir (train0).
+    cluster = make_cluster(
+        2,
+        "--sync_replicas",
+        "--batch_size=2",
+        "--max_steps=12",
+        "--clip_gradients=5",
+    )
+    assert cluster.train_dir(0) == train_dir
     steps = run_to_the_end(cluster, 2)
-    assert "training from step 7" in cluster.log("worker0")
-    assert max(global_step for _, global_step in steps) == 9
-    assert checkpoint_steps(train_dir)[-1] == 9
+    assert "training from step 10" in cluster.log("worker0")
+    assert max(global_step for _, global_step in steps) == 12
+    assert checkpoint_steps(train_dir)[-1] == 12
     assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
 
     eval_once(cifar10_data_dir, train_dir, tmp_path / "eval")
     [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
-    assert precision.step == 9
+    assert precision.step == 12
 
 
 @pytest.mark.slow

@@ -7,17 +7,9 @@ import pytest
 import tensorflow as tf
 from conftest import (
     UNSTARTED_WORKER_FLAGS,
-    checkpoint_steps,
     error_line,
-    read_events,
-    run_script,
 )
 from helpers.model_sizes import CIFAR10_PARAMETERS, cifar10_batch_bytes
-from helpers.scripts import eval_once
-from helpers.tutorial_checkpoints import (
-    TUTORIAL_ONE_DEVICE_NAMES,
-    saved_values,
-)
 
 # The trainers' graph builders (their flags are defined once per process).
 import cifar10_multi_gpu_train
@@ -181,52 +173,3 @@ def test_the_dry_run_counts_a_copy_per_gpu_and_the_ring_bytes(
     reduces = [op for op in graph.get_operations() if op.type == reduce_op]
     assert len(reduces) == num_gpus * 10
     assert "GPU ops without a GPU kernel in this TensorFlow build: none" in plan
-
-
-def _multi(data_dir, train_dir, num_gpus, mode, max_steps):
-    return run_script(
-        "cifar10_multi_gpu_train.py",
-        "--fake_data",
-        "--data_dir=%s" % data_dir,
-        "--train_dir=%s" % train_dir,
-        "--num_gpus=%d" % num_gpus,
-        "--cpu_towers",
-        "--batch_size=2",
-        "--variable_update=%s" % mode,
-        "--max_steps=%d" % max_steps,
-    )
-
-
-def _checkpoint_names(train_dir):
-    return set(saved_values(tf.train.latest_checkpoint(str(train_dir))))
-
-
-@pytest.mark.slow
-def test_a_checkpoint_goes_replicated_2_to_parameter_server_4_to_replicated_1(
-    cifar10_data_dir, tmp_path
-):
-    train_dir = tmp_path / "train"
-    two = _multi(cifar10_data_dir, train_dir, 2, "replicated", 3)
-    assert (
-        "--variable_update=replicated: a copy of the variables on each "
-        "tower, their gradients all-reduced by collective\n" in two.stdout
-    )
-    assert checkpoint_steps(train_dir)[-1] == 3
-    # One copy, under the names of the tutorial's one-device trainer.
-    assert _checkpoint_names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
-
-    four = _multi(cifar10_data_dir, train_dir, 4, "parameter_server", 6)
-    assert "training from step 3" in four.stdout
-    assert "all-reduced" not in four.stdout
-    assert checkpoint_steps(train_dir)[-1] == 6
-
-    one = _multi(cifar10_data_dir, train_dir, 1, "replicated", 9)
-    assert "training from step 6" in one.stdout
-    assert checkpoint_steps(train_dir)[-1] == 9
-    assert _checkpoint_names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
-
-    eval_once(
-        cifar10_data_dir, train_dir, tmp_path / "eval", "--num_examples=20"
-    )
-    [precision] = read_events(tmp_path / "eval").Scalars("Precision @ 1")
-    assert precision.step == 9
