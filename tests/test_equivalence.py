@@ -41,8 +41,10 @@ def _cell(case, *marks):
 @pytest.mark.parametrize(
     "case",
     [
-        # The cell across workers (two processes, a minute) runs in the
-        # fast slice of docs/replicated.md, which tests/test_docs.py runs.
+        # The cell across workers (two processes, a minute) runs on the
+        # get_variable model in the fast slice of docs/replicated.md, which
+        # tests/test_docs.py runs; on the tutorial's, in
+        # tests/test_collective_cluster.py's two workers of two towers.
         _cell(case)
         for case in equivalence_cells.fast_slice()
         if case.update != WORKERS
