@@ -480,7 +480,6 @@ _FROZEN = (
 )
 KNOWN_FAILURES = {
     **{"start_up:%s" % kind: _AT_START_UP for kind in KIND_NAMES},
-    "killed:ps": "(found here) the resumed chief saved step 8 of 6",
     "restarted_chief:ps": _FROZEN,
     "restarted_chief:ps_sync": _FROZEN,
     "read_only:ps_sync": _SYNC_BLOCK,
