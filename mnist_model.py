@@ -18,7 +18,6 @@ from multigpu.distributed import cluster
 from multigpu.graph import (
     copy_gradients,
     placement,
-    step_claims,
     summaries,
     towers,
     variable_update,
@@ -134,12 +133,7 @@ def optimizer(learning_rate):
 
 
 def train(
-    next_batch,
-    devices,
-    learning_rate,
-    task=cluster.LOCAL_TASK,
-    update=None,
-    max_steps=None,
+    next_batch, devices, learning_rate, task=cluster.LOCAL_TASK, update=None
 ):
     """Builds one training step of the towers on `devices`.
 
@@ -157,8 +151,6 @@ def train(
         optimizer).
       update: the `variable_update.VariableUpdate`; None is
         parameter_server on the CPU.
-      max_steps: int or None, the global step no step goes past
-        (`step_claims.claiming`).
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -187,13 +179,7 @@ def train(
         reduced = variable_update.reduce_gradients(update, tower_grads)
     with tf.name_scope("update"):
         train_op = variable_update.apply_gradients(
-            update,
-            plan,
-            step_claims.claiming(opt, task, max_steps),
-            reduced,
-            global_step,
-            [],
-            tf.constant(True),
+            update, plan, opt, reduced, global_step, [], tf.constant(True)
         )
     mean_loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     summary_op = summaries.last_tower_summaries(scope)

@@ -107,20 +107,11 @@ flags.adopt_module_key_flags(common_flags)
 
 
 def build_graph(
-    *,
-    data_dir,
-    batch_size,
-    num_epochs,
-    devices,
-    learning_rate,
-    task,
-    update,
-    max_steps=None,
+    *, data_dir, batch_size, num_epochs, devices, learning_rate, task, update
 ):
     """Builds the shared input and the towers' training step.
 
-    update: the `variable_update.VariableUpdate` of the towers; max_steps:
-    int or None, the global step no step goes past (`mnist_model.train`).
+    update: the `variable_update.VariableUpdate` of the towers.
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -135,7 +126,7 @@ def build_graph(
         )
         iterator = tf.compat.v1.data.make_one_shot_iterator(batches)
     return mnist_model.train(
-        iterator.get_next, devices, learning_rate, task, update, max_steps
+        iterator.get_next, devices, learning_rate, task, update
     )
 
 
@@ -369,7 +360,6 @@ def _train(train_file, towers, train_dir, data, profiling, run):
             learning_rate=recipe.learning_rate,
             task=task,
             update=_variable_update(devices, task, recipe.update),
-            max_steps=schedule.max_steps,
         )
         closing = report.RunReportHook(loss)
         # A corrupt record stops the run with an error naming the file.
