@@ -56,10 +56,10 @@ class Kind(NamedTuple):
     # starts at that step: `loop_hooks.FinishedHook`).
     finished_check: str
     # Workers apply their steps to one global step each on its own, so a
-    # step claims its global step before it writes anything and a step
-    # past --max_steps ends its worker's run (`variable_update.
-    # apply_gradients`' last_step); elsewhere one process, one agreed step
-    # or the sync chief steps it, and the stop at --max_steps holds alone.
+    # step claims its global step before it writes anything, and one past
+    # --max_steps ends its worker's run (`step_claims`); elsewhere one
+    # process, one agreed step or the sync chief moves the global step,
+    # and the stop at --max_steps holds alone.
     claims_steps: bool
     # A signal to one process stops every worker at one agreed step (False:
     # the process that took it stops alone).
