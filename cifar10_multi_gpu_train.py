@@ -74,6 +74,7 @@ from multigpu.graph import (
     moving_averages,
     op_kernels,
     placement,
+    step_claims,
     summaries,
     towers,
     variable_update,
@@ -106,6 +107,7 @@ def build_graph(
     prefetch=False,
     loss_scaling=None,
     model=registry.TUTORIAL,
+    max_steps=None,
 ):
     """Builds the towers, the gradients' reduction and the update.
 
@@ -120,6 +122,8 @@ def build_graph(
       xla, prefetch: bool, each tower compiled by XLA; its batch staged.
       loss_scaling: a `loss_scale.LossScaling` for float16, or None.
       model: the `registry.Model` of every tower, and its recipe.
+      max_steps: int or None, the global step no step goes past
+        (`step_claims.claiming`).
 
     Returns:
       loss, train_op: float32 scalar, the towers' mean total loss; the step.
@@ -147,7 +151,12 @@ def build_graph(
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     with tf.name_scope(blocks.UPDATE + "/"):
         apply_op, opt = _apply(
-            update, plan, (scaled, task), reduced, global_step, scope
+            update,
+            plan,
+            (scaled, task, max_steps),
+            reduced,
+            global_step,
+            scope,
         )
         train_op = tf.group(apply_op, loss_averages_op, *put_ops)
     summaries.add_histograms(reduced[0])
@@ -180,7 +189,8 @@ def _apply(update, plan, optimizer, reduced, global_step, scope):
 
     Args:
       optimizer: (the loss-scaled optimizer the towers used, this process's
-        `cluster.ClusterTask`).
+        `cluster.ClusterTask`, --max_steps or None): where the kind of run
+        asks it, each step claims its global step (`step_claims`).
       scope: str, the last tower's name scope, whose batch-norm statistics
         are committed.
 
@@ -189,7 +199,7 @@ def _apply(update, plan, optimizer, reduced, global_step, scope):
       the optimizer that applied the gradients: the loss-scaled one or its
       sync wrapper).
     """
-    scaled, task = optimizer
+    scaled, task, max_steps = optimizer
     applied = loss_scale.step_applied(scaled)
     if task.kind.sync:
         opt = cluster.sync_optimizer(
@@ -205,7 +215,7 @@ def _apply(update, plan, optimizer, reduced, global_step, scope):
     apply_op = variable_update.apply_gradients(
         update,
         plan,
-        scaled,
+        step_claims.claiming(scaled, task, max_steps),
         reduced,
         global_step,
         towers.batch_norm_updates(scope),
@@ -375,7 +385,7 @@ def _tower_plan(devices, task, update, precision, session, options):
     )
 
 
-def _build(graph, get_next, batch_size, task, plan, model):
+def _build(graph, get_next, batch_size, task, plan, model, max_steps=None):
     """`build_graph` of the `_TowerPlan` in graph (under the task's device
     function), then the check of its bfloat16 kernels: `build_graph`'s
     (loss, train_op, summary_op, hooks)."""
@@ -391,6 +401,7 @@ def _build(graph, get_next, batch_size, task, plan, model):
         prefetch=plan.options.prefetch,
         loss_scaling=plan.loss_scaling,
         model=model,
+        max_steps=max_steps,
     )
     op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
     return graph_ops
@@ -451,7 +462,7 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
         with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
             get_next = cifar10_batches.distorted_batches(data_dir, batch_size)
         loss, train_op, summary_op, hooks = _build(
-            graph, get_next, batch_size, task, plan, model
+            graph, get_next, batch_size, task, plan, model, schedule.max_steps
         )
         profiling = profile.profile_hooks(profile_steps, train_dir)
         closing = report.RunReportHook(loss)

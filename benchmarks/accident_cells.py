@@ -26,6 +26,7 @@ from benchmarks.accident_expect import (
     Expected,
     chief_gone,
     chief_lost_at_start,
+    end_or_past,
     files,
     finished_lines,
     interrupted,
@@ -86,9 +87,12 @@ def _before_step_1(tasks, context, outcome):
 
 def _worker_left(tasks, step, outcome, end=STEPS):
     """A ps cluster's worker 1 left at global step; the others train on to
-    end (or a step past it: another worker's last step may land after the
-    chief's, docs/cluster.md)."""
-    newest = within(outcome.steps[-1] if outcome.steps else -1, end, end + 1)
+    end (`end_or_past`)."""
+    newest = within(
+        outcome.steps[-1] if outcome.steps else -1,
+        end,
+        end_or_past(tasks, end),
+    )
     return Expected(
         {"ps0": 0, "worker0": 0, "worker1": 143},
         {
@@ -179,7 +183,11 @@ def _during_a_save(tasks, context, outcome):
     # The ps chief: its signal saves the step it reached (its saves skip
     # the global steps worker 1 makes meanwhile); worker 1 trains on alone
     # to --max_steps, and the ps ends with it.
-    step = within(outcome.steps[-1] if outcome.steps else -1, 1, STEPS + 1)
+    step = within(
+        outcome.steps[-1] if outcome.steps else -1,
+        1,
+        end_or_past(tasks, STEPS),
+    )
     steps = outcome.steps[-KEPT:-1] + [step]
     return Expected(
         {"ps0": 0, "worker0": 143, "worker1": 0},
@@ -225,9 +233,9 @@ def _finished_again(tasks, context, outcome):
         return expected._replace(lines={chief: line})
     step = LAST_STEP
     if tasks.kind.name != WORKERS:
-        # The first run's last step may land a step past the chief's.
+        # The step the first run reached (`end_or_past`).
         newest = outcome.steps[-1] if outcome.steps else -1
-        step = within(newest, LAST_STEP, LAST_STEP + 1)
+        step = within(newest, LAST_STEP, end_or_past(tasks, LAST_STEP))
     return expected._replace(
         lines={
             **expected.lines,
@@ -469,7 +477,6 @@ _FROZEN = (
     " the unbounded ps outlived the cell; the refusal's line was right"
 )
 KNOWN_FAILURES = {
-    "killed:ps": "(found here) the resumed chief saved step 8 of 6",
     "restarted_chief:ps": _FROZEN,
     "restarted_chief:ps_sync": _FROZEN,
 }

@@ -119,6 +119,14 @@ def within(step, low, high):
     return step if low <= step <= high else -1
 
 
+def end_or_past(tasks, end):
+    """The last step a ps cluster's job of --max_steps=end may reach: end
+    where each worker's step claims its global step
+    (`kinds.Kind.claims_steps`), else one past it (another worker's last
+    step may land after the chief's)."""
+    return end + (0 if tasks.kind.claims_steps else 1)
+
+
 def unreachable(tasks, name):
     """'JOB task N (ADDRESS)' of the task name, as lost-peer lines say."""
     job, index = name[:-1], int(name[-1])

@@ -16,6 +16,7 @@ from benchmarks.accident_expect import (
     WORKERS,
     Expected,
     chief_lost_at_start,
+    end_or_past,
     files,
     finished_lines,
     within,
@@ -79,7 +80,9 @@ def restarted_chief(tasks, context, outcome):
     before it restores anything; with the job's flags it trains on from
     the ps's variables, and every task ends at --max_steps."""
     newest = within(
-        outcome.steps[-1] if outcome.steps else -1, STEPS, STEPS + 1
+        outcome.steps[-1] if outcome.steps else -1,
+        STEPS,
+        end_or_past(tasks, STEPS),
     )
     names = ["ps0", "worker0", "worker1"]
     other = "%s (%s)" % (tasks.chief, provoke.OTHER_RATE)
@@ -101,7 +104,7 @@ def killed_in_a_save(tasks, context, outcome):
     else:
         newest = outcome.steps[-1] if outcome.steps else -1
         steps = outcome.steps[-KEPT:-1] + [
-            within(newest, LAST_STEP, LAST_STEP + 1)
+            within(newest, LAST_STEP, end_or_past(tasks, LAST_STEP))
         ]
     return Expected(
         dict.fromkeys(names, 0),

@@ -139,14 +139,17 @@ class Tasks:
     def log(self, name, run=None):
         return self.log_path(name, run).read_text()
 
-    def wait_for(self, name, pattern):
-        """Waits until the task's log matches pattern; returns the match."""
+    def wait_for(self, name, pattern, *others):
+        """Waits until the task's log (or one of the others') matches
+        pattern; returns the match."""
         deadline = time.monotonic() + WAIT_SECS
         while True:
-            found = re.search(pattern, self.log(name), re.MULTILINE)
-            if found:
-                return found
-            if self.processes[name].poll() is not None:
+            names = (name, *others)
+            for each in names:
+                found = re.search(pattern, self.log(each), re.MULTILINE)
+                if found:
+                    return found
+            if all(self.processes[n].poll() is not None for n in names):
                 raise RuntimeError(
                     "%s ended first:\n%s" % (name, self.log(name)[-2000:])
                 )
@@ -154,12 +157,15 @@ class Tasks:
                 raise RuntimeError("%s: no %r" % (name, pattern))
             time.sleep(0.05)
 
-    def wait_for_step(self, name, step):
-        """Waits for the log line of step (or a later one) on the task."""
+    def wait_for_step(self, name, step, *others):
+        """Waits for the log line of step (or a later one) on the task, or
+        on one of the others."""
         digits = len(str(step))
         later = [str(n) for n in range(step, 10**digits)]
         return self.wait_for(
-            name, r": step (%s|[1-9]\d{%d,}), loss" % ("|".join(later), digits)
+            name,
+            r": step (%s|[1-9]\d{%d,}), loss" % ("|".join(later), digits),
+            *others,
         )
 
     def signal(self, name, signum=signal.SIGTERM):

@@ -26,6 +26,8 @@
     one device) and its bytes.
   - `collectives`: across the workers: all-reduce, packing, broadcast.
   - `moving_averages`: the moving averages of the weights and statistics.
+  - `step_claims`: a ps cluster worker's step claims its global step
+    first, so that none lands past --max_steps.
   - `loss_scale`: float16 loss scaling, fixed or dynamic.
   - `float32_decay`: weight decay of the float32 variables in reduced
     precision.

@@ -5,25 +5,49 @@ the chief writes nothing and every worker stops before step 1, as its
 session starts at --max_steps (`kinds.Kind.finished_check`). Before, the
 workers of a finished cluster job trained one more step each, saved it and
 wrote a second event file.
+
+The first run ends at --max_steps exactly: its checkpoint is
+model.ckpt-MAX_STEPS and holds that global step. In the ps cluster the
+chief is frozen (SIGSTOP) in its first step while worker 1 trains the job
+to its end, then goes on: its step, begun at step 0, claims no global
+step past --max_steps (`step_claims`). Before, it landed as step 7 and the
+chief saved model.ckpt-7.
 """
 
+import os
+import signal
+
 import pytest
+import tensorflow as tf
 from conftest import checkpoint_steps, folder_contents
+from helpers.cluster import wait_for_step
 from helpers.output_lines import TENSORFLOW_LINE
 
 MAX_STEPS = 6
+# kind -> (flags, ps tasks, whether the chief is frozen in its first step).
 KINDS = {
-    "ps": ((), 1),
-    "ps_sync": (("--sync_replicas",), 1),
-    "workers_only": (("--variable_update=replicated",), 0),
+    "ps": ((), 1, True),
+    "ps_sync": (("--sync_replicas",), 1, False),
+    "workers_only": (("--variable_update=replicated",), 0, False),
 }
 
 
-def _run_job(cluster, num_ps):
-    """Starts every task of the cluster; their exit codes, ps first."""
+def _run_job(cluster, num_ps, frozen_chief=False):
+    """Starts every task of the cluster; their exit codes, ps first.
+
+    frozen_chief: the chief is stopped once worker 1 logged its first step
+    (the chief's first step takes longer), and goes on once worker 1 ended.
+    """
     names = ["ps%d" % i for i in range(num_ps)] + ["worker0", "worker1"]
     for name in names:
         cluster.start(name.rstrip("01"), int(name[-1]))
+    if frozen_chief:
+        wait_for_step(cluster, "worker1", 1)
+        os.kill(cluster.processes["worker0"].pid, signal.SIGSTOP)
+        try:
+            cluster.wait("worker1")
+        finally:
+            os.kill(cluster.processes["worker0"].pid, signal.SIGCONT)
     return [cluster.wait(name)[0] for name in names]
 
 
@@ -32,13 +56,20 @@ def _run_job(cluster, num_ps):
 def test_a_finished_cluster_job_started_again_trains_nothing(
     make_cluster, kind
 ):
-    flags, num_ps = KINDS[kind]
+    flags, num_ps, frozen_chief = KINDS[kind]
     cluster = make_cluster(
-        2, "--max_steps=%d" % MAX_STEPS, "--batch_size=4", *flags, num_ps=num_ps
+        2,
+        "--max_steps=%d" % MAX_STEPS,
+        "--batch_size=4",
+        "--log_frequency=1",
+        *flags,
+        num_ps=num_ps,
     )
-    assert _run_job(cluster, num_ps) == [0] * (num_ps + 2)
-    [step] = checkpoint_steps(cluster.train_dir(0))[-1:]
-    assert step >= MAX_STEPS
+    assert _run_job(cluster, num_ps, frozen_chief) == [0] * (num_ps + 2)
+    assert checkpoint_steps(cluster.train_dir(0)) == [0, MAX_STEPS]
+    newest = cluster.train_dir(0) / ("model.ckpt-%d" % MAX_STEPS)
+    step = tf.train.load_variable(str(newest), "global_step")
+    assert step == MAX_STEPS
     before = folder_contents(cluster.train_dir(0))
 
     assert _run_job(cluster, num_ps) == [0] * (num_ps + 2)

@@ -55,6 +55,12 @@ class Kind(NamedTuple):
     # writes nothing, and every worker stops before step 1 as its session
     # starts at that step: `loop_hooks.FinishedHook`).
     finished_check: str
+    # Workers apply their steps to one global step each on its own, so a
+    # step claims its global step before it writes anything, and one past
+    # --max_steps ends its worker's run (`step_claims`); elsewhere one
+    # process, one agreed step or the sync chief moves the global step,
+    # and the stop at --max_steps holds alone.
+    claims_steps: bool
     # A signal to one process stops every worker at one agreed step (False:
     # the process that took it stops alone).
     agreed_stop: bool
@@ -178,6 +184,7 @@ LOCAL = Kind(
     ps_tasks=False,
     agreement="",
     finished_check="own",
+    claims_steps=False,
     agreed_stop=False,
     worker_session="",
     lost_peer_save=False,
@@ -197,6 +204,7 @@ PS = Kind(
     ps_tasks=True,
     agreement="ps",
     finished_check="session",
+    claims_steps=True,
     agreed_stop=False,
     worker_session="wait",
     lost_peer_save=False,
@@ -207,6 +215,7 @@ PS_SYNC = PS._replace(
     name="ps cluster with sync replicas",
     replicas_per_step=_aggregated,
     sync=True,
+    claims_steps=False,
 )
 WORKERS_ONLY = Kind(
     name="cluster of workers only",
@@ -221,6 +230,7 @@ WORKERS_ONLY = Kind(
     ps_tasks=False,
     agreement="collective",
     finished_check="session",
+    claims_steps=False,
     agreed_stop=True,
     worker_session="own",
     lost_peer_save=True,

@@ -93,8 +93,10 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
 def print_closing_report(
     hook, examples_per_step, train_dir, next_commands, notes=()
 ):
-    """Prints `closing_report` if the run trained a step; see there."""
-    if hook.runs:
+    """Prints `closing_report` if the run trained a step, or the job went
+    on during it (a ps cluster's other workers ran every step this one's
+    claims missed, `step_claims`); see there."""
+    if hook.runs or hook.last_step != hook.first_step:
         print(
             flag_help.as_invoked(
                 closing_report(
@@ -135,7 +137,7 @@ def closing_report(hook, examples_per_step, train_dir, next_commands, notes=()):
             _duration(secs),
             hook.runs * examples_per_step / secs,
         ),
-        "Final loss (the last batch's): %s." % losses,
+        *(["Final loss (the last batch's): %s." % losses] if losses else []),
         *_skipped_line(hook),
         *notes,
     ]
