@@ -467,11 +467,6 @@ ACCIDENTS = {
 # The cells today's code fails, 'ACCIDENT:KIND' -> the behaviour that
 # fails (issue 46's line, or '(found here)'); a fix that makes one pass
 # removes it here.
-_FROZEN = (
-    "(the cell) worker 1, frozen through two chief start-ups, timed out, or"
-    " the unbounded ps outlived the cell; the refusal's line was right"
-)
 KNOWN_FAILURES = {
     "killed:ps": "(found here) the resumed chief saved step 8 of 6",
-    "restarted_chief:ps": _FROZEN,
 }
