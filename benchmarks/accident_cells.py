@@ -279,8 +279,11 @@ def _lost_worker(tasks, context, outcome):
         )
     if tasks.kind.name == PS or outcome.codes.get("worker0") == 0:
         # The chief trains on; the ps waits for worker 1's word. A sync
-        # chief did so in two runs of four here; in the others its step
-        # waited out the operation timeout (cause not found).
+        # chief did so in two runs of five here; in the others its step
+        # waited out the operation timeout for a token (likely taken by
+        # worker 1's dequeue left pending on the ps: a worker that leaves
+        # puts tokens back, `cluster._ReleaseWorkersHook`, a killed one
+        # cannot).
         return Expected(
             {"ps0": 1, "worker0": 0, "worker1": KILLED},
             {
