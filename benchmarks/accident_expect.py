@@ -181,7 +181,15 @@ def chief_lost_at_start(tasks, outcome):
                 lost,
             )
         }
+    # The ps names the chief as gone, or as never connected if none of its
+    # looks at the ports (`watchdog.WATCHDOG_INTERVAL_SECS` apart) came
+    # in the seconds its server listened before it ended.
+    never = (
+        "%s: error: no connection from %s within --operation_timeout_secs="
+        "60; start every worker task, or raise the timeout" % (SCRIPT, lost)
+    )
+    ps_line = outcome.lines.get("ps0")
     return {
         "worker1": LOST.replace("{N}", "0") % (SCRIPT, lost),
-        "ps0": chief_gone(tasks),
+        "ps0": ps_line if ps_line == never else chief_gone(tasks),
     }

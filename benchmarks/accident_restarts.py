@@ -78,19 +78,19 @@ def stale_ps(tasks, context, outcome):
 def restarted_chief(tasks, context, outcome):
     """Started again at another rate under a running worker: refused
     before it restores anything; with the job's flags it trains on from
-    the ps's variables, and every task ends at --max_steps."""
-    newest = within(
-        outcome.steps[-1] if outcome.steps else -1,
-        STEPS,
-        end_or_past(tasks, STEPS),
-    )
+    the ps's variables, saving the global step it joins at as any chief
+    saves the step its session starts at, and every task ends at
+    --max_steps."""
+    steps = outcome.steps or [-1]
+    joined = within(steps[1] if steps[1:-1] else -1, 1, STEPS - 1)
+    newest = within(steps[-1], STEPS, end_or_past(tasks, STEPS))
     names = ["ps0", "worker0", "worker1"]
     other = "%s (%s)" % (tasks.chief, provoke.OTHER_RATE)
     return Expected(
         {**dict.fromkeys(names, 0), other: 1},
         {**finished_lines(tasks, names), other: _refused("0.0", "0.05")},
-        [0, newest],
-        files([0, newest], 2),
+        [0, joined, newest],
+        files([0, joined, newest], 2),
     )
 
 
