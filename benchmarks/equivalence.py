@@ -66,7 +66,6 @@ from benchmarks import (
     equivalence_cells,
     equivalence_reference,
     equivalence_tolerance,
-    equivalence_transfer,
     equivalence_workers,
 )
 from benchmarks.equivalence_table import (
@@ -75,7 +74,6 @@ from benchmarks.equivalence_table import (
     print_row,
     print_summary,
 )
-from cifar10_models import registry
 from multigpu.graph import (
     copy_names,
     placement,
@@ -116,7 +114,9 @@ def one_device_graph(case, images, labels):
         images.reshape(whole + IMAGE_SHAPE), labels.reshape(whole)
     )()
     before = tf.compat.v1.global_variables()
-    slices = _slices(model, compute_dtype, batch_images, batch_labels, case)
+    slices = equivalence_reference.slices(
+        model, compute_dtype, batch_images, batch_labels, case
+    )
     slice_losses, cross_entropy, regularization, scope = slices
     averaged = equivalence_reference.model_variables(before)
     averages_op = equivalence_reference.loss_averages(
@@ -126,7 +126,9 @@ def one_device_graph(case, images, labels):
     )
     opt = model.optimizer(model.learning_rate(global_step, whole[1]))
     scale = scaling.initial_scale if scaling else 1.0
-    grads = _mean_gradient(opt, case, slice_losses, regularization, scale)
+    grads = equivalence_reference.mean_gradient(
+        opt, case, slice_losses, regularization, scale
+    )
     if case.clip_norm:
         # The whole batch's mean gradient, clipped to its global norm.
         clipped, _ = tf.clip_by_global_norm(
@@ -149,79 +151,6 @@ def one_device_graph(case, images, labels):
         return tf.compat.v1.train.ExponentialMovingAverage(
             cifar10.MOVING_AVERAGE_DECAY, num_updates=global_step
         ).apply(averaged)
-
-
-def _mean_gradient(opt, case, slice_losses, regularization, scale):
-    """The whole batch's mean gradient: [(float32 gradient, variable)].
-
-    Each slice's loss takes the towers' loss scale (a power of two, 1 in
-    float32), so that its float16 backward pass rounds as a tower's does;
-    the sum over the slices, divided by their number, is their mean. Where
-    the cell's gradients cross the workers in 2 bytes a value, each slice's
-    gradient is rounded and summed as they are there.
-    """
-    transfer_dtype = equivalence_workers.transfer_dtype(case)
-    if transfer_dtype != "float32":
-        return equivalence_transfer.mean_gradients(
-            opt,
-            [each + regularization for each in slice_losses],
-            scale,
-            transfer_dtype,
-        )
-    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
-    return [
-        (grad / (scale * case.towers), var)
-        for grad, var in opt.compute_gradients(scaled_sum)
-    ]
-
-
-def _slices(model, compute_dtype, batch_images, batch_labels, case):
-    """Each tower's slice of the batch in turn, on the shared variables.
-
-    Returns:
-      slice_losses: list of float32 scalars, each slice's cross-entropy
-        plus its `losses` collection (the tutorial's weight decay).
-      cross_entropy: float32 scalar, the last slice's.
-      regularization: float32 scalar, the regularizers' terms, once.
-      scope: str, the last slice's name scope.
-    """
-    pieces = zip(
-        tf.split(batch_images, case.towers), tf.split(batch_labels, case.towers)
-    )
-    slice_losses, terms = [], None
-    for k, (slice_images, slice_labels) in enumerate(pieces):
-        with (
-            tf.compat.v1.variable_scope(
-                tf.compat.v1.get_variable_scope(), reuse=True if k else None
-            ),
-            tf.name_scope("slice_%d" % k) as scope,
-        ):
-            made = len(_regularization_terms())
-            logits = registry.logits(model, slice_images, True, compute_dtype)
-            # The regularizers' terms, once: those made with the variables.
-            terms = terms or _regularization_terms()[made:]
-            cross_entropy = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels=slice_labels, logits=logits
-                )
-            )
-            slice_losses.append(
-                cross_entropy + tf.add_n([tf.constant(0.0)] + _losses(scope))
-            )
-    regularization = tf.add_n(
-        [tf.constant(0.0)] + [tf.cast(t, tf.float32) for t in terms or []]
-    )
-    return slice_losses, cross_entropy, regularization, scope
-
-
-def _regularization_terms():
-    return tf.compat.v1.get_collection(
-        tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES
-    )
-
-
-def _losses(scope):
-    return tf.compat.v1.get_collection("losses", scope)
 
 
 def tower_graph(case, images, labels, devices):
