@@ -52,6 +52,7 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 
 import argparse
 import collections
+import contextlib
 import sys
 import time
 
@@ -66,7 +67,6 @@ from benchmarks import (
     equivalence_cells,
     equivalence_reference,
     equivalence_tolerance,
-    equivalence_transfer,
     equivalence_workers,
 )
 from benchmarks.equivalence_table import (
@@ -75,7 +75,6 @@ from benchmarks.equivalence_table import (
     print_row,
     print_summary,
 )
-from cifar10_models import registry
 from multigpu.graph import (
     copy_names,
     placement,
@@ -91,6 +90,7 @@ IMAGE_SHAPE = [24, 24, 3]  # The CIFAR-10 trainer's crops.
 SHADOW = "/ExponentialMovingAverage"
 
 
+
 def batches(case, seed=0):
     """float32 [STEPS, towers, B, 24, 24, 3] images, int32 [...] labels."""
     rng = np.random.default_rng(seed)
@@ -101,8 +101,12 @@ def batches(case, seed=0):
 
 
 def steps_of(*arrays):
-    """get_next() of one tf.data iterator over arrays' first dimension."""
-    dataset = tf.data.Dataset.from_tensor_slices(arrays)
+    """get_next() of one tf.data iterator over arrays' first dimension.
+
+    The steps repeat: a start of `trainer` takes STEPS of them (arrays'
+    first dimension), and the next start takes them again from the first.
+    """
+    dataset = tf.data.Dataset.from_tensor_slices(arrays).repeat()
     return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
 
 
@@ -116,7 +120,9 @@ def one_device_graph(case, images, labels):
         images.reshape(whole + IMAGE_SHAPE), labels.reshape(whole)
     )()
     before = tf.compat.v1.global_variables()
-    slices = _slices(model, compute_dtype, batch_images, batch_labels, case)
+    slices = equivalence_reference.slices(
+        model, compute_dtype, batch_images, batch_labels, case
+    )
     slice_losses, cross_entropy, regularization, scope = slices
     averaged = equivalence_reference.model_variables(before)
     averages_op = equivalence_reference.loss_averages(
@@ -126,7 +132,9 @@ def one_device_graph(case, images, labels):
     )
     opt = model.optimizer(model.learning_rate(global_step, whole[1]))
     scale = scaling.initial_scale if scaling else 1.0
-    grads = _mean_gradient(opt, case, slice_losses, regularization, scale)
+    grads = equivalence_reference.mean_gradient(
+        opt, case, slice_losses, regularization, scale
+    )
     if case.clip_norm:
         # The whole batch's mean gradient, clipped to its global norm.
         clipped, _ = tf.clip_by_global_norm(
@@ -149,79 +157,6 @@ def one_device_graph(case, images, labels):
         return tf.compat.v1.train.ExponentialMovingAverage(
             cifar10.MOVING_AVERAGE_DECAY, num_updates=global_step
         ).apply(averaged)
-
-
-def _mean_gradient(opt, case, slice_losses, regularization, scale):
-    """The whole batch's mean gradient: [(float32 gradient, variable)].
-
-    Each slice's loss takes the towers' loss scale (a power of two, 1 in
-    float32), so that its float16 backward pass rounds as a tower's does;
-    the sum over the slices, divided by their number, is their mean. Where
-    the cell's gradients cross the workers in 2 bytes a value, each slice's
-    gradient is rounded and summed as they are there.
-    """
-    transfer_dtype = equivalence_workers.transfer_dtype(case)
-    if transfer_dtype != "float32":
-        return equivalence_transfer.mean_gradients(
-            opt,
-            [each + regularization for each in slice_losses],
-            scale,
-            transfer_dtype,
-        )
-    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
-    return [
-        (grad / (scale * case.towers), var)
-        for grad, var in opt.compute_gradients(scaled_sum)
-    ]
-
-
-def _slices(model, compute_dtype, batch_images, batch_labels, case):
-    """Each tower's slice of the batch in turn, on the shared variables.
-
-    Returns:
-      slice_losses: list of float32 scalars, each slice's cross-entropy
-        plus its `losses` collection (the tutorial's weight decay).
-      cross_entropy: float32 scalar, the last slice's.
-      regularization: float32 scalar, the regularizers' terms, once.
-      scope: str, the last slice's name scope.
-    """
-    pieces = zip(
-        tf.split(batch_images, case.towers), tf.split(batch_labels, case.towers)
-    )
-    slice_losses, terms = [], None
-    for k, (slice_images, slice_labels) in enumerate(pieces):
-        with (
-            tf.compat.v1.variable_scope(
-                tf.compat.v1.get_variable_scope(), reuse=True if k else None
-            ),
-            tf.name_scope("slice_%d" % k) as scope,
-        ):
-            made = len(_regularization_terms())
-            logits = registry.logits(model, slice_images, True, compute_dtype)
-            # The regularizers' terms, once: those made with the variables.
-            terms = terms or _regularization_terms()[made:]
-            cross_entropy = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels=slice_labels, logits=logits
-                )
-            )
-            slice_losses.append(
-                cross_entropy + tf.add_n([tf.constant(0.0)] + _losses(scope))
-            )
-    regularization = tf.add_n(
-        [tf.constant(0.0)] + [tf.cast(t, tf.float32) for t in terms or []]
-    )
-    return slice_losses, cross_entropy, regularization, scope
-
-
-def _regularization_terms():
-    return tf.compat.v1.get_collection(
-        tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES
-    )
-
-
-def _losses(scope):
-    return tf.compat.v1.get_collection("losses", scope)
 
 
 def tower_graph(case, images, labels, devices):
@@ -273,28 +208,71 @@ def train(graph_fn, initial, devices):
       values: dict name -> array of every global variable after the steps.
       copy_gaps: list (one per step) of the largest |copy - variable|.
     """
-    with tf.Graph().as_default():
+    with trainer(graph_fn, devices) as train_from:
+        return train_from(initial)
+
+
+@contextlib.contextmanager
+def trainer(graph_fn, devices):
+    """graph_fn() built once, in a new graph and session, for many starts.
+
+    Yields:
+      train_from: a function of a start (name -> array, as
+        `initial_values`) that runs STEPS steps from it and returns
+        `train`'s values and copy_gaps. Each call starts over: every
+        global and local variable initialised again (the optimizer's
+        slots, the global step, the loss scale's state), the start fed
+        into the model's variables and their moving averages, the input
+        at its first step (`steps_of`). It adds no op to the graph, which
+        is finalized.
+    """
+    with tf.Graph().as_default() as graph:
         train_op = graph_fn()
         graph_variables = {
             var.op.name: var for var in tf.compat.v1.global_variables()
         }
+        init_op = tf.compat.v1.global_variables_initializer()
+        loads = _loads(graph_variables)
+        local_init_op = sessions.local_init_op()
+        graph.finalize()
         config = placement.session_config(devices)
         with tf.compat.v1.Session(config=config) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            # A moving average starts at its variable's value.
-            sess.run(
-                [
-                    var.assign(initial[name.replace(SHADOW, "")])
-                    for name, var in graph_variables.items()
-                    if name.replace(SHADOW, "") in initial
-                ]
-            )
-            sess.run(sessions.local_init_op())
-            copy_gaps = []
-            for _ in range(STEPS):
-                sess.run(train_op)
-                copy_gaps.append(largest_copy_gap(sess, graph_variables))
-            return sess.run(graph_variables), copy_gaps
+
+            def train_from(initial):
+                sess.run(init_op)
+                _load(sess, loads, initial)
+                sess.run(local_init_op)
+                copy_gaps = []
+                for _ in range(STEPS):
+                    sess.run(train_op)
+                    copy_gaps.append(largest_copy_gap(sess, graph_variables))
+                return sess.run(graph_variables), copy_gaps
+
+            yield train_from
+
+
+def _loads(graph_variables):
+    """Per variable's name: a placeholder of its dtype and shape, and the
+    op that assigns the placeholder's value to the variable."""
+    loads = {}
+    for name, var in graph_variables.items():
+        value = tf.compat.v1.placeholder(var.dtype.base_dtype, var.shape)
+        loads[name] = (value, var.assign(value))
+    return loads
+
+
+def _load(sess, loads, initial):
+    """Sets each variable named in initial, and its moving average (which
+    starts at its variable's value), to initial's array (`_loads`)."""
+    starts = [
+        (loads[name], initial[name.replace(SHADOW, "")])
+        for name in loads
+        if name.replace(SHADOW, "") in initial
+    ]
+    sess.run(
+        [assign for (_, assign), _ in starts],
+        {value: start for (value, _), start in starts},
+    )
 
 
 def largest_copy_gap(sess, graph_variables):
@@ -405,7 +383,8 @@ def measured_reference(case, initial, images, labels, devices):
 
     Each measuring run moves the start with another seed; runs are added
     until the last two agree (`equivalence_tolerance.agree`), at most
-    equivalence_tolerance.MAX_RUNS.
+    equivalence_tolerance.MAX_RUNS. All run in one graph and session
+    (`trainer`): building it is most of a run's time (the ResNet's).
     """
     compute_dtype, _ = equivalence_cells.PRECISIONS[case.precision]
     weights = []
@@ -415,15 +394,16 @@ def measured_reference(case, initial, images, labels, devices):
         weights[:] = [v.op.name for v in tf.compat.v1.trainable_variables()]
         return train_op
 
-    values, _ = train(graph, initial, devices)
-    runs, settled = [], False
-    while not settled and len(runs) < equivalence_tolerance.MAX_RUNS:
-        moved = equivalence_tolerance.moved_by_one_ulp(
-            initial, compute_dtype.as_numpy_dtype, seed=len(runs) + 1
-        )
-        measuring, _ = train(graph, moved, devices)
-        runs.append(equivalence_tolerance.spreads(values, measuring))
-        spread, settled = equivalence_tolerance.tolerance(runs)
+    with trainer(graph, devices) as train_from:
+        values, _ = train_from(initial)
+        runs, settled = [], False
+        while not settled and len(runs) < equivalence_tolerance.MAX_RUNS:
+            moved = equivalence_tolerance.moved_by_one_ulp(
+                initial, compute_dtype.as_numpy_dtype, seed=len(runs) + 1
+            )
+            measuring, _ = train_from(moved)
+            runs.append(equivalence_tolerance.spreads(values, measuring))
+            spread, settled = equivalence_tolerance.tolerance(runs)
     extremes = equivalence_tolerance.extremes(runs)
     return Reference(values, spread, weights, len(runs), settled, extremes)
 

@@ -1,14 +1,17 @@
-"""What the equivalence runner's one device keeps beside its weights.
+"""The equivalence runner's one device: its slices of the batch, its mean
+gradient, and what it keeps beside its weights.
 
-Built from the graph's own collections and TensorFlow's classes, never
-from the suite's lists, so that a variable the towers forget to average
-or a state they forget to keep shows as a difference instead of
-cancelling: the moving averages' variables, the losses' averages, the
-loss scale's state.
+What it keeps is built from the graph's own collections and TensorFlow's
+classes, never from the suite's lists, so that a variable the towers
+forget to average or a state they forget to keep shows as a difference
+instead of cancelling: the moving averages' variables, the losses'
+averages, the loss scale's state.
 """
 
 import tensorflow as tf
 
+from benchmarks import equivalence_transfer, equivalence_workers
+from cifar10_models import registry
 from multigpu.graph import blocks, loss_scale
 
 # The losses' moving averages of the trainers' summaries (the tutorial's
@@ -93,3 +96,76 @@ def loss_scale_state(scaling):
         trainable=False,
     )
     return [good.assign_add(1)]
+
+
+def mean_gradient(opt, case, slice_losses, regularization, scale):
+    """The whole batch's mean gradient: [(float32 gradient, variable)].
+
+    Each slice's loss takes the towers' loss scale (a power of two, 1 in
+    float32), so that its float16 backward pass rounds as a tower's does;
+    the sum over the slices, divided by their number, is their mean. Where
+    the cell's gradients cross the workers in 2 bytes a value, each slice's
+    gradient is rounded and summed as they are there.
+    """
+    transfer_dtype = equivalence_workers.transfer_dtype(case)
+    if transfer_dtype != "float32":
+        return equivalence_transfer.mean_gradients(
+            opt,
+            [each + regularization for each in slice_losses],
+            scale,
+            transfer_dtype,
+        )
+    scaled_sum = scale * (tf.add_n(slice_losses) + case.towers * regularization)
+    return [
+        (grad / (scale * case.towers), var)
+        for grad, var in opt.compute_gradients(scaled_sum)
+    ]
+
+
+def slices(model, compute_dtype, batch_images, batch_labels, case):
+    """Each tower's slice of the batch in turn, on the shared variables.
+
+    Returns:
+      slice_losses: list of float32 scalars, each slice's cross-entropy
+        plus its `losses` collection (the tutorial's weight decay).
+      cross_entropy: float32 scalar, the last slice's.
+      regularization: float32 scalar, the regularizers' terms, once.
+      scope: str, the last slice's name scope.
+    """
+    pieces = zip(
+        tf.split(batch_images, case.towers), tf.split(batch_labels, case.towers)
+    )
+    slice_losses, terms = [], None
+    for k, (slice_images, slice_labels) in enumerate(pieces):
+        with (
+            tf.compat.v1.variable_scope(
+                tf.compat.v1.get_variable_scope(), reuse=True if k else None
+            ),
+            tf.name_scope("slice_%d" % k) as scope,
+        ):
+            made = len(_regularization_terms())
+            logits = registry.logits(model, slice_images, True, compute_dtype)
+            # The regularizers' terms, once: those made with the variables.
+            terms = terms or _regularization_terms()[made:]
+            cross_entropy = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=slice_labels, logits=logits
+                )
+            )
+            slice_losses.append(
+                cross_entropy + tf.add_n([tf.constant(0.0)] + _losses(scope))
+            )
+    regularization = tf.add_n(
+        [tf.constant(0.0)] + [tf.cast(t, tf.float32) for t in terms or []]
+    )
+    return slice_losses, cross_entropy, regularization, scope
+
+
+def _regularization_terms():
+    return tf.compat.v1.get_collection(
+        tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES
+    )
+
+
+def _losses(scope):
+    return tf.compat.v1.get_collection("losses", scope)

@@ -20,6 +20,7 @@ from benchmarks import (
     equivalence_cells,
     equivalence_models,
     equivalence_table,
+    equivalence_tolerance,
     equivalence_workers,
 )
 from multigpu.graph import (
@@ -72,6 +73,36 @@ def _train_towers(case, initial):
         initial,
         devices,
     )
+
+
+def test_one_graph_trains_each_start_as_a_new_graph_for_it_does_to_the_bit():
+    # Batch norm, a dynamic loss scale, momentum, the moving averages and
+    # the input: every state that each start must begin anew.
+    case = Case("replicated", "collective", "layers", "float16 dynamic", 2)
+    initial = equivalence.initial_values(case)
+    moved = equivalence_tolerance.moved_by_one_ulp(initial, np.float16, seed=1)
+    images, labels = equivalence.batches(case)
+    devices = placement.tower_devices(case.towers, cpu_towers=True)
+
+    def graph():
+        return equivalence.one_device_graph(case, images, labels)
+
+    with equivalence.trainer(graph, devices) as train_from:
+        shared = [train_from(start) for start in (initial, moved, initial)]
+    fresh = [
+        equivalence.train(graph, start, devices) for start in (initial, moved)
+    ]
+
+    for (values, gaps), (expected, expected_gaps) in zip(
+        shared, fresh + fresh[:1]
+    ):
+        assert values.keys() == expected.keys()
+        for name, value in expected.items():
+            np.testing.assert_array_equal(values[name], value, err_msg=name)
+        assert gaps == expected_gaps
+    # The moved start lands elsewhere: the starts are not one run.
+    weights = shared[0][0]["model/conv/kernel"]
+    assert np.any(shared[1][0]["model/conv/kernel"] != weights)
 
 
 @pytest.mark.parametrize("num_towers", [2, 4])

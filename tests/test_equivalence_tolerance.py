@@ -1,5 +1,7 @@
 """The equivalence runner's tolerance: spreads, errors, the runs to settle."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -103,8 +105,8 @@ def test_two_runs_that_agree_hold_the_larger_and_not_the_runs_before():
     assert tolerance.tolerance(runs) == ({"w": 2 * SMOOTH}, True)
 
 
-def _drawn_train(kinds):
-    """The one device's training as a stand-in whose runs tip as drawn.
+def _drawn_trainer(kinds):
+    """The one device's trainer as a stand-in whose runs tip as drawn.
 
     The reference lands on its start; the measuring runs, in turn, at
     their start (a smooth spread: its one-ulp move) or TIP above it, as
@@ -112,16 +114,20 @@ def _drawn_train(kinds):
     """
     calls = []
 
-    def train(graph, initial, devices):
+    def train_from(initial):
         calls.append(initial)
         kind = kinds[min(len(calls) - 2, len(kinds) - 1)] if calls[1:] else "S"
         return {"w": initial["w"] + (TIP if kind == "T" else 0.0)}, [0.0]
 
-    return train
+    @contextlib.contextmanager
+    def trainer(graph, devices):
+        yield train_from
+
+    return trainer
 
 
 def _measured(monkeypatch, kinds):
-    monkeypatch.setattr(equivalence, "train", _drawn_train(kinds))
+    monkeypatch.setattr(equivalence, "trainer", _drawn_trainer(kinds))
     initial = {"w": np.ones([4], np.float32)}
     return equivalence.measured_reference(CASE, initial, None, None, [])
 
