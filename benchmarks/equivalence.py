@@ -90,7 +90,6 @@ IMAGE_SHAPE = [24, 24, 3]  # The CIFAR-10 trainer's crops.
 SHADOW = "/ExponentialMovingAverage"
 
 
-
 def batches(case, seed=0):
     """float32 [STEPS, towers, B, 24, 24, 3] images, int32 [...] labels."""
     rng = np.random.default_rng(seed)
