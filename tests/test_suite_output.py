@@ -1,6 +1,6 @@
 """The README's test command prints pytest's lines, and only those.
 
-`python -m pytest -q` runs the tests in two processes (`-n 2`, pyproject's
+`python -m pytest -q` runs the tests in three processes (`-n 3`, pyproject's
 addopts); the controller that starts them imports conftest.py, and with it
 TensorFlow, whose C++ start-up notices it would print after the summary.
 """
