@@ -150,13 +150,9 @@ def build_graph(
         reduced = loss_scale.skip_unless_finite(scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     with tf.name_scope(blocks.UPDATE + "/"):
+        optimizer = (scaled, task, max_steps)
         apply_op, opt = _apply(
-            update,
-            plan,
-            (scaled, task, max_steps),
-            reduced,
-            global_step,
-            scope,
+            update, plan, optimizer, reduced, global_step, scope
         )
         train_op = tf.group(apply_op, loss_averages_op, *put_ops)
     summaries.add_histograms(reduced[0])
