@@ -48,8 +48,6 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 
 # isort: split
 
-import collections
-
 import tensorflow as tf
 from absl import flags
 
@@ -62,6 +60,7 @@ from multigpu.flags import (
     choices,
     common_flags,
     flag_checks,
+    plans,
     script,
     tower_flags,
 )
@@ -297,7 +296,7 @@ def main(argv):
     model, train_dir = registry.model_and_train_dir(
         *recipe, FLAGS.train_dir, not (FLAGS.dry_run or FLAGS.clear_train_dir)
     )
-    plan = _tower_plan(
+    plan = plans.tower_plan(
         devices,
         task,
         choices.update_choice_from_flags(FLAGS),
@@ -326,63 +325,8 @@ def main(argv):
     )
 
 
-# How the towers compute and share their variables, as the flags choose.
-#   devices: strs, one tower's device each.
-#   update: the `variable_update.VariableUpdate` of --variable_update.
-#   compute_dtype: tf.DType the layers compute in (--use_fp16).
-#   config: the session's `ConfigProto`.
-#   loss_scaling: the float16 loss scaling (`loss_scale`), or None.
-#   options: the `choices.TowerOptions` (--clip_gradients, --xla, ...).
-_TowerPlan = collections.namedtuple(
-    "_TowerPlan", "devices update compute_dtype config loss_scaling options"
-)
-
-
-def _tower_plan(devices, task, update, precision, session, options):
-    """The `_TowerPlan` of the flags; prints the devices and the all-reduce.
-
-    Args:
-      devices: strs, one tower's device each.
-      task: the `cluster.ClusterTask`.
-      update: the `choices.UpdateChoice` of the flags.
-      precision: the `choices.Precision` of the flags.
-      session: (log_device_placement, operation_timeout_secs, options), the
-        session's flags for `placement.session_config`.
-      options: the `choices.TowerOptions` of the flags.
-    """
-    update = variable_update.variable_update(
-        update.mode,
-        devices,
-        variable_device_choice=update.variable_device,
-        all_reduce_spec=update.all_reduce_spec,
-        task=task,
-        pack_bytes=update.pack_bytes,
-        transfer_dtype=update.transfer_dtype,
-    )
-    compute_dtype = placement.compute_dtype(
-        precision.use_fp16, devices, precision.force_cpu_bfloat16
-    )
-    config = placement.session_config(
-        devices,
-        *session,
-        fuse_ops=cluster.may_fuse_ops(task, compute_dtype),
-    )
-    loss_scaling = choices.loss_scaling(
-        precision, compute_dtype, task.sync_replicas
-    )
-    print(placement.describe_devices(devices))
-    if update.all_reduce is not None:
-        print(
-            "--variable_update=replicated: a copy of the variables on each "
-            "tower, their gradients all-reduced by %s" % update.all_reduce
-        )
-    return _TowerPlan(
-        devices, update, compute_dtype, config, loss_scaling, options
-    )
-
-
 def _build(graph, get_next, batch_size, task, plan, model, max_steps=None):
-    """`build_graph` of the `_TowerPlan` in graph (under the task's device
+    """`build_graph` of the `plans.TowerPlan` in graph (under the task's device
     function), then the check of its bfloat16 kernels: `build_graph`'s
     (loss, train_op, summary_op, hooks)."""
     graph_ops = build_graph(

@@ -1,0 +1,65 @@
+"""The towers' plan: the trainer's flag choices made against its devices.
+
+`cifar10_multi_gpu_train.main` makes it once from the flags' plain values
+(`choices`) and hands it to the graph and the session.
+"""
+
+import collections
+
+from multigpu.distributed import cluster
+from multigpu.flags import choices
+from multigpu.graph import placement, variable_update
+
+# How the towers compute and share their variables, as the flags choose.
+#   devices: strs, one tower's device each.
+#   update: the `variable_update.VariableUpdate` of --variable_update.
+#   compute_dtype: tf.DType the layers compute in (--use_fp16).
+#   config: the session's `ConfigProto`.
+#   loss_scaling: the float16 loss scaling (`loss_scale`), or None.
+#   options: the `choices.TowerOptions` (--clip_gradients, --xla, ...).
+TowerPlan = collections.namedtuple(
+    "TowerPlan", "devices update compute_dtype config loss_scaling options"
+)
+
+
+def tower_plan(devices, task, update, precision, session, options):
+    """The `TowerPlan` of the flags; prints the devices and the all-reduce.
+
+    Args:
+      devices: strs, one tower's device each.
+      task: the `cluster.ClusterTask`.
+      update: the `choices.UpdateChoice` of the flags.
+      precision: the `choices.Precision` of the flags.
+      session: (log_device_placement, operation_timeout_secs, options), the
+        session's flags for `placement.session_config`.
+      options: the `choices.TowerOptions` of the flags.
+    """
+    update = variable_update.variable_update(
+        update.mode,
+        devices,
+        variable_device_choice=update.variable_device,
+        all_reduce_spec=update.all_reduce_spec,
+        task=task,
+        pack_bytes=update.pack_bytes,
+        transfer_dtype=update.transfer_dtype,
+    )
+    compute_dtype = placement.compute_dtype(
+        precision.use_fp16, devices, precision.force_cpu_bfloat16
+    )
+    config = placement.session_config(
+        devices,
+        *session,
+        fuse_ops=cluster.may_fuse_ops(task, compute_dtype),
+    )
+    loss_scaling = choices.loss_scaling(
+        precision, compute_dtype, task.sync_replicas
+    )
+    print(placement.describe_devices(devices))
+    if update.all_reduce is not None:
+        print(
+            "--variable_update=replicated: a copy of the variables on each "
+            "tower, their gradients all-reduced by %s" % update.all_reduce
+        )
+    return TowerPlan(
+        devices, update, compute_dtype, config, loss_scaling, options
+    )
