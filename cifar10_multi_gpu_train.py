@@ -121,8 +121,7 @@ def build_graph(
       xla, prefetch: bool, each tower compiled by XLA; its batch staged.
       loss_scaling: a `loss_scale.LossScaling` for float16, or None.
       model: the `registry.Model` of every tower, and its recipe.
-      max_steps: int or None, the global step no step goes past
-        (`step_claims.claiming`).
+      max_steps: int or None, the global step no step claims past.
 
     Returns:
       loss, train_op: float32 scalar, the towers' mean total loss; the step.
@@ -148,15 +147,33 @@ def build_graph(
         reduced = _reduce(update, tower_grads, clip_norm, loss_averages_op)
         reduced = loss_scale.skip_unless_finite(scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
+    optimizer, also = (scaled, task, max_steps), [loss_averages_op, *put_ops]
+    train_op, opt = _update(
+        update, plan, optimizer, reduced, global_step, scope, also
+    )
+    hooks = _session_hooks(opt, task, put_ops)
+    return loss, train_op, summaries.last_tower_summaries(scope), hooks
+
+
+def _update(update, plan, optimizer, reduced, global_step, scope, also):
+    """The update block (`_apply`), the step's op, and the histograms of
+    the first copy's variables and gradients.
+
+    Args:
+      optimizer, scope: as `_apply`'s.
+      also: the ops the step runs beside the update: the loss averages,
+        the staging of the towers' next batches.
+
+    Returns:
+      (the step's op, the optimizer that applied the gradients).
+    """
     with tf.name_scope(blocks.UPDATE + "/"):
-        optimizer = (scaled, task, max_steps)
         apply_op, opt = _apply(
             update, plan, optimizer, reduced, global_step, scope
         )
-        train_op = tf.group(apply_op, loss_averages_op, *put_ops)
+        train_op = tf.group(apply_op, *also)
     summaries.add_histograms(reduced[0])
-    hooks = _session_hooks(opt, task, put_ops)
-    return loss, train_op, summaries.last_tower_summaries(scope), hooks
+    return train_op, opt
 
 
 def _session_hooks(opt, task, put_ops):
