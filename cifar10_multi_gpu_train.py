@@ -323,8 +323,7 @@ def main(argv):
     )
     if FLAGS.dry_run:
         return _check_plan(FLAGS.batch_size, task, plan, model)
-    # A signal from here on (the data read, the graph built) is the run's,
-    # which stops before step 1.
+    # A signal from here on is the run's, which stops before step 1.
     interrupts.hold()
     cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url

@@ -98,14 +98,11 @@ def main(argv):
         options=choices.session_options_from_flags(FLAGS),
     )
     devices = placement.tower_devices(1, cpu_towers=True)
-    precision = choices.precision_from_flags(FLAGS)
-    compute_dtype = placement.compute_dtype(
-        precision.use_fp16, devices, precision.force_cpu_bfloat16
-    )
     # Before the data: a refused flag writes nothing.
-    loss_scaling = choices.loss_scaling(precision, compute_dtype)
-    # A signal from here on (the data read, the graph built) is the run's,
-    # which stops before step 1.
+    compute_dtype, loss_scaling = choices.dtypes(
+        choices.precision_from_flags(FLAGS), devices
+    )
+    # A signal from here on is the run's, which stops before step 1.
     interrupts.hold()
     cifar10_data.prepare_data_dir(
         FLAGS.data_dir, FLAGS.fake_data, FLAGS.data_url

@@ -229,8 +229,7 @@ def main(argv):
     if FLAGS.eval_only:
         report_accuracy(FLAGS.train_dir, FLAGS.data_dir, FLAGS.batch_size)
         return
-    # A signal from here on (the data read, the graph built) is the run's,
-    # which stops before step 1.
+    # A signal from here on is the run's, which stops before step 1.
     interrupts.hold()
     devices = placement.tower_devices(FLAGS.num_gpus, FLAGS.cpu_towers)
     config = placement.session_config(

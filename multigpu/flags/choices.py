@@ -91,20 +91,25 @@ def precision_from_flags(flag_values):
     )
 
 
-def loss_scaling(precision, compute_dtype, sync_replicas=False):
-    """The `loss_scale.LossScaling` of a `Precision`, or None.
+def dtypes(precision, devices, sync_replicas=False):
+    """(compute_dtype, loss_scaling): the towers' dtype on devices
+    (`placement.compute_dtype`) and, for float16, its
+    `loss_scale.LossScaling`, else None.
 
     Args:
       precision: the `Precision` of the flags.
-      compute_dtype: the towers' compute dtype; only float16 is scaled.
+      devices: strs, one tower's device each.
       sync_replicas: bool, the cluster's --sync_replicas.
 
     Raises:
       ValueError: a loss-scale flag given for a run that computes not in
         float16 (`flag_checks.refuse_loss_scale`).
     """
+    compute_dtype = placement.compute_dtype(
+        precision.use_fp16, devices, precision.force_cpu_bfloat16
+    )
     flag_checks.refuse_loss_scale(precision.loss_scale_given, compute_dtype)
-    return loss_scale.loss_scaling(
+    return compute_dtype, loss_scale.loss_scaling(
         compute_dtype,
         precision.loss_scale,
         precision.auto_loss_scale,

@@ -367,7 +367,7 @@ def define_fp16_flags():
 
     The trainer's `main` turns them into a `choices.Precision`
     (`choices.precision_from_flags`): its dtype flags go to
-    `placement.compute_dtype`, its loss scaling (`choices.loss_scaling`) to
+    `placement.compute_dtype`, its loss scaling (`choices.dtypes`) to
     the graph.
     """
     define_force_cpu_bfloat16_flag()

@@ -43,16 +43,13 @@ def tower_plan(devices, task, update, precision, session, options):
         pack_bytes=update.pack_bytes,
         transfer_dtype=update.transfer_dtype,
     )
-    compute_dtype = placement.compute_dtype(
-        precision.use_fp16, devices, precision.force_cpu_bfloat16
+    compute_dtype, loss_scaling = choices.dtypes(
+        precision, devices, task.sync_replicas
     )
     config = placement.session_config(
         devices,
         *session,
         fuse_ops=cluster.may_fuse_ops(task, compute_dtype),
-    )
-    loss_scaling = choices.loss_scaling(
-        precision, compute_dtype, task.sync_replicas
     )
     print(placement.describe_devices(devices))
     if update.all_reduce is not None:
