@@ -148,11 +148,9 @@ def mnist_variants(batches, batch_size):
     return variants, None
 
 
-def main():
-    """Measures every pipeline variant interleaved and reports the rates."""
-    args = common.parse_args(NAME, __doc__, batches=200)
-    data_dir = common.cifar10_data_dir()
-    batch_size = common.BATCH_SIZE
+def _variants(data_dir, batch_size, batches):
+    """{name: variant} of every pipeline, as `dataset_variant` makes them,
+    and why MNIST's is missing, or None."""
     epoch = math.ceil(
         cifar10_input.check_files(cifar10_input.data_files(data_dir))
         / batch_size
@@ -172,12 +170,16 @@ def main():
             with_private_threadpool(shipped(), t)
         )
     variants = {
-        name: dataset_variant(make, args.batches, batch_size, epoch)
+        name: dataset_variant(make, batches, batch_size, epoch)
         for name, make in variants.items()
     }
-    mnist, mnist_reason = mnist_variants(args.batches, batch_size)
+    mnist, mnist_reason = mnist_variants(batches, batch_size)
     variants.update(mnist)
-    rates = common.interleave(variants, args.rounds)
+    return variants, mnist_reason
+
+
+def _headline(rates, mnist_reason):
+    """The report's headline of the measured rates."""
     ours = rates["cifar10_distorted_dataset"]
     reference = rates["cifar10_per_image_reference"]
     versus = common.ratio(ours, reference)
@@ -197,15 +199,25 @@ def main():
         "CIFAR-10 per-image reference CPU us/image": round(
             1e6 / reference["cpu_rate"], 1
         ),
-        "MNIST dataset images/s": rates["mnist_dataset"]["rate"]
-        if mnist
-        else mnist_reason,
+        "MNIST dataset images/s": mnist_reason
+        or rates["mnist_dataset"]["rate"],
     }
     for threads in PRIVATE_THREADS:
         name = "cifar10_private_threads_%d" % threads
         headline["CIFAR-10 private threadpool %d / shipped, wall" % threads] = (
             common.ratio(rates[name], ours)["wall"]
         )
+    return headline
+
+
+def main():
+    """Measures every pipeline variant interleaved and reports the rates."""
+    args = common.parse_args(NAME, __doc__, batches=200)
+    batch_size = common.BATCH_SIZE
+    variants, mnist_reason = _variants(
+        common.cifar10_data_dir(), batch_size, args.batches
+    )
+    rates = common.interleave(variants, args.rounds)
     common.report(
         args,
         {
@@ -214,7 +226,7 @@ def main():
             "batches": args.batches,
             "rates": rates,
             "mnist": mnist_reason or "measured",
-            "headline": headline,
+            "headline": _headline(rates, mnist_reason),
         },
     )
 

@@ -117,6 +117,32 @@ def torch_resnet20():
     return nn.Sequential(*modules)
 
 
+def _torch_variant(steps, batch_size):
+    """(PyTorch's ResNet-20 variant, {"version", "threads"}), or (None,
+    why it is not available)."""
+    try:
+        import torch
+    except ImportError as e:
+        return None, "not available: %s" % e
+    torch.manual_seed(0)
+    model = torch_resnet20()
+    # Weight decay on the kernels only, as in ours and in Keras.
+    kernels = [p for p in model.parameters() if p.dim() > 1]
+    others = [p for p in model.parameters() if p.dim() == 1]
+    opt = torch.optim.SGD(
+        [
+            {"params": kernels, "weight_decay": resnet.WEIGHT_DECAY},
+            {"params": others},
+        ],
+        lr=resnet.INITIAL_LEARNING_RATE,
+        momentum=resnet.MOMENTUM,
+    )
+    variant, version, threads = bench_peers.torch_train_variant(
+        model, opt, steps, batch_size
+    )
+    return variant, {"version": version, "threads": threads}
+
+
 def main():
     """Measures the four interleaved; reports rates and ratios."""
     args = common.parse_args(NAME, __doc__, steps=4)
@@ -141,28 +167,9 @@ def main():
     )
     result = {"unit": "examples/s", "batch_size": batch_size}
     result["steps"] = args.steps
-    try:
-        import torch
-
-        torch.manual_seed(0)
-        model = torch_resnet20()
-        # Weight decay on the kernels only, as in ours and in Keras.
-        kernels = [p for p in model.parameters() if p.dim() > 1]
-        others = [p for p in model.parameters() if p.dim() == 1]
-        opt = torch.optim.SGD(
-            [
-                {"params": kernels, "weight_decay": resnet.WEIGHT_DECAY},
-                {"params": others},
-            ],
-            lr=resnet.INITIAL_LEARNING_RATE,
-            momentum=resnet.MOMENTUM,
-        )
-        variants["torch"], version, threads = bench_peers.torch_train_variant(
-            model, opt, args.steps, batch_size
-        )
-        result["torch"] = {"version": version, "threads": threads}
-    except ImportError as e:
-        result["torch"] = "not available: %s" % e
+    torch_variant, result["torch"] = _torch_variant(args.steps, batch_size)
+    if torch_variant is not None:
+        variants["torch"] = torch_variant
     rates = common.interleave(variants, args.rounds)
     result["rates"] = rates
     result["headline"] = {

@@ -25,6 +25,10 @@ DATA_AND_MODELS = (
 # Modules that may not be longer than this (STYLE: a module past 500 lines
 # is two concerns).
 MAX_MODULE_LINES = 500
+# STYLE.md: no function over 60 lines, the tests' and benchmarks' too.
+MAX_FUNCTION_LINES = 60
+# The 2017 tutorial's own scripts, kept as they were for the tests to run.
+TUTORIAL_SCRIPTS = ROOT / "tests" / "tutorial_scripts_2017"
 
 
 def imported_modules(path, known):
@@ -129,6 +133,41 @@ def test_no_module_of_the_product_is_longer_than_500_lines():
         if len(path.read_text().splitlines()) > MAX_MODULE_LINES
     }
     assert long_modules == {}
+
+
+def long_functions(source):
+    """{name: lines} of source's functions longer than MAX_FUNCTION_LINES,
+    from their `def` to their last line."""
+    return {
+        node.name: node.end_lineno - node.lineno + 1
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    }
+
+
+def test_the_function_check_finds_a_nested_function_of_61_lines():
+    body = "".join("        x%d = %d\n" % (i, i) for i in range(59))
+    source = "def outer():\n    def inner():\n%s        return x0\n" % body
+    assert long_functions(source) == {"outer": 62, "inner": 61}
+
+
+def test_no_function_of_the_project_is_longer_than_60_lines():
+    paths = [
+        *project_modules(ROOT).values(),
+        *(ROOT / "benchmarks").glob("*.py"),
+        *(
+            path
+            for path in (ROOT / "tests").rglob("*.py")
+            if TUTORIAL_SCRIPTS not in path.parents
+        ),
+    ]
+    found = {
+        str(path.relative_to(ROOT)): long_functions(path.read_text())
+        for path in paths
+    }
+    assert len(paths) > 150
+    assert {path: names for path, names in found.items() if names} == {}
 
 
 def test_the_graph_package_imports_nothing_from_the_packages_above_it():

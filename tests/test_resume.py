@@ -116,11 +116,12 @@ def mnist_run(tmp_path_factory):
     return root / "data", root / "train"
 
 
-@pytest.mark.slow
-def test_a_checkpoint_goes_through_every_kind_of_run_to_the_eval(
-    cifar10_data_dir, make_cluster, tmp_path
-):
-    # Workers only: 2 workers of 2 towers, replicated; only the chief writes.
+def _train_workers_only(make_cluster):
+    """2 workers of 2 towers, replicated, to step 2: the chief's train_dir.
+
+    Only the chief writes, one copy under the names of the tutorial's
+    one-device trainer.
+    """
     workers = make_cluster(
         2,
         "--variable_update=replicated",
@@ -137,12 +138,16 @@ def test_a_checkpoint_goes_through_every_kind_of_run_to_the_eval(
     train_dir = workers.train_dir(0)
     assert not workers.train_dir(1).exists()
     assert checkpoint_steps(train_dir)[-1] == 2
-    # One copy, under the names of the tutorial's one-device trainer.
     assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
-    pretrained = shutil.copytree(train_dir, tmp_path / "pretrained")
+    return train_dir
 
+
+def _resume_on_the_towers(data_dir, train_dir, pretrained):
+    """From step 2: replicated on 4 towers to 4, parameter_server on 2 to
+    6 (pretrained ignored: a train_dir with checkpoints resumes),
+    replicated on 1 to 8."""
     four = _multi(
-        cifar10_data_dir,
+        data_dir,
         train_dir,
         4,
         "--variable_update=replicated",
@@ -155,10 +160,8 @@ def test_a_checkpoint_goes_through_every_kind_of_run_to_the_eval(
         "tower, their gradients all-reduced by collective\n" in four.stdout
     )
     assert checkpoint_steps(train_dir)[-1] == 4
-
-    # The flag is for new runs: a train_dir with checkpoints resumes.
     two = _multi(
-        cifar10_data_dir,
+        data_dir,
         train_dir,
         2,
         "--variable_update=parameter_server",
@@ -173,9 +176,8 @@ def test_a_checkpoint_goes_through_every_kind_of_run_to_the_eval(
         in two.stdout
     )
     assert checkpoint_steps(train_dir)[-1] == 6
-
     one_tower = _multi(
-        cifar10_data_dir,
+        data_dir,
         train_dir,
         1,
         "--variable_update=replicated",
@@ -185,6 +187,14 @@ def test_a_checkpoint_goes_through_every_kind_of_run_to_the_eval(
     assert "training from step 6" in one_tower.stdout
     assert _names(train_dir) == TUTORIAL_ONE_DEVICE_NAMES
 
+
+@pytest.mark.slow
+def test_a_checkpoint_goes_through_every_kind_of_run_to_the_eval(
+    cifar10_data_dir, make_cluster, tmp_path
+):
+    train_dir = _train_workers_only(make_cluster)
+    pretrained = shutil.copytree(train_dir, tmp_path / "pretrained")
+    _resume_on_the_towers(cifar10_data_dir, train_dir, pretrained)
     one = _train(
         "cifar10_train.py",
         cifar10_data_dir,
