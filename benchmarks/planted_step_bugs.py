@@ -149,7 +149,7 @@ BUGS = [
     ),
     Bug(
         "statistics_not_committed",
-        "multigpu/graph/variable_update.py",
+        "multigpu/graph/update_gates.py",
         "if not variables[name].trainable]",
         "if variables[name].trainable]",
         "the last tower's batch-norm statistics never reach the variables",

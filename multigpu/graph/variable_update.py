@@ -37,15 +37,11 @@ value of the variable it copies, so all copies start equal and, updated
 alike, stay equal.
 
 Statistics (the non-trainable variables, such as batch-norm moving means):
-in both modes the last tower updates its own copy from its batch (the
-Inception trainer runs the last tower's updates only), and the step then
-commits that value to the variable and every copy, unless the step is not
-applied (`loss_scale.step_applied`): a step skipped by loss scaling leaves
-every statistic as it was.
+the last tower's, committed to the variable and every copy after the
+update (`update_gates`).
 """
 
 import collections
-import functools
 
 import tensorflow as tf
 
@@ -55,6 +51,7 @@ from multigpu.graph import (
     copy_names,
     gradient_reduction,
     placement,
+    update_gates,
 )
 
 VARIABLE_UPDATES = ("parameter_server", "replicated")
@@ -317,7 +314,7 @@ def apply_gradients(
             global_step=global_step,
         )
     with tf.control_dependencies([apply_op, *statistics_updates]):
-        commit = _commit_statistics(plan, *statistics())
+        commit = update_gates.commit_statistics(plan, *statistics())
     tf.compat.v1.add_to_collection(
         tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op(update)
     )
@@ -329,43 +326,6 @@ def _local_if_a_copy(next_creator, **kwargs):
         kwargs["collections"] = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
         kwargs["trainable"] = False
     return next_creator(**kwargs)
-
-
-def _last_towers_values(plan, applied):
-    """(names, values): the statistics' variable names, and the values of
-    the last tower's copies (after its statistics updates), or the
-    variables' own where the step is not applied, each on its device."""
-    variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
-    names = [name for name in plan[-1].copies if not variables[name].trainable]
-    values = []
-    for name in names:
-        variable = variables[name]
-        with tf.device(variable.device):
-            values.append(
-                tf.where(
-                    applied,
-                    plan[-1].copies[name].read_value(),
-                    variable.read_value(),
-                )
-            )
-    return names, values
-
-
-def _commit_statistics(plan, names, values):
-    """The statistics' values (`_last_towers_values`, or in ACROSS_WORKERS
-    the last worker's), to the variables and every copy."""
-    variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
-    assigns = []
-    for name, value in zip(names, values):
-        variable = variables[name]
-        with tf.device(variable.device):
-            assigns.append(variable.assign(value))
-        for tower in plan:
-            copy = tower.copies.get(name)
-            if copy is not None:
-                with tf.device(copy.device):
-                    assigns.append(copy.assign(value))
-    return tf.group(*assigns, name="commit_statistics")
 
 
 def _local_init_op(update):
@@ -393,25 +353,6 @@ def _local_init_op(update):
 def describe(update):
     """The dry run's lines of the update: a dict of name -> value."""
     return _MODES[update.mode].describe(update)
-
-
-def _no_gate(update, plan, reduced, statistics):
-    """One machine: (the gradients as they are, a callable() that reads
-    `_last_towers_values` after the update)."""
-    _, applied = statistics
-    return reduced, functools.partial(_last_towers_values, plan, applied)
-
-
-def _across_workers_gate(update, plan, reduced, statistics):
-    """ACROSS_WORKERS: (the gradients, a callable() -> the statistics'
-    names and the last worker's values), read and sent before the update,
-    all waiting for every collective of the step
-    (`gradient_reduction.all_or_none`)."""
-    updates, applied = statistics
-    with tf.control_dependencies(updates):
-        names, values = _last_towers_values(plan, applied)
-    reduced, received = gradient_reduction.all_or_none(update, reduced, values)
-    return reduced, lambda: (names, received)
 
 
 def _own_start(update, initialise):
@@ -475,7 +416,7 @@ _MODES = {
         _copies_no_weights,
         _shared_device,
         gradient_reduction.on_variable_device,
-        _no_gate,
+        update_gates.no_gate,
         _own_start,
         _describe_parameter_server,
     ),
@@ -484,7 +425,7 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.between_towers,
-        _no_gate,
+        update_gates.no_gate,
         _own_start,
         _describe_replicated,
     ),
@@ -493,7 +434,7 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.across_workers,
-        _across_workers_gate,
+        update_gates.across_workers_gate,
         _chief_start,
         _describe_across_workers,
     ),
