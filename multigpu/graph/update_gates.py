@@ -1,6 +1,6 @@
-"""What a step's update waits for, per --variable_update mode (the `gate`
-column of `variable_update`'s table), and the statistics every copy takes
-after it.
+"""What a step's update waits for, per --variable_update mode (the `waits`
+and `gate` columns of `variable_update`'s table), and the statistics every
+copy takes after it.
 
 Statistics (the non-trainable variables, such as batch-norm moving means):
 in both modes the last tower updates its own copy from its batch (the
@@ -17,22 +17,35 @@ import tensorflow as tf
 from multigpu.graph import gradient_reduction
 
 
-def no_gate(update, plan, reduced, statistics):
+def made_now(make):
+    """One machine: the losses' averages, made before the gradients are
+    reduced, which wait for them (`variable_update.update_waits`)."""
+    return [make()], None
+
+
+def made_behind_the_gate(make):
+    """ACROSS_WORKERS: the losses' averages, left to `across_workers_gate`."""
+    return [], make
+
+
+def no_gate(update, plan, reduced, statistics, later):
     """One machine: (the gradients as they are, a callable() that reads
-    `_last_towers_values` after the update)."""
+    `_last_towers_values` after the update); later is None (`made_now`)."""
     _, applied = statistics
     return reduced, functools.partial(_last_towers_values, plan, applied)
 
 
-def across_workers_gate(update, plan, reduced, statistics):
+def across_workers_gate(update, plan, reduced, statistics, later):
     """ACROSS_WORKERS: (the gradients, a callable() -> the statistics'
     names and the last worker's values), read and sent before the update,
-    all waiting for every collective of the step
-    (`gradient_reduction.all_or_none`)."""
+    all waiting for every collective of the step, and for the losses'
+    averages later makes behind them (`gradient_reduction.all_or_none`)."""
     updates, applied = statistics
     with tf.control_dependencies(updates):
         names, values = _last_towers_values(plan, applied)
-    reduced, received = gradient_reduction.all_or_none(update, reduced, values)
+    reduced, received = gradient_reduction.all_or_none(
+        update, reduced, values, later
+    )
     return reduced, lambda: (names, received)
 
 

@@ -8,6 +8,7 @@ A step calls it in the order the step runs, and it calls nothing back:
   plan = tower_plan(update)                      one `TowerVariables` a tower
   for each tower (`towers.towers(plan)`):        its device, scope and getter
     grads = copy_gradients.tower_gradients(opt, loss, tower)
+  made, later = update_waits(update, make)       the losses' averages
   reduced = reduce_gradients(update, tower_grads)
   train_op = apply_gradients(update, plan, opt, reduced, global_step, ...)
 
@@ -24,7 +25,9 @@ and one loss-scale update count the step.
 
 ACROSS_WORKERS, replicated in a cluster of workers only: a copy on every
 tower of every worker, the gradients all-reduced across all (`collectives`),
-the chief's values at the start, the last worker's statistics committed.
+the chief's values at the start, the last worker's statistics committed;
+every variable the step writes, the losses' averages too, waits for every
+collective of the step (`gradient_reduction.all_or_none`).
 
 A copy is made by the model's own `get_variable` call, run again under the
 copy's name (a custom getter that passes on every argument the model gave:
@@ -283,8 +286,33 @@ def reduce_gradients(update, tower_grads):
     return _MODES[update.mode].reduce(update, tower_grads)
 
 
+def update_waits(update, make):
+    """The losses' averages, which the update waits for (they read the
+    global step it increments), made where the mode's row makes them.
+
+    Args:
+      update: the `VariableUpdate`.
+      make: callable() -> the op that updates the averages.
+
+    Returns:
+      (made, later): on one machine [make()'s op], made now for the
+      gradients to wait for as they are reduced, and None; in
+      ACROSS_WORKERS [] and make, which `apply_gradients` (its later)
+      calls behind every collective of the step, so that a step a lost
+      peer cuts short moves no average (`gradient_reduction.all_or_none`).
+    """
+    return _MODES[update.mode].waits(make)
+
+
 def apply_gradients(
-    update, plan, opt, reduced, global_step, statistics_updates, applied
+    update,
+    plan,
+    opt,
+    reduced,
+    global_step,
+    statistics_updates,
+    applied,
+    later=None,
 ):
     """The step's update: the gradients, then the statistics.
 
@@ -298,6 +326,8 @@ def apply_gradients(
         (`towers.batch_norm_updates` of its scope).
       applied: bool scalar, whether the step is applied
         (`loss_scale.step_applied`).
+      later: `update_waits`' callable, made behind the mode's gate, or
+        None.
 
     Returns:
       The op of the update. Its local init op (`_local_init_op`) is in the
@@ -305,7 +335,7 @@ def apply_gradients(
       `Session`, `sessions.local_init_op`) finds it.
     """
     reduced, statistics = _MODES[update.mode].gate(
-        update, plan, reduced, (statistics_updates, applied)
+        update, plan, reduced, (statistics_updates, applied), later
     )
     # The optimizer's slots of a copy are the copy's: local variables.
     with tf.variable_creator_scope(_local_if_a_copy):
@@ -404,18 +434,21 @@ def _describe_across_workers(update):
 
 _Mode = collections.namedtuple(
     "_Mode",
-    "make copies_weights variable_device reduce gate start_values describe",
+    "make copies_weights variable_device reduce waits gate start_values "
+    "describe",
 )
 # The table of the modes, a row each: its `VariableUpdate`; whether tower
 # index copies the weights, and where its variable ops go; the gradients'
-# reduction (`gradient_reduction`); what the update waits for, and the
-# statistics every copy takes; the copies' start; the dry run's lines.
+# reduction (`gradient_reduction`); where the losses' averages are made
+# (`update_waits`); what the update waits for, and the statistics every copy
+# takes (`update_gates`); the copies' start; the dry run's lines.
 _MODES = {
     "parameter_server": _Mode(
         _parameter_server_update,
         _copies_no_weights,
         _shared_device,
         gradient_reduction.on_variable_device,
+        update_gates.made_now,
         update_gates.no_gate,
         _own_start,
         _describe_parameter_server,
@@ -425,6 +458,7 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.between_towers,
+        update_gates.made_now,
         update_gates.no_gate,
         _own_start,
         _describe_replicated,
@@ -434,6 +468,7 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.across_workers,
+        update_gates.made_behind_the_gate,
         update_gates.across_workers_gate,
         _chief_start,
         _describe_across_workers,
