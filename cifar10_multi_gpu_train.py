@@ -48,6 +48,8 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 
 # isort: split
 
+import functools
+
 import tensorflow as tf
 from absl import flags
 
@@ -139,28 +141,28 @@ def build_graph(
     cluster.refuse_sync_statistics(
         task, towers.batch_norm_updates(scope), model.name
     )
-    loss_averages_op = loss_summaries.add_loss_summaries(
-        tower_losses[-1], global_step, scope
+    loss_averages, later = _loss_averages(
+        update, tower_losses[-1], global_step, scope
     )
     # Every tower's gradients reduced; one loss-scale check for all copies.
     with tf.name_scope(blocks.REDUCE + "/"):
-        reduced = _reduce(update, tower_grads, clip_norm, loss_averages_op)
+        reduced = _reduce(update, tower_grads, clip_norm, loss_averages)
         reduced = loss_scale.skip_unless_finite(scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    optimizer, also = (scaled, task, max_steps), [loss_averages_op, *put_ops]
+    optimizer, also = (scaled, task, max_steps), [*loss_averages, *put_ops]
     train_op, opt = _update(
-        update, plan, optimizer, reduced, global_step, scope, also
+        update, plan, optimizer, reduced, global_step, (scope, later), also
     )
     hooks = _session_hooks(opt, task, put_ops)
     return loss, train_op, summaries.last_tower_summaries(scope), hooks
 
 
-def _update(update, plan, optimizer, reduced, global_step, scope, also):
+def _update(update, plan, optimizer, reduced, global_step, writes, also):
     """The update block (`_apply`), the step's op, and the histograms of
     the first copy's variables and gradients.
 
     Args:
-      optimizer, scope: as `_apply`'s.
+      optimizer, writes: as `_apply`'s.
       also: the ops the step runs beside the update: the loss averages,
         the staging of the towers' next batches.
 
@@ -169,7 +171,7 @@ def _update(update, plan, optimizer, reduced, global_step, scope, also):
     """
     with tf.name_scope(blocks.UPDATE + "/"):
         apply_op, opt = _apply(
-            update, plan, optimizer, reduced, global_step, scope
+            update, plan, optimizer, reduced, global_step, writes
         )
         train_op = tf.group(apply_op, *also)
     summaries.add_histograms(reduced[0])
@@ -192,7 +194,7 @@ def _optimizer(model, global_step, examples_per_step, loss_scaling):
         return loss_scale.wrap(model.optimizer(lr), loss_scaling)
 
 
-def _apply(update, plan, optimizer, reduced, global_step, scope):
+def _apply(update, plan, optimizer, reduced, global_step, writes):
     """Applies the reduced gradients once, then the moving averages.
 
     With --sync_replicas each worker's step only sends its gradients: the
@@ -203,8 +205,10 @@ def _apply(update, plan, optimizer, reduced, global_step, scope):
       optimizer: (the loss-scaled optimizer the towers used, this process's
         `cluster.ClusterTask`, --max_steps or None): where the kind of run
         asks it, each step claims its global step (`step_claims`).
-      scope: str, the last tower's name scope, whose batch-norm statistics
-        are committed.
+      writes: (scope, later): str, the last tower's name scope, whose
+        batch-norm statistics are committed; None, or the callable that
+        makes the losses' averages behind the update's gate (a cluster of
+        workers only, never with --sync_replicas: `_loss_averages`).
 
     Returns:
       (the op that updates the variables and then their moving averages,
@@ -212,6 +216,7 @@ def _apply(update, plan, optimizer, reduced, global_step, scope):
       sync wrapper).
     """
     scaled, task, max_steps = optimizer
+    scope, later = writes
     applied = loss_scale.step_applied(scaled)
     if task.kind.sync:
         opt = cluster.sync_optimizer(
@@ -232,6 +237,7 @@ def _apply(update, plan, optimizer, reduced, global_step, scope):
         global_step,
         towers.batch_norm_updates(scope),
         applied,
+        later,
     )
     averages = moving_averages.average_variables(
         [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
@@ -273,17 +279,31 @@ def _tower_batch(get_next, prefetch, put_ops):
     return images, labels
 
 
-def _reduce(update, tower_grads, clip_norm, loss_averages_op):
+def _loss_averages(update, total_loss, global_step, scope):
+    """The losses' moving averages (`loss_summaries.add_loss_summaries`),
+    made where the variable update makes them: (a list of their op, made
+    now, or none; None, or the callable that makes them behind the
+    update's gate), `variable_update.update_waits`'."""
+    return variable_update.update_waits(
+        update,
+        functools.partial(
+            loss_summaries.add_loss_summaries, total_loss, global_step, scope
+        ),
+    )
+
+
+def _reduce(update, tower_grads, clip_norm, loss_averages):
     """The towers' gradients reduced (and clipped), one list per copy.
 
     The update, which increments the global step, waits for the loss
-    averages, which read it. Only the gradients wait: the optimizer's own
-    ops (a sync optimizer's queues and init ops) must not.
+    averages (loss_averages: their op, or none when the update makes them
+    behind its gate), which read it. Only the gradients wait: the
+    optimizer's own ops (a sync optimizer's queues and init ops) must not.
     """
     reduced = variable_update.reduce_gradients(update, tower_grads)
     if clip_norm > 0:
         reduced = [towers.clip_gradients(grads, clip_norm) for grads in reduced]
-    with tf.control_dependencies([loss_averages_op]):
+    with tf.control_dependencies(loss_averages):
         return [
             [(towers.identity_beside(grad), var) for grad, var in grads]
             for grads in reduced

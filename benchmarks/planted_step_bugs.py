@@ -149,7 +149,7 @@ BUGS = [
     ),
     Bug(
         "statistics_not_committed",
-        "multigpu/graph/variable_update.py",
+        "multigpu/graph/update_gates.py",
         "if not variables[name].trainable]",
         "if variables[name].trainable]",
         "the last tower's batch-norm statistics never reach the variables",
@@ -239,8 +239,7 @@ BUGS = [
     Bug(
         "gate_removed",
         "multigpu/graph/gradient_reduction.py",
-        "    gated = iter(tf.tuple(present + received, "
-        "control_inputs=[signals]))",
+        "    gated = iter(tf.tuple(present + received, control_inputs=last))",
         "    gated = iter(present + received)",
         "a copy across workers updated before every collective has returned",
         (
@@ -252,12 +251,12 @@ BUGS = [
         "skip_on_local_gradients",
         "cifar10_multi_gpu_train.py",
         "        reduced = _reduce(update, tower_grads, clip_norm, "
-        "loss_averages_op)\n"
+        "loss_averages)\n"
         "        reduced = loss_scale.skip_unless_finite(scaled, reduced)\n",
         "        tower_grads = loss_scale.skip_unless_finite(scaled, "
         "tower_grads)\n"
         "        reduced = _reduce(update, tower_grads, clip_norm, "
-        "loss_averages_op)\n",
+        "loss_averages)\n",
         "the loss-scale skip decided on tower 0's local gradients",
         (_OVERFLOW % 1,),
     ),

@@ -22,6 +22,8 @@
   - `copy_gradients`: a tower's gradients, the gradient of every copy of
     a variable it reads counted.
   - `gradient_reduction`: every mode's reduction of the towers' gradients.
+  - `update_gates`: what every mode's update waits for, and the
+    statistics every copy takes after it.
   - `all_reduce`: the replicated towers' all-reduce (NCCL, collective ops,
     one device) and its bytes.
   - `collectives`: across the workers: all-reduce, packing, broadcast.

@@ -128,11 +128,10 @@ def _variables_written(op):
     return names
 
 
-def test_every_saved_variable_waits_for_every_collective_across_workers():
-    """The all-or-none gate: a step a lost peer cuts short in any of its
-    collectives writes no variable the chief saves (weights, their slots,
-    batch-norm statistics, moving averages, global step) but the losses'
-    averages of the summaries."""
+def _resnet_step_across_workers():
+    """ResNet-20's step on one tower of worker 0 of two, in a cluster of
+    workers only: (its graph, its train op, the saved variables' names,
+    the ops of the step that write a variable)."""
     devices = ["/cpu:0"]
     task = cluster.cluster_task(
         None, "127.0.0.1:2222,127.0.0.1:2223", "worker", 0
@@ -148,13 +147,23 @@ def test_every_saved_variable_waits_for_every_collective_across_workers():
             model=registry.MODELS["resnet20"],
         )
         saved = {v.op.name for v in tf.compat.v1.global_variables()}
-    step = _ancestors(train_op)
-    collectives = {op for op in step if op.type.startswith("Collective")}
     writes = [
         op
-        for op in step
+        for op in _ancestors(train_op)
         if op.type in _WRITES or op.type.startswith("ResourceApply")
     ]
+    return graph, train_op, saved, writes
+
+
+def test_every_saved_variable_waits_for_every_collective_across_workers():
+    """The all-or-none gate: a step a lost peer cuts short in any of its
+    collectives writes no variable the chief saves (weights, their slots,
+    batch-norm statistics, moving averages, the losses' averages, global
+    step)."""
+    graph, train_op, saved, writes = _resnet_step_across_workers()
+    collectives = {
+        op for op in _ancestors(train_op) if op.type.startswith("Collective")
+    }
     above = _collectives_above(graph)
     early = set().union(
         *(_variables_written(op) for op in writes if above[op] != collectives)
@@ -173,9 +182,27 @@ def test_every_saved_variable_waits_for_every_collective_across_workers():
     # losses' averages.
     assert len(saved) == 59 * 3 + 38 * 2 + 1 + 2
     assert set().union(*map(_variables_written, writes)) >= saved
-    # Before some collective: only the last tower's own copies of the
-    # statistics (local variables, never saved) and the losses' averages.
-    assert sorted(early & saved) == [
+    # Before some collective: only the last tower's own copies of its 38
+    # statistics (local variables, never saved).
+    assert sorted(early & saved) == []
+    assert len(early) == 38
+
+
+def test_the_global_step_increments_after_the_losses_averages_across_workers():
+    """The losses' averages, which read the global step (their updates'
+    count), move before the update increments it, as on one machine."""
+    _, _, _, writes = _resnet_step_across_workers()
+    (increment,) = [
+        op for op in writes if _variables_written(op) == {"global_step"}
+    ]
+    before = set().union(
+        *(
+            _variables_written(op)
+            for op in _ancestors(increment)
+            if op in writes
+        )
+    )
+    assert sorted(name for name in before if name.startswith("summaries/")) == [
         "summaries/cross_entropy/avg",
         "summaries/total_loss/avg",
     ]

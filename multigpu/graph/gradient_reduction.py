@@ -61,26 +61,31 @@ def across_workers(update, tower_grads):
     )
 
 
-def all_or_none(update, reduced, statistics):
+def all_or_none(update, reduced, statistics, later=None):
     """The step's last collectives, then the gate of its update.
 
-    In a cluster of workers only every variable the update writes (each
-    copy, its slots, the global step, the loss scale, the statistics and
-    the moving averages) waits for what this returns: a step that a lost
-    peer cuts short in any collective (the gradients' all-reduces, the
-    statistics' broadcast, the stop collective) changes none, so the chief
-    can save the last step it completed (`run/last_step.py`).
+    In a cluster of workers only every variable the step writes (each
+    copy, its slots, the global step, the loss scale, the statistics, the
+    moving averages and the losses' averages) waits for every collective
+    of the step: a step that a lost peer cuts short in any (the gradients'
+    all-reduces, the statistics' broadcast, the stop collective) changes
+    none, so the chief can save the last step it completed
+    (`run/last_step.py`).
 
     Args:
       update: the `variable_update.VariableUpdate` of ACROSS_WORKERS.
       reduced: lists of (gradient, variable), `across_workers`'.
       statistics: the last tower's statistics, as the step leaves them on
         this worker (tensors; empty for a model without).
+      later: None, or callable() -> the op of the losses' averages
+        (`variable_update.update_waits`), made here to run once every
+        collective has finished; the update waits for it, as the averages
+        read the global step it increments.
 
     Returns:
       (reduced, statistics): the same lists, and the last worker's
       statistics, every tensor available only once every collective of the
-      step has finished (a None gradient stays None).
+      step (and later's op) has finished (a None gradient stays None).
     """
     task = update.task
     received = collectives.broadcast(
@@ -88,7 +93,11 @@ def all_or_none(update, reduced, statistics):
     )
     _, signals = collectives.stop_signals(task)
     present = [g for grads in reduced for g, _ in grads if g is not None]
-    gated = iter(tf.tuple(present + received, control_inputs=[signals]))
+    last = [signals]
+    if later is not None:
+        with tf.control_dependencies([tf.group(signals, *present, *received)]):
+            last = [later()]
+    gated = iter(tf.tuple(present + received, control_inputs=last))
     reduced = [
         [(g if g is None else next(gated), v) for g, v in grads]
         for grads in reduced

@@ -8,6 +8,7 @@ A step calls it in the order the step runs, and it calls nothing back:
   plan = tower_plan(update)                      one `TowerVariables` a tower
   for each tower (`towers.towers(plan)`):        its device, scope and getter
     grads = copy_gradients.tower_gradients(opt, loss, tower)
+  made, later = update_waits(update, make)       the losses' averages
   reduced = reduce_gradients(update, tower_grads)
   train_op = apply_gradients(update, plan, opt, reduced, global_step, ...)
 
@@ -24,7 +25,9 @@ and one loss-scale update count the step.
 
 ACROSS_WORKERS, replicated in a cluster of workers only: a copy on every
 tower of every worker, the gradients all-reduced across all (`collectives`),
-the chief's values at the start, the last worker's statistics committed.
+the chief's values at the start, the last worker's statistics committed;
+every variable the step writes, the losses' averages too, waits for every
+collective of the step (`gradient_reduction.all_or_none`).
 
 A copy is made by the model's own `get_variable` call, run again under the
 copy's name (a custom getter that passes on every argument the model gave:
@@ -37,15 +40,11 @@ value of the variable it copies, so all copies start equal and, updated
 alike, stay equal.
 
 Statistics (the non-trainable variables, such as batch-norm moving means):
-in both modes the last tower updates its own copy from its batch (the
-Inception trainer runs the last tower's updates only), and the step then
-commits that value to the variable and every copy, unless the step is not
-applied (`loss_scale.step_applied`): a step skipped by loss scaling leaves
-every statistic as it was.
+the last tower's, committed to the variable and every copy after the
+update (`update_gates`).
 """
 
 import collections
-import functools
 
 import tensorflow as tf
 
@@ -55,6 +54,7 @@ from multigpu.graph import (
     copy_names,
     gradient_reduction,
     placement,
+    update_gates,
 )
 
 VARIABLE_UPDATES = ("parameter_server", "replicated")
@@ -286,8 +286,33 @@ def reduce_gradients(update, tower_grads):
     return _MODES[update.mode].reduce(update, tower_grads)
 
 
+def update_waits(update, make):
+    """The losses' averages, which the update waits for (they read the
+    global step it increments), made where the mode's row makes them.
+
+    Args:
+      update: the `VariableUpdate`.
+      make: callable() -> the op that updates the averages.
+
+    Returns:
+      (made, later): on one machine [make()'s op], made now for the
+      gradients to wait for as they are reduced, and None; in
+      ACROSS_WORKERS [] and make, which `apply_gradients` (its later)
+      calls behind every collective of the step, so that a step a lost
+      peer cuts short moves no average (`gradient_reduction.all_or_none`).
+    """
+    return _MODES[update.mode].waits(make)
+
+
 def apply_gradients(
-    update, plan, opt, reduced, global_step, statistics_updates, applied
+    update,
+    plan,
+    opt,
+    reduced,
+    global_step,
+    statistics_updates,
+    applied,
+    later=None,
 ):
     """The step's update: the gradients, then the statistics.
 
@@ -301,6 +326,8 @@ def apply_gradients(
         (`towers.batch_norm_updates` of its scope).
       applied: bool scalar, whether the step is applied
         (`loss_scale.step_applied`).
+      later: `update_waits`' callable, made behind the mode's gate, or
+        None.
 
     Returns:
       The op of the update. Its local init op (`_local_init_op`) is in the
@@ -308,7 +335,7 @@ def apply_gradients(
       `Session`, `sessions.local_init_op`) finds it.
     """
     reduced, statistics = _MODES[update.mode].gate(
-        update, plan, reduced, (statistics_updates, applied)
+        update, plan, reduced, (statistics_updates, applied), later
     )
     # The optimizer's slots of a copy are the copy's: local variables.
     with tf.variable_creator_scope(_local_if_a_copy):
@@ -317,7 +344,7 @@ def apply_gradients(
             global_step=global_step,
         )
     with tf.control_dependencies([apply_op, *statistics_updates]):
-        commit = _commit_statistics(plan, *statistics())
+        commit = update_gates.commit_statistics(plan, *statistics())
     tf.compat.v1.add_to_collection(
         tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op(update)
     )
@@ -329,43 +356,6 @@ def _local_if_a_copy(next_creator, **kwargs):
         kwargs["collections"] = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
         kwargs["trainable"] = False
     return next_creator(**kwargs)
-
-
-def _last_towers_values(plan, applied):
-    """(names, values): the statistics' variable names, and the values of
-    the last tower's copies (after its statistics updates), or the
-    variables' own where the step is not applied, each on its device."""
-    variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
-    names = [name for name in plan[-1].copies if not variables[name].trainable]
-    values = []
-    for name in names:
-        variable = variables[name]
-        with tf.device(variable.device):
-            values.append(
-                tf.where(
-                    applied,
-                    plan[-1].copies[name].read_value(),
-                    variable.read_value(),
-                )
-            )
-    return names, values
-
-
-def _commit_statistics(plan, names, values):
-    """The statistics' values (`_last_towers_values`, or in ACROSS_WORKERS
-    the last worker's), to the variables and every copy."""
-    variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
-    assigns = []
-    for name, value in zip(names, values):
-        variable = variables[name]
-        with tf.device(variable.device):
-            assigns.append(variable.assign(value))
-        for tower in plan:
-            copy = tower.copies.get(name)
-            if copy is not None:
-                with tf.device(copy.device):
-                    assigns.append(copy.assign(value))
-    return tf.group(*assigns, name="commit_statistics")
 
 
 def _local_init_op(update):
@@ -393,25 +383,6 @@ def _local_init_op(update):
 def describe(update):
     """The dry run's lines of the update: a dict of name -> value."""
     return _MODES[update.mode].describe(update)
-
-
-def _no_gate(update, plan, reduced, statistics):
-    """One machine: (the gradients as they are, a callable() that reads
-    `_last_towers_values` after the update)."""
-    _, applied = statistics
-    return reduced, functools.partial(_last_towers_values, plan, applied)
-
-
-def _across_workers_gate(update, plan, reduced, statistics):
-    """ACROSS_WORKERS: (the gradients, a callable() -> the statistics'
-    names and the last worker's values), read and sent before the update,
-    all waiting for every collective of the step
-    (`gradient_reduction.all_or_none`)."""
-    updates, applied = statistics
-    with tf.control_dependencies(updates):
-        names, values = _last_towers_values(plan, applied)
-    reduced, received = gradient_reduction.all_or_none(update, reduced, values)
-    return reduced, lambda: (names, received)
 
 
 def _own_start(update, initialise):
@@ -463,19 +434,22 @@ def _describe_across_workers(update):
 
 _Mode = collections.namedtuple(
     "_Mode",
-    "make copies_weights variable_device reduce gate start_values describe",
+    "make copies_weights variable_device reduce waits gate start_values "
+    "describe",
 )
 # The table of the modes, a row each: its `VariableUpdate`; whether tower
 # index copies the weights, and where its variable ops go; the gradients'
-# reduction (`gradient_reduction`); what the update waits for, and the
-# statistics every copy takes; the copies' start; the dry run's lines.
+# reduction (`gradient_reduction`); where the losses' averages are made
+# (`update_waits`); what the update waits for, and the statistics every copy
+# takes (`update_gates`); the copies' start; the dry run's lines.
 _MODES = {
     "parameter_server": _Mode(
         _parameter_server_update,
         _copies_no_weights,
         _shared_device,
         gradient_reduction.on_variable_device,
-        _no_gate,
+        update_gates.made_now,
+        update_gates.no_gate,
         _own_start,
         _describe_parameter_server,
     ),
@@ -484,7 +458,8 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.between_towers,
-        _no_gate,
+        update_gates.made_now,
+        update_gates.no_gate,
         _own_start,
         _describe_replicated,
     ),
@@ -493,7 +468,8 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.across_workers,
-        _across_workers_gate,
+        update_gates.made_behind_the_gate,
+        update_gates.across_workers_gate,
         _chief_start,
         _describe_across_workers,
     ),
