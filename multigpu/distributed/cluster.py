@@ -348,12 +348,12 @@ def start_server(task, config):
     return server
 
 
-def done_signals(task, one_at_a_time=False):
+def done_signals(task):
     """One queue per ps task into which each worker puts a token at its end.
 
     Returns the enqueue ops of this worker (an empty list outside a cluster);
-    for a ps, the ops that take every worker's token, or with one_at_a_time
-    one token (int32, the worker's task index).
+    for a ps, the queues (`tf.queue.FIFOQueue`), whose tokens are int32,
+    the worker's task index.
     """
     if not task.kind.ps_tasks:
         return []
@@ -368,10 +368,8 @@ def done_signals(task, one_at_a_time=False):
             )
             if task.job_name == "worker":
                 ops.append(queue.enqueue(task.task_index))
-            elif one_at_a_time:
-                ops.append(queue.dequeue())
             else:
-                ops.append(queue.dequeue_many(task.num_workers))
+                ops.append(queue)
     return ops
 
 
