@@ -23,6 +23,8 @@ from multigpu.graph import placement
 # A ps in the fault tests waits for its workers to start as long as a test
 # waits for a task (the workers' --operation_timeout_secs is short).
 PS_PATIENCE = "--operation_timeout_secs=%d" % TASK_DEADLINE_SECS
+# --max_steps of a sync job that loses a worker at global step 10.
+SYNC_STEPS = 30
 
 
 def _fault_flags():
@@ -30,12 +32,13 @@ def _fault_flags():
 
 
 @pytest.mark.slow
-def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
+def test_a_sync_chief_trains_on_to_max_steps_past_a_killed_worker(
     make_cluster,
 ):
-
+    # Without the chief's tokens for the lost worker, its step waited out
+    # --operation_timeout_secs for a token in most runs, then exit 1.
     cluster = make_cluster(
-        2, "--max_steps=100000", "--sync_replicas", *_fault_flags()
+        2, "--max_steps=%d" % SYNC_STEPS, "--sync_replicas", *_fault_flags()
     )
     cluster.start("ps", 0, PS_PATIENCE)
     cluster.start("worker", 0)
@@ -43,17 +46,9 @@ def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
     wait_for_step(cluster, "worker0", 10)
     cluster.processes["worker1"].kill()
 
-    code, seconds = cluster.wait("worker0")
-    assert code == 1
-    assert seconds < FAULT_EXIT_BOUND_SECS
-    assert (
-        "cifar10_multi_gpu_train.py: error: lost the cluster after"
-        in cluster.log("worker0")
-    )
-    assert (
-        "(DeadlineExceededError): unreachable: worker task 1 (%s)"
-        % cluster.worker_addresses[1]
-    ) in cluster.log("worker0")
+    code, _ = cluster.wait("worker0")
+    assert code == 0, cluster.log("worker0")[-3000:]
+    assert checkpoint_steps(cluster.train_dir(0))[-1] == SYNC_STEPS
 
 
 @pytest.mark.slow
