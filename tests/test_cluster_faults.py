@@ -7,7 +7,6 @@ import re
 import time
 
 import pytest
-import tensorflow as tf
 from conftest import checkpoint_steps
 from helpers.cluster import (
     FAULT_EXIT_BOUND_SECS,
@@ -24,6 +23,8 @@ from multigpu.graph import placement
 # A ps in the fault tests waits for its workers to start as long as a test
 # waits for a task (the workers' --operation_timeout_secs is short).
 PS_PATIENCE = "--operation_timeout_secs=%d" % TASK_DEADLINE_SECS
+# --max_steps of a sync job that loses a worker at global step 10.
+SYNC_STEPS = 30
 
 
 def _fault_flags():
@@ -31,12 +32,13 @@ def _fault_flags():
 
 
 @pytest.mark.slow
-def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
+def test_a_sync_chief_trains_on_to_max_steps_past_a_killed_worker(
     make_cluster,
 ):
-
+    # Without the chief's tokens for the lost worker, its step waited out
+    # --operation_timeout_secs for a token in most runs, then exit 1.
     cluster = make_cluster(
-        2, "--max_steps=100000", "--sync_replicas", *_fault_flags()
+        2, "--max_steps=%d" % SYNC_STEPS, "--sync_replicas", *_fault_flags()
     )
     cluster.start("ps", 0, PS_PATIENCE)
     cluster.start("worker", 0)
@@ -44,17 +46,9 @@ def test_a_killed_sync_worker_ends_the_chief_with_a_message_naming_it(
     wait_for_step(cluster, "worker0", 10)
     cluster.processes["worker1"].kill()
 
-    code, seconds = cluster.wait("worker0")
-    assert code == 1
-    assert seconds < FAULT_EXIT_BOUND_SECS
-    assert (
-        "cifar10_multi_gpu_train.py: error: lost the cluster after"
-        in cluster.log("worker0")
-    )
-    assert (
-        "(DeadlineExceededError): unreachable: worker task 1 (%s)"
-        % cluster.worker_addresses[1]
-    ) in cluster.log("worker0")
+    code, _ = cluster.wait("worker0")
+    assert code == 0, cluster.log("worker0")[-3000:]
+    assert checkpoint_steps(cluster.train_dir(0))[-1] == SYNC_STEPS
 
 
 @pytest.mark.slow
@@ -169,12 +163,12 @@ def test_a_restarted_chief_trains_on_from_the_variables_the_ps_holds(
     assert code == 0
 
 
-class _SilentSession:
-    """A ps session in which no worker ever says it is done."""
+class _NoTokens:
+    """A ps's done tokens when no worker ever says it is done."""
 
-    def run(self, fetches, options=None):
+    def take(self, sess, wait_secs):
         time.sleep(0.1)
-        raise tf.errors.DeadlineExceededError(None, None, "no token")
+        return set()
 
 
 def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
@@ -187,7 +181,7 @@ def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
     )
     start = time.time()
     with pytest.raises(errors.TrainingError) as error:
-        ps._wait_for_done(task, _SilentSession(), None, timeout_secs=1)
+        ps._wait_for_done(task, None, _NoTokens(), timeout_secs=1)
     assert time.time() - start < 3
     assert str(error.value) == (
         "ps task 0: the chief, worker task 0 (127.0.0.1:%d), is gone: its "

@@ -10,10 +10,11 @@ its own copies and the gradients are all-reduced between the workers.
 import collections
 import ipaddress
 import sys
+import threading
 
 import tensorflow as tf
 
-from multigpu.distributed import kinds, tf_config
+from multigpu.distributed import kinds, tf_config, watchdog
 
 
 class ClusterTask(
@@ -251,10 +252,14 @@ def sync_hooks(opt, task):
     # after its one line: TensorFlow logs a tensor never read as it is
     # deleted, at exit (tf_should_use).
     opt.ready_for_local_init_op.mark_used()
-    return [
+    tokens_op = opt.get_init_tokens_op(task.num_workers)
+    hooks = [
         opt.make_session_run_hook(task.is_chief),
-        _ReleaseWorkersHook(opt.get_init_tokens_op(task.num_workers)),
+        _ReleaseWorkersHook(tokens_op),
     ]
+    if task.is_chief:
+        hooks.append(_LostWorkersHook(tokens_op, task))
+    return hooks
 
 
 class _ReleaseWorkersHook(tf.compat.v1.train.SessionRunHook):
@@ -275,6 +280,52 @@ class _ReleaseWorkersHook(tf.compat.v1.train.SessionRunHook):
             # The chief's queue runner closes the token queue when the chief
             # stops: then no worker waits for a token any more.
             pass
+
+
+class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
+    """The chief puts one token per worker in the token queue for each
+    worker lost (killed: its port stops answering) while it trains.
+
+    A lost worker sends no more gradients, and the dequeue of its step's
+    token may stay pending on the ps and take the next token made: the
+    chief's step would wait for a token that no step makes, until its
+    operation timeout. With the tokens, as from a worker that leaves
+    (`_ReleaseWorkersHook`), the chief trains on, each global step
+    averaging the gradients of the workers left.
+    """
+
+    def __init__(self, tokens_op, task):
+        self._tokens_op = tokens_op
+        self._addresses = [
+            task.cluster.task_address("worker", i)
+            for i in range(task.num_workers)
+            if i != task.task_index
+        ]
+        self._stop = threading.Event()
+
+    def after_create_session(self, session, coord):
+        threading.Thread(
+            target=self._watch, args=(session,), daemon=True
+        ).start()
+
+    def end(self, session):
+        self._stop.set()
+
+    def _watch(self, session):
+        """Every WATCHDOG_INTERVAL_SECS, looks at the ports of the workers
+        not yet lost; one that answered once and no longer does is lost."""
+        seen, lost = set(), set()
+        while not self._stop.wait(watchdog.WATCHDOG_INTERVAL_SECS):
+            for address in set(self._addresses) - lost:
+                if watchdog.answers(address):
+                    seen.add(address)
+                elif address in seen:
+                    lost.add(address)
+                    try:
+                        session.run(self._tokens_op)
+                    except (tf.errors.OpError, RuntimeError):
+                        # The session ended or failed: no step waits.
+                        return
 
 
 def may_fuse_ops(task, compute_dtype):
@@ -348,12 +399,12 @@ def start_server(task, config):
     return server
 
 
-def done_signals(task, one_at_a_time=False):
+def done_signals(task):
     """One queue per ps task into which each worker puts a token at its end.
 
     Returns the enqueue ops of this worker (an empty list outside a cluster);
-    for a ps, the ops that take every worker's token, or with one_at_a_time
-    one token (int32, the worker's task index).
+    for a ps, the queues (`tf.queue.FIFOQueue`), whose tokens are int32,
+    the worker's task index.
     """
     if not task.kind.ps_tasks:
         return []
@@ -368,10 +419,8 @@ def done_signals(task, one_at_a_time=False):
             )
             if task.job_name == "worker":
                 ops.append(queue.enqueue(task.task_index))
-            elif one_at_a_time:
-                ops.append(queue.dequeue())
             else:
-                ops.append(queue.dequeue_many(task.num_workers))
+                ops.append(queue)
     return ops
 
 

@@ -8,6 +8,9 @@ import tensorflow as tf
 from multigpu import errors
 from multigpu.distributed import cluster, watchdog
 
+# Seconds between two looks of a ps at the number of done tokens it holds.
+TOKEN_LOOK_SECS = 0.1
+
 
 def run_ps(task, config, timeout_secs=0):
     """Serves the variables of a ps task until every worker has finished.
@@ -44,25 +47,48 @@ def serve_until_done(task, server, config, timeout_secs):
       errors.TrainingError: as `run_ps`.
     """
     with tf.Graph().as_default():
-        dequeue = cluster.done_signals(task, one_at_a_time=True)[
-            task.task_index
-        ]
+        tokens = DoneTokens(cluster.done_signals(task)[task.task_index])
         with tf.compat.v1.Session(server.target, config=config) as sess:
-            done = _wait_for_start(task, sess, dequeue, timeout_secs)
-            _wait_for_done(task, sess, dequeue, timeout_secs, done)
+            done = _wait_for_start(task, sess, tokens, timeout_secs)
+            _wait_for_done(task, sess, tokens, timeout_secs, done)
     print(
         "ps task %d: all %d workers done." % (task.task_index, task.num_workers)
     )
 
 
-def _look_options():
-    """A dequeue of a done token gives up after this, for a look at ports."""
-    return tf.compat.v1.RunOptions(
-        timeout_in_ms=watchdog.WATCHDOG_INTERVAL_SECS * 1000
-    )
+class DoneTokens:
+    """Takes the workers' done tokens from a ps task's queue, losing none.
+
+    A dequeue runs only for a token the queue holds. One bounded by a run's
+    timeout may take a token just as the timeout ends its step, and then
+    TensorFlow drops the token with the step's result: the ps never counted
+    that worker done (a chief that had finished, waited for 60 s).
+    """
+
+    def __init__(self, queue):
+        """queue: the ps task's `tf.queue.FIFOQueue` of done tokens."""
+        self._size = queue.size()
+        self._dequeue = queue.dequeue()
+
+    def take(self, sess, wait_secs):
+        """The tokens the queue holds, waiting up to wait_secs for one.
+
+        Args:
+          sess: a `tf.compat.v1.Session` on the ps task's server.
+          wait_secs: float, how long to wait for a first token.
+
+        Returns:
+          set of int, the worker task indices whose token was taken.
+        """
+        deadline = time.monotonic() + wait_secs
+        while True:
+            held = int(sess.run(self._size))
+            if held or time.monotonic() >= deadline:
+                return {int(sess.run(self._dequeue)) for _ in range(held)}
+            time.sleep(TOKEN_LOOK_SECS)
 
 
-def _wait_for_start(task, sess, dequeue, timeout_secs):
+def _wait_for_start(task, sess, tokens, timeout_secs):
     """Waits until every worker has started, or said it is done.
 
     A worker counts as started once its port answers or its done token
@@ -83,13 +109,10 @@ def _wait_for_start(task, sess, dequeue, timeout_secs):
             return done
         if timeout_secs and time.time() > deadline:
             raise watchdog.not_started(task.cluster, started, timeout_secs)
-        try:
-            done.add(int(sess.run(dequeue, options=_look_options())))
-        except tf.errors.DeadlineExceededError:
-            pass
+        done |= tokens.take(sess, watchdog.WATCHDOG_INTERVAL_SECS)
 
 
-def _wait_for_done(task, sess, dequeue, timeout_secs, done=()):
+def _wait_for_done(task, sess, tokens, timeout_secs, done=()):
     """Takes each worker's done token; gives up once the chief is not there.
 
     Once the chief (worker task 0) is done, or its port stops answering,
@@ -105,10 +128,7 @@ def _wait_for_done(task, sess, dequeue, timeout_secs, done=()):
     chief_address = task.cluster.task_address("worker", 0)
     chief_away_since = None
     while len(done) < task.num_workers:
-        try:
-            done.add(int(sess.run(dequeue, options=_look_options())))
-        except tf.errors.DeadlineExceededError:
-            pass
+        done |= tokens.take(sess, watchdog.WATCHDOG_INTERVAL_SECS)
         chief_done = 0 in done
         chief_there = not chief_done and watchdog.answers(chief_address)
         if chief_there or not timeout_secs:
