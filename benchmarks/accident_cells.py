@@ -24,6 +24,7 @@ from benchmarks.accident_expect import (
     STALE_PS_NOTE,
     WORKERS,
     Expected,
+    chief_done,
     chief_gone,
     chief_lost_at_start,
     end_or_past,
@@ -33,6 +34,8 @@ from benchmarks.accident_expect import (
     left,
     left_at,
     matching,
+    nothing_to_train,
+    ps_lost,
     saved,
     stopped_together,
     unreachable,
@@ -245,10 +248,7 @@ def _finished_again(tasks, context, outcome):
         lines={
             **expected.lines,
             **{
-                name: "worker task %s: the job is already at global step %d,"
-                " at or past --max_steps=%d; nothing to train (raise "
-                "--max_steps on every task to train on)"
-                % (name[-1], step, LAST_STEP)
+                name: nothing_to_train(name, step, LAST_STEP)
                 for name in ("worker0", "worker1")
             },
         },
@@ -301,11 +301,7 @@ def _lost_worker(tasks, context, outcome):
             {"ps0": 1, "worker0": 0, "worker1": KILLED},
             {
                 **finished_lines(tasks, ["worker0"]),
-                "ps0": (
-                    "%s: error: ps task 0: the chief (worker task 0) is done, "
-                    "and %s did not say it was done within "
-                    "--operation_timeout_secs=60; the ps stops" % (SCRIPT, lost)
-                ),
+                "ps0": chief_done(tasks),
             },
             [0, STEPS],
             files([0, STEPS]),
@@ -325,13 +321,10 @@ def _lost_ps(tasks, context, outcome):
     """kill -9 of the ps mid-run: every worker ends naming it, by its
     watchdog, or by its step's operation timeout when that step waited on
     the ps from before the kill (both bound by --operation_timeout_secs)."""
-    lost = unreachable(tasks, "ps0")
-    watched = "%s: error: lost the cluster: unreachable: %s" % (SCRIPT, lost)
-    lines = {}
-    for name in ("worker0", "worker1"):
-        line = outcome.lines.get(name, "")
-        timed_out = matching(line, LOST, SCRIPT, lost) == line
-        lines[name] = line if timed_out else watched
+    lines = {
+        name: ps_lost(tasks, outcome.lines.get(name, ""))
+        for name in ("worker0", "worker1")
+    }
     return Expected(
         {"ps0": KILLED, "worker0": 1, "worker1": 1}, lines, [0], files([0])
     )
