@@ -32,7 +32,7 @@ def missing():
     return None
 
 
-def ip(*args):
+def _ip(*args):
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
 
@@ -49,14 +49,14 @@ def make():
     hosts = [("%s%s" % (tag, n), "%s%s" % (tag, n), a) for n, a in HOSTS]
     try:
         for namespace, _, _ in hosts:
-            ip("netns", "add", namespace)
+            _ip("netns", "add", namespace)
         (ns_a, end_a, _), (ns_b, end_b, _) = hosts
-        ip("link", "add", end_a, "type", "veth", "peer", "name", end_b)
+        _ip("link", "add", end_a, "type", "veth", "peer", "name", end_b)
         for namespace, end, address in hosts:
-            ip("link", "set", end, "netns", namespace)
-            ip("-n", namespace, "addr", "add", address + "/30", "dev", end)
-            ip("-n", namespace, "link", "set", end, "up")
-            ip("-n", namespace, "link", "set", "lo", "up")
+            _ip("link", "set", end, "netns", namespace)
+            _ip("-n", namespace, "addr", "add", address + "/30", "dev", end)
+            _ip("-n", namespace, "link", "set", end, "up")
+            _ip("-n", namespace, "link", "set", "lo", "up")
     except subprocess.CalledProcessError as e:
         delete(hosts)
         raise Unavailable(
@@ -70,3 +70,9 @@ def delete(hosts):
         subprocess.run(
             ["ip", "netns", "del", namespace], capture_output=True, timeout=30
         )
+
+
+def set_link(host, state):
+    """Sets host's end of the link 'down' (as a pulled cable) or 'up'."""
+    namespace, end, _ = host
+    _ip("-n", namespace, "link", "set", end, state)

@@ -110,8 +110,7 @@ def test_a_link_set_down_ends_both_workers_the_chief_saves_and_they_resume(
     commands = (["--max_steps=%d" % MAX_STEPS],) * 2
     workers.start_all(*commands)
     wait_for_step(workers, "worker0", 5)
-    namespace, end, _ = two_hosts[0]
-    linked_hosts.ip("-n", namespace, "link", "set", end, "down")
+    linked_hosts.set_link(two_hosts[0], "down")
     start = time.time()
 
     for process in workers.processes.values():
@@ -140,7 +139,7 @@ def test_a_link_set_down_ends_both_workers_the_chief_saves_and_they_resume(
     assert saved[1] == str(workers.train_dir(0) / ("model.ckpt-%d" % step))
     assert logged <= step <= logged + 1 < MAX_STEPS
 
-    linked_hosts.ip("-n", namespace, "link", "set", end, "up")
+    linked_hosts.set_link(two_hosts[0], "up")
     workers.start_all(*commands)
     for name, process in workers.processes.items():
         assert process.wait(timeout=TASK_DEADLINE_SECS) == 0, workers.log(name)
