@@ -11,8 +11,10 @@ issue 46 it belongs to.
 
 from typing import Callable, NamedTuple
 
+from benchmarks import accident_links as links
 from benchmarks import accident_provoke as provoke
 from benchmarks import accident_restarts as restarts
+from benchmarks import linked_hosts
 from benchmarks.accident_expect import (
     KEPT,
     KILLED,
@@ -55,12 +57,15 @@ ENDING = ("--max_steps=%d" % LAST_STEP, "--save_checkpoint_steps=100000")
 class Accident(NamedTuple):
     """A column: its heading, how it is provoked, its flags, and per kind
     a function (tasks, context, `accidents.Outcome`) -> `Expected`, or a
-    str saying why the accident does not apply."""
+    str saying why the accident does not apply; and, for an accident that
+    needs what a machine may lack, a function () -> why it cannot be
+    provoked here, or None."""
 
     heading: str
     provoke: Callable
     flags: tuple
     expect: dict
+    missing: Callable = lambda: None
 
 
 def _before_step_1(tasks, context, outcome):
@@ -436,6 +441,13 @@ ACCIDENTS = {
             LOCAL=NO_PEER,
             WORKERS=NO_PS,
         ),
+    ),
+    "lost_link": Accident(
+        "the link between two hosts goes down mid-run",
+        links.lost_link,
+        UNTIL_STOPPED,
+        _every(links.expect, LOCAL="one process runs on one host"),
+        linked_hosts.missing,
     ),
     "other_data": Accident(
         "other data on one worker",
