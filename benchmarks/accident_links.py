@@ -91,9 +91,7 @@ def _workers_resume(tasks, outcome):
     step it completed (the last it logged, or the one in flight whose
     all-reduce finished before the link went); the same commands resume
     from it."""
-    logged = re.findall(r": step (\d+), loss", tasks.log("worker0", 1))
-    last = int(logged[-1]) if logged else -1
-    step = within(outcome.steps[1] if outcome.steps[2:] else -1, last, last + 1)
+    step = _reached(tasks, outcome)
     lines = outcome.lines
     codes, down = _down(
         {"worker0": 1, "worker1": 1},
@@ -122,6 +120,15 @@ def _workers_resume(tasks, outcome):
         [0, step, STEPS],
         files([0, step, STEPS], 2),
     )
+
+
+def _reached(tasks, outcome):
+    """The step the chief saved when the link went down, from the steps
+    the cell left ([0, it, the last]): the last the chief logged, or the
+    one in flight whose update ended before the link went; else -1."""
+    logged = re.findall(r": step (\d+), loss", tasks.log("worker0", 1))
+    last = int(logged[-1]) if logged else -1
+    return within(outcome.steps[1] if outcome.steps[2:] else -1, last, last + 1)
 
 
 def _chief_trained_on(tasks, outcome):
@@ -153,10 +160,18 @@ def _chief_trained_on(tasks, outcome):
 
 def _sync_chief_lost(tasks, outcome):
     """A sync chief's step waits out its operation timeout for worker 1's
-    gradients: it ends naming worker 1, saving nothing; worker 1 names the
-    ps, the ps the chief gone; the same commands train to --max_steps."""
+    gradients: it ends naming worker 1; worker 1 names the ps, the ps the
+    chief gone; the same commands train to --max_steps.
+
+    The chief's queue runner waits out the same timeout: where its error
+    stops the session before the step's does, the session ends as if
+    asked to stop, and its saver saves the step reached (which its own
+    line, not the chief's last, says); else the chief saves nothing."""
     newest = outcome.steps[-1] if outcome.steps else -1
     step = within(newest, STEPS, end_or_past(tasks, STEPS))
+    steps = (
+        [0, _reached(tasks, outcome), step] if outcome.steps[2:] else [0, step]
+    )
     codes, down = _down(
         {"ps0": 1, "worker0": 1, "worker1": 1},
         {
@@ -174,6 +189,6 @@ def _sync_chief_lost(tasks, outcome):
     return Expected(
         {**codes, **dict.fromkeys(names, 0)},
         {**down, **finished_lines(tasks, names)},
-        [0, step],
-        files([0, step], 2),
+        steps,
+        files(steps, 2),
     )
