@@ -165,8 +165,9 @@ def _sync_chief_lost(tasks, outcome):
 
     The chief's queue runner waits out the same timeout: where its error
     stops the session before the step's does, the session ends as if
-    asked to stop, and its saver saves the step reached (which its own
-    line, not the chief's last, says); else the chief saves nothing."""
+    asked to stop, and its saver saves the step reached (its line 'saved
+    the checkpoint of step N' says so, the chief's last does not); else
+    the chief saves nothing."""
     newest = outcome.steps[-1] if outcome.steps else -1
     step = within(newest, STEPS, end_or_past(tasks, STEPS))
     steps = (
