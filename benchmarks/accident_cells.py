@@ -11,8 +11,10 @@ issue 46 it belongs to.
 
 from typing import Callable, NamedTuple
 
+from benchmarks import accident_links as links
 from benchmarks import accident_provoke as provoke
 from benchmarks import accident_restarts as restarts
+from benchmarks import linked_hosts
 from benchmarks.accident_expect import (
     KEPT,
     KILLED,
@@ -24,6 +26,7 @@ from benchmarks.accident_expect import (
     STALE_PS_NOTE,
     WORKERS,
     Expected,
+    chief_done,
     chief_lost_at_start,
     end_or_past,
     files,
@@ -32,6 +35,8 @@ from benchmarks.accident_expect import (
     left,
     left_at,
     matching,
+    nothing_to_train,
+    ps_lost,
     saved,
     stopped_together,
     unreachable,
@@ -51,12 +56,15 @@ ENDING = ("--max_steps=%d" % LAST_STEP, "--save_checkpoint_steps=100000")
 class Accident(NamedTuple):
     """A column: its heading, how it is provoked, its flags, and per kind
     a function (tasks, context, `accidents.Outcome`) -> `Expected`, or a
-    str saying why the accident does not apply."""
+    str saying why the accident does not apply; and, for an accident that
+    needs what a machine may lack, a function () -> why it cannot be
+    provoked here, or None."""
 
     heading: str
     provoke: Callable
     flags: tuple
     expect: dict
+    missing: Callable = lambda: None
 
 
 def _before_step_1(tasks, context, outcome):
@@ -244,10 +252,7 @@ def _finished_again(tasks, context, outcome):
         lines={
             **expected.lines,
             **{
-                name: "worker task %s: the job is already at global step %d,"
-                " at or past --max_steps=%d; nothing to train (raise "
-                "--max_steps on every task to train on)"
-                % (name[-1], step, LAST_STEP)
+                name: nothing_to_train(name, step, LAST_STEP)
                 for name in ("worker0", "worker1")
             },
         },
@@ -296,11 +301,7 @@ def _lost_worker(tasks, context, outcome):
         {"ps0": 1, "worker0": 0, "worker1": KILLED},
         {
             **finished_lines(tasks, ["worker0"]),
-            "ps0": (
-                "%s: error: ps task 0: the chief (worker task 0) is done, "
-                "and %s did not say it was done within "
-                "--operation_timeout_secs=60; the ps stops" % (SCRIPT, lost)
-            ),
+            "ps0": chief_done(tasks),
         },
         [0, STEPS],
         files([0, STEPS]),
@@ -311,13 +312,10 @@ def _lost_ps(tasks, context, outcome):
     """kill -9 of the ps mid-run: every worker ends naming it, by its
     watchdog, or by its step's operation timeout when that step waited on
     the ps from before the kill (both bound by --operation_timeout_secs)."""
-    lost = unreachable(tasks, "ps0")
-    watched = "%s: error: lost the cluster: unreachable: %s" % (SCRIPT, lost)
-    lines = {}
-    for name in ("worker0", "worker1"):
-        line = outcome.lines.get(name, "")
-        timed_out = matching(line, LOST, SCRIPT, lost) == line
-        lines[name] = line if timed_out else watched
+    lines = {
+        name: ps_lost(tasks, outcome.lines.get(name, ""))
+        for name in ("worker0", "worker1")
+    }
     return Expected(
         {"ps0": KILLED, "worker0": 1, "worker1": 1}, lines, [0], files([0])
     )
@@ -429,6 +427,13 @@ ACCIDENTS = {
             LOCAL=NO_PEER,
             WORKERS=NO_PS,
         ),
+    ),
+    "lost_link": Accident(
+        "the link between two hosts goes down mid-run",
+        links.lost_link,
+        UNTIL_STOPPED,
+        _every(links.expect, LOCAL="one process runs on one host"),
+        linked_hosts.missing,
     ),
     "other_data": Accident(
         "other data on one worker",

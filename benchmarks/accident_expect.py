@@ -145,6 +145,24 @@ def chief_gone(tasks):
     )
 
 
+def chief_done(tasks):
+    """The ps's line once the chief is done and worker 1 silent."""
+    return (
+        "%s: error: ps task 0: the chief (worker task 0) is done, and %s did "
+        "not say it was done within --operation_timeout_secs=60; the ps stops"
+        % (SCRIPT, unreachable(tasks, "worker1"))
+    )
+
+
+def nothing_to_train(name, step, max_steps):
+    """A cluster worker's line when the job is at or past max_steps."""
+    return (
+        "worker task %s: the job is already at global step %d, at or past "
+        "--max_steps=%d; nothing to train (raise --max_steps on every task "
+        "to train on)" % (name[-1], step, max_steps)
+    )
+
+
 def matching(observed, text, *args):
     """observed if it is the line text % args but for any count where
     text has {N} and any error's name where it has {E}, else text % args:
@@ -193,3 +211,14 @@ def chief_lost_at_start(tasks, outcome):
         "worker1": LOST.replace("{N}", "0") % (SCRIPT, lost),
         "ps0": ps_line if ps_line == never else chief_gone(tasks),
     }
+
+
+def ps_lost(tasks, observed):
+    """A worker's line once the ps is lost: observed if it names it by its
+    step's operation timeout (a step that waited on the ps from before),
+    else the line of its watchdog (both bound by --operation_timeout_secs).
+    """
+    lost = unreachable(tasks, "ps0")
+    if matching(observed, LOST, SCRIPT, lost) == observed:
+        return observed
+    return "%s: error: lost the cluster: unreachable: %s" % (SCRIPT, lost)

@@ -1,4 +1,5 @@
-"""The processes of one accident cell: a kind of run's tasks on 127.0.0.1.
+"""The processes of one accident cell: a kind of run's tasks on 127.0.0.1,
+or on two hosts (`linked_hosts`) where the accident needs them.
 
 Every task runs cifar10_multi_gpu_train.py on one CPU tower, the sample
 set and batches of 4, with its own log; `Tasks.end` kills (by pid) and
@@ -64,18 +65,10 @@ class Tasks:
     def __init__(self, kind, root, *flags):
         self.kind, self.root = kind, root
         self.names = [name for name, _, _ in TASKS[kind.name]]
-        ports = {name: free_port() for name in self.names}
-        hosts = {
-            job: ",".join(
-                "127.0.0.1:%d" % ports[n]
-                for n, j, _ in TASKS[kind.name]
-                if j == job
-            )
-            for job in ("ps", "worker")
-        }
-        self.cluster_flags = [
-            "--%s_hosts=%s" % (job, hosts[job]) for job in hosts if hosts[job]
-        ]
+        self.ports = {name: free_port() for name in self.names}
+        # name -> the (namespace, link end, address) of its host
+        # (`linked_hosts`), where not 127.0.0.1 of this machine's.
+        self.hosts = {}
         self.flags = [*COMMON_FLAGS, *KIND_FLAGS[kind.name], *flags]
         # name -> its --data_dir, where not root/data; its --train_dir,
         # where not root/train_NAME.
@@ -85,6 +78,24 @@ class Tasks:
         # What the cell set up outside the processes (a mount), undone at
         # the end.
         self.set_up = contextlib.ExitStack()
+
+    @property
+    def cluster_flags(self):
+        """--ps_hosts and --worker_hosts, as far as the kind has them."""
+        hosts = {
+            job: ",".join(
+                "%s:%d" % (self.address(n), self.ports[n])
+                for n, j, _ in TASKS[self.kind.name]
+                if j == job
+            )
+            for job in ("ps", "worker")
+        }
+        return [
+            "--%s_hosts=%s" % (job, hosts[job]) for job in hosts if hosts[job]
+        ]
+
+    def address(self, name):
+        return self.hosts[name][2] if name in self.hosts else "127.0.0.1"
 
     @property
     def chief(self):
@@ -131,6 +142,11 @@ class Tasks:
                     *extra,
                     *(flags_of or {}).get(name, ()),
                     log_path=self.log_path(name),
+                    prefix=(
+                        ("ip", "netns", "exec", self.hosts[name][0])
+                        if name in self.hosts
+                        else ()
+                    ),
                 )
 
     def log_path(self, name, run=None):

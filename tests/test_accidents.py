@@ -8,6 +8,7 @@ pass is seen. docs/survival.md's table of kinds x accidents and the cells
 say the same.
 """
 
+import os
 import re
 
 import pytest
@@ -84,3 +85,17 @@ def test_the_docs_table_marks_the_known_failures_and_only_them():
         if "(fails today" in text
     }
     assert marked == set(accident_cells.KNOWN_FAILURES)
+
+
+def test_the_cells_of_two_hosts_are_skipped_without_root_saying_why(
+    monkeypatch, capsys
+):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert accidents.main(["--cells=lost_link:ps,lost_link:local"]) == 0
+    assert capsys.readouterr().out.split("\n")[2:5] == [
+        "| ps cluster | the link between two hosts goes down mid-run "
+        "| | | | | n/a: network namespaces need root and iproute2's ip |",
+        "| one process | the link between two hosts goes down mid-run "
+        "| | | | | n/a: one process runs on one host |",
+        "2 cell(s), 0 failing",
+    ]

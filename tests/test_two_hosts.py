@@ -8,10 +8,7 @@ skip, saying so. Every namespace a test makes is deleted at its end, which
 deletes its end of the link too.
 """
 
-import os
 import re
-import shutil
-import subprocess
 import time
 
 import pytest
@@ -26,48 +23,26 @@ from helpers.cluster import (
     wait_for_step,
 )
 
+from benchmarks import linked_hosts
+
 SCRIPT = "cifar10_multi_gpu_train.py"
 NAMES = ("worker0", "worker1")
 # The step the resume test's commands train to: its link goes down at
 # about step 5 (a step takes about 0.1 s on 2 loaded cores).
 MAX_STEPS = 150
-# The two hosts: namespace, link end, address (a /30 of 198.18.0.0/15).
-HOSTS = (("a", "198.18.0.1"), ("b", "198.18.0.2"))
-
-
-def _ip(*args):
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
 
 @pytest.fixture
 def two_hosts():
     """Yields (namespace, link end, address) of each host; cleans up."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("network namespaces need root and iproute2's ip")
-    tag = "mg%d" % os.getpid()
-    hosts = [("%s%s" % (tag, n), "%s%s" % (tag, n), a) for n, a in HOSTS]
+    if linked_hosts.missing():
+        pytest.skip(linked_hosts.missing())
     try:
-        for namespace, _, _ in hosts:
-            _ip("netns", "add", namespace)
-        (ns_a, end_a, _), (ns_b, end_b, _) = hosts
-        _ip("link", "add", end_a, "type", "veth", "peer", "name", end_b)
-        for namespace, end, address in hosts:
-            _ip("link", "set", end, "netns", namespace)
-            _ip("-n", namespace, "addr", "add", address + "/30", "dev", end)
-            _ip("-n", namespace, "link", "set", end, "up")
-            _ip("-n", namespace, "link", "set", "lo", "up")
-    except subprocess.CalledProcessError as e:
-        _delete(hosts)
-        pytest.skip("network namespaces cannot be made here: %s" % e.stderr)
+        hosts = linked_hosts.make()
+    except linked_hosts.Unavailable as e:
+        pytest.skip(str(e))
     yield hosts
-    _delete(hosts)
-
-
-def _delete(hosts):
-    for namespace, _, _ in hosts:
-        subprocess.run(
-            ["ip", "netns", "del", namespace], capture_output=True, timeout=30
-        )
+    linked_hosts.delete(hosts)
 
 
 class _Workers(Cluster):
@@ -135,8 +110,7 @@ def test_a_link_set_down_ends_both_workers_the_chief_saves_and_they_resume(
     commands = (["--max_steps=%d" % MAX_STEPS],) * 2
     workers.start_all(*commands)
     wait_for_step(workers, "worker0", 5)
-    namespace, end, _ = two_hosts[0]
-    _ip("-n", namespace, "link", "set", end, "down")
+    linked_hosts.set_link(two_hosts[0], "down")
     start = time.time()
 
     for process in workers.processes.values():
@@ -165,7 +139,7 @@ def test_a_link_set_down_ends_both_workers_the_chief_saves_and_they_resume(
     assert saved[1] == str(workers.train_dir(0) / ("model.ckpt-%d" % step))
     assert logged <= step <= logged + 1 < MAX_STEPS
 
-    _ip("-n", namespace, "link", "set", end, "up")
+    linked_hosts.set_link(two_hosts[0], "up")
     workers.start_all(*commands)
     for name, process in workers.processes.items():
         assert process.wait(timeout=TASK_DEADLINE_SECS) == 0, workers.log(name)
