@@ -14,6 +14,7 @@ from helpers.cluster import (
     TASK_DEADLINE_SECS,
     free_ports,
     wait_for_step,
+    with_tracebacks,
 )
 
 from multigpu import errors
@@ -49,6 +50,7 @@ def test_a_sync_chief_trains_on_to_max_steps_past_a_killed_worker(
     code, _ = cluster.wait("worker0")
     assert code == 0, cluster.log("worker0")[-3000:]
     assert checkpoint_steps(cluster.train_dir(0))[-1] == SYNC_STEPS
+    assert with_tracebacks(cluster, ["worker0"]) == []
 
 
 @pytest.mark.slow

@@ -208,11 +208,44 @@ def sync_optimizer(opt, task):
     """
     if not task.kind.sync:
         return opt
-    return tf.compat.v1.train.SyncReplicasOptimizer(
+    return _SyncReplicasOptimizer(
         opt,
         replicas_to_aggregate=task.replicas_to_aggregate,
         total_num_replicas=task.num_workers,
     )
+
+
+class _SyncReplicasOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
+    """A `SyncReplicasOptimizer` whose chief's queue runner ends quietly
+    when the chief's session closes.
+
+    The runner's thread runs the sync step, whose first op waits for the
+    next global step's gradients; after the last step no worker sends them,
+    so the session's close cancels it (CancelledError), once the
+    coordinator has stopped waiting for the thread. TensorFlow's runner
+    ends quietly only on OutOfRangeError and hands any other error to that
+    coordinator, which raises it in the thread, where it printed
+    'Exception in thread QueueRunnerThread-sync_token_q-...' and a
+    traceback before the chief's report. A cancelled sync step is this
+    thread's end, as a closed queue is (the runner's `cancel_op`, run as
+    the coordinator stops, ends a pending enqueue with CancelledError too).
+    """
+
+    def get_chief_queue_runner(self):
+        """The optimizer's queue runner, its ops the same, taking
+        CancelledError for its end. Called once, as the chief's session
+        begins (by the hook of `make_session_run_hook`)."""
+        runner = super().get_chief_queue_runner()
+        return tf.compat.v1.train.QueueRunner(
+            runner.queue,
+            runner.enqueue_ops,
+            runner.close_op,
+            runner.cancel_op,
+            queue_closed_exception_types=(
+                tf.errors.OutOfRangeError,
+                tf.errors.CancelledError,
+            ),
+        )
 
 
 def refuse_sync_statistics(task, statistics_updates, model_name):

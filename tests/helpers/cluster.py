@@ -103,6 +103,16 @@ def run_to_the_end(cluster, num_workers):
     ]
 
 
+def with_tracebacks(cluster, names):
+    """The tasks of names whose log holds a traceback or a thread's
+    uncaught exception ('Exception in thread ...'), none of them ours."""
+    return [
+        name
+        for name in names
+        if re.search(r"Traceback|Exception in thread", cluster.log(name))
+    ]
+
+
 # A lost peer ends the run after --operation_timeout_secs, not never; the
 # bound leaves room for a machine loaded by other tests (37.7 s seen once).
 FAULT_EXIT_BOUND_SECS = 4 * FAULT_TIMEOUT_SECS
