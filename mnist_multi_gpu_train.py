@@ -51,6 +51,7 @@ from multigpu.flags import (
     choices,
     common_flags,
     flag_checks,
+    plans,
     script,
     tower_flags,
 )
@@ -142,7 +143,7 @@ def plan_dry_run(task, num_gpus, batch_size, learning_rate, update_choice):
         ([batch_size, mnist_input.IMAGE_PIXELS], tf.float32),
         ([batch_size], tf.int32),
     ]
-    update = _variable_update(devices, task, update_choice)
+    update = plans.update_of_choice(devices, task, update_choice)
     with (
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
@@ -165,20 +166,6 @@ def plan_dry_run(task, num_gpus, batch_size, learning_rate, update_choice):
             update,
             placement.session_config(devices),
         )
-
-
-def _variable_update(devices, task, choice):
-    """The towers' `variable_update.VariableUpdate` of a
-    `choices.UpdateChoice`."""
-    return variable_update.variable_update(
-        choice.mode,
-        devices,
-        variable_device_choice=choice.variable_device,
-        all_reduce_spec=choice.all_reduce_spec,
-        task=task,
-        pack_bytes=choice.pack_bytes,
-        transfer_dtype=choice.transfer_dtype,
-    )
 
 
 def report_accuracy(train_dir, data_dir, batch_size):
@@ -361,7 +348,7 @@ def _train(train_file, towers, train_dir, data, profiling, run):
             devices=devices,
             learning_rate=recipe.learning_rate,
             task=task,
-            update=_variable_update(devices, task, recipe.update),
+            update=plans.update_of_choice(devices, task, recipe.update),
         )
         closing = report.RunReportHook(loss)
         # A corrupt record stops the run with an error naming the file.

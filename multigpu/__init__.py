@@ -81,7 +81,7 @@
   - `tower_flags`: the flags of the multi-tower trainers.
   - `flag_checks`: the flags checked together, one line per mistake.
   - `choices`: the flags turned, once in `main`, into plain values.
-  - `plans`: the CIFAR-10 trainer's choices made against its devices.
+  - `plans`: the trainers' choices made against their devices.
   - `flag_help`: a script's `--help`, its flags grouped by purpose.
   - `script`: how a script runs: one line per user error (`run_script`).
   - `argparse_era`: the tutorial's `cifar10.parser` of Sept. 2017 to

@@ -1,7 +1,8 @@
-"""The towers' plan: the trainer's flag choices made against its devices.
+"""The towers' plan: the trainers' flag choices made against their devices.
 
-`cifar10_multi_gpu_train.main` makes it once from the flags' plain values
-(`choices`) and hands it to the graph and the session.
+`cifar10_multi_gpu_train.main` makes its `TowerPlan` once from the flags'
+plain values (`choices`) and hands it to the graph and the session; the
+MNIST trainer takes the variable update alone (`update_of_choice`).
 """
 
 import collections
@@ -34,15 +35,7 @@ def tower_plan(devices, task, update, precision, session, options):
         session's flags for `placement.session_config`.
       options: the `choices.TowerOptions` of the flags.
     """
-    update = variable_update.variable_update(
-        update.mode,
-        devices,
-        variable_device_choice=update.variable_device,
-        all_reduce_spec=update.all_reduce_spec,
-        task=task,
-        pack_bytes=update.pack_bytes,
-        transfer_dtype=update.transfer_dtype,
-    )
+    update = update_of_choice(devices, task, update)
     compute_dtype, loss_scaling = choices.dtypes(
         precision, devices, task.sync_replicas
     )
@@ -59,4 +52,18 @@ def tower_plan(devices, task, update, precision, session, options):
         )
     return TowerPlan(
         devices, update, compute_dtype, config, loss_scaling, options
+    )
+
+
+def update_of_choice(devices, task, choice):
+    """The towers' `variable_update.VariableUpdate` of a
+    `choices.UpdateChoice` (--variable_update and its options)."""
+    return variable_update.variable_update(
+        choice.mode,
+        devices,
+        variable_device_choice=choice.variable_device,
+        all_reduce_spec=choice.all_reduce_spec,
+        task=task,
+        pack_bytes=choice.pack_bytes,
+        transfer_dtype=choice.transfer_dtype,
     )
