@@ -52,6 +52,11 @@ after 8 runs; per variable it settles at 3 to 5 (200 draws of 8 of its
 settled at 8 on two runs that tipped alike, at 3, their spreads 31 times
 narrower in the median variable (wider in 16 of 255, by 1.2 at most;
 `python -m benchmarks.equivalence --models=resnet20` shows the runs).
+Not taken: whole runs in any order (no two of the 66 pairs of those 12
+runs agree, so more runs would not settle it either); measuring runs
+whose ring rounds every float16 cast to its other neighbour (as wide as
+the transfer's bugs: the layers model's transfer rounded after the sum
+then lands 0.069 tolerances out, 512 to 1,948 under this rule).
 A smooth cell settles at 2 on the larger of its two spreads, as before.
 A row shows the named variable's smallest spread beside its largest
 (`extremes`). A cell with a variable whose runs never agree is
