@@ -32,11 +32,12 @@ batch norm the mean of equal slices' losses is the whole batch's loss.
 
 The tolerance is measured per cell and per variable: the one device is
 trained again from its start moved by one unit in the last place of the
-compute dtype (with other seeds, until two runs in a row land each within
-the other's tolerance), and the towers are held to a multiple of how far
-those land (benchmarks/equivalence_tolerance.py says why). A
-regularization term or constraint lost on one tower moves a weight by
-WEIGHT_DECAY * learning rate = 5% of it per step, far outside it.
+compute dtype (with other seeds, until each variable has two runs that
+land each within the other's tolerance), and the towers are held to a
+multiple of how far those land (benchmarks/equivalence_tolerance.py says
+why). A regularization term or constraint lost on one tower moves a
+weight by WEIGHT_DECAY * learning rate = 5% of it per step, far outside
+it.
 A cell of --clip_gradients clips the one device's mean gradient to its
 global norm, as the trainer clips the towers' reduced one.
 Prints one row per cell and exits 1 if any cell moved no weight, is out
@@ -372,18 +373,20 @@ Reference = collections.namedtuple(
 Reference.__doc__ = """The one device's values after the steps (name ->
 array), the spreads the towers are held to (`equivalence_tolerance.
 tolerance`: name -> float), the names of its trainable variables (list of
-str), how many measuring runs it took (int), whether the last two agreed
-(bool), and each variable's smallest and largest spread over the runs
-(`equivalence_tolerance.extremes`: name -> (float, float))."""
+str), how many measuring runs it took (int), whether every variable had
+two runs that agreed (bool), and each variable's smallest and largest
+spread over the runs (`equivalence_tolerance.extremes`: name -> (float,
+float))."""
 
 
 def measured_reference(case, initial, images, labels, devices):
     """The one device trained from initial, and from initial moved an ulp.
 
     Each measuring run moves the start with another seed; runs are added
-    until the last two agree (`equivalence_tolerance.agree`), at most
-    equivalence_tolerance.MAX_RUNS. All run in one graph and session
-    (`trainer`): building it is most of a run's time (the ResNet's).
+    until every variable has two that agree (`equivalence_tolerance.
+    tolerance`), at most equivalence_tolerance.MAX_RUNS. All run in one
+    graph and session (`trainer`): building it is most of a run's time
+    (the ResNet's).
     """
     compute_dtype, _ = equivalence_cells.PRECISIONS[case.precision]
     weights = []

@@ -28,7 +28,8 @@ copy_gap: float, the largest difference between a tower's copy and the
 seconds: float, the cell's wall time.
 moved: bool, whether the steps moved a weight of the one device.
 runs: int, the one device's measuring runs (`equivalence.measured_reference`).
-settled: bool, whether the last two agreed (`equivalence_tolerance.agree`).
+settled: bool, whether every variable has two runs that agreed
+  (`equivalence_tolerance.tolerance`).
 extremes: (float, float), the named variable's smallest and largest spread
   over the measuring runs (a largest far over the smallest: a run tipped).
 """
@@ -53,11 +54,13 @@ def print_header(steps, per_tower_batch, multiple):
         "x tol: the largest |towers - one device| of a variable over its\n"
         "tolerance, %g times the spread of the one device started one ulp\n"
         "away (<= 1: ok). runs: those starts, each with another seed, until\n"
-        "two in a row landed each within the other's tolerance (their larger\n"
-        "spread is the one held); over 2 where one ulp tips the steps (a\n"
-        "ReLU input near 0 changes sign). spread lo, hi: that variable's\n"
-        "smallest and largest spread over the runs; hi far over lo is a\n"
-        "tip. UNSETTLED: no two runs in a row agreed." % multiple
+        "every variable had two runs, in any order, each within the other's\n"
+        "tolerance (the largest such spread is the one held); over 2 where\n"
+        "one ulp tips the steps (a ReLU input near 0 changes sign) or\n"
+        "crosses a 2-byte transfer's rounding. spread lo, hi: that\n"
+        "variable's smallest and largest spread over the runs; hi far over\n"
+        "lo is a tip. UNSETTLED: a variable with no two runs that agreed."
+        % multiple
     )
     print(
         ROW

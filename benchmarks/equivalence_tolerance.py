@@ -20,24 +20,49 @@ towers; a float one may always differ by MULTIPLE float32 ulps of its
 largest value (the rounding of the value itself, which the measuring run
 can happen to repeat exactly: a loss average, the loss scale).
 
-One measuring run is not enough where the steps tip: a deep ReLU net
-(ResNet-56) has units within an ulp's effect of 0, and a move that flips
-one changes a gradient's sum over the batch by percents. Whether a given
-run flips one is a draw (ResNet-56 on 2 towers, 1 step: 7 of 8 seeds
-flip one, 6 of them the same, seed 1 none), and the towers' summation
-order is one more draw. So the runner adds measuring runs, each moved
-with another seed, until two in a row `agree` (each within the other's
-tolerance), at most MAX_RUNS, and holds the towers to those two
-(`tolerance`). The rule is symmetric: a run that tips and one that does
-not disagree whichever comes first, so a tip-wide run cannot lend its
-width to a smooth one (the rule before, a run within the tolerance of
-those before it, settled a tip then a smooth run at 2 on the tip's
-width, where a gap 3,000,000 times the smooth noise scored 0.75). A
-smooth cell settles at 2; a cell whose runs tip alike settles on the
-tip's width, and its row shows its smallest spread beside its largest
-(`extremes`). A cell whose runs never agree is unsettled, which the
-runner reports apart from ok and out. No bug of the towers can widen a
-spread: the measuring runs are the one device's alone.
+One measuring run is not enough where one ulp changes a discrete choice
+of the steps. A deep ReLU net has units within an ulp's effect of 0, and
+a move that flips one changes a gradient's sum over the batch by percents
+(ResNet-20, parameter_server float32 on 2 towers, seeds 1 to 12: 6 runs
+tip one unit alike, 2 another, 4 none; a tipped run's momentum up to
+54,000 times a smooth one's). A gradient transfer in 2 bytes rounds each
+slice's gradient to float16, and a one-ulp move crosses that rounding in
+a few elements of some runs and not others: ResNet-20 workers_only
+collective_float16 float32 on 2 workers, seeds 1 to 11: 8 to 25
+variables, other ones each time (a batch norm's betas and gammas, their
+momentum and averages), differ between consecutive runs by 12 to 4,096
+times (a momentum of one float16 ulp of a gradient, 2^-14, or 1.5e-8);
+no two of its 12 runs agree in every variable, and seed 12 tips. Whether
+a run tips or crosses is a draw, and the towers' summation order is one
+more. So the runner adds measuring runs, each moved with another seed,
+until every variable has two runs, in whatever order they came, whose
+spreads `agree` (each within MULTIPLE times the other), at most
+MAX_RUNS, and holds each variable to the largest of its spreads that
+agrees with another run's (`tolerance`): a width is held only when drawn
+twice. A run that tips and one that does not disagree, so a tip-wide
+run cannot lend its width to a smooth one: a tip then a smooth run does
+not settle (the rule before the last, a run within the tolerance of
+those before it, settled there at 2 on the tip's width, where a gap
+3,000,000 times the smooth noise scored 0.75); a tip, then two smooth
+runs, settles on the smooth width, and smooth, tip, tip, or tip, smooth,
+tip, on the tip's. The rule before this one, two whole runs in a row
+that agree in every variable, left the float16 transfer cell UNSETTLED
+after 8 runs; per variable it settles at 3 to 5 (200 draws of 8 of its
+12 runs), and ResNet-20's float32 cells on 2 towers, which that rule
+settled at 8 on two runs that tipped alike, at 3, their spreads 31 times
+narrower in the median variable (wider in 16 of 255, by 1.2 at most;
+`python -m benchmarks.equivalence --models=resnet20` shows the runs).
+Not taken: whole runs in any order (no two of the 66 pairs of those 12
+runs agree, so more runs would not settle it either); measuring runs
+whose ring rounds every float16 cast to its other neighbour (as wide as
+the transfer's bugs: the layers model's transfer rounded after the sum
+then lands 0.069 tolerances out, 512 to 1,948 under this rule).
+A smooth cell settles at 2 on the larger of its two spreads, as before.
+A row shows the named variable's smallest spread beside its largest
+(`extremes`). A cell with a variable whose runs never agree is
+unsettled, which the runner reports apart from ok and out. No bug of
+the towers can widen a spread: the measuring runs are the one device's
+alone.
 """
 
 import numpy as np
@@ -54,8 +79,9 @@ import numpy as np
 # ResNet-56's cells that tip.
 MULTIPLE = 8.0
 # Measuring runs at most, each one more training of the one device: a cap
-# on cost. A smooth cell settles at 2, one whose runs tip alike at the
-# second run in a row that tips.
+# on cost. A smooth cell settles at 2; one whose runs tip or cross a
+# transfer's rounding by turns when each variable has drawn a width twice:
+# by the third run for a variable of two widths.
 MAX_RUNS = 8
 
 
@@ -107,42 +133,47 @@ def spreads(reference, measuring):
     return result
 
 
-def agree(earlier, later):
-    """Whether two measuring runs each lie within the other's tolerance.
-
-    The test is symmetric, so it does not depend on which run came first:
-    a run that tipped a ReLU and one that did not disagree in either order.
+def agree(spread, other):
+    """Whether two runs' spreads of a variable each lie within MULTIPLE
+    times the other: symmetric, so a run that tipped a ReLU and one that
+    did not disagree whichever came first.
 
     Args:
-      earlier, later: dict name -> float, two runs' `spreads`.
+      spread, other: float, one variable's `spreads` in two runs.
 
     Returns:
-      bool, whether every variable's spread of each run is at most
-      MULTIPLE times the other's.
+      bool.
     """
-    return all(
-        later[name] <= MULTIPLE * earlier[name]
-        and earlier[name] <= MULTIPLE * later[name]
-        for name in later
-    )
+    return spread <= MULTIPLE * other and other <= MULTIPLE * spread
 
 
 def tolerance(runs):
     """The spreads the towers are held to, and whether they settled.
 
+    Per variable, over every run so far (in any order): the largest spread
+    that `agree`s with another run's, so a width held was drawn twice.
+
     Args:
-      runs: list of dict name -> float, each measuring run's `spreads`, in
-        the order drawn; at least one.
+      runs: list of dict name -> float, each measuring run's `spreads`; at
+        least one.
 
     Returns:
-      spread: dict name -> float: where the last two runs `agree`, per
-        variable the larger of their spreads; else the largest of every
+      spread: dict name -> float: per variable, the largest spread that
+        agrees with another run's; where none does, the largest of every
         run (the widest, which an unsettled cell is reported beside).
-      settled: bool, whether the last two runs agree.
+      settled: bool, whether every variable has two runs that agree.
     """
-    settled = len(runs) > 1 and agree(runs[-2], runs[-1])
-    held = runs[-2:] if settled else runs
-    return {name: max(run[name] for run in held) for name in runs[0]}, settled
+    spread, settled = {}, True
+    for name in runs[0]:
+        each = [run[name] for run in runs]
+        agreeing = [
+            one
+            for i, one in enumerate(each)
+            if any(agree(one, other) for other in each[:i] + each[i + 1 :])
+        ]
+        spread[name] = max(agreeing or each)
+        settled = settled and bool(agreeing)
+    return spread, settled
 
 
 def extremes(runs):

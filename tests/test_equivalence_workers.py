@@ -145,6 +145,7 @@ def test_a_float16_transfer_rounded_elsewhere_is_out(monkeypatch, tmp_path):
         )
         worst[name] = result.worst
 
-    # Measured: 742 and 848 tolerances (the right transfer: 0.000).
+    # Measured: 512 to 1,948 and 517 to 1,973 tolerances over 4 runs of
+    # each (the right transfer: 0.000).
     assert worst["after the sum"] > 20, worst
     assert worst["not rounded"] > 20, worst
