@@ -65,6 +65,7 @@ def test_each_tower_computes_on_its_own_device_under_its_own_scope():
         "MatMul",
         "MaxPool",
         "MaxPoolGrad",
+        "Einsum",
         "LRN",
         "LRNGrad",
     }
@@ -78,13 +79,14 @@ def test_each_tower_computes_on_its_own_device_under_its_own_scope():
             if op.name.startswith("towers/tower_%d/" % i)
         ]
         forward = [op.type for op in ops if "gradients" not in op.name]
-        # conv1, conv2; local3, local4, softmax_linear; pool1, pool2; norms.
+        # conv1, conv2; local3, local4, softmax_linear; pool1, pool2; the
+        # norms' sums over channels (`cifar10._lrn`: no LRN kernel).
         assert sorted(forward) == sorted(
-            ["Conv2D"] * 2 + ["MatMul"] * 3 + ["MaxPool"] * 2 + ["LRN"] * 2
+            ["Conv2D"] * 2 + ["MatMul"] * 3 + ["MaxPool"] * 2 + ["Einsum"] * 2
         )
-        # Backward: two ops per convolution and per matmul (input and
-        # weights), one per pool and per norm.
-        assert len(ops) - len(forward) == 2 * 2 + 3 * 2 + 2 + 2
+        # Backward: two ops per convolution, per matmul and per norm's sum
+        # (each of its two inputs), one per pool.
+        assert len(ops) - len(forward) == 2 * 2 + 3 * 2 + 2 * 2 + 2
         assert {op.device for op in ops} == {"/device:CPU:%d" % i}
     assert all(op.name.startswith("towers/tower_") for op in compute_ops)
 
