@@ -3,6 +3,7 @@
   python -m benchmarks.equivalence            # the whole product
   python -m benchmarks.equivalence --fast     # the slice the tests run
   python -m benchmarks.equivalence --fast --models=my_model:small_net
+  python -m benchmarks.equivalence --all_reduces=collective_float16
 
 Over variable update x all-reduce x model x precision x towers, each cell
 trains STEPS steps from one start on the same examples through the
@@ -428,6 +429,13 @@ def main():
         help="exit 0 even if a cell's measuring runs never agreed (its "
         "row says UNSETTLED), as long as every cell is within tolerance",
     )
+    parser.add_argument(
+        "--all_reduces",
+        help="only the cells whose all_reduce column is one of these, "
+        "comma-separated: %s, with nccl on GPUs (default: every cell, "
+        "parameter_server's too)"
+        % ", ".join(equivalence_cells.all_reduce_names(False)),
+    )
     args = parser.parse_args()
     models = args.models.split(",") if args.models else None
     try:
@@ -435,13 +443,23 @@ def main():
             equivalence_cells.model_of(name)
     except ValueError as e:
         parser.error("--models: %s" % e)
+    on_gpus = bool(tf.config.list_physical_devices("GPU"))
     if args.fast:
         cells = equivalence_cells.fast_slice(models)
     else:
-        on_gpus = bool(tf.config.list_physical_devices("GPU"))
         cells = equivalence_cells.product(
             on_gpus, models or tuple(equivalence_cells.MODELS)
         )
+    if args.all_reduces:
+        names = args.all_reduces.split(",")
+        known = equivalence_cells.all_reduce_names(on_gpus)
+        for name in names:
+            if name not in known:
+                parser.error(
+                    "--all_reduces: no cell has all-reduce %r; the cells' "
+                    "are %s" % (name, ", ".join(known))
+                )
+        cells = equivalence_cells.with_all_reduces(cells, names)
     print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
     return print_summary(run_cells(cells), args.allow_unsettled)
 

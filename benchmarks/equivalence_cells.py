@@ -71,6 +71,20 @@ def product(on_gpus, models=tuple(MODELS)):
     return cells + equivalence_workers.cells(models, PRECISIONS)
 
 
+def all_reduce_names(on_gpus):
+    """The all-reduce column's names in the product: the cells that
+    `with_all_reduces` can keep."""
+    return [spec for _, spec in updates(on_gpus) if spec] + [
+        spec for spec in equivalence_workers.ALL_REDUCES if spec != "collective"
+    ]
+
+
+def with_all_reduces(cells, names):
+    """The cells whose all-reduce column is one of names (a
+    parameter_server cell has none, so none of them)."""
+    return [case for case in cells if case.all_reduce in names]
+
+
 def fast_slice(models=None):
     """Every mode and precision at least once, every model but the ResNet,
     and clipping.

@@ -365,6 +365,48 @@ def test_the_runner_takes_every_model_the_trainers_take():
     ), run.stdout
 
 
+def test_all_reduces_keeps_the_product_cells_of_those_all_reduces_only():
+    cells = equivalence_cells.product(False, ("tutorial",))
+    kept = equivalence_cells.with_all_reduces(
+        cells, ["collective_float16", "collective_bfloat16"]
+    )
+
+    assert kept == [
+        equivalence_cells.Case(
+            "workers_only", spec, "tutorial", precision, towers
+        )
+        for spec in ("collective_float16", "collective_bfloat16")
+        for precision in equivalence_cells.PRECISIONS
+        for towers in (2, 4)
+    ]
+    assert equivalence_cells.all_reduce_names(False) == [
+        "collective",
+        "one_device",
+        "collective_float16",
+        "collective_bfloat16",
+    ]
+
+
+def test_an_all_reduce_no_cell_has_is_refused_naming_the_cells_ones():
+    env = {k: v for k, v in SCRIPT_ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.equivalence"]
+        + ["--all_reduces=collective_float16,float16"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO,
+    )
+
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.splitlines()[-1] == (
+        "equivalence.py: error: --all_reduces: no cell has all-reduce "
+        "'float16'; the cells' are collective, one_device, "
+        "collective_float16, collective_bfloat16"
+    )
+
+
 def test_cells_share_the_one_device_only_where_they_differ_in_the_update(
     monkeypatch,
 ):
