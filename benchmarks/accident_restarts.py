@@ -26,6 +26,8 @@ from benchmarks.accident_expect import (
 # chief restarted under a running worker trains to.
 LAST_STEP = 6
 STEPS = 20
+# A chief's --learning_rate when not given, as its error line says it.
+OWN_RATE = "0 (the model's own recipe)"
 
 
 def _no_space(tasks):
@@ -69,7 +71,7 @@ def stale_ps(tasks, context, outcome):
     ) + STALE_PS_NOTE
     return Expected(
         {"ps0": KILLED, "worker0": 1, "worker1": 1},
-        {"worker0": _refused("0.05", "0.0"), "worker1": worker},
+        {"worker0": _refused("0.05", OWN_RATE), "worker1": worker},
         [],
         None,
     )
@@ -88,7 +90,7 @@ def restarted_chief(tasks, context, outcome):
     other = "%s (%s)" % (tasks.chief, provoke.OTHER_RATE)
     return Expected(
         {**dict.fromkeys(names, 0), other: 1},
-        {**finished_lines(tasks, names), other: _refused("0.0", "0.05")},
+        {**finished_lines(tasks, names), other: _refused(OWN_RATE, "0.05")},
         [0, joined, newest],
         files([0, joined, newest], 2),
     )

@@ -7,7 +7,7 @@ else its ops.
 
 import pytest
 
-from multigpu.distributed import agreement
+from multigpu.distributed import agreement, ps_agreement
 
 VARIABLES = agreement.VARIABLES
 OPS = agreement.OPS
@@ -97,4 +97,19 @@ def test_the_default_learning_rate_is_named_as_the_models_own_recipe():
         "--learning_rate differs between the workers: worker task 0 has 0 "
         "(the model's own recipe), worker task 1 has 0.1; start every worker "
         "with the same --learning_rate (docs/cluster.md)"
+    )
+
+
+def test_a_chief_refused_by_the_ps_names_the_default_rate_as_its_own_recipe():
+    with pytest.raises(ValueError) as refused:
+        ps_agreement.refuse_other_job(
+            {"learning_rate": 0.05, "max_steps": 20},
+            {"learning_rate": 0.0, "max_steps": 30},
+        )
+    assert str(refused.value) == (
+        "the ps tasks hold a job started by a chief with other flags: "
+        "--learning_rate (the job's chief has 0.05, this chief 0 (the "
+        "model's own recipe)); start this chief with that job's flags to "
+        "rejoin it, or stop every task of that job, its ps tasks too, to "
+        "start a new one (docs/cluster.md)"
     )

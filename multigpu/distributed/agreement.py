@@ -197,6 +197,13 @@ def _all_gather(target, task, codes, wait_secs):
 _MEANINGS = {("learning_rate", "0.0"): "0 (the model's own recipe)"}
 
 
+def said(name, value):
+    """A setting's value as a line says it: its JSON, or the meaning its
+    flag gives that value (`_MEANINGS`)."""
+    text = json.dumps(value)
+    return _MEANINGS.get((name, text), text)
+
+
 def differing_names(settings_of_tasks):
     """The names whose values (as JSON) differ between the settings dicts,
     sorted; a name one dict lacks differs from one it holds."""
@@ -229,10 +236,9 @@ def difference(settings_of_tasks, tasks=None):
     tasks = range(len(settings_of_tasks)) if tasks is None else tasks
     differing = {}
     for name in differing_names(settings_of_tasks):
-        values = [json.dumps(s.get(name)) for s in settings_of_tasks]
         differing[name] = ", ".join(
-            "worker task %d has %s" % (i, _MEANINGS.get((name, v), v))
-            for i, v in zip(tasks, values)
+            "worker task %d has %s" % (i, said(name, s.get(name)))
+            for i, s in zip(tasks, settings_of_tasks)
         )
     model = [
         (name, differing.pop(name))

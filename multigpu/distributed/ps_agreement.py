@@ -127,8 +127,8 @@ def refuse_other_job(held, settings):
         "%s (the job's chief has %s, this chief %s)"
         % (
             name if name == agreement.VARIABLES else "--" + name,
-            json.dumps(held.get(name)),
-            json.dumps(settings.get(name)),
+            agreement.said(name, held.get(name)),
+            agreement.said(name, settings.get(name)),
         )
         for name in names
     )
