@@ -304,12 +304,15 @@ def _reduce(update, tower_grads, clip_norm, loss_averages):
 
     The update, which increments the global step, waits for the loss
     averages (loss_averages: their op, or none when the update makes them
-    behind its gate), which read it. Only the gradients wait: the
-    optimizer's own ops (a sync optimizer's queues and init ops) must not.
+    behind its gate), which read it. Only the gradients wait, through an
+    identity each: the optimizer's own ops (a sync optimizer's queues and
+    init ops) must not.
     """
     reduced = variable_update.reduce_gradients(update, tower_grads)
     if clip_norm > 0:
         reduced = [towers.clip_gradients(grads, clip_norm) for grads in reduced]
+    if not loss_averages:
+        return reduced  # Nothing to wait for.
     with tf.control_dependencies(loss_averages):
         return [
             [(towers.identity_beside(grad), var) for grad, var in grads]
