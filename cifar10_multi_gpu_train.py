@@ -118,8 +118,7 @@ def build_graph(
       batch_size: int, examples per tower per step.
       devices, compute_dtype: the towers' device strings; the layers' dtype.
       clip_norm, task: float, 0 for no clipping; this process's ClusterTask.
-      update: the `variable_update.VariableUpdate` (where the variables live,
-        how the gradients update them); None: parameter_server on the CPU.
+      update: the `variable_update.VariableUpdate`; None: parameter_server.
       xla, prefetch: bool, each tower compiled by XLA; its batch staged.
       loss_scaling: a `loss_scale.LossScaling` for float16, or None.
       model: the `registry.Model` of every tower, and its recipe.
@@ -149,33 +148,36 @@ def build_graph(
         reduced = _reduce(update, tower_grads, clip_norm, loss_averages)
         reduced = loss_scale.skip_unless_finite(scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    optimizer, also = (scaled, task, max_steps), [*loss_averages, *put_ops]
-    train_op, opt = _update(
-        update, plan, optimizer, reduced, global_step, (scope, later), also
+    opt = _step_optimizer(scaled, task, max_steps)
+    also = [*loss_averages, *put_ops]
+    train_op = _update(
+        update, plan, opt, scaled, reduced, global_step, scope, later, also
     )
     hooks = _session_hooks(opt, task, put_ops)
     return loss, train_op, summaries.last_tower_summaries(scope), hooks
 
 
-def _update(update, plan, optimizer, reduced, global_step, writes, also):
+def _update(
+    update, plan, opt, scaled, reduced, global_step, scope, later, also
+):
     """The update block (`_apply`), the step's op, and the histograms of
     the first copy's variables and gradients.
 
     Args:
-      optimizer, writes: as `_apply`'s.
+      opt, scaled, scope, later: as `_apply`'s.
       also: the ops the step runs beside the update: the loss averages,
         the staging of the towers' next batches.
 
     Returns:
-      (the step's op, the optimizer that applied the gradients).
+      the step's op.
     """
     with tf.name_scope(blocks.UPDATE + "/"):
-        apply_op, opt = _apply(
-            update, plan, optimizer, reduced, global_step, writes
+        apply_op = _apply(
+            update, plan, opt, scaled, reduced, global_step, scope, later
         )
         train_op = tf.group(apply_op, *also)
     summaries.add_histograms(reduced[0])
-    return train_op, opt
+    return train_op
 
 
 def _session_hooks(opt, task, put_ops):
@@ -194,55 +196,59 @@ def _optimizer(model, global_step, examples_per_step, loss_scaling):
         return loss_scale.wrap(model.optimizer(lr), loss_scaling)
 
 
-def _apply(update, plan, optimizer, reduced, global_step, writes):
-    """Applies the reduced gradients once, then the moving averages.
+def _step_optimizer(scaled, task, max_steps):
+    """The optimizer whose `apply_gradients` makes the step, around the
+    loss-scaled one the towers used (scaled).
 
     With --sync_replicas each worker's step only sends its gradients: the
-    chief applies the gradients of a global step, then the moving averages,
-    once (`moving_averages.AveragedOptimizer`).
-
-    Args:
-      optimizer: (the loss-scaled optimizer the towers used, this process's
-        `cluster.ClusterTask`, --max_steps or None): where the kind of run
-        asks it, each step claims its global step (`step_claims`).
-      writes: (scope, later): str, the last tower's name scope, whose
-        batch-norm statistics are committed; None, or the callable that
-        makes the losses' averages behind the update's gate (a cluster of
-        workers only, never with --sync_replicas: `_loss_averages`).
-
-    Returns:
-      (the op that updates the variables and then their moving averages,
-      the optimizer that applied the gradients: the loss-scaled one or its
-      sync wrapper).
+    sync wrapper's chief applies the gradients of a global step, then the
+    moving averages, once (`moving_averages.AveragedOptimizer`). Else each
+    step claims its global step where the kind of run asks it, up to
+    max_steps (int or None: `step_claims`).
     """
-    scaled, task, max_steps = optimizer
-    scope, later = writes
-    applied = loss_scale.step_applied(scaled)
     if task.kind.sync:
-        opt = cluster.sync_optimizer(
+        return cluster.sync_optimizer(
             moving_averages.AveragedOptimizer(
                 scaled, cifar10.MOVING_AVERAGE_DECAY
             ),
             task,
         )
-        apply_op = variable_update.apply_gradients(
-            update, plan, opt, reduced, global_step, [], applied
-        )
-        return apply_op, opt
+    return step_claims.claiming(scaled, task, max_steps)
+
+
+def _apply(update, plan, opt, scaled, reduced, global_step, scope, later):
+    """Applies the reduced gradients once, then the moving averages.
+
+    Args:
+      opt: the step's optimizer (`_step_optimizer`); a sync one moves the
+        moving averages itself.
+      scaled: the loss-scaled optimizer, which says whether the step is
+        applied (`loss_scale.step_applied`).
+      scope: str, the last tower's name scope, whose batch-norm statistics
+        are committed (none with --sync_replicas:
+        `cluster.refuse_sync_statistics`).
+      later: None, or the callable that makes the losses' averages behind
+        the update's gate (a cluster of workers only: `_loss_averages`).
+
+    Returns:
+      the op that updates the variables and then their moving averages.
+    """
+    applied = loss_scale.step_applied(scaled)
     apply_op = variable_update.apply_gradients(
         update,
         plan,
-        step_claims.claiming(scaled, task, max_steps),
+        opt,
         reduced,
         global_step,
         towers.batch_norm_updates(scope),
         applied,
         later,
     )
-    averages = moving_averages.average_variables(
+    if isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer):
+        return apply_op  # Its chief's `AveragedOptimizer` moved them.
+    return moving_averages.average_variables(
         [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
     )
-    return averages, scaled
 
 
 def _build_towers(plan, get_next, opt, model, compute_dtype, xla, prefetch):
@@ -281,9 +287,10 @@ def _tower_batch(get_next, prefetch, put_ops):
 
 def _loss_averages(update, total_loss, global_step, scope):
     """The losses' moving averages (`loss_summaries.add_loss_summaries`),
-    made where the variable update makes them: (a list of their op, made
-    now, or none; None, or the callable that makes them behind the
-    update's gate), `variable_update.update_waits`'."""
+    made where the variable update makes them: always (made, later), a
+    list and None or a callable (`variable_update.update_waits`): [their
+    op], made now, and None; in a cluster of workers only [] and the
+    callable that makes them behind the update's gate."""
     return variable_update.update_waits(
         update,
         functools.partial(
@@ -297,12 +304,15 @@ def _reduce(update, tower_grads, clip_norm, loss_averages):
 
     The update, which increments the global step, waits for the loss
     averages (loss_averages: their op, or none when the update makes them
-    behind its gate), which read it. Only the gradients wait: the
-    optimizer's own ops (a sync optimizer's queues and init ops) must not.
+    behind its gate), which read it. Only the gradients wait, through an
+    identity each: the optimizer's own ops (a sync optimizer's queues and
+    init ops) must not.
     """
     reduced = variable_update.reduce_gradients(update, tower_grads)
     if clip_norm > 0:
         reduced = [towers.clip_gradients(grads, clip_norm) for grads in reduced]
+    if not loss_averages:
+        return reduced  # Nothing to wait for.
     with tf.control_dependencies(loss_averages):
         return [
             [(towers.identity_beside(grad), var) for grad, var in grads]

@@ -272,25 +272,10 @@ BUGS = [
     Bug(
         "sync_averages_per_worker_step",
         "cifar10_multi_gpu_train.py",
-        "        opt = cluster.sync_optimizer(\n"
-        "            moving_averages.AveragedOptimizer(\n"
-        "                scaled, cifar10.MOVING_AVERAGE_DECAY\n"
-        "            ),\n"
-        "            task,\n"
-        "        )\n"
-        "        apply_op = variable_update.apply_gradients(\n"
-        "            update, plan, opt, reduced, global_step, [], applied\n"
-        "        )\n"
-        "        return apply_op, opt\n",
-        "        opt = cluster.sync_optimizer(scaled, task)\n"
-        "        apply_op = variable_update.apply_gradients(\n"
-        "            update, plan, opt, reduced, global_step, [], applied\n"
-        "        )\n"
-        "        averages = moving_averages.average_variables(\n"
-        "            [apply_op], global_step, applied, "
-        "cifar10.MOVING_AVERAGE_DECAY\n"
-        "        )\n"
-        "        return averages, opt\n",
+        "    if isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer):\n"
+        "        return apply_op  # Its chief's "
+        "`AveragedOptimizer` moved them.\n",
+        "",
         "sync replicas move the averages with each worker's step",
         (
             "tests/test_sync_replicas_averages.py::test_sync_replicas_move_"

@@ -8,9 +8,9 @@ its own copies and the gradients are all-reduced between the workers.
 """
 
 import collections
+import functools
 import ipaddress
 import sys
-import threading
 
 import tensorflow as tf
 
@@ -334,31 +334,30 @@ class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
             for i in range(task.num_workers)
             if i != task.task_index
         ]
-        self._stop = threading.Event()
+        self._watcher = watchdog.Watcher()
 
     def after_create_session(self, session, coord):
-        threading.Thread(
-            target=self._watch, args=(session,), daemon=True
-        ).start()
+        self._watcher.start(
+            functools.partial(self._look, session, set(), set())
+        )
 
     def end(self, session):
-        self._stop.set()
+        self._watcher.stop()
 
-    def _watch(self, session):
-        """Every WATCHDOG_INTERVAL_SECS, looks at the ports of the workers
-        not yet lost; one that answered once and no longer does is lost."""
-        seen, lost = set(), set()
-        while not self._stop.wait(watchdog.WATCHDOG_INTERVAL_SECS):
-            for address in set(self._addresses) - lost:
-                if watchdog.answers(address):
-                    seen.add(address)
-                elif address in seen:
-                    lost.add(address)
-                    try:
-                        session.run(self._tokens_op)
-                    except (tf.errors.OpError, RuntimeError):
-                        # The session ended or failed: no step waits.
-                        return
+    def _look(self, session, seen, lost):
+        """One look at the ports of the workers not yet lost; one that
+        answered once (seen) and no longer does is lost. True once the
+        session ended or failed: no step waits."""
+        for address in set(self._addresses) - lost:
+            if watchdog.answers(address):
+                seen.add(address)
+            elif address in seen:
+                lost.add(address)
+                try:
+                    session.run(self._tokens_op)
+                except (tf.errors.OpError, RuntimeError):
+                    return True
+        return False
 
 
 def may_fuse_ops(task, compute_dtype):

@@ -59,16 +59,17 @@ def serve_until_done(task, server, config, timeout_secs):
 class DoneTokens:
     """Takes the workers' done tokens from a ps task's queue, losing none.
 
-    A dequeue runs only for a token the queue holds. One bounded by a run's
-    timeout may take a token just as the timeout ends its step, and then
-    TensorFlow drops the token with the step's result: the ps never counted
-    that worker done (a chief that had finished, waited for 60 s).
+    A look takes, in one run, as many tokens as the queue holds as the run
+    reads its size: the ps alone dequeues, so the dequeue never waits. A
+    dequeue that waits, bounded by a run's timeout, may take a token just
+    as the timeout ends its step, and then TensorFlow drops the token with
+    the step's result: the ps never counted that worker done (a chief that
+    had finished, waited for 60 s).
     """
 
     def __init__(self, queue):
         """queue: the ps task's `tf.queue.FIFOQueue` of done tokens."""
-        self._size = queue.size()
-        self._dequeue = queue.dequeue()
+        self._held = queue.dequeue_up_to(queue.size())
 
     def take(self, sess, wait_secs):
         """The tokens the queue holds, waiting up to wait_secs for one.
@@ -82,9 +83,9 @@ class DoneTokens:
         """
         deadline = time.monotonic() + wait_secs
         while True:
-            held = int(sess.run(self._size))
-            if held or time.monotonic() >= deadline:
-                return {int(sess.run(self._dequeue)) for _ in range(held)}
+            held = sess.run(self._held)
+            if len(held) or time.monotonic() >= deadline:
+                return {int(token) for token in held}
             time.sleep(TOKEN_LOOK_SECS)
 
 

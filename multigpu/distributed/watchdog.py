@@ -1,13 +1,15 @@
 """Noticing lost cluster tasks by their ports, and waits no timeout bounds.
 
-A worker checks its ps tasks' ports while it trains (`PsWatchdog`); a ps
-counts a worker as started once its port answers (`answering_workers`) or
-its done token arrives, and gives up on those it never heard from
+A worker checks its ps tasks' ports while it trains (`PsWatchdog`), a sync
+chief its workers' (`cluster.sync_hooks`), each on a `Watcher`'s thread; a
+ps counts a worker as started once its port answers (`answering_workers`)
+or its done token arrives, and gives up on those it never heard from
 (`not_started`). A worker of a cluster of workers only ends itself when a
 start-up wait outlasts its bound (`ends_after`).
 """
 
 import contextlib
+import functools
 import os
 import socket
 import sys
@@ -22,6 +24,28 @@ from multigpu import errors
 WATCHDOG_INTERVAL_SECS = 2
 # Seconds a port may take to accept a connection before it counts as silent.
 CONNECT_TIMEOUT_SECS = 2
+
+
+class Watcher:
+    """A thread per `start` that looks (at ports) every
+    WATCHDOG_INTERVAL_SECS, until `stop` or until its look says it is done.
+    """
+
+    def __init__(self):
+        self._stop = threading.Event()
+
+    def start(self, look):
+        """look: callable() -> bool, one look; True ends this thread."""
+        threading.Thread(target=self._watch, args=(look,), daemon=True).start()
+
+    def stop(self):
+        """Ends every thread at its next look."""
+        self._stop.set()
+
+    def _watch(self, look):
+        while not self._stop.wait(WATCHDOG_INTERVAL_SECS):
+            if look():
+                return
 
 
 class PsWatchdog:
@@ -39,35 +63,40 @@ class PsWatchdog:
     def __init__(self, task, timeout_secs):
         self._task = task
         self._timeout_secs = timeout_secs
-        self._stop = threading.Event()
+        self._watcher = Watcher()
+        self._silent_since = None
 
     def __enter__(self):
         if not self._timeout_secs:
             return self  # --operation_timeout_secs=0 bounds no wait.
         if self._task.kind.ps_tasks:
-            threading.Thread(target=self._watch, daemon=True).start()
+            ps = tf.train.ClusterSpec(
+                {"ps": self._task.cluster.job_tasks("ps")}
+            )
+            self._watcher.start(functools.partial(self._look, ps))
         return self
 
     def __exit__(self, *exc_info):
-        self._stop.set()
+        self._watcher.stop()
 
-    def _watch(self):
-        silent_since = None
-        ps = tf.train.ClusterSpec({"ps": self._task.cluster.job_tasks("ps")})
-        while not self._stop.wait(WATCHDOG_INTERVAL_SECS):
-            lost = unreachable_tasks(ps)
-            if not lost.startswith("unreachable"):
-                silent_since = None
-                continue
-            silent_since = silent_since or time.time()
-            if time.time() - silent_since >= self._timeout_secs:
-                print(
-                    "%s: error: lost the cluster: %s"
-                    % (os.path.basename(sys.argv[0]), lost),
-                    file=sys.stderr,
-                    flush=True,
-                )
-                os._exit(1)
+    def _look(self, ps):
+        """One look at the ports of the ps tasks (ps: their
+        `tf.train.ClusterSpec`); exits once some have not answered for
+        timeout_secs."""
+        lost = unreachable_tasks(ps)
+        if not lost.startswith("unreachable"):
+            self._silent_since = None
+            return False
+        self._silent_since = self._silent_since or time.time()
+        if time.time() - self._silent_since >= self._timeout_secs:
+            print(
+                "%s: error: lost the cluster: %s"
+                % (os.path.basename(sys.argv[0]), lost),
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(1)
+        return False
 
 
 @contextlib.contextmanager
