@@ -30,6 +30,7 @@ _RESNET = (
     "tests/test_resnet_reference.py::"
     "test_resnet20_logits_equal_a_numpy_forward_pass_of_its_weights"
 )
+_LRN = "tests/test_cifar10_lrn.py::"
 _OVERFLOW = (
     "tests/test_reduced_precision.py::"
     "test_one_towers_float16_overflow_skips_the_step_of_every_copy[%d]"
@@ -289,5 +290,29 @@ BUGS = [
         'tf.compat.v1.get_collection("losses")\n',
         "a tower's loss sums the cross entropy of every tower before it",
         (_CELL % "parameter_server-None-tutorial-float32-2-0.0",),
+    ),
+    Bug(
+        "lrn_gradient_without_window",
+        "cifar10.py",
+        "return upstream * scale - x * window_sum",
+        "return upstream * scale",
+        "the LRN's closed-form gradient without its window's term",
+        (
+            _LRN + "test_float32_lrn_and_its_gradient_equal_the_tutorials_"
+            "op_to_float32_rounding",
+            _LRN + "test_bfloat16_lrn_and_its_gradient_equal_the_tutorials_"
+            "op_to_rounding",
+        ),
+    ),
+    Bug(
+        "lrn_window_narrowed",
+        "cifar10.py",
+        "window <= LRN_DEPTH_RADIUS",
+        "window < LRN_DEPTH_RADIUS",
+        "the LRN's window one channel short on each side",
+        (
+            _LRN + "test_float32_lrn_and_its_gradient_equal_the_tutorials_"
+            "op_to_float32_rounding",
+        ),
     ),
 ]
