@@ -345,17 +345,22 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
     )
 
 
-def test_the_runner_takes_every_model_the_trainers_take():
-    # The user's environment: the runner quiets TensorFlow itself.
+def _run_runner(*args):
+    """Runs the runner in the user's environment (it quiets TensorFlow
+    itself) on args that end it before its first cell."""
     env = {k: v for k, v in SCRIPT_ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.equivalence", "--help"],
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.equivalence", *args],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
         cwd=REPO,
     )
+
+
+def test_the_runner_takes_every_model_the_trainers_take():
+    run = _run_runner("--help")
 
     assert (run.returncode, run.stderr) == (0, "")
     assert (
@@ -388,16 +393,7 @@ def test_all_reduces_keeps_the_product_cells_of_those_all_reduces_only():
 
 
 def test_an_all_reduce_no_cell_has_is_refused_naming_the_cells_ones():
-    env = {k: v for k, v in SCRIPT_ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.equivalence"]
-        + ["--all_reduces=collective_float16,float16"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=REPO,
-    )
+    run = _run_runner("--all_reduces=collective_float16,float16")
 
     assert (run.returncode, run.stdout) == (2, "")
     assert run.stderr.splitlines()[-1] == (
