@@ -74,9 +74,8 @@ def product(on_gpus, models=tuple(MODELS)):
 def all_reduce_names(on_gpus):
     """The all-reduce column's names in the product: the cells that
     `with_all_reduces` can keep."""
-    return [spec for _, spec in updates(on_gpus) if spec] + [
-        spec for spec in equivalence_workers.ALL_REDUCES if spec != "collective"
-    ]
+    names = [spec for _, spec in updates(on_gpus) if spec]
+    return list(dict.fromkeys(names + list(equivalence_workers.ALL_REDUCES)))
 
 
 def with_all_reduces(cells, names):
