@@ -31,15 +31,7 @@ from absl import flags
 import cifar10_input
 from data_sets import cifar10_data
 from multigpu.flags import argparse_era
-from multigpu.graph import (
-    blocks,
-    loss_scale,
-    loss_summaries,
-    moving_averages,
-    summaries,
-    towers,
-    variables,
-)
+from multigpu.graph import step_optimizer, summaries, towers, variables
 
 # The tutorial's three flags, defined here as the tutorial did: scripts
 # written against it read FLAGS.batch_size after importing cifar10, and our
@@ -400,7 +392,7 @@ def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
     """Applies gradients once and updates the variables' moving averages.
 
     Args:
-      opt: the optimizer from `optimizer` (maybe `loss_scale.wrap`ped).
+      opt: the optimizer from `optimizer` (maybe `step_optimizer.wrap`ped).
       grads_and_vars: list of (gradient, variable).
       global_step: int64 scalar variable, incremented once.
       update_ops: ops to run with every step: the batch-norm updates
@@ -413,21 +405,21 @@ def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
       ValueError: the dynamic loss scale with batch-norm updates, which this
         one-device op would run on a skipped step.
     """
-    if update_ops and loss_scale.skipped_steps(opt) is not None:
+    if update_ops and step_optimizer.skipped_steps(opt) is not None:
         raise ValueError(
             "--fp16_enable_auto_loss_scale skips the steps whose gradients "
             "overflow, but the one-device trainer would still update the "
             "model's batch-norm statistics on them; train it with "
             "cifar10_multi_gpu_train.py --num_gpus=1"
         )
-    (grads_and_vars,) = loss_scale.skip_unless_finite(opt, [grads_and_vars])
+    (grads_and_vars,) = step_optimizer.skip_unless_finite(opt, [grads_and_vars])
     apply_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
     summaries.add_histograms(grads_and_vars)
     # The eval restores these shadow values instead of the raw variables.
-    return moving_averages.average_variables(
+    return step_optimizer.average_variables(
         [apply_op, *update_ops],
         global_step,
-        loss_scale.step_applied(opt),
+        step_optimizer.step_applied(opt),
         MOVING_AVERAGE_DECAY,
     )
 
@@ -452,7 +444,7 @@ def train(
         tutorial's two-argument call does.
       clip_norm: float; if > 0, the gradients are scaled to at most this
         global norm.
-      loss_scaling: a `loss_scale.LossScaling` for float16, or None.
+      loss_scaling: a `step_optimizer.LossScaling` for float16, or None.
       learning_rate_fn: callable(global_step, examples_per_step), the
         schedule; the tutorial's by default.
       optimizer_fn: callable(learning_rate) -> optimizer; the tutorial's by
@@ -464,12 +456,12 @@ def train(
     if batch_size is None:
         batch_size = _flags().batch_size
     # Update the loss averages before the gradients, as the tutorial does.
-    loss_averages_op = loss_summaries.add_loss_summaries(
+    loss_averages_op = summaries.add_loss_summaries(
         total_loss, global_step
     )
-    with tf.name_scope(blocks.UPDATE + "/"):
+    with tf.name_scope(summaries.UPDATE + "/"):
         lr = learning_rate_fn(global_step, batch_size)
-        opt = loss_scale.wrap(optimizer_fn(lr), loss_scaling)
+        opt = step_optimizer.wrap(optimizer_fn(lr), loss_scaling)
         with tf.control_dependencies([loss_averages_op]):
             grads = opt.compute_gradients(total_loss)
         if clip_norm > 0:
@@ -484,6 +476,6 @@ def variables_to_restore():
     leave out the graph's blocks, to the model's variables."""
     averages = tf.compat.v1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY)
     return {
-        blocks.without_blocks(name): var
+        summaries.without_blocks(name): var
         for name, var in averages.variables_to_restore().items()
     }

@@ -37,7 +37,7 @@ from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import errors, folders
 from multigpu.flags import choices, common_flags, flag_checks, script
-from multigpu.graph import op_kernels, placement, top_k_hits
+from multigpu.graph import op_kernels, placement, summaries
 from multigpu.train_dir import (
     checkpoints,
     data_records,
@@ -120,7 +120,7 @@ def build_graph(
             eval_data, data_dir, batch_size, num_examples
         )
     logits = registry.logits(model, images, False, compute_dtype)
-    return top_k_hits.top_k_hits(logits, labels), init_op
+    return summaries.top_k_hits(logits, labels), init_op
 
 
 def eval_once(checkpoint, saver, event_file, hits, init_op, summary_op, config):

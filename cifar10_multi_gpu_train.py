@@ -67,15 +67,10 @@ from multigpu.flags import (
     tower_flags,
 )
 from multigpu.graph import (
-    blocks,
-    copy_gradients,
     dry_run,
-    loss_scale,
-    loss_summaries,
-    moving_averages,
     op_kernels,
     placement,
-    step_claims,
+    step_optimizer,
     summaries,
     towers,
     variable_update,
@@ -120,7 +115,7 @@ def build_graph(
       clip_norm, task: float, 0 for no clipping; this process's ClusterTask.
       update: the `variable_update.VariableUpdate`; None: parameter_server.
       xla, prefetch: bool, each tower compiled by XLA; its batch staged.
-      loss_scaling: a `loss_scale.LossScaling` for float16, or None.
+      loss_scaling: a `step_optimizer.LossScaling` for float16, or None.
       model: the `registry.Model` of every tower, and its recipe.
       max_steps: int or None, the global step no step claims past.
 
@@ -144,9 +139,9 @@ def build_graph(
         update, tower_losses[-1], global_step, scope
     )
     # Every tower's gradients reduced; one loss-scale check for all copies.
-    with tf.name_scope(blocks.REDUCE + "/"):
+    with tf.name_scope(summaries.REDUCE + "/"):
         reduced = _reduce(update, tower_grads, clip_norm, loss_averages)
-        reduced = loss_scale.skip_unless_finite(scaled, reduced)
+        reduced = step_optimizer.skip_unless_finite(scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     opt = _step_optimizer(scaled, task, max_steps)
     also = [*loss_averages, *put_ops]
@@ -171,7 +166,7 @@ def _update(
     Returns:
       the step's op.
     """
-    with tf.name_scope(blocks.UPDATE + "/"):
+    with tf.name_scope(summaries.UPDATE + "/"):
         apply_op = _apply(
             update, plan, opt, scaled, reduced, global_step, scope, later
         )
@@ -191,9 +186,9 @@ def _session_hooks(opt, task, put_ops):
 def _optimizer(model, global_step, examples_per_step, loss_scaling):
     """The model's optimizer at its learning rate, in the update block,
     wrapped for loss scaling."""
-    with tf.name_scope(blocks.UPDATE + "/"):
+    with tf.name_scope(summaries.UPDATE + "/"):
         lr = model.learning_rate(global_step, examples_per_step)
-        return loss_scale.wrap(model.optimizer(lr), loss_scaling)
+        return step_optimizer.wrap(model.optimizer(lr), loss_scaling)
 
 
 def _step_optimizer(scaled, task, max_steps):
@@ -202,18 +197,18 @@ def _step_optimizer(scaled, task, max_steps):
 
     With --sync_replicas each worker's step only sends its gradients: the
     sync wrapper's chief applies the gradients of a global step, then the
-    moving averages, once (`moving_averages.AveragedOptimizer`). Else each
+    moving averages, once (`step_optimizer.AveragedOptimizer`). Else each
     step claims its global step where the kind of run asks it, up to
     max_steps (int or None: `step_claims`).
     """
     if task.kind.sync:
         return cluster.sync_optimizer(
-            moving_averages.AveragedOptimizer(
+            step_optimizer.AveragedOptimizer(
                 scaled, cifar10.MOVING_AVERAGE_DECAY
             ),
             task,
         )
-    return step_claims.claiming(scaled, task, max_steps)
+    return step_optimizer.claiming(scaled, task, max_steps)
 
 
 def _apply(update, plan, opt, scaled, reduced, global_step, scope, later):
@@ -223,7 +218,7 @@ def _apply(update, plan, opt, scaled, reduced, global_step, scope, later):
       opt: the step's optimizer (`_step_optimizer`); a sync one moves the
         moving averages itself.
       scaled: the loss-scaled optimizer, which says whether the step is
-        applied (`loss_scale.step_applied`).
+        applied (`step_optimizer.step_applied`).
       scope: str, the last tower's name scope, whose batch-norm statistics
         are committed (none with --sync_replicas:
         `cluster.refuse_sync_statistics`).
@@ -233,7 +228,7 @@ def _apply(update, plan, opt, scaled, reduced, global_step, scope, later):
     Returns:
       the op that updates the variables and then their moving averages.
     """
-    applied = loss_scale.step_applied(scaled)
+    applied = step_optimizer.step_applied(scaled)
     apply_op = variable_update.apply_gradients(
         update,
         plan,
@@ -246,7 +241,7 @@ def _apply(update, plan, opt, scaled, reduced, global_step, scope, later):
     )
     if isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer):
         return apply_op  # Its chief's `AveragedOptimizer` moved them.
-    return moving_averages.average_variables(
+    return step_optimizer.average_variables(
         [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
     )
 
@@ -268,7 +263,7 @@ def _build_towers(plan, get_next, opt, model, compute_dtype, xla, prefetch):
             towers.add_cross_entropy(logits, labels)
             tower_losses.append(towers.tower_total_loss(scope))
             tower_grads.append(
-                copy_gradients.tower_gradients(opt, tower_losses[-1], tower)
+                variable_update.tower_gradients(opt, tower_losses[-1], tower)
             )
     return tower_losses, tower_grads, put_ops, scope
 
@@ -286,7 +281,7 @@ def _tower_batch(get_next, prefetch, put_ops):
 
 
 def _loss_averages(update, total_loss, global_step, scope):
-    """The losses' moving averages (`loss_summaries.add_loss_summaries`),
+    """The losses' moving averages (`summaries.add_loss_summaries`),
     made where the variable update makes them: always (made, later), a
     list and None or a callable (`variable_update.update_waits`): [their
     op], made now, and None; in a cluster of workers only [] and the
@@ -294,7 +289,7 @@ def _loss_averages(update, total_loss, global_step, scope):
     return variable_update.update_waits(
         update,
         functools.partial(
-            loss_summaries.add_loss_summaries, total_loss, global_step, scope
+            summaries.add_loss_summaries, total_loss, global_step, scope
         ),
     )
 
@@ -405,7 +400,7 @@ def _check_plan(batch_size, task, plan, model):
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
-        with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
+        with tf.device("/cpu:0"), tf.name_scope(summaries.INPUT):
             get_next = dry_run.synthetic_batches(batch_shapes)
         _build(graph, get_next, batch_size, task, plan, model)
         return dry_run.check(
@@ -419,7 +414,7 @@ def _check_plan(batch_size, task, plan, model):
                 xla=plan.options.xla,
                 prefetch_to_device=plan.options.prefetch,
                 cluster_task=dry_run.task_name(task),
-                loss_scaling=loss_scale.describe(plan.loss_scaling),
+                loss_scaling=step_optimizer.describe(plan.loss_scaling),
             ),
             plan.update,
             plan.config,
@@ -445,7 +440,7 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         # One input pipeline on the CPU; each tower takes its own batches.
-        with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
+        with tf.device("/cpu:0"), tf.name_scope(summaries.INPUT):
             get_next = cifar10_batches.distorted_batches(data_dir, batch_size)
         loss, train_op, summary_op, hooks = _build(
             graph, get_next, batch_size, task, plan, model, schedule.max_steps

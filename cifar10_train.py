@@ -27,7 +27,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.flags import choices, common_flags, flag_checks, script
-from multigpu.graph import blocks, op_kernels, placement, summaries
+from multigpu.graph import op_kernels, placement, summaries
 from multigpu.run import interrupts, profile, report, training
 from multigpu.train_dir import data_records
 
@@ -65,9 +65,9 @@ def build_graph(
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
     # The input pipeline stays on the CPU, so the device only computes.
-    with tf.device("/cpu:0"), tf.name_scope(blocks.INPUT):
+    with tf.device("/cpu:0"), tf.name_scope(summaries.INPUT):
         images, labels = cifar10_batches.train_inputs(data_dir, batch_size)
-    with tf.name_scope(blocks.MODEL):
+    with tf.name_scope(summaries.MODEL):
         summaries.image_summary("images", images)
         with tf.compat.v1.device(
             placement.device_function(device, placement.VARIABLE_DEVICE)

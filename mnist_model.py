@@ -16,7 +16,6 @@ import tensorflow as tf
 import mnist_input
 from multigpu.distributed import cluster
 from multigpu.graph import (
-    copy_gradients,
     placement,
     summaries,
     towers,
@@ -171,7 +170,7 @@ def train(
             towers.add_cross_entropy(inference(images), labels)
             tower_losses.append(_tower_loss_with_summaries(scope))
             tower_grads.append(
-                copy_gradients.tower_gradients(opt, tower_losses[-1], tower)
+                variable_update.tower_gradients(opt, tower_losses[-1], tower)
             )
     # Synchronisation point: every tower's gradients, averaged on the CPU
     # or all-reduced onto every tower's copy.

@@ -77,11 +77,7 @@ from benchmarks.equivalence_table import (
     print_row,
     print_summary,
 )
-from multigpu.graph import (
-    copy_names,
-    placement,
-    variable_update,
-)
+from multigpu.graph import placement, towers, variable_update
 from multigpu.run import sessions
 
 STEPS = 3  # Steps of every cell: enough for momentum and the averages.
@@ -280,9 +276,9 @@ def largest_copy_gap(sess, graph_variables):
     """The largest |copy - variable| over the towers' copies (0 for none)."""
     pairs = sess.run(
         [
-            (copy, graph_variables[copy_names.primary_name(copy.op.name)])
+            (copy, graph_variables[towers.primary_name(copy.op.name)])
             for copy in tf.compat.v1.local_variables()
-            if copy_names.primary_name(copy.op.name)
+            if towers.primary_name(copy.op.name)
         ]
     )
     return max(

@@ -11,7 +11,7 @@ import tensorflow as tf
 from benchmarks import equivalence_models, equivalence_workers
 from benchmarks.equivalence_table import Case
 from cifar10_models import registry
-from multigpu.graph import loss_scale
+from multigpu.graph import step_optimizer
 
 # Every model the trainers' --model names, two that use other APIs and
 # two of the official ResNet's idioms.
@@ -27,8 +27,8 @@ MODELS = {
 REDUCED = tf.float16
 PRECISIONS = {
     "float32": (tf.float32, None),
-    "float16 fixed": (REDUCED, loss_scale.LossScaling(128.0, False, 1000)),
-    "float16 dynamic": (REDUCED, loss_scale.LossScaling(128.0, True, 1000)),
+    "float16 fixed": (REDUCED, step_optimizer.LossScaling(128.0, False, 1000)),
+    "float16 dynamic": (REDUCED, step_optimizer.LossScaling(128.0, True, 1000)),
 }
 TOWER_COUNTS = (1, 2, 4)
 # The --clip_gradients of the clipped cells: under the global norm of the

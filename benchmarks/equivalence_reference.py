@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from benchmarks import equivalence_transfer, equivalence_workers
 from cifar10_models import registry
-from multigpu.graph import blocks, loss_scale
+from multigpu.graph import step_optimizer, summaries
 
 # The losses' moving averages of the trainers' summaries (the tutorial's
 # cifar10._add_loss_summaries decay).
@@ -55,7 +55,7 @@ def loss_averages(slice_losses, total_loss, scope):
     for each in tf.compat.v1.get_collection("losses", scope):
         named[each.op.name[len(scope) :]] = each
     named["total_loss"] = total_loss
-    with tf.name_scope(blocks.SUMMARIES + "/"):
+    with tf.name_scope(summaries.SUMMARIES + "/"):
         averaged = [
             tf.identity(each, name=name) for name, each in named.items()
         ]
@@ -73,7 +73,7 @@ def loss_scale_state(scaling):
     and skips none.
 
     Args:
-      scaling: a `loss_scale.LossScaling`, or None (no variables).
+      scaling: a `step_optimizer.LossScaling`, or None (no variables).
 
     Returns:
       A list of the ops of one step (empty for a fixed or no scale).
@@ -91,7 +91,7 @@ def loss_scale_state(scaling):
     if not scaling.dynamic:
         return []
     get(
-        loss_scale.SKIPPED_STEPS,
+        step_optimizer.SKIPPED_STEPS,
         initializer=tf.constant(0, tf.int64),
         trainable=False,
     )

@@ -134,7 +134,7 @@ BUGS = [
     ),
     Bug(
         "loss_scale_kept",
-        "multigpu/graph/loss_scale.py",
+        "multigpu/graph/step_optimizer.py",
         "(g / scale if g is not None else None, v)",
         "(g if g is not None else None, v)",
         "float16 gradients applied still multiplied by the loss scale",
@@ -151,7 +151,7 @@ BUGS = [
     ),
     Bug(
         "statistics_not_committed",
-        "multigpu/graph/update_gates.py",
+        "multigpu/graph/gradient_reduction.py",
         "if not variables[name].trainable]",
         "if variables[name].trainable]",
         "the last tower's batch-norm statistics never reach the variables",
@@ -254,8 +254,9 @@ BUGS = [
         "cifar10_multi_gpu_train.py",
         "        reduced = _reduce(update, tower_grads, clip_norm, "
         "loss_averages)\n"
-        "        reduced = loss_scale.skip_unless_finite(scaled, reduced)\n",
-        "        tower_grads = loss_scale.skip_unless_finite(scaled, "
+        "        reduced = step_optimizer.skip_unless_finite(scaled, "
+        "reduced)\n",
+        "        tower_grads = step_optimizer.skip_unless_finite(scaled, "
         "tower_grads)\n"
         "        reduced = _reduce(update, tower_grads, clip_norm, "
         "loss_averages)\n",
@@ -264,7 +265,7 @@ BUGS = [
     ),
     Bug(
         "skipped_step_averaged",
-        "multigpu/graph/moving_averages.py",
+        "multigpu/graph/step_optimizer.py",
         "tf.where(applied, early, 1.0)",
         "early",
         "a step the loss scale skips still moves the moving averages",

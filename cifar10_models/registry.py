@@ -22,7 +22,7 @@ import tensorflow as tf
 import cifar10
 import cifar10_input
 from cifar10_models import resnet
-from multigpu.graph import any_model, blocks, model_variables, summaries
+from multigpu.graph import any_model, summaries, variables
 from multigpu.train_dir import checkpoints, restore, train_dirs
 
 # A model and its recipe.
@@ -166,7 +166,9 @@ def logits(model, images, is_training, compute_dtype):
     Raises:
       ValueError: what `any_model.call_model` refuses, naming --model.
     """
-    with tf.compat.v1.variable_scope(blocks.MODEL, auxiliary_name_scope=False):
+    with tf.compat.v1.variable_scope(
+        summaries.MODEL, auxiliary_name_scope=False
+    ):
         return any_model.call_model(
             model.build,
             images,
@@ -397,10 +399,10 @@ def _reported(build, flag):
     @functools.wraps(build)
     def build_reported(images, is_training):
         try:
-            with model_variables.checked_variables(flag):
+            with variables.checked_variables(flag):
                 return build(images, is_training)
         except Exception as e:
-            if isinstance(e, model_variables.ModelVariableError):
+            if isinstance(e, variables.ModelVariableError):
                 raise
             if any_model.needs_keras_2(e) or any_model.is_batch_norm_bug(e):
                 raise  # `any_model.call_model` says what to install or do.

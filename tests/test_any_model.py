@@ -7,12 +7,7 @@ import tf_keras
 from helpers.towers import cifar10_step_graph
 
 from cifar10_models import registry
-from multigpu.graph import (
-    any_model,
-    blocks,
-    placement,
-    towers,
-)
+from multigpu.graph import any_model, placement, summaries, towers
 from multigpu.run import sessions
 from multigpu.train_dir import checkpoints
 
@@ -127,7 +122,7 @@ def test_every_variable_op_of_a_layers_model_is_on_the_variable_device(
         op.name: op.device
         for op in graph.get_operations()
         if op.type in placement.VARIABLE_OPS
-        and blocks.without_blocks(op.name) in LAYERS_MODEL_VARIABLES
+        and summaries.without_blocks(op.name) in LAYERS_MODEL_VARIABLES
     }
     assert placed == {
         "model/" + name: expected for name in LAYERS_MODEL_VARIABLES
@@ -287,9 +282,9 @@ def test_logits_of_the_wrong_shape_or_dtype_are_named_in_one_line(
 
 def test_two_variables_saved_under_one_name_are_refused_naming_both():
     with tf.Graph().as_default():
-        with tf.compat.v1.variable_scope(blocks.MODEL):
+        with tf.compat.v1.variable_scope(summaries.MODEL):
             tf.compat.v1.get_variable("w", [2])
-            with tf.compat.v1.variable_scope(blocks.SUMMARIES):
+            with tf.compat.v1.variable_scope(summaries.SUMMARIES):
                 tf.compat.v1.get_variable("w", [2])
         with pytest.raises(ValueError) as error:
             checkpoints.saved_variables()

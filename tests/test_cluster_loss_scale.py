@@ -7,7 +7,7 @@ ended by the test, every wait is bounded.
 import pytest
 from helpers.cluster import run_workers
 
-from multigpu.graph import loss_scale
+from multigpu.graph import step_optimizer
 
 WORKERS = 2
 # The name of a moving average's shadow variable: NAME/SHADOW.
@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 import cifar10_multi_gpu_train
 from multigpu.distributed import cluster
-from multigpu.graph import copy_names, loss_scale, placement, variable_update
+from multigpu.graph import placement, step_optimizer, towers, variable_update
 from multigpu.run import sessions
 
 hosts, index, output = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -46,7 +46,7 @@ def get_next():
 
 with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
     update = variable_update.variable_update("replicated", devices, task=task)
-    scaling = loss_scale.LossScaling(float(sys.argv[4]), True, 1000)
+    scaling = step_optimizer.LossScaling(float(sys.argv[4]), True, 1000)
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
         get_next=get_next, batch_size=2, devices=devices,
         compute_dtype=tf.float32, task=task, update=update,
@@ -58,7 +58,7 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
         if not v.op.name.endswith("/avg")
     ] + [
         v for v in tf.compat.v1.local_variables()
-        if copy_names.primary_name(v.op.name)
+        if towers.primary_name(v.op.name)
     ]
     with tf.compat.v1.Session(server.target, config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
@@ -84,7 +84,7 @@ def _one_step_each(tmp_path):
 def test_an_overflow_on_one_worker_skips_the_step_on_every_worker(tmp_path):
     chief, other = _one_step_each(tmp_path)
 
-    counters = ("global_step", "loss_scale", loss_scale.SKIPPED_STEPS)
+    counters = ("global_step", "loss_scale", step_optimizer.SKIPPED_STEPS)
     names = [n[len("after/") :] for n in chief if n.startswith("after/")]
     kept = [n for n in names if n.split("/")[-1] not in counters]
     assert len(kept) > 10, names
@@ -102,5 +102,5 @@ def test_an_overflow_on_one_worker_skips_the_step_on_every_worker(tmp_path):
             ), name
     for worker in (chief, other):
         assert worker["after/loss_scale"] == INITIAL_SCALE / 2
-        assert worker["after/" + loss_scale.SKIPPED_STEPS] == 1
+        assert worker["after/" + step_optimizer.SKIPPED_STEPS] == 1
         assert worker["after/global_step"] == 1

@@ -49,7 +49,8 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from benchmarks import equivalence
 from multigpu.distributed import cluster
-from multigpu.graph import copy_names, placement, variable_update
+from multigpu.graph import placement, variable_update
+from multigpu.graph import towers as copy_names
 from multigpu.run import sessions
 
 hosts, index, output, inputs = sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]

@@ -18,13 +18,7 @@ from helpers.scripts import run_code
 import cifar10_multi_gpu_train
 import mnist_model
 from multigpu.distributed import cluster
-from multigpu.graph import (
-    dry_run,
-    op_kernels,
-    placement,
-    rewrite_audit,
-    variable_update,
-)
+from multigpu.graph import dry_run, op_kernels, placement, variable_update
 
 # The MNIST model's parameters, layer by layer.
 MNIST_PARAMETERS = (
@@ -261,7 +255,7 @@ def test_a_float16_op_without_a_gpu_kernel_fails_the_dry_run_with_its_name():
 
 def test_the_audit_names_a_fused_op_that_a_cluster_worker_could_not_run():
     graph = bfloat16_conv_graph("/job:worker/task:0/cpu:0")
-    fused = rewrite_audit.unrunnable_rewrites(
+    fused = op_kernels.unrunnable_rewrites(
         graph, placement.session_config(), op_kernels.has_gpu_kernel
     )
     # Where the remapper leaves the ops apart, nothing is fused to name.
@@ -274,7 +268,7 @@ def test_the_audit_names_a_fused_op_that_a_cluster_worker_could_not_run():
     assert fused == named
     unfused = placement.session_config(fuse_ops=False)
     assert (
-        rewrite_audit.unrunnable_rewrites(
+        op_kernels.unrunnable_rewrites(
             graph, unfused, op_kernels.has_gpu_kernel
         )
         == []

@@ -26,8 +26,8 @@ from benchmarks import (
 from multigpu.graph import (
     any_model,
     gradient_reduction,
-    loss_scale,
     placement,
+    step_optimizer,
 )
 from multigpu.run import sessions
 
@@ -141,7 +141,7 @@ def test_loss_scaling_on_two_towers_equals_unscaled_to_the_bit(monkeypatch):
     monkeypatch.setitem(
         equivalence_cells.PRECISIONS,
         "float32 scaled",
-        (tf.float32, loss_scale.LossScaling(1024.0, True, 1000)),
+        (tf.float32, step_optimizer.LossScaling(1024.0, True, 1000)),
     )
     case = Case("replicated", "collective", "layers", "float32", 2)
 
@@ -163,7 +163,7 @@ def _skipped_step(update, spec):
     images, labels = equivalence.batches(case)
     devices = placement.tower_devices(2, cpu_towers=True)
     # 2^24 times the loss overflows float16 (at most 65504).
-    overflowing = (tf.float16, loss_scale.LossScaling(2.0**24, True, 1000))
+    overflowing = (tf.float16, step_optimizer.LossScaling(2.0**24, True, 1000))
     with tf.Graph().as_default():
         equivalence_cells.PRECISIONS["overflowing"] = overflowing
         try:

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tf_slim as slim
 
-from multigpu.graph import any_model, float32_decay, towers
+from multigpu.graph import any_model, towers
 
 # Keras' l2(SCALE) is SCALE * sum(w**2); slim's l2_regularizer(SCALE) is
 # SCALE * sum(w**2) / 2 (tf.nn.l2_loss).
@@ -88,8 +88,8 @@ def test_weight_decay_in_reduced_precision_is_the_float32_computation(
 
 def test_the_tf1_layers_are_as_before_once_the_model_is_built():
     # tf-keras' and TensorFlow's own TF1 layers (tf-slim's).
-    classes = float32_decay._tf1_layer_classes()
+    classes = any_model._tf1_layer_classes()
     hook = "_handle_weight_regularization"
-    with float32_decay.layers_regularize_float32({}):
+    with any_model.layers_regularize_float32({}):
         assert [hook in each.__dict__ for each in classes] == [True, True]
     assert [hook in each.__dict__ for each in classes] == [False, False]

@@ -7,13 +7,8 @@ from conftest import SHADOW, error_line, trainer_flags
 
 import cifar10_multi_gpu_train
 from cifar10_models import registry
-from multigpu.graph import (
-    copy_names,
-    loss_scale,
-    op_kernels,
-    placement,
-    variable_update,
-)
+from multigpu.graph import op_kernels, placement, step_optimizer, variable_update
+from multigpu.graph import towers as copy_names
 from multigpu.run import sessions
 
 # float16 rounds values below half its smallest subnormal (2**-24) to zero.
@@ -40,11 +35,11 @@ def one_step(gradient_factor, scaling, steps=1, learning_rate=1.0):
             tf.cast(w, tf.float16) * tf.constant(root, tf.float16)
         )
         loss = tf.cast(loss16, tf.float32) * root
-        opt = loss_scale.wrap(
+        opt = step_optimizer.wrap(
             tf.compat.v1.train.GradientDescentOptimizer(learning_rate),
             scaling,
         )
-        (grads_and_vars,) = loss_scale.skip_unless_finite(
+        (grads_and_vars,) = step_optimizer.skip_unless_finite(
             opt, [opt.compute_gradients(loss)]
         )
         train_op = opt.apply_gradients(grads_and_vars, global_step)
@@ -58,7 +53,7 @@ def one_step(gradient_factor, scaling, steps=1, learning_rate=1.0):
 
 
 def fixed(scale):
-    return loss_scale.LossScaling(scale, False, 1000)
+    return step_optimizer.LossScaling(scale, False, 1000)
 
 
 def test_a_gradient_that_underflows_in_float16_trains_with_a_loss_scale():
@@ -90,7 +85,7 @@ def test_where_nothing_underflows_scaled_and_unscaled_steps_are_equal():
 def test_a_non_finite_step_is_skipped_and_the_scale_halves():
     # At a scale of 2**15 the float16 backward pass starts at 2 * 2**15:
     # past float16's largest value, 65504.
-    dynamic = loss_scale.LossScaling(2.0**15, True, 1000)
+    dynamic = step_optimizer.LossScaling(2.0**15, True, 1000)
 
     w, global_step, scale, grad = one_step(4.0, dynamic)
 
@@ -103,20 +98,20 @@ def test_a_non_finite_step_is_skipped_and_the_scale_halves():
 def test_one_towers_overflow_in_the_mean_skips_the_step_of_every_copy():
     # The mean of the towers' (or workers') gradients, as every copy holds
     # it after the all-reduce: one tower overflowed, the other did not.
-    dynamic = loss_scale.LossScaling(2.0**15, True, 1000)
+    dynamic = step_optimizer.LossScaling(2.0**15, True, 1000)
     with tf.Graph().as_default():
         w = tf.compat.v1.get_variable("w", initializer=tf.constant([1.0, 2.0]))
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        opt = loss_scale.wrap(
+        opt = step_optimizer.wrap(
             tf.compat.v1.train.GradientDescentOptimizer(1.0), dynamic
         )
         mean = tf.reduce_mean([[np.inf, 1.0], [1.0, 1.0]], axis=0)
-        copies = loss_scale.skip_unless_finite(opt, [[(mean, w)], [(mean, w)]])
+        copies = step_optimizer.skip_unless_finite(opt, [[(mean, w)], [(mean, w)]])
         train_op = opt.apply_gradients(copies[0], global_step)
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             applied, zeros = sess.run(
-                [loss_scale.step_applied(opt), [g for g, _ in copies[1]]]
+                [step_optimizer.step_applied(opt), [g for g, _ in copies[1]]]
             )
             sess.run(train_op)
             w_after, scale = sess.run([w, opt.loss_scale])
@@ -156,7 +151,7 @@ def _replicated_float16_step(overflowing, initial_scale):
             devices=devices,
             compute_dtype=tf.float16,
             update=variable_update.variable_update("replicated", devices),
-            loss_scaling=loss_scale.LossScaling(initial_scale, True, 1000),
+            loss_scaling=step_optimizer.LossScaling(initial_scale, True, 1000),
         )
         variables = [
             v
@@ -190,7 +185,7 @@ def test_one_towers_float16_overflow_skips_the_step_of_every_copy(
     counters = {
         "global_step": 1,
         "loss_scale": 512.0,
-        loss_scale.SKIPPED_STEPS: 1,
+        step_optimizer.SKIPPED_STEPS: 1,
     }
     assert {name: values[name][1] for name in counters} == counters
     kept = [name for name in values if name not in counters]
@@ -204,7 +199,7 @@ def test_one_towers_float16_overflow_skips_the_step_of_every_copy(
 
 def test_the_dynamic_scale_halves_until_finite_then_doubles_after_n_steps():
     # 2**15 and 2**14 overflow; 2**13 trains; 3 good steps double it.
-    dynamic = loss_scale.LossScaling(2.0**15, True, 3)
+    dynamic = step_optimizer.LossScaling(2.0**15, True, 3)
 
     w, global_step, scale, _ = one_step(4.0, dynamic, steps=5)
 
@@ -214,15 +209,15 @@ def test_the_dynamic_scale_halves_until_finite_then_doubles_after_n_steps():
 
 
 def test_loss_scaling_applies_to_float16_only():
-    assert loss_scale.loss_scaling(tf.bfloat16, 128, True, 10, False) is None
-    assert loss_scale.loss_scaling(tf.float16, 128, True, 10, False) == (
-        loss_scale.LossScaling(128.0, True, 10)
+    assert step_optimizer.loss_scaling(tf.bfloat16, 128, True, 10, False) is None
+    assert step_optimizer.loss_scaling(tf.float16, 128, True, 10, False) == (
+        step_optimizer.LossScaling(128.0, True, 10)
     )
 
 
 def test_the_dynamic_scale_with_sync_replicas_is_an_error():
     with pytest.raises(ValueError) as raised:
-        loss_scale.loss_scaling(tf.float16, 128, True, 10, True)
+        step_optimizer.loss_scaling(tf.float16, 128, True, 10, True)
 
     assert str(raised.value) == (
         "--fp16_enable_auto_loss_scale does not work with --sync_replicas; "

@@ -4,7 +4,7 @@ import re
 
 import tensorflow as tf
 
-from multigpu.graph import loss_scale
+from multigpu.graph import step_optimizer
 from multigpu.run import report
 
 
@@ -12,9 +12,9 @@ def _run_with_skips(skips, capsys):
     """Runs len(skips) steps; step i is skipped where skips[i]."""
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        opt = loss_scale.LossScaleOptimizer(
+        opt = step_optimizer.LossScaleOptimizer(
             tf.compat.v1.train.GradientDescentOptimizer(0.1),
-            loss_scale.LossScaling(128.0, True, 1000),
+            step_optimizer.LossScaling(128.0, True, 1000),
         )
         weight = tf.compat.v1.get_variable("w", initializer=1.0)
         skip = tf.compat.v1.placeholder(tf.bool, [])

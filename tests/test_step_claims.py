@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from multigpu.distributed import cluster
-from multigpu.graph import step_claims
+from multigpu.graph import step_optimizer
 from multigpu.run import report
 
 PS_WORKER = cluster.cluster_task("127.0.0.1:1", "127.0.0.1:2", "worker", 0)
@@ -22,7 +22,7 @@ def _one_weight_step(task, max_steps):
     """(train op, global step, weight): loss = weight, a rate of 0.25."""
     global_step = tf.compat.v1.train.get_or_create_global_step()
     weight = tf.compat.v1.get_variable("weight", initializer=1.0)
-    opt = step_claims.claiming(
+    opt = step_optimizer.claiming(
         tf.compat.v1.train.GradientDescentOptimizer(0.25), task, max_steps
     )
     train_op = opt.apply_gradients(

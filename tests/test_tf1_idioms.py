@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import equivalence, equivalence_table
-from multigpu.graph import getter_arguments
+from multigpu.graph import any_model
 
 Case = equivalence_table.Case
 # The custom getter's model as a user's --model=MODULE:FUNCTION, whose
@@ -60,7 +60,7 @@ def net(images, is_training):
         x = tf.compat.v1.layers.conv2d(images, 4, 3, name="conv")
         x = tf.reduce_mean(tf.nn.relu(x), [1, 2])
         return tf.compat.v1.layers.dense(x, 10, name="dense")
-""" % (getter_arguments.PARAMETERS,)
+""" % (any_model.PARAMETERS,)
 
 
 def test_a_getter_passing_every_argument_by_position_builds_every_copy(
@@ -90,14 +90,14 @@ def test_a_getter_passing_every_argument_by_position_builds_every_copy(
 
 
 def test_a_getters_arguments_by_position_are_named_in_tf1s_order():
-    assert getter_arguments.by_name(
+    assert any_model.by_name(
         ("w", [3], "float16"), {"trainable": False}
     ) == {"name": "w", "shape": [3], "dtype": "float16", "trainable": False}
 
 
 def test_a_getter_argument_given_by_position_and_by_name_is_refused():
     with pytest.raises(TypeError) as error:
-        getter_arguments.by_name(("w", [3]), {"shape": [4], "name": "v"})
+        any_model.by_name(("w", [3]), {"shape": [4], "name": "v"})
     assert str(error.value) == (
         "a variable getter got name, shape by position and by name"
     )
@@ -105,7 +105,7 @@ def test_a_getter_argument_given_by_position_and_by_name_is_refused():
 
 def test_more_getter_arguments_by_position_than_tf1s_getter_takes_are_refused():
     with pytest.raises(TypeError) as error:
-        getter_arguments.by_name(tuple(range(16)), {})
+        any_model.by_name(tuple(range(16)), {})
     assert str(error.value) == (
         "a variable getter takes at most 15 arguments by position (name, "
         "shape, dtype, initializer, regularizer, reuse, trainable, "

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from multigpu.graph import top_k_hits
+from multigpu.graph import summaries
 
 NUM_CLASSES = 10
 # (label, logits above the label's, logits tied with it): the label's rank.
@@ -31,7 +31,7 @@ def test_precision_at_1_and_recall_at_5_count_the_labels_of_their_ranks():
     logits = np.stack([_logits(*rank) for rank in RANKS])
     labels = np.array([label for label, _, _ in RANKS], np.int32)
 
-    hits = top_k_hits.top_k_hits(tf.constant(logits), tf.constant(labels))
+    hits = summaries.top_k_hits(tf.constant(logits), tf.constant(labels))
 
     assert hits.dtype == tf.bool
     np.testing.assert_array_equal(

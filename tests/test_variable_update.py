@@ -17,9 +17,9 @@ import mnist_model
 from multigpu.distributed import cluster
 from multigpu.graph import (
     all_reduce,
-    copy_names,
     dry_run,
     placement,
+    towers,
     variable_update,
 )
 from multigpu.run import sessions
@@ -75,7 +75,7 @@ def test_a_replicated_run_resumes_every_copy_and_its_slots_from_the_checkpoint(
         # What its checkpoints hold: one copy of the weights and slots.
         assert global_names == set(restored)
         assert local_names == {
-            copy_names.replica_name(1, name)
+            towers.replica_name(1, name)
             for name in global_names - {"global_step"}
         }
         # The trainers' own session: restore, then the local init op.
@@ -88,7 +88,7 @@ def test_a_replicated_run_resumes_every_copy_and_its_slots_from_the_checkpoint(
         )
         with tf.compat.v1.train.MonitoredSession(creator) as sess:
             for var in tf.compat.v1.local_variables():
-                name = copy_names.primary_name(var.op.name)
+                name = towers.primary_name(var.op.name)
                 np.testing.assert_array_equal(sess.run(var), restored[name])
 
 

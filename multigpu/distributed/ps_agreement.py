@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from multigpu import errors
 from multigpu.distributed import agreement, watchdog
-from multigpu.graph import blocks
+from multigpu.graph import summaries
 
 # What a worker's refusal adds: the chief's settings it read may be those
 # of an earlier job whose ps tasks were left running.
@@ -36,7 +36,7 @@ RESTART_MAY_CHANGE = ("max_steps",)
 POLL_SECS = 0.5
 # The name of the chief's settings on ps task 0, under an absolute scope:
 # the session block's, where the hook's `begin` runs.
-VARIABLE_SCOPE = blocks.SESSION + "/"
+VARIABLE_SCOPE = summaries.SESSION + "/"
 VARIABLE_NAME = "chief_settings"
 
 

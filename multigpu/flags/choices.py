@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from multigpu.distributed import cluster, tf_config
 from multigpu.flags import flag_checks, tower_flags
-from multigpu.graph import loss_scale, placement
+from multigpu.graph import placement, step_optimizer
 
 
 def cluster_task_from_flags(flag_values, environ=os.environ):
@@ -94,7 +94,7 @@ def precision_from_flags(flag_values):
 def dtypes(precision, devices, sync_replicas=False):
     """(compute_dtype, loss_scaling): the towers' dtype on devices
     (`placement.compute_dtype`) and, for float16, its
-    `loss_scale.LossScaling`, else None.
+    `step_optimizer.LossScaling`, else None.
 
     Args:
       precision: the `Precision` of the flags.
@@ -109,7 +109,7 @@ def dtypes(precision, devices, sync_replicas=False):
         precision.use_fp16, devices, precision.force_cpu_bfloat16
     )
     flag_checks.refuse_loss_scale(precision.loss_scale_given, compute_dtype)
-    return compute_dtype, loss_scale.loss_scaling(
+    return compute_dtype, step_optimizer.loss_scaling(
         compute_dtype,
         precision.loss_scale,
         precision.auto_loss_scale,

@@ -11,9 +11,7 @@ import math
 
 from absl import flags
 
-from multigpu.graph import (
-    loss_scale,
-)
+from multigpu.graph import step_optimizer
 from multigpu.run import profile
 
 
@@ -373,12 +371,12 @@ def define_fp16_flags():
     define_force_cpu_bfloat16_flag()
     define_finite_float(
         "fp16_loss_scale",
-        loss_scale.DEFAULT_LOSS_SCALE,
+        step_optimizer.DEFAULT_LOSS_SCALE,
         "With --use_fp16 on GPUs (float16): multiply the loss by this before "
         "the gradients are computed and divide the gradients by it, so that "
         "small gradients do not underflow; 1 disables it. The starting "
         "scale of --fp16_enable_auto_loss_scale.",
-        lower_bound=loss_scale.MIN_LOSS_SCALE,
+        lower_bound=step_optimizer.MIN_LOSS_SCALE,
     )
     define_once(
         flags.DEFINE_boolean,
@@ -391,7 +389,7 @@ def define_fp16_flags():
     define_once(
         flags.DEFINE_integer,
         "fp16_inc_loss_scale_every_n",
-        loss_scale.DEFAULT_INC_EVERY_N,
+        step_optimizer.DEFAULT_INC_EVERY_N,
         "Good steps in a row before the dynamic loss scale doubles.",
         lower_bound=1,
     )

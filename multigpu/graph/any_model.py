@@ -7,15 +7,37 @@ getter), checks what it returns, and refuses what the towers cannot train
 correctly: variables made outside `tf.compat.v1.get_variable` (Keras 2 layer
 objects, `tf.Variable`), whose batch-norm updates and regularizers never
 reach the TF1 collections and which the towers could not share.
+
+The arguments a variable scope's custom getter receives, by name.
+
+TensorFlow calls a custom getter with keywords, but a model's own getter,
+nested inside the towers' scopes, may pass them on by position, as TF1
+allows: TensorFlow's official ResNet calls `getter(name, shape, dtype,
+*args, **kwargs)`. The towers' getters read and change some of them, so
+they take them all by name (`by_name`) and pass them on by name.
+
+Weight decay on the float32 variables, whichever layer made it.
+
+In reduced precision the towers' custom getter (`any_model`) hands each
+layer a 16-bit cast of its float32 variable. `get_variable` applies its
+`regularizer=` to the variable it made, the float32 one; a TF1 layer object
+(`tf.compat.v1.layers`, and tf-slim's conv2d and fully_connected, built on
+TensorFlow's copy of them) applies its `kernel_regularizer` to what
+`get_variable` returned: the cast, whose square sum bfloat16 rounds to 8
+significant bits. tf_cnn_benchmarks decays the float32 variables, and so do
+the towers: while a model is built, the TF1 layers regularize the float32
+variable behind each cast.
 """
 
 import contextlib
+import importlib
 import logging
 import warnings
 
 import tensorflow as tf
 
-from multigpu.graph import blocks, copy_names, float32_decay, getter_arguments
+from multigpu.graph import summaries, towers
+
 
 # The dtypes the layers may compute in while the variables stay float32.
 REDUCED_DTYPES = (tf.float16, tf.bfloat16)
@@ -80,7 +102,7 @@ def call_model(
     with (
         _float32_variables() as (created, got, float32_of),
         (
-            float32_decay.layers_regularize_float32(float32_of)
+            layers_regularize_float32(float32_of)
             if compute_dtype in REDUCED_DTYPES
             else contextlib.nullcontext()
         ),
@@ -94,7 +116,7 @@ def call_model(
     _refuse_other_variables(created, got, name)
     for var in created:
         # The towers' copies (local variables) are not the model's own.
-        if not var.trainable and not copy_names.primary_name(var.op.name):
+        if not var.trainable and not towers.primary_name(var.op.name):
             tf.compat.v1.add_to_collection(
                 tf.compat.v1.GraphKeys.MOVING_AVERAGE_VARIABLES, var
             )
@@ -134,7 +156,7 @@ def _float32_variables():
         return var
 
     def float32_storage(getter, *args, **kwargs):
-        kwargs = getter_arguments.by_name(args, kwargs)
+        kwargs = by_name(args, kwargs)
         dtype = kwargs.get("dtype", tf.float32)
         reduced = dtype in REDUCED_DTYPES
         kwargs["dtype"] = tf.float32 if reduced else dtype
@@ -203,9 +225,9 @@ def is_batch_norm_bug(error):
 
 def _refuse_other_variables(created, got, name):
     # A tower's copy is returned instead of the variable it copies.
-    made = got | {copy_names.primary_name(each) for each in got}
+    made = got | {towers.primary_name(each) for each in got}
     others = [
-        blocks.without_blocks(var.op.name)
+        summaries.without_blocks(var.op.name)
         for var in created
         if var.op.name not in made
     ]
@@ -249,3 +271,109 @@ def moving_average_variables():
         if all(var is not each for each in averaged):
             averaged.append(var)
     return averaged
+
+
+PARAMETERS = (
+    "name",
+    "shape",
+    "dtype",
+    "initializer",
+    "regularizer",
+    "reuse",
+    "trainable",
+    "collections",
+    "caching_device",
+    "partitioner",
+    "validate_shape",
+    "use_resource",
+    "constraint",
+    "synchronization",
+    "aggregation",
+)
+
+
+def by_name(args, kwargs):
+    """A getter's arguments, every one by its name.
+
+    Args:
+      args: tuple, the arguments given by position, in PARAMETERS' order.
+      kwargs: dict, the arguments given by name.
+
+    Returns:
+      dict, parameter name -> value.
+
+    Raises:
+      TypeError: more arguments by position than TF1's getter takes, or
+        one given both by position and by name (as Python's own call).
+    """
+    if len(args) > len(PARAMETERS):
+        raise TypeError(
+            "a variable getter takes at most %d arguments by position "
+            "(%s), got %d" % (len(PARAMETERS), ", ".join(PARAMETERS), len(args))
+        )
+    named = dict(zip(PARAMETERS, args))
+    twice = sorted(named.keys() & kwargs.keys())
+    if twice:
+        raise TypeError(
+            "a variable getter got %s by position and by name"
+            % ", ".join(twice)
+        )
+    named.update(kwargs)
+    return named
+
+
+# The base classes of the TF1 layers: tf-keras' (`tf.compat.v1.layers` on
+# TensorFlow 2.16+) and TensorFlow's own copy (`tensorflow.python.layers`,
+# which tf-slim builds on).
+_TF1_LAYER_MODULES = (
+    "tf_keras.src.legacy_tf_layers.base",
+    "tensorflow.python.keras.legacy_tf_layers.base",
+)
+# The Keras 2 method that applies a layer's regularizer to its new weight.
+_HOOK = "_handle_weight_regularization"
+
+
+@contextlib.contextmanager
+def layers_regularize_float32(float32_of):
+    """TF1 layers built in this scope regularize the float32 variables.
+
+    Args:
+      float32_of: dict, `cast.ref()` of a 16-bit cast -> the float32
+        variable it casts; the custom getter fills it while the scope is
+        open.
+
+    Yields:
+      Nothing; a layer regularizing a cast in the dict regularizes its
+      variable instead (a float32 term), any other weight as before.
+    """
+    patched = []
+    for layer_class in _tf1_layer_classes():
+        own = layer_class.__dict__.get(_HOOK)
+        inherited = getattr(layer_class, _HOOK)
+
+        def regularize(layer, name, weight, regularizer, inherited=inherited):
+            if hasattr(weight, "ref"):
+                weight = float32_of.get(weight.ref(), weight)
+            return inherited(layer, name, weight, regularizer)
+
+        setattr(layer_class, _HOOK, regularize)
+        patched.append((layer_class, own))
+    try:
+        yield
+    finally:
+        for layer_class, own in patched:
+            if own is None:
+                delattr(layer_class, _HOOK)
+            else:
+                setattr(layer_class, _HOOK, own)
+
+
+def _tf1_layer_classes():
+    """The TF1 layers' base classes installed here (tf-keras is an extra)."""
+    classes = []
+    for module_name in _TF1_LAYER_MODULES:
+        try:
+            classes.append(importlib.import_module(module_name).Layer)
+        except ImportError:
+            continue
+    return classes

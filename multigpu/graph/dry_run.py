@@ -25,10 +25,8 @@ import tensorflow as tf
 from multigpu import errors
 from multigpu.graph import (
     all_reduce,
-    copy_names,
     network_plan,
     op_kernels,
-    rewrite_audit,
     towers,
     variable_update,
 )
@@ -164,7 +162,7 @@ def check(graph, batch_shapes, title, update=None, config=None):
 
 def _check_rewrites(graph, config):
     """Prints or raises what `rewrite_audit` finds of the run's config."""
-    unrunnable = rewrite_audit.unrunnable_rewrites(
+    unrunnable = op_kernels.unrunnable_rewrites(
         graph, config, op_kernels.has_gpu_kernel
     )
     if not unrunnable:
@@ -192,7 +190,7 @@ def _device_table(graph):
     """Lines 'DEVICE  N ops  P parameters' for each device of graph."""
     ops = collections.Counter(_device_name(op) for op in graph.get_operations())
     params = collections.Counter()
-    for var in copy_names.model_variables_with_copies(graph):
+    for var in towers.model_variables_with_copies(graph):
         params[_device_name(var.op)] += var.shape.num_elements()
     lines = [
         "Placement plan: ops and trainable parameters per device\n"

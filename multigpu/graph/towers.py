@@ -1,4 +1,13 @@
-"""Building the towers, their losses and gradients."""
+"""Building the towers, their losses and gradients.
+
+The names of the towers' copies of the variables.
+
+Tower i's copy of a variable is named towers/replica_i/<the variable's
+name> (`replica_name`), made by `variable_update`'s tower plan;
+`primary_name` reads the variable's name back from a copy's, and
+`model_variables_with_copies` finds a graph's trainable variables with
+their copies.
+"""
 
 import contextlib
 import re
@@ -6,6 +15,7 @@ import re
 import tensorflow as tf
 
 from multigpu.graph import placement
+
 
 # Prefix of the name scope of each tower, as in the TF1 tutorial: tower_0, ...
 TOWER_NAME = "tower"
@@ -258,3 +268,34 @@ def identity_beside(grad):
         return None
     with tf.device(grad.device):
         return tf.identity(grad)
+
+
+
+
+def replica_name(index, name):
+    """'towers/replica_<index>/<name>': the name of tower index's copy of
+    name, in the graph's towers block."""
+    return "%s/%s_%d/%s" % (TOWERS_SCOPE, REPLICA_SCOPE, index, name)
+
+
+def primary_name(name):
+    """The name of the variable a copy copies, or None for no copy."""
+    match = _COPY_NAME.match(name)
+    return match.group(1) if match else None
+
+
+_COPY_NAME = re.compile(
+    "%s/%s_[0-9]+/(.+)" % (TOWERS_SCOPE, REPLICA_SCOPE)
+)
+
+
+def model_variables_with_copies(graph):
+    """The trainable variables and the towers' copies of them."""
+    trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+    names = {var.op.name for var in trainable}
+    copies = [
+        var
+        for var in graph.get_collection(tf.compat.v1.GraphKeys.LOCAL_VARIABLES)
+        if primary_name(var.op.name) in names
+    ]
+    return trainable + copies

@@ -42,6 +42,18 @@ alike, stay equal.
 Statistics (the non-trainable variables, such as batch-norm moving means):
 the last tower's, committed to the variable and every copy after the
 update (`update_gates`).
+
+A tower's gradients, the gradient of every copy of a variable it reads
+counted.
+
+In replicated mode a tower's model reads its own copy of each variable
+(`variable_update.tower_plan`), but its loss may read other copies too: a
+weight decay written over `tf.compat.v1.trainable_variables()` (TensorFlow's
+official ResNet's) reads tower 0's variables from every tower. Every copy
+holds the variable's value, so the loss's gradient of the variable is the
+sum of its gradients of every copy it reads; taken of its own copy only,
+the decay of towers 1 to N - 1 would be lost, and the reduced gradient
+would carry 1/N of it.
 """
 
 import collections
@@ -51,11 +63,11 @@ import tensorflow as tf
 from multigpu.graph import (
     all_reduce,
     collectives,
-    copy_names,
     gradient_reduction,
     placement,
-    update_gates,
+    towers,
 )
+
 
 VARIABLE_UPDATES = ("parameter_server", "replicated")
 # The table's row of --variable_update=replicated in a cluster of workers only.
@@ -251,7 +263,7 @@ def _copying_getter(index, weights, copies):
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
             reuse=tf.compat.v1.AUTO_REUSE,
         )
-        copy = getter(copy_names.replica_name(index, name), *args, **kwargs)
+        copy = getter(towers.replica_name(index, name), *args, **kwargs)
         copies[variable.op.name] = copy
         return copy
 
@@ -344,7 +356,7 @@ def apply_gradients(
             global_step=global_step,
         )
     with tf.control_dependencies([apply_op, *statistics_updates]):
-        commit = update_gates.commit_statistics(plan, *statistics())
+        commit = gradient_reduction.commit_statistics(plan, *statistics())
     tf.compat.v1.add_to_collection(
         tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op(update)
     )
@@ -352,7 +364,7 @@ def apply_gradients(
 
 
 def _local_if_a_copy(next_creator, **kwargs):
-    if copy_names.primary_name(kwargs.get("name") or "") is not None:
+    if towers.primary_name(kwargs.get("name") or "") is not None:
         kwargs["collections"] = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
         kwargs["trainable"] = False
     return next_creator(**kwargs)
@@ -373,7 +385,7 @@ def _local_init_op(update):
     assigns = []
     with tf.control_dependencies([initialise]):
         for copy in tf.compat.v1.local_variables():
-            name = copy_names.primary_name(copy.op.name)
+            name = towers.primary_name(copy.op.name)
             if name is not None:
                 with tf.device(copy.device):
                     assigns.append(copy.assign(variables[name].read_value()))
@@ -448,8 +460,8 @@ _MODES = {
         _copies_no_weights,
         _shared_device,
         gradient_reduction.on_variable_device,
-        update_gates.made_now,
-        update_gates.no_gate,
+        gradient_reduction.made_now,
+        gradient_reduction.no_gate,
         _own_start,
         _describe_parameter_server,
     ),
@@ -458,8 +470,8 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.between_towers,
-        update_gates.made_now,
-        update_gates.no_gate,
+        gradient_reduction.made_now,
+        gradient_reduction.no_gate,
         _own_start,
         _describe_replicated,
     ),
@@ -468,9 +480,49 @@ _MODES = {
         _copies_every_variable,
         _own_device,
         gradient_reduction.across_workers,
-        update_gates.made_behind_the_gate,
-        update_gates.across_workers_gate,
+        gradient_reduction.made_behind_the_gate,
+        gradient_reduction.across_workers_gate,
         _chief_start,
         _describe_across_workers,
     ),
 }
+
+
+def tower_gradients(opt, loss, tower):
+    """The tower's gradient of each trainable variable, for its own copy.
+
+    A loss that reads the tower's own copies only takes the gradients that
+    `opt.compute_gradients` of those copies gives, and no op more.
+
+    Args:
+      opt: the optimizer (maybe loss-scaled) whose `compute_gradients`
+        the towers call.
+      loss: float32 scalar, the tower's total loss.
+      tower: the tower's `TowerVariables`, its model built.
+
+    Returns:
+      A list of (gradient, the copy the tower reads), one per variable of
+      `tf.compat.v1.trainable_variables()`, in its order; the gradient is
+      None where the loss reads no copy of the variable.
+    """
+    names = [var.op.name for var in tf.compat.v1.trainable_variables()]
+    own = trainable_variables(tower)
+    others = [
+        var
+        for var in towers.model_variables_with_copies(loss.graph)
+        if all(var is not each for each in own)
+    ]
+    read = {name: [] for name in names}
+    for grad, var in opt.compute_gradients(loss, own + others):
+        if grad is not None:
+            read[towers.primary_name(var.op.name) or var.op.name].append(
+                grad
+            )
+    return [(_sum(read[name]), var) for name, var in zip(names, own)]
+
+
+def _sum(grads):
+    """The sum of a variable's gradients; None for none, one as it is."""
+    if len(grads) <= 1:
+        return grads[0] if grads else None
+    return tf.math.add_n([tf.convert_to_tensor(grad) for grad in grads])

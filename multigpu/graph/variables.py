@@ -5,11 +5,24 @@ does, for its calls outside the towers; inside them the towers' device
 function (`placement.device_function`) decides. `variable_with_weight_decay`
 adds a weight-decay term to the `losses` collection; `fully_connected` is
 the layer both models build from them.
+
+The variables a user's model asks for, checked as it asks for them.
+
+The towers train float variables made whole by `tf.compat.v1.get_variable`,
+global, under names of the model's own. Anything else fails later, deep in
+TensorFlow, in a line that names neither the model nor the variable: an
+int32 variable in the optimizer or the moving averages ('The variables must
+be half, float, or double'), a partitioned one as 'made without get_variable', a
+name the suite gives its own variables as a reuse or duplicate-node error,
+a copy's name or a local variable as a KeyError of the replicated mode, a
+model without variables as 'No variables to optimize'.
 """
+
+import contextlib
 
 import tensorflow as tf
 
-from multigpu.graph import placement
+from multigpu.graph import any_model, placement, summaries, towers
 
 
 def variable_on_cpu(name, shape, initializer):
@@ -58,3 +71,93 @@ def fully_connected(inputs, units, stddev, wd, bias_init):
     return tf.matmul(inputs, tf.cast(weights, inputs.dtype)) + tf.cast(
         biases, inputs.dtype
     )
+
+
+# The names of the suite's own variables: the step counter and the float16
+# loss scale (`loss_scale.LossScaleOptimizer`).
+SUITE_VARIABLES = ("global_step", "loss_scale", "loss_scale_good_steps")
+# What the suite's optimizer and moving averages append to a variable's
+# name for the variables they keep of it ('conv1/weights/Momentum').
+SUITE_SUFFIXES = ("Momentum", "ExponentialMovingAverage")
+
+
+class ModelVariableError(ValueError):
+    """A model asked for a variable the towers cannot train."""
+
+
+@contextlib.contextmanager
+def checked_variables(model_name):
+    """A scope that refuses, as they are asked for, what the towers refuse.
+
+    Args:
+      model_name: str, the model as the user names it ('--model=m:f').
+
+    Raises:
+      ModelVariableError: naming the model and the variable, or a model
+        that made no variable at all.
+    """
+    asked = []
+
+    def check(getter, *args, **kwargs):
+        kwargs = any_model.by_name(args, kwargs)
+        own_name = summaries.without_blocks(kwargs["name"])
+        problem = _problem(own_name, kwargs)
+        if problem:
+            raise ModelVariableError(
+                "%s: variable %s %s" % (model_name, own_name, problem)
+            )
+        asked.append(kwargs["name"])
+        return getter(**kwargs)
+
+    made_before = len(tf.compat.v1.global_variables())
+    with tf.compat.v1.variable_scope(
+        tf.compat.v1.get_variable_scope(),
+        custom_getter=check,
+        auxiliary_name_scope=False,
+    ):
+        yield
+    # Variables made without get_variable are the towers' to name.
+    if not asked and len(tf.compat.v1.global_variables()) == made_before:
+        raise ModelVariableError(
+            "%s creates no variable, so there is nothing to train; give it "
+            "a layer with weights (tf.compat.v1.layers, or "
+            "tf.compat.v1.get_variable)" % model_name
+        )
+
+
+def _problem(name, kwargs):
+    """What is wrong with a variable asked for, or None."""
+    if kwargs.get("partitioner") is not None:
+        return (
+            "is partitioned: partitioned variables are not supported; "
+            "create it whole (no partitioner in get_variable or its "
+            "variable_scope)"
+        )
+    if tf.compat.v1.GraphKeys.LOCAL_VARIABLES in (
+        kwargs.get("collections") or ()
+    ):
+        return (
+            "is a local variable, which is left out of checkpoints and "
+            "which the towers do not copy; make it a global variable "
+            "(trainable=False if it is not trained)"
+        )
+    dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)
+    if not dtype.is_floating:
+        return (
+            "is %s, and the towers keep float variables only (the optimizer "
+            "trains them, the moving averages average the others too); make "
+            "it float32" % dtype.name
+        )
+    if name in SUITE_VARIABLES or name.rpartition("/")[2] in SUITE_SUFFIXES:
+        return (
+            "has a name the suite gives its own variables (%s, or a name "
+            "ending in /%s); rename it"
+            % (", ".join(SUITE_VARIABLES), " or /".join(SUITE_SUFFIXES))
+        )
+    if towers.primary_name(name) is not None:
+        return (
+            "is named like the copy %s/%s_N/... that --variable_update="
+            "replicated makes of each variable; rename its scope"
+            % (towers.TOWERS_SCOPE, towers.REPLICA_SCOPE)
+        )
+    return None

@@ -13,7 +13,7 @@ import time
 import tensorflow as tf
 
 from multigpu.flags import flag_help
-from multigpu.graph import blocks, loss_scale
+from multigpu.graph import step_optimizer, summaries
 from multigpu.train_dir import checkpoints
 
 
@@ -44,12 +44,12 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
         terms = [
             each
             for each in tf.compat.v1.get_collection("losses")
-            if blocks.without_blocks(each.op.name) == "cross_entropy"
+            if summaries.without_blocks(each.op.name) == "cross_entropy"
         ]
         self._fetches = {"total_loss": self._total_loss}
         if terms:
             self._fetches["cross_entropy"] = tf.add_n(terms) / len(terms)
-        self._scaling = loss_scale.find_skipped_steps(
+        self._scaling = step_optimizer.find_skipped_steps(
             tf.compat.v1.get_default_graph()
         )
 

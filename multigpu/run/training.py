@@ -5,7 +5,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from multigpu.distributed import agreement, cluster, ps_agreement, watchdog
-from multigpu.graph import blocks, summaries
+from multigpu.graph import summaries
 from multigpu.run import (
     chief_savers,
     failures,
@@ -152,7 +152,7 @@ def _scaffold(summary_op):
     """
     # TensorFlow's default saver, but for how it prunes and the names of the
     # variables kept in a block (`checkpoints.saved_name`).
-    with tf.name_scope(blocks.SESSION + "/"):
+    with tf.name_scope(summaries.SESSION + "/"):
         saver = checkpoints.ExactSaver(
             checkpoints.saved_variables(), sharded=True, allow_empty=True
         )
@@ -452,7 +452,7 @@ def _train_loop(train_op, hooks, session_creator):
     # The ops the session and its hooks add (initialisers, readiness
     # checks, the saver) make the graph's session block.
     with (
-        tf.name_scope(blocks.SESSION + "/"),
+        tf.name_scope(summaries.SESSION + "/"),
         tf.compat.v1.train.MonitoredSession(
             session_creator=session_creator,
             hooks=hooks,

@@ -15,7 +15,7 @@ import sys
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.graph import blocks
+from multigpu.graph import summaries
 
 # Checkpoints are train_dir/model.ckpt-STEP (TensorFlow's default name).
 CHECKPOINT_BASENAME = "model.ckpt"
@@ -225,10 +225,10 @@ def refuse_links(checkpoint_dir, step):
 
 def saved_name(var):
     """A variable's name in the checkpoints: its name without the graph's
-    blocks (`blocks.without_blocks`), so that 'model/conv1/weights' and
+    blocks (`summaries.without_blocks`), so that 'model/conv1/weights' and
     'summaries/cross_entropy/avg' are saved as the tutorial saves them,
     'conv1/weights' and 'cross_entropy/avg'."""
-    return blocks.without_blocks(var.op.name)
+    return summaries.without_blocks(var.op.name)
 
 
 def saved_variables():
@@ -250,7 +250,7 @@ def saved_variables():
                     saved[name].op.name,
                     var.op.name,
                     name,
-                    "/, ".join(blocks.SAVED_WITHOUT),
+                    "/, ".join(summaries.SAVED_WITHOUT),
                 )
             )
         saved[name] = var

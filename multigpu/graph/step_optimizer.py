@@ -1,4 +1,6 @@
-"""Loss scaling for float16 compute, as tf_cnn_benchmarks does it.
+"""The step's optimizer: the model's, and the wrappers the step puts around it.
+
+Loss scaling for float16 compute, as tf_cnn_benchmarks does it.
 
 float16 has 5 exponent bits: gradients below about 6e-8 round to zero in
 the backward pass. Multiplying the loss by a scale S before the gradients
@@ -10,11 +12,31 @@ A fixed scale can overflow float16 (65504) instead. The dynamic scale
 starts at the fixed one, skips the update and halves the scale when a
 gradient is not finite, and doubles it after `inc_every_n` good steps in a
 row. It lives in non-trainable variables, so a resumed run keeps it.
+
+A step that claims its global step before it writes any variable.
+
+In a ps cluster each worker applies its own steps to the one global step
+on the ps tasks. A worker stops once it reads the global step at
+--max_steps (`StopAtStepHook`), but a step it or another worker began
+before then still lands after it: two workers that each start a step at
+step 5 of 6 leave the global step at 7, a checkpoint past --max_steps.
+Here each step claims its global step in one atomic op once its gradients
+are made, and one whose claim would pass --max_steps writes nothing.
+
+The moving averages of the weights and statistics, which the eval reads.
+
+Every trainer updates them with its step (`average_variables`), but for
+the ps cluster with --sync_replicas: there every worker's step only sends
+gradients, and the chief updates the averages once per global step after
+applying them (`AveragedOptimizer`).
 """
 
 import collections
 
 import tensorflow as tf
+
+from multigpu.graph import any_model
+
 
 # tf_cnn_benchmarks' defaults: --fp16_loss_scale 128 with float16, and
 # --fp16_inc_loss_scale_every_n 1000 for the dynamic scale.
@@ -276,3 +298,143 @@ def describe(scaling):
         LOSS_SCALE_FACTOR,
         scaling.inc_every_n,
     )
+
+
+def claiming(optimizer, task, max_steps):
+    """optimizer, whose steps claim their global step where the kind of
+    run asks it (`kinds.Kind.claims_steps`) and --max_steps bounds the
+    run; else optimizer itself.
+
+    Args:
+      optimizer: a `tf.compat.v1.train.Optimizer`.
+      task: this process's `cluster.ClusterTask`.
+      max_steps: int, or None for no bound.
+    """
+    if max_steps is None or not task.kind.claims_steps:
+        return optimizer
+    return _ClaimingOptimizer(optimizer, max_steps)
+
+
+def claimed_step(global_step, last_step, grads_and_vars):
+    """Claims the next global step, once the gradients are made.
+
+    One atomic op on global_step's device (the placer puts it there):
+    of the steps that workers run at once, each gets its own global step,
+    and none gets one past last_step, whatever their order.
+
+    Args:
+      global_step: int64 scalar resource variable.
+      last_step: int, the step no claim goes past.
+      grads_and_vars: list of (gradient, variable); the claim waits for
+        every gradient, so the step's reads of global_step (its learning
+        rate) come before it.
+
+    Returns:
+      int64 scalar, global_step before the claim; running it at last_step
+      raises `tf.errors.OutOfRangeError`, which ends a `MonitoredSession`
+      as the end of its input does.
+    """
+    made = [grad.op for grad, _ in grads_and_vars if grad is not None]
+    with tf.control_dependencies(made):
+        # `tf.compat.v1.count_up_to`, without its deprecation warning.
+        return tf.raw_ops.ResourceCountUpTo(
+            resource=global_step.handle,
+            limit=last_step,
+            T=global_step.dtype,
+            name="claimed_step",
+        )
+
+
+class _ClaimingOptimizer(tf.compat.v1.train.Optimizer):
+    """An optimizer whose update runs once its step claimed its global
+    step (`claimed_step`), which then counts the step: the optimizer it
+    wraps increments nothing."""
+
+    def __init__(self, optimizer, last_step):
+        """optimizer: the `Optimizer` to wrap; last_step: int."""
+        super().__init__(use_locking=False, name="ClaimingOptimizer")
+        self._optimizer = optimizer
+        self._last_step = last_step
+
+    def compute_gradients(self, *args, **kwargs):
+        return self._optimizer.compute_gradients(*args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Claims global_step (int64 scalar variable), then applies the
+        gradients (list of (gradient, variable)); name: of the update."""
+        grads_and_vars = list(grads_and_vars)
+        claim = claimed_step(global_step, self._last_step, grads_and_vars)
+        with tf.control_dependencies([claim]):
+            return self._optimizer.apply_gradients(grads_and_vars, name=name)
+
+
+def average_variables(update_ops, global_step, applied, decay):
+    """Updates the moving averages of the weights and statistics.
+
+    The decay is lower while the global step is small (the num_updates rule
+    of `ExponentialMovingAverage`: min(decay, (1 + step) / (10 + step))), and
+    1 on a step that is not applied, so that a step skipped by loss scaling
+    moves no average.
+
+    Args:
+      update_ops: the step's update ops; the averages take their values.
+      global_step: int64 scalar, the step the update makes (the global
+        step variable, incremented by update_ops).
+      applied: bool scalar, `step_applied`.
+      decay: float, e.g. the tutorial's 0.9999.
+
+    Returns:
+      The op that updates the averages, after update_ops.
+    """
+    # One block of the graph in TensorBoard (its initial-value conds were
+    # ten nodes at the top level); the shadows' names keep no scope.
+    with (
+        tf.name_scope("moving_averages"),
+        tf.control_dependencies(update_ops),
+    ):
+        step = tf.cast(global_step, tf.float32)
+        early = tf.minimum(decay, (1.0 + step) / (10.0 + step))
+        averages = tf.compat.v1.train.ExponentialMovingAverage(
+            tf.where(applied, early, 1.0)
+        )
+        return averages.apply(any_model.moving_average_variables())
+
+
+class AveragedOptimizer(tf.compat.v1.train.Optimizer):
+    """An optimizer whose update then moves the moving averages, once.
+
+    For the ps cluster with --sync_replicas: `SyncReplicasOptimizer` runs
+    the update of the optimizer it wraps once per global step, in its
+    chief's queue runner, so the averages move once per global step, after
+    the weights, as Inception's distributed trainer moves them. Unlike its
+    `variable_averages` argument, which the chief applies after it hands
+    out the next step's tokens, here the global step is incremented after
+    the averages: a worker (and the chief's checkpoint saver) that sees step
+    N sees its averages too.
+    """
+
+    def __init__(self, optimizer, decay):
+        """optimizer: the `Optimizer` to wrap; decay: float, e.g. 0.9999."""
+        super().__init__(use_locking=False, name="AveragedOptimizer")
+        self._optimizer = optimizer
+        self._decay = decay
+
+    def compute_gradients(self, *args, **kwargs):
+        return self._optimizer.compute_gradients(*args, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Applies the gradients, the averages, then increments global_step.
+
+        Args:
+          grads_and_vars: list of (gradient, variable).
+          global_step: int64 scalar variable, incremented once.
+          name: str or None, of the update op.
+        """
+        apply_op = self._optimizer.apply_gradients(grads_and_vars, name=name)
+        # Nothing else increments the step: this reads it before the
+        # increment below, which waits for the averages.
+        averages = average_variables(
+            [apply_op], global_step + 1, tf.constant(True), self._decay
+        )
+        with tf.control_dependencies([averages]):
+            return tf.compat.v1.assign_add(global_step, 1).op
