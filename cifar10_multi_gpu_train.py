@@ -48,6 +48,7 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 
 # isort: split
 
+import collections
 import functools
 
 import tensorflow as tf
@@ -113,7 +114,7 @@ def build_graph(
       batch_size: int, examples per tower per step.
       devices, compute_dtype: the towers' device strings; the layers' dtype.
       clip_norm, task: float, 0 for no clipping; this process's ClusterTask.
-      update: the `variable_update.VariableUpdate`; None: parameter_server.
+      update: the `variable_update.VariableUpdate`, or None: parameter_server.
       xla, prefetch: bool, each tower compiled by XLA; its batch staged.
       loss_scaling: a `step_optimizer.LossScaling` for float16, or None.
       model: the `registry.Model` of every tower, and its recipe.
@@ -121,66 +122,104 @@ def build_graph(
 
     Returns:
       loss, train_op: float32 scalar, the towers' mean total loss; the step.
-      summary_op: the summaries of the last tower and of the update.
-      hooks: the session hooks the optimizer and the staging need.
+      summary_op, hooks: the summaries of the last tower and of the update;
+        the session hooks the optimizer and the staging need.
     """
     update = update or variable_update.parameter_server(devices)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples = batch_size * len(devices) * task.replicas_per_step
-    scaled = _optimizer(model, global_step, examples, loss_scaling)
-    plan = variable_update.tower_plan(update)
-    tower_losses, tower_grads, put_ops, scope = _build_towers(
-        plan, get_next, scaled, model, compute_dtype, xla, prefetch
+    step = _step_optimizer(
+        task, _optimizer(model, global_step, examples, loss_scaling), max_steps
     )
-    cluster.refuse_sync_statistics(
-        task, towers.batch_norm_updates(scope), model.name
+    plan = variable_update.tower_plan(update)
+    put_ops = []
+    next_batch = functools.partial(_tower_batch, get_next, prefetch, put_ops)
+    tower_losses, tower_grads, scope = _build_towers(
+        plan, next_batch, step.scaled, model, compute_dtype, xla
+    )
+    step_optimizer.refuse_sync_statistics(
+        step, towers.batch_norm_updates(scope), model.name
     )
     loss_averages, later = _loss_averages(
         update, tower_losses[-1], global_step, scope
     )
-    # Every tower's gradients reduced; one loss-scale check for all copies.
     with tf.name_scope(summaries.REDUCE + "/"):
         reduced = _reduce(update, tower_grads, clip_norm, loss_averages)
-        reduced = step_optimizer.skip_unless_finite(scaled, reduced)
+        reduced = step_optimizer.skip_unless_finite(step.scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
-    opt = _step_optimizer(scaled, task, max_steps)
-    also = [*loss_averages, *put_ops]
-    train_op = _update(
-        update, plan, opt, scaled, reduced, global_step, scope, later, also
-    )
-    hooks = _session_hooks(opt, task, put_ops)
+    beside = _Beside([*loss_averages, *put_ops], later)
+    train_op = _update(update, plan, step, reduced, scope, beside)
+    hooks = _session_hooks(step.sync, task, put_ops)
     return loss, train_op, summaries.last_tower_summaries(scope), hooks
 
 
-def _update(
-    update, plan, opt, scaled, reduced, global_step, scope, later, also
-):
-    """The update block (`_apply`), the step's op, and the histograms of
-    the first copy's variables and gradients.
+def _session_hooks(sync, task, put_ops):
+    """The hooks a sync optimizer needs, and the first staging (put_ops)."""
+    hooks = cluster.sync_hooks(sync, task)
+    if put_ops:
+        hooks.append(towers.WarmUpHook(put_ops))
+    return hooks
+
+
+def _step_optimizer(task, scaled, max_steps):
+    """The `step_optimizer.StepOptimizer` of the task's kind of run around
+    the loss-scaled optimizer the towers use (scaled); its steps claim no
+    global step past max_steps (int or None)."""
+    steps = step_optimizer.Steps(
+        max_steps,
+        task.replicas_to_aggregate,
+        task.num_workers,
+        cifar10.MOVING_AVERAGE_DECAY,
+    )
+    return task.kind.step_optimizer(scaled, steps)
+
+
+_Beside = collections.namedtuple("_Beside", "ops later")
+_Beside.__doc__ = """What the step runs beside its update: ops, the loss
+averages made now and the staging of the towers' next batches; later, None
+or the callable that makes the losses' averages behind the update's gate
+(a cluster of workers only: `_loss_averages`)."""
+
+
+def _update(update, plan, step, reduced, scope, beside):
+    """The update block: the reduced gradients applied once, then the
+    moving averages (unless the step's optimizer moves them itself); the
+    step's op; and the histograms of the first copy's variables and
+    gradients.
 
     Args:
-      opt, scaled, scope, later: as `_apply`'s.
-      also: the ops the step runs beside the update: the loss averages,
-        the staging of the towers' next batches.
+      update, plan: the `variable_update.VariableUpdate` and its towers.
+      step: the `step_optimizer.StepOptimizer`; its scaled optimizer says
+        whether the step is applied (`step_optimizer.step_applied`).
+      reduced: the reduced gradients, one list per copy.
+      scope: str, the last tower's name scope, whose batch-norm statistics
+        are committed (none with --sync_replicas:
+        `step_optimizer.refuse_sync_statistics`).
+      beside: the `_Beside` of the update.
 
     Returns:
       the step's op.
     """
+    global_step = tf.compat.v1.train.get_global_step()
     with tf.name_scope(summaries.UPDATE + "/"):
-        apply_op = _apply(
-            update, plan, opt, scaled, reduced, global_step, scope, later
+        applied = step_optimizer.step_applied(step.scaled)
+        apply_op = variable_update.apply_gradients(
+            update,
+            plan,
+            step.optimizer,
+            reduced,
+            variable_update.Statistics(
+                towers.batch_norm_updates(scope), applied
+            ),
+            beside.later,
         )
-        train_op = tf.group(apply_op, *also)
+        if not step.moves_averages:
+            apply_op = step_optimizer.average_variables(
+                [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
+            )
+        train_op = tf.group(apply_op, *beside.ops)
     summaries.add_histograms(reduced[0])
     return train_op
-
-
-def _session_hooks(opt, task, put_ops):
-    """The hooks a sync optimizer needs, and the first staging (put_ops)."""
-    hooks = cluster.sync_hooks(opt, task)
-    if put_ops:
-        hooks.append(towers.WarmUpHook(put_ops))
-    return hooks
 
 
 def _optimizer(model, global_step, examples_per_step, loss_scaling):
@@ -191,81 +230,26 @@ def _optimizer(model, global_step, examples_per_step, loss_scaling):
         return step_optimizer.wrap(model.optimizer(lr), loss_scaling)
 
 
-def _step_optimizer(scaled, task, max_steps):
-    """The optimizer whose `apply_gradients` makes the step, around the
-    loss-scaled one the towers used (scaled).
-
-    With --sync_replicas each worker's step only sends its gradients: the
-    sync wrapper's chief applies the gradients of a global step, then the
-    moving averages, once (`step_optimizer.AveragedOptimizer`). Else each
-    step claims its global step where the kind of run asks it, up to
-    max_steps (int or None: `step_claims`).
-    """
-    if task.kind.sync:
-        return cluster.sync_optimizer(
-            step_optimizer.AveragedOptimizer(
-                scaled, cifar10.MOVING_AVERAGE_DECAY
-            ),
-            task,
-        )
-    return step_optimizer.claiming(scaled, task, max_steps)
-
-
-def _apply(update, plan, opt, scaled, reduced, global_step, scope, later):
-    """Applies the reduced gradients once, then the moving averages.
-
-    Args:
-      opt: the step's optimizer (`_step_optimizer`); a sync one moves the
-        moving averages itself.
-      scaled: the loss-scaled optimizer, which says whether the step is
-        applied (`step_optimizer.step_applied`).
-      scope: str, the last tower's name scope, whose batch-norm statistics
-        are committed (none with --sync_replicas:
-        `cluster.refuse_sync_statistics`).
-      later: None, or the callable that makes the losses' averages behind
-        the update's gate (a cluster of workers only: `_loss_averages`).
-
-    Returns:
-      the op that updates the variables and then their moving averages.
-    """
-    applied = step_optimizer.step_applied(scaled)
-    apply_op = variable_update.apply_gradients(
-        update,
-        plan,
-        opt,
-        reduced,
-        global_step,
-        towers.batch_norm_updates(scope),
-        applied,
-        later,
-    )
-    if isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer):
-        return apply_op  # Its chief's `AveragedOptimizer` moved them.
-    return step_optimizer.average_variables(
-        [apply_op], global_step, applied, cifar10.MOVING_AVERAGE_DECAY
-    )
-
-
-def _build_towers(plan, get_next, opt, model, compute_dtype, xla, prefetch):
-    """Each tower of the plan: its batch, model, loss and gradients.
+def _build_towers(plan, next_batch, opt, model, compute_dtype, xla):
+    """Each tower of the plan: its batch (next_batch(): `_tower_batch`),
+    model, loss and gradients.
 
     Returns:
       tower_losses: list of float32 scalars, each tower's total loss.
       tower_grads: list (one per tower) of lists of (gradient, variable).
-      put_ops: the ops that stage the towers' next batches (prefetch).
       scope: str, the last tower's name scope, e.g. 'towers/tower_1/'.
     """
-    tower_losses, tower_grads, put_ops = [], [], []
+    tower_losses, tower_grads = [], []
     for tower in plan:
         with towers.tower(tower, xla) as scope:
-            images, labels = _tower_batch(get_next, prefetch, put_ops)
+            images, labels = next_batch()
             logits = registry.logits(model, images, True, compute_dtype)
             towers.add_cross_entropy(logits, labels)
             tower_losses.append(towers.tower_total_loss(scope))
             tower_grads.append(
                 variable_update.tower_gradients(opt, tower_losses[-1], tower)
             )
-    return tower_losses, tower_grads, put_ops, scope
+    return tower_losses, tower_grads, scope
 
 
 def _tower_batch(get_next, prefetch, put_ops):

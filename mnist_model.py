@@ -17,6 +17,7 @@ import mnist_input
 from multigpu.distributed import cluster
 from multigpu.graph import (
     placement,
+    step_optimizer,
     summaries,
     towers,
     variable_update,
@@ -146,8 +147,7 @@ def train(
         next batch of a shared input; called once per tower, on the CPU.
       devices: list of the towers' device strings.
       learning_rate: float.
-      task: the `cluster.ClusterTask` of this process (sync mode wraps the
-        optimizer).
+      task: the `cluster.ClusterTask` (its kind's `step_optimizer`).
       update: the `variable_update.VariableUpdate`; None is
         parameter_server on the CPU.
 
@@ -157,8 +157,12 @@ def train(
       summary_op: string scalar, the loss summaries of the last tower.
       hooks: the session hooks the optimizer needs.
     """
-    global_step = tf.compat.v1.train.get_or_create_global_step()
-    opt = cluster.sync_optimizer(optimizer(learning_rate), task)
+    tf.compat.v1.train.get_or_create_global_step()
+    steps = step_optimizer.Steps(
+        None, task.replicas_to_aggregate, task.num_workers, None
+    )
+    step = task.kind.step_optimizer(optimizer(learning_rate), steps)
+    opt = step.optimizer
     update = update or variable_update.parameter_server(devices)
     plan = variable_update.tower_plan(update)
     tower_losses, tower_grads = [], []
@@ -178,11 +182,16 @@ def train(
         reduced = variable_update.reduce_gradients(update, tower_grads)
     with tf.name_scope("update"):
         train_op = variable_update.apply_gradients(
-            update, plan, opt, reduced, global_step, [], tf.constant(True)
+            update,
+            plan,
+            opt,
+            reduced,
+            variable_update.Statistics([], tf.constant(True)),
         )
     mean_loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     summary_op = summaries.last_tower_summaries(scope)
-    return mean_loss, train_op, summary_op, cluster.sync_hooks(opt, task)
+    hooks = cluster.sync_hooks(step.sync, task)
+    return mean_loss, train_op, summary_op, hooks
 
 
 def _tower_loss_with_summaries(scope):

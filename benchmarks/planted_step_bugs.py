@@ -254,9 +254,9 @@ BUGS = [
         "cifar10_multi_gpu_train.py",
         "        reduced = _reduce(update, tower_grads, clip_norm, "
         "loss_averages)\n"
-        "        reduced = step_optimizer.skip_unless_finite(scaled, "
+        "        reduced = step_optimizer.skip_unless_finite(step.scaled, "
         "reduced)\n",
-        "        tower_grads = step_optimizer.skip_unless_finite(scaled, "
+        "        tower_grads = step_optimizer.skip_unless_finite(step.scaled, "
         "tower_grads)\n"
         "        reduced = _reduce(update, tower_grads, clip_norm, "
         "loss_averages)\n",
@@ -274,10 +274,8 @@ BUGS = [
     Bug(
         "sync_averages_per_worker_step",
         "cifar10_multi_gpu_train.py",
-        "    if isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer):\n"
-        "        return apply_op  # Its chief's "
-        "`AveragedOptimizer` moved them.\n",
-        "",
+        "        if not step.moves_averages:\n",
+        "        if True:\n",
         "sync replicas move the averages with each worker's step",
         (
             "tests/test_sync_replicas_averages.py::test_sync_replicas_move_"

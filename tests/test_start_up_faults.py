@@ -21,6 +21,7 @@ from helpers.scripts import signal_when, start_script
 from helpers.training import SINGLE, run_trainer, trainer_flags
 
 from multigpu.distributed import cluster
+from multigpu.graph import step_optimizer
 
 # A tmpfs this small, filled in blocks of 64 KiB, keeps no byte free.
 FULL_DISK_SIZE = "256k"
@@ -222,9 +223,12 @@ def test_a_sync_worker_that_ends_before_its_session_logs_no_unread_tensor(
     task = cluster.ClusterTask(spec, "worker", 1, True, 2)
     with tf.Graph().as_default():
         weight = tf.compat.v1.get_variable("weight", initializer=1.0)
-        opt = cluster.sync_optimizer(
-            tf.compat.v1.train.GradientDescentOptimizer(0.1), task
-        )
+        opt = task.kind.step_optimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1),
+            step_optimizer.Steps(
+                None, task.replicas_to_aggregate, task.num_workers, None
+            ),
+        ).sync
         opt.apply_gradients(
             opt.compute_gradients(weight * weight),
             tf.compat.v1.train.get_or_create_global_step(),

@@ -22,9 +22,10 @@ def _one_weight_step(task, max_steps):
     """(train op, global step, weight): loss = weight, a rate of 0.25."""
     global_step = tf.compat.v1.train.get_or_create_global_step()
     weight = tf.compat.v1.get_variable("weight", initializer=1.0)
-    opt = step_optimizer.claiming(
-        tf.compat.v1.train.GradientDescentOptimizer(0.25), task, max_steps
-    )
+    opt = task.kind.step_optimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.25),
+        step_optimizer.Steps(max_steps, 1, 1, None),
+    ).optimizer
     train_op = opt.apply_gradients(
         opt.compute_gradients(weight), global_step=global_step
     )

@@ -201,84 +201,16 @@ def device_setter(task):
     return task.kind.device_setter(task)
 
 
-def sync_optimizer(opt, task):
-    """Wraps opt so that each step averages the gradients of all workers.
-
-    Returns opt itself unless the task is a worker in sync mode.
-    """
-    if not task.kind.sync:
-        return opt
-    return _SyncReplicasOptimizer(
-        opt,
-        replicas_to_aggregate=task.replicas_to_aggregate,
-        total_num_replicas=task.num_workers,
-    )
-
-
-class _SyncReplicasOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
-    """A `SyncReplicasOptimizer` whose chief's queue runner ends quietly
-    when the chief's session closes.
-
-    The runner's thread runs the sync step, whose first op waits for the
-    next global step's gradients; after the last step no worker sends them,
-    so the session's close cancels it (CancelledError), once the
-    coordinator has stopped waiting for the thread. TensorFlow's runner
-    ends quietly only on OutOfRangeError and hands any other error to that
-    coordinator, which raises it in the thread, where it printed
-    'Exception in thread QueueRunnerThread-sync_token_q-...' and a
-    traceback before the chief's report. A cancelled sync step is this
-    thread's end, as a closed queue is (the runner's `cancel_op`, run as
-    the coordinator stops, ends a pending enqueue with CancelledError too).
-    """
-
-    def get_chief_queue_runner(self):
-        """The optimizer's queue runner, its ops the same, taking
-        CancelledError for its end. Called once, as the chief's session
-        begins (by the hook of `make_session_run_hook`)."""
-        runner = super().get_chief_queue_runner()
-        return tf.compat.v1.train.QueueRunner(
-            runner.queue,
-            runner.enqueue_ops,
-            runner.close_op,
-            runner.cancel_op,
-            queue_closed_exception_types=(
-                tf.errors.OutOfRangeError,
-                tf.errors.CancelledError,
-            ),
-        )
-
-
-def refuse_sync_statistics(task, statistics_updates, model_name):
-    """Refuses --sync_replicas for a model with batch-norm statistics.
-
-    A sync worker's step sends its gradients and ends; the statistics of
-    its batch would be committed by every worker's step, several times per
-    global step, each worker's own.
-
-    Args:
-      task: the `ClusterTask`.
-      statistics_updates: the ops that update the last tower's statistics.
-      model_name: str, --model.
-
-    Raises:
-      ValueError: --sync_replicas and statistics_updates.
-    """
-    if task.kind.sync and statistics_updates:
-        raise ValueError(
-            "--sync_replicas: --model=%s has batch-norm statistics, which "
-            "every worker would commit from its own batch, several times per"
-            " global step; drop --sync_replicas (or train it in a cluster of"
-            " workers only: --variable_update=replicated, no --ps_hosts)"
-            % model_name
-        )
-
-
 def sync_hooks(opt, task):
     """The session hooks a `SyncReplicasOptimizer` needs on every worker.
 
-    Call it after `opt.apply_gradients`. Returns [] for other optimizers.
+    Args:
+      opt: the `step_optimizer.StepOptimizer`'s sync, or None (no hooks).
+      task: the `ClusterTask`.
+
+    Call it after the step's `apply_gradients`.
     """
-    if not isinstance(opt, tf.compat.v1.train.SyncReplicasOptimizer):
+    if opt is None:
         return []
     # Read by the optimizer's hook as the session starts. A worker that ends
     # before (refused, interrupted) would else end in a block of '=' lines

@@ -19,6 +19,7 @@ from typing import Callable, NamedTuple
 import tensorflow as tf
 
 from multigpu.distributed import collective_cluster
+from multigpu.graph import step_optimizer
 
 
 class Kind(NamedTuple):
@@ -61,6 +62,10 @@ class Kind(NamedTuple):
     # process, one agreed step or the sync chief moves the global step,
     # and the stop at --max_steps holds alone.
     claims_steps: bool
+    # (optimizer, `step_optimizer.Steps`) -> the step's
+    # `step_optimizer.StepOptimizer`: `plain`, `claiming` (the claims above)
+    # or `sync_replicas`.
+    step_optimizer: Callable
     # A signal to one process stops every worker at one agreed step (False:
     # the process that took it stops alone).
     agreed_stop: bool
@@ -185,6 +190,7 @@ LOCAL = Kind(
     agreement="",
     finished_check="own",
     claims_steps=False,
+    step_optimizer=step_optimizer.plain,
     agreed_stop=False,
     worker_session="",
     lost_peer_save=False,
@@ -205,6 +211,7 @@ PS = Kind(
     agreement="ps",
     finished_check="session",
     claims_steps=True,
+    step_optimizer=step_optimizer.claiming,
     agreed_stop=False,
     worker_session="wait",
     lost_peer_save=False,
@@ -216,6 +223,7 @@ PS_SYNC = PS._replace(
     replicas_per_step=_aggregated,
     sync=True,
     claims_steps=False,
+    step_optimizer=step_optimizer.sync_replicas,
 )
 WORKERS_ONLY = Kind(
     name="cluster of workers only",
@@ -231,6 +239,7 @@ WORKERS_ONLY = Kind(
     agreement="collective",
     finished_check="session",
     claims_steps=False,
+    step_optimizer=step_optimizer.plain,
     agreed_stop=True,
     worker_session="own",
     lost_peer_save=True,

@@ -37,7 +37,7 @@ def tower_plan(devices, task, update, precision, session, options):
     """
     update = update_of_choice(devices, task, update)
     compute_dtype, loss_scaling = choices.dtypes(
-        precision, devices, task.sync_replicas
+        precision, devices, task.kind.sync
     )
     config = placement.session_config(
         devices,

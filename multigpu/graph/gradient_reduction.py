@@ -168,8 +168,9 @@ def made_behind_the_gate(make):
 def no_gate(update, plan, reduced, statistics, later):
     """One machine: (the gradients as they are, a callable() that reads
     `_last_towers_values` after the update); later is None (`made_now`)."""
-    _, applied = statistics
-    return reduced, functools.partial(_last_towers_values, plan, applied)
+    return reduced, functools.partial(
+        _last_towers_values, plan, statistics.applied
+    )
 
 
 def across_workers_gate(update, plan, reduced, statistics, later):
@@ -177,9 +178,8 @@ def across_workers_gate(update, plan, reduced, statistics, later):
     names and the last worker's values), read and sent before the update,
     all waiting for every collective of the step, and for the losses'
     averages later makes behind them (`all_or_none`)."""
-    updates, applied = statistics
-    with tf.control_dependencies(updates):
-        names, values = _last_towers_values(plan, applied)
+    with tf.control_dependencies(statistics.updates):
+        names, values = _last_towers_values(plan, statistics.applied)
     reduced, received = all_or_none(
         update, reduced, values, later
     )

@@ -1,9 +1,9 @@
-"""The step's optimizer: the model's, and the wrappers the step puts around it.
+"""The step's optimizer: the model's, and the wrappers the step puts around
+it (`_Wrapper`), chosen once by the kind of run (`StepOptimizer`).
 
-Loss scaling for float16 compute, as tf_cnn_benchmarks does it.
-
-float16 has 5 exponent bits: gradients below about 6e-8 round to zero in
-the backward pass. Multiplying the loss by a scale S before the gradients
+Loss scaling for float16 compute, as tf_cnn_benchmarks does it: float16
+has 5 exponent bits, and gradients below about 6e-8 round to zero in the
+backward pass. Multiplying the loss by a scale S before the gradients
 are computed shifts every gradient up by S; dividing the float32 gradients
 by S afterwards gives back the true values, so where nothing underflows the
 step is unchanged (S is a power of two: both multiplications are exact).
@@ -13,9 +13,8 @@ starts at the fixed one, skips the update and halves the scale when a
 gradient is not finite, and doubles it after `inc_every_n` good steps in a
 row. It lives in non-trainable variables, so a resumed run keeps it.
 
-A step that claims its global step before it writes any variable.
-
-In a ps cluster each worker applies its own steps to the one global step
+A step that claims its global step before it writes any variable: in a ps
+cluster each worker applies its own steps to the one global step
 on the ps tasks. A worker stops once it reads the global step at
 --max_steps (`StopAtStepHook`), but a step it or another worker began
 before then still lands after it: two workers that each start a step at
@@ -23,9 +22,8 @@ step 5 of 6 leave the global step at 7, a checkpoint past --max_steps.
 Here each step claims its global step in one atomic op once its gradients
 are made, and one whose claim would pass --max_steps writes nothing.
 
-The moving averages of the weights and statistics, which the eval reads.
-
-Every trainer updates them with its step (`average_variables`), but for
+The moving averages of the weights and statistics, which the eval reads:
+every trainer updates them with its step (`average_variables`), but for
 the ps cluster with --sync_replicas: there every worker's step only sends
 gradients, and the chief updates the averages once per global step after
 applying them (`AveragedOptimizer`).
@@ -67,12 +65,13 @@ def loss_scaling(compute_dtype, scale, dynamic, inc_every_n, sync_replicas):
     Args:
       compute_dtype: the towers' compute dtype.
       scale, dynamic, inc_every_n: the --fp16_* flags.
-      sync_replicas: bool, whether the cluster aggregates workers' gradients.
+      sync_replicas: bool, whether the kind of run aggregates the workers'
+        gradients (`kinds.Kind.sync`).
 
     Raises:
-      ValueError: a scale below 1, or the dynamic scale with
-        --sync_replicas (the chief applies gradients in a run of its own,
-        where its workers' finite checks are not computed).
+      ValueError: a scale below 1, or the dynamic scale with --sync_replicas
+        (whose chief applies the gradients in a run of its own, without
+        the workers' finite checks).
     """
     if compute_dtype != tf.float16:
         return None
@@ -93,7 +92,21 @@ def wrap(optimizer, scaling):
     return LossScaleOptimizer(optimizer, scaling)
 
 
-class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
+class _Wrapper(tf.compat.v1.train.Optimizer):
+    """An optimizer around another, the one way the step wraps one: its
+    gradients are the wrapped one's (the loss scale changes what it asks
+    of them), its `apply_gradients` does more around the wrapped one's."""
+
+    def __init__(self, optimizer, name):
+        """optimizer: the `Optimizer` to wrap; name: str, the wrapper's."""
+        super().__init__(use_locking=False, name=name)
+        self._optimizer = optimizer
+
+    def compute_gradients(self, *args, **kwargs):
+        return self._optimizer.compute_gradients(*args, **kwargs)
+
+
+class LossScaleOptimizer(_Wrapper):
     """Scales the loss, unscales the gradients, skips non-finite steps.
 
     `compute_gradients` may be called once per tower; `apply_gradients`
@@ -104,11 +117,12 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
     """
 
     def __init__(self, optimizer, scaling):
-        super().__init__(use_locking=False, name="LossScale")
-        self._optimizer = optimizer
+        super().__init__(optimizer, "LossScale")
         self._scaling = scaling
         self.dynamic = scaling.dynamic
-        self._finite = None
+        # bool scalar, whether the reduced gradients are finite: set by
+        # `skip_unless_finite`, which comes first.
+        self.finite = None
         self.loss_scale = tf.compat.v1.get_variable(
             "loss_scale",
             initializer=tf.constant(scaling.initial_scale, tf.float32),
@@ -137,22 +151,6 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
             (g / scale if g is not None else None, v) for g, v in grads_and_vars
         ]
 
-    def all_finite(self):
-        """bool scalar: whether the step's reduced gradients are finite.
-
-        Set by `skip_unless_finite`, which must run first.
-        """
-        assert self._finite is not None, "skip_unless_finite comes first"
-        return self._finite
-
-    def zeros_unless_finite(self, copies):
-        """`skip_unless_finite` of the dynamic scale; keeps its check."""
-        self._finite = _all_finite(copies[0])
-        return [
-            [(_zeros_unless(self._finite, g), v) for g, v in grads_and_vars]
-            for grads_and_vars in copies
-        ]
-
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Applies the gradients; the dynamic scale skips non-finite steps.
 
@@ -164,7 +162,7 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
                 grads_and_vars, global_step, name
             )
         # The check of `skip_unless_finite`, or one on these gradients.
-        finite = self._finite
+        finite = self.finite
         if finite is None:
             finite = _all_finite(grads_and_vars)
         # On a skipped step no variable (nor optimizer slot) changes.
@@ -238,46 +236,43 @@ def skip_unless_finite(optimizer, copies):
     Args:
       optimizer: the optimizer of `wrap`.
       copies: list (one per copy of the variables) of lists of (gradient,
-        variable); every copy's gradients have the same values.
-
-    Returns:
-      copies, their gradients zeros on a skipped step (the same lists when
-      the scale is not dynamic).
+        variable), every copy's of the same values; returned as they are
+        but for the dynamic scale, zeros on a skipped step.
     """
-    if not (isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic):
+    if not _is_dynamic(optimizer):
         return copies
-    return optimizer.zeros_unless_finite(copies)
+    optimizer.finite = _all_finite(copies[0])
+    return [
+        [(_zeros_unless(optimizer.finite, g), v) for g, v in grads_and_vars]
+        for grads_and_vars in copies
+    ]
 
 
 def step_applied(optimizer):
-    """bool scalar: whether the step's update is applied.
-
-    False where the dynamic loss scale skips the step (non-finite
-    gradients); then no weight, statistic or moving average may change.
-    Call it after `skip_unless_finite`.
-
-    Args:
-      optimizer: the optimizer of `wrap`.
-    """
-    if isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic:
-        return optimizer.all_finite()
-    return tf.constant(True)
+    """bool scalar: whether the step's update is applied: False where the
+    dynamic loss scale (optimizer, of `wrap`) skips the step (non-finite
+    gradients), when no weight, statistic or moving average may change.
+    Call it after `skip_unless_finite`."""
+    if not _is_dynamic(optimizer):
+        return tf.constant(True)
+    assert optimizer.finite is not None, "skip_unless_finite comes first"
+    return optimizer.finite
 
 
 def skipped_steps(optimizer):
     """The int64 variable that counts the skipped steps, or None."""
-    if isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic:
-        return optimizer.skipped_steps
-    return None
+    return optimizer.skipped_steps if _is_dynamic(optimizer) else None
+
+
+def _is_dynamic(optimizer):
+    """Whether optimizer (of `wrap`) scales its loss dynamically."""
+    return isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic
 
 
 def find_skipped_steps(graph):
-    """The graph's count of skipped steps and its loss scale, or None.
-
-    Returns:
-      (int64 variable, float32 variable) where the graph scales its loss
-      dynamically, else None.
-    """
+    """(int64 variable, float32 variable): the graph's count of skipped
+    steps and its loss scale where it scales its loss dynamically, else
+    None."""
     found = {
         var.op.name: var
         for var in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
@@ -300,70 +295,142 @@ def describe(scaling):
     )
 
 
-def claiming(optimizer, task, max_steps):
-    """optimizer, whose steps claim their global step where the kind of
-    run asks it (`kinds.Kind.claims_steps`) and --max_steps bounds the
-    run; else optimizer itself.
+Steps = collections.namedtuple(
+    "Steps", "max_steps replicas_to_aggregate num_workers decay"
+)
+Steps.__doc__ = """What the step's optimizer counts, of the run and its trainer.
 
-    Args:
-      optimizer: a `tf.compat.v1.train.Optimizer`.
-      task: this process's `cluster.ClusterTask`.
-      max_steps: int, or None for no bound.
+max_steps: int, the global step no step claims past; None for no bound
+  (or a trainer whose steps claim nothing).
+replicas_to_aggregate, num_workers: ints, the worker steps a sync global
+  step averages and the workers of the cluster.
+decay: float, the moving averages' (e.g. 0.9999) that a sync chief moves
+  after its update; None for a trainer without moving averages.
+"""
+
+StepOptimizer = collections.namedtuple(
+    "StepOptimizer", "optimizer scaled sync moves_averages"
+)
+StepOptimizer.__doc__ = """The step's optimizer, chosen once by the kind of
+run (its `kinds.Kind.step_optimizer`, one of `plain`, `claiming`,
+`sync_replicas`).
+
+optimizer: the `Optimizer` whose `apply_gradients` makes the step.
+scaled: the loss-scaled optimizer it wraps (`wrap`), whose gradients the
+  towers compute and which says whether the step is applied.
+sync: the `SyncReplicasOptimizer` whose session hooks every worker needs
+  (`cluster.sync_hooks`), or None.
+moves_averages: bool, its update moves the moving averages itself.
+"""
+
+
+def plain(optimizer, steps):
+    """One process, a cluster of workers only: the optimizer as it is."""
+    return StepOptimizer(optimizer, optimizer, None, False)
+
+
+def claiming(optimizer, steps):
+    """A ps cluster: each step claims its global step before it writes,
+    where steps.max_steps bounds the run (`_ClaimingOptimizer`)."""
+    if steps.max_steps is None:
+        return plain(optimizer, steps)
+    claiming_optimizer = _ClaimingOptimizer(optimizer, steps.max_steps)
+    return StepOptimizer(claiming_optimizer, optimizer, None, False)
+
+
+def sync_replicas(optimizer, steps):
+    """A ps cluster with --sync_replicas: each worker's step only sends its
+    gradients; the chief applies those of a global step, then (steps.decay
+    given) the moving averages, once (`AveragedOptimizer`)."""
+    averaged = optimizer
+    if steps.decay is not None:
+        averaged = AveragedOptimizer(optimizer, steps.decay)
+    sync = _SyncReplicasOptimizer(
+        averaged,
+        replicas_to_aggregate=steps.replicas_to_aggregate,
+        total_num_replicas=steps.num_workers,
+    )
+    return StepOptimizer(sync, optimizer, sync, steps.decay is not None)
+
+
+class _SyncReplicasOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
+    """A `SyncReplicasOptimizer` whose chief's queue runner ends quietly
+    when the chief's session closes.
+
+    After the last step no worker sends gradients, so the session's close
+    cancels the runner's sync step (CancelledError). TensorFlow's runner
+    ends quietly only on OutOfRangeError and hands any other error to its
+    coordinator, which raised it in the thread: 'Exception in thread
+    QueueRunnerThread-sync_token_q-...' and a traceback before the chief's
+    report. A cancelled sync step is this thread's end, as a closed queue
+    is (the runner's `cancel_op` ends a pending enqueue the same way).
     """
-    if max_steps is None or not task.kind.claims_steps:
-        return optimizer
-    return _ClaimingOptimizer(optimizer, max_steps)
 
-
-def claimed_step(global_step, last_step, grads_and_vars):
-    """Claims the next global step, once the gradients are made.
-
-    One atomic op on global_step's device (the placer puts it there):
-    of the steps that workers run at once, each gets its own global step,
-    and none gets one past last_step, whatever their order.
-
-    Args:
-      global_step: int64 scalar resource variable.
-      last_step: int, the step no claim goes past.
-      grads_and_vars: list of (gradient, variable); the claim waits for
-        every gradient, so the step's reads of global_step (its learning
-        rate) come before it.
-
-    Returns:
-      int64 scalar, global_step before the claim; running it at last_step
-      raises `tf.errors.OutOfRangeError`, which ends a `MonitoredSession`
-      as the end of its input does.
-    """
-    made = [grad.op for grad, _ in grads_and_vars if grad is not None]
-    with tf.control_dependencies(made):
-        # `tf.compat.v1.count_up_to`, without its deprecation warning.
-        return tf.raw_ops.ResourceCountUpTo(
-            resource=global_step.handle,
-            limit=last_step,
-            T=global_step.dtype,
-            name="claimed_step",
+    def get_chief_queue_runner(self):
+        """The optimizer's queue runner, its ops the same, taking
+        CancelledError for its end. Called once, as the chief's session
+        begins (by the hook of `make_session_run_hook`)."""
+        runner = super().get_chief_queue_runner()
+        return tf.compat.v1.train.QueueRunner(
+            runner.queue,
+            runner.enqueue_ops,
+            runner.close_op,
+            runner.cancel_op,
+            queue_closed_exception_types=(
+                tf.errors.OutOfRangeError,
+                tf.errors.CancelledError,
+            ),
         )
 
 
-class _ClaimingOptimizer(tf.compat.v1.train.Optimizer):
+def refuse_sync_statistics(step, statistics_updates, model_name):
+    """Refuses --sync_replicas (a step, the `StepOptimizer`, with a sync)
+    for a model (model_name: --model) with batch-norm statistics (the ops
+    statistics_updates): a sync worker's step sends its gradients and
+    ends; every worker's step would commit its own batch's statistics,
+    several times per global step."""
+    if step.sync is not None and statistics_updates:
+        raise ValueError(
+            "--sync_replicas: --model=%s has batch-norm statistics, which "
+            "every worker would commit from its own batch, several times per"
+            " global step; drop --sync_replicas (or train it in a cluster of"
+            " workers only: --variable_update=replicated, no --ps_hosts)"
+            % model_name
+        )
+
+
+class _ClaimingOptimizer(_Wrapper):
     """An optimizer whose update runs once its step claimed its global
-    step (`claimed_step`), which then counts the step: the optimizer it
-    wraps increments nothing."""
+    step, which then counts the step: the optimizer it wraps increments
+    nothing.
+
+    The claim is one atomic op on the global step's device (the placer
+    puts it there): of the steps that workers run at once, each gets its
+    own global step, and none gets one past last_step, whatever their
+    order; one at last_step raises `tf.errors.OutOfRangeError`, which ends
+    a `MonitoredSession` as the end of its input does. It waits for every
+    gradient, so the step's reads of the global step (its learning rate)
+    come before it.
+    """
 
     def __init__(self, optimizer, last_step):
         """optimizer: the `Optimizer` to wrap; last_step: int."""
-        super().__init__(use_locking=False, name="ClaimingOptimizer")
-        self._optimizer = optimizer
+        super().__init__(optimizer, "ClaimingOptimizer")
         self._last_step = last_step
-
-    def compute_gradients(self, *args, **kwargs):
-        return self._optimizer.compute_gradients(*args, **kwargs)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Claims global_step (int64 scalar variable), then applies the
         gradients (list of (gradient, variable)); name: of the update."""
         grads_and_vars = list(grads_and_vars)
-        claim = claimed_step(global_step, self._last_step, grads_and_vars)
+        made = [grad.op for grad, _ in grads_and_vars if grad is not None]
+        with tf.control_dependencies(made):
+            # `tf.compat.v1.count_up_to`, without its deprecation warning.
+            claim = tf.raw_ops.ResourceCountUpTo(
+                resource=global_step.handle,
+                limit=self._last_step,
+                T=global_step.dtype,
+                name="claimed_step",
+            )
         with tf.control_dependencies([claim]):
             return self._optimizer.apply_gradients(grads_and_vars, name=name)
 
@@ -400,7 +467,7 @@ def average_variables(update_ops, global_step, applied, decay):
         return averages.apply(any_model.moving_average_variables())
 
 
-class AveragedOptimizer(tf.compat.v1.train.Optimizer):
+class AveragedOptimizer(_Wrapper):
     """An optimizer whose update then moves the moving averages, once.
 
     For the ps cluster with --sync_replicas: `SyncReplicasOptimizer` runs
@@ -415,21 +482,13 @@ class AveragedOptimizer(tf.compat.v1.train.Optimizer):
 
     def __init__(self, optimizer, decay):
         """optimizer: the `Optimizer` to wrap; decay: float, e.g. 0.9999."""
-        super().__init__(use_locking=False, name="AveragedOptimizer")
-        self._optimizer = optimizer
+        super().__init__(optimizer, "AveragedOptimizer")
         self._decay = decay
 
-    def compute_gradients(self, *args, **kwargs):
-        return self._optimizer.compute_gradients(*args, **kwargs)
-
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        """Applies the gradients, the averages, then increments global_step.
-
-        Args:
-          grads_and_vars: list of (gradient, variable).
-          global_step: int64 scalar variable, incremented once.
-          name: str or None, of the update op.
-        """
+        """Applies the gradients (list of (gradient, variable)), the
+        averages, then increments global_step (int64 scalar variable) once;
+        name: str or None, of the update op."""
         apply_op = self._optimizer.apply_gradients(grads_and_vars, name=name)
         # Nothing else increments the step: this reads it before the
         # increment below, which waits for the averages.

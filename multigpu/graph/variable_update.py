@@ -2,15 +2,9 @@
 towers' gradients update them: the variable update (tf_cnn_benchmarks'
 variable manager), one small table of functions per --variable_update mode.
 
-A step calls it in the order the step runs, and it calls nothing back:
-
-  update = variable_update(mode, devices, ...)   the mode's plain values
-  plan = tower_plan(update)                      one `TowerVariables` a tower
-  for each tower (`towers.towers(plan)`):        its device, scope and getter
-    grads = copy_gradients.tower_gradients(opt, loss, tower)
-  made, later = update_waits(update, make)       the losses' averages
-  reduced = reduce_gradients(update, tower_grads)
-  train_op = apply_gradients(update, plan, opt, reduced, global_step, ...)
+A step calls it in the order the step runs (`variable_update`,
+`tower_plan`, `tower_gradients` in each tower, `update_waits`,
+`reduce_gradients`, `apply_gradients`), and it calls nothing back.
 
 parameter_server (the TF1 design): one copy of every variable on
 `variable_device`; each tower reads it and sends its gradients there, where
@@ -41,19 +35,7 @@ alike, stay equal.
 
 Statistics (the non-trainable variables, such as batch-norm moving means):
 the last tower's, committed to the variable and every copy after the
-update (`update_gates`).
-
-A tower's gradients, the gradient of every copy of a variable it reads
-counted.
-
-In replicated mode a tower's model reads its own copy of each variable
-(`variable_update.tower_plan`), but its loss may read other copies too: a
-weight decay written over `tf.compat.v1.trainable_variables()` (TensorFlow's
-official ResNet's) reads tower 0's variables from every tower. Every copy
-holds the variable's value, so the loss's gradient of the variable is the
-sum of its gradients of every copy it reads; taken of its own copy only,
-the decay of towers 1 to N - 1 would be lost, and the reduced gradient
-would carry 1/N of it.
+update (`gradient_reduction.commit_statistics`).
 """
 
 import collections
@@ -83,8 +65,7 @@ VariableUpdate.__doc__ = """The variable update of a run.
 
 mode: the row of the table: one of VARIABLE_UPDATES, or ACROSS_WORKERS.
 devices: the tower device strings.
-variable_device: str, where the variables (tower 0's copy, if replicated)
-  live.
+variable_device: str, where the variables live (replicated: tower 0's copy).
 all_reduce: 'nccl', 'collective' or 'one_device' if replicated, else None.
 keys: the `all_reduce.CollectiveKeys` of the graph's collective ops.
 task: the `cluster.ClusterTask` of ACROSS_WORKERS, whose all-reduces join
@@ -152,12 +133,8 @@ def variable_update(
 
 
 def _parameter_server_update(devices, choice, spec, task, pack_bytes):
-    return VariableUpdate(
-        "parameter_server",
-        devices,
-        placement.variable_device(choice, devices, task),
-        None,
-        all_reduce.CollectiveKeys(),
+    return parameter_server(
+        devices, placement.variable_device(choice, devices, task)
     )
 
 
@@ -270,17 +247,6 @@ def _copying_getter(index, weights, copies):
     return copying_getter
 
 
-def trainable_variables(tower):
-    """The trainable variables as tower reads them: its copy or the variable.
-
-    Call it after the tower's model is built, for its gradients.
-    """
-    return [
-        tower.copies.get(var.op.name, var)
-        for var in tf.compat.v1.trainable_variables()
-    ]
-
-
 def reduce_gradients(update, tower_grads):
     """The synchronisation point: every tower's gradients, reduced.
 
@@ -316,28 +282,26 @@ def update_waits(update, make):
     return _MODES[update.mode].waits(make)
 
 
-def apply_gradients(
-    update,
-    plan,
-    opt,
-    reduced,
-    global_step,
-    statistics_updates,
-    applied,
-    later=None,
-):
+Statistics = collections.namedtuple("Statistics", "updates applied")
+Statistics.__doc__ = """The statistics a step's update commits.
+
+updates: the ops that update the last tower's statistics
+  (`towers.batch_norm_updates` of its scope).
+applied: bool scalar, whether the step is applied
+  (`step_optimizer.step_applied`).
+"""
+
+
+def apply_gradients(update, plan, opt, reduced, statistics, later=None):
     """The step's update: the gradients, then the statistics.
 
     Args:
       update: the `VariableUpdate`.
       plan: the `tower_plan` the towers were built with.
-      opt: the optimizer; its `apply_gradients` increments global_step once.
+      opt: the optimizer; its `apply_gradients` increments the global
+        step (int64 scalar variable) once.
       reduced: the lists of `reduce_gradients` (each maybe clipped).
-      global_step: int64 scalar variable.
-      statistics_updates: the ops that update the last tower's statistics
-        (`towers.batch_norm_updates` of its scope).
-      applied: bool scalar, whether the step is applied
-        (`loss_scale.step_applied`).
+      statistics: the `Statistics` of the step.
       later: `update_waits`' callable, made behind the mode's gate, or
         None.
 
@@ -346,17 +310,17 @@ def apply_gradients(
       LOCAL_INIT_OP collection, where a `Scaffold` (or, in a plain
       `Session`, `sessions.local_init_op`) finds it.
     """
-    reduced, statistics = _MODES[update.mode].gate(
-        update, plan, reduced, (statistics_updates, applied), later
+    reduced, committed = _MODES[update.mode].gate(
+        update, plan, reduced, statistics, later
     )
     # The optimizer's slots of a copy are the copy's: local variables.
     with tf.variable_creator_scope(_local_if_a_copy):
         apply_op = opt.apply_gradients(
             [pair for grads in reduced for pair in grads],
-            global_step=global_step,
+            global_step=tf.compat.v1.train.get_global_step(),
         )
-    with tf.control_dependencies([apply_op, *statistics_updates]):
-        commit = gradient_reduction.commit_statistics(plan, *statistics())
+    with tf.control_dependencies([apply_op, *statistics.updates]):
+        commit = gradient_reduction.commit_statistics(plan, *committed())
     tf.compat.v1.add_to_collection(
         tf.compat.v1.GraphKeys.LOCAL_INIT_OP, _local_init_op(update)
     )
@@ -398,7 +362,7 @@ def describe(update):
 
 
 def _own_start(update, initialise):
-    """One machine: the values restored or initialised (initialise)."""
+    """One machine: the values restored or initialised."""
     return initialise
 
 
@@ -453,7 +417,7 @@ _Mode = collections.namedtuple(
 # index copies the weights, and where its variable ops go; the gradients'
 # reduction (`gradient_reduction`); where the losses' averages are made
 # (`update_waits`); what the update waits for, and the statistics every copy
-# takes (`update_gates`); the copies' start; the dry run's lines.
+# takes (`gradient_reduction`); the copies' start; the dry run's lines.
 _MODES = {
     "parameter_server": _Mode(
         _parameter_server_update,
@@ -489,14 +453,19 @@ _MODES = {
 
 
 def tower_gradients(opt, loss, tower):
-    """The tower's gradient of each trainable variable, for its own copy.
+    """The tower's gradient of each trainable variable, for its own copy,
+    the gradient of every copy it reads counted.
 
-    A loss that reads the tower's own copies only takes the gradients that
-    `opt.compute_gradients` of those copies gives, and no op more.
+    A tower's loss may read other copies than its own: a weight decay
+    written over `tf.compat.v1.trainable_variables()` (TensorFlow's
+    official ResNet's) reads tower 0's variables from every tower. Every
+    copy holds the variable's value, so the loss's gradient of the variable
+    is the sum of its gradients of every copy it reads; of its own copy
+    only, the reduced gradient would carry 1/N of that decay. A loss that
+    reads its own copies only takes `opt.compute_gradients`' gradients.
 
     Args:
-      opt: the optimizer (maybe loss-scaled) whose `compute_gradients`
-        the towers call.
+      opt: the towers' optimizer (maybe loss-scaled).
       loss: float32 scalar, the tower's total loss.
       tower: the tower's `TowerVariables`, its model built.
 
@@ -505,8 +474,11 @@ def tower_gradients(opt, loss, tower):
       `tf.compat.v1.trainable_variables()`, in its order; the gradient is
       None where the loss reads no copy of the variable.
     """
-    names = [var.op.name for var in tf.compat.v1.trainable_variables()]
-    own = trainable_variables(tower)
+    trainable = tf.compat.v1.trainable_variables()
+    names = [var.op.name for var in trainable]
+    # The trainable variables as the tower reads them: its copy or the
+    # variable.
+    own = [tower.copies.get(var.op.name, var) for var in trainable]
     others = [
         var
         for var in towers.model_variables_with_copies(loss.graph)
