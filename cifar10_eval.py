@@ -112,7 +112,8 @@ def build_graph(
 
     Returns:
       hits: bool [2, <= batch_size], whether each example's label is the
-        top prediction (row 0) or among the top 5 (row 1): `top_k_hits`.
+        top prediction (row 0) or among the top 5 (row 1):
+        `summaries.top_k_hits`.
       init_op: rewinds the input to its first example.
     """
     with tf.device("/cpu:0"):

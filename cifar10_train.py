@@ -51,13 +51,13 @@ def build_graph(
     model=registry.TUTORIAL,
 ):
     """Builds input, model, loss and train op in the default graph, each in
-    its block (`blocks`).
+    its block (`summaries`).
 
     device: str, where the model computes; its variables live on the CPU.
     model: the `registry.Model` to train, with its recipe.
 
     clip_norm: float, 0 for no clipping of the gradients' global norm.
-    loss_scaling: a `loss_scale.LossScaling` for float16, or None.
+    loss_scaling: a `step_optimizer.LossScaling` for float16, or None.
 
     Returns:
       loss: float32 scalar, the total loss of the step's batch.

@@ -58,9 +58,9 @@ class Kind(NamedTuple):
     finished_check: str
     # Workers apply their steps to one global step each on its own, so a
     # step claims its global step before it writes anything, and one past
-    # --max_steps ends its worker's run (`step_claims`); elsewhere one
-    # process, one agreed step or the sync chief moves the global step,
-    # and the stop at --max_steps holds alone.
+    # --max_steps ends its worker's run (`step_optimizer.claiming`);
+    # elsewhere one process, one agreed step or the sync chief moves the
+    # global step, and the stop at --max_steps holds alone.
     claims_steps: bool
     # (optimizer, `step_optimizer.Steps`) -> the step's
     # `step_optimizer.StepOptimizer`: `plain`, `claiming` (the claims above)

@@ -16,7 +16,7 @@ from multigpu.graph import placement, variable_update
 #   update: the `variable_update.VariableUpdate` of --variable_update.
 #   compute_dtype: tf.DType the layers compute in (--use_fp16).
 #   config: the session's `ConfigProto`.
-#   loss_scaling: the float16 loss scaling (`loss_scale`), or None.
+#   loss_scaling: the float16 loss scaling (`step_optimizer`), or None.
 #   options: the `choices.TowerOptions` (--clip_gradients, --xla, ...).
 TowerPlan = collections.namedtuple(
     "TowerPlan", "devices update compute_dtype config loss_scaling options"

@@ -77,7 +77,7 @@ def call_model(
     and handed to its layers as a cast, so checkpoints hold float32 only;
     batch-norm statistics, float32 in the layers, stay so. Weight decay
     acts on the float32 variables, whatever made the regularizer
-    (`float32_decay`). The non-trainable variables the model creates
+    (`any_model`). The non-trainable variables the model creates
     (batch-norm moving statistics) join the MOVING_AVERAGE_VARIABLES
     collection, so that the weights' moving average covers them and the
     eval restores their averages too.

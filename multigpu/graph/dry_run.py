@@ -120,7 +120,7 @@ def check(graph, batch_shapes, title, update=None, config=None):
       update: the graph's `variable_update.VariableUpdate`; None is
         parameter_server.
       config: the `ConfigProto` of the run's sessions: the ops Grappler's
-        rewrite adds under it are checked too (`rewrite_audit`); None
+        rewrite adds under it are checked too (`op_kernels`); None
         checks the graph as built only.
 
     Raises:
@@ -161,7 +161,7 @@ def check(graph, batch_shapes, title, update=None, config=None):
 
 
 def _check_rewrites(graph, config):
-    """Prints or raises what `rewrite_audit` finds of the run's config."""
+    """Prints or raises what `op_kernels` finds of the run's config."""
     unrunnable = op_kernels.unrunnable_rewrites(
         graph, config, op_kernels.has_gpu_kernel
     )

@@ -17,7 +17,7 @@ Statistics (the non-trainable variables, such as batch-norm moving means):
 in both modes the last tower updates its own copy from its batch (the
 Inception trainer runs the last tower's updates only), and the step then
 commits that value to the variable and every copy, unless the step is not
-applied (`loss_scale.step_applied`): a step skipped by loss scaling leaves
+applied (`step_optimizer.step_applied`): a step skipped by loss scaling leaves
 every statistic as it was.
 """
 

@@ -104,7 +104,7 @@ def regularization_losses(scope):
     count too (the Inception trainer adds them to every tower's loss). A
     tower that made its own term of a variable (its copy's, in replicated
     mode; a TF1 layer's, which takes it again in every tower in reduced
-    precision, of the float32 variable: `float32_decay`) counts that one
+    precision, of the float32 variable: `any_model`) counts that one
     instead.
 
     Args:

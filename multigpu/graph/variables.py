@@ -74,7 +74,7 @@ def fully_connected(inputs, units, stddev, wd, bias_init):
 
 
 # The names of the suite's own variables: the step counter and the float16
-# loss scale (`loss_scale.LossScaleOptimizer`).
+# loss scale (`step_optimizer.LossScaleOptimizer`).
 SUITE_VARIABLES = ("global_step", "loss_scale", "loss_scale_good_steps")
 # What the suite's optimizer and moving averages append to a variable's
 # name for the variables they keep of it ('conv1/weights/Momentum').

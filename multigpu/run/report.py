@@ -95,7 +95,7 @@ def print_closing_report(
 ):
     """Prints `closing_report` if the run trained a step, or the job went
     on during it (a ps cluster's other workers ran every step this one's
-    claims missed, `step_claims`); see there."""
+    claims missed, `step_optimizer`); see there."""
     if hook.runs or hook.last_step != hook.first_step:
         print(
             flag_help.as_invoked(
