@@ -108,11 +108,12 @@ flags.adopt_module_key_flags(common_flags)
 
 
 def build_graph(
-    *, data_dir, batch_size, num_epochs, devices, learning_rate, task, update
+    *, data_dir, batch_size, num_epochs, learning_rate, task, update
 ):
     """Builds the shared input and the towers' training step.
 
-    update: the `variable_update.VariableUpdate` of the towers.
+    update: the `variable_update.VariableUpdate` of the towers (on its
+    devices).
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -127,7 +128,7 @@ def build_graph(
         )
         iterator = tf.compat.v1.data.make_one_shot_iterator(batches)
     return mnist_model.train(
-        iterator.get_next, devices, learning_rate, task, update
+        iterator.get_next, update.devices, learning_rate, task, update
     )
 
 
@@ -345,7 +346,6 @@ def _train(train_file, towers, train_dir, data, profiling, run):
             data_dir=recipe.data_dir,
             batch_size=recipe.batch_size,
             num_epochs=recipe.num_epochs,
-            devices=devices,
             learning_rate=recipe.learning_rate,
             task=task,
             update=plans.update_of_choice(devices, task, recipe.update),

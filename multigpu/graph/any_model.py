@@ -8,25 +8,18 @@ correctly: variables made outside `tf.compat.v1.get_variable` (Keras 2 layer
 objects, `tf.Variable`), whose batch-norm updates and regularizers never
 reach the TF1 collections and which the towers could not share.
 
-The arguments a variable scope's custom getter receives, by name.
+A custom getter is called with keywords, but a model's own getter, nested
+inside the towers' scopes, may pass them on by position, as TF1 allows
+(TensorFlow's official ResNet calls `getter(name, shape, dtype, *args,
+**kwargs)`): the towers' getters take them all by name (`by_name`).
 
-TensorFlow calls a custom getter with keywords, but a model's own getter,
-nested inside the towers' scopes, may pass them on by position, as TF1
-allows: TensorFlow's official ResNet calls `getter(name, shape, dtype,
-*args, **kwargs)`. The towers' getters read and change some of them, so
-they take them all by name (`by_name`) and pass them on by name.
-
-Weight decay on the float32 variables, whichever layer made it.
-
-In reduced precision the towers' custom getter (`any_model`) hands each
-layer a 16-bit cast of its float32 variable. `get_variable` applies its
-`regularizer=` to the variable it made, the float32 one; a TF1 layer object
-(`tf.compat.v1.layers`, and tf-slim's conv2d and fully_connected, built on
-TensorFlow's copy of them) applies its `kernel_regularizer` to what
-`get_variable` returned: the cast, whose square sum bfloat16 rounds to 8
-significant bits. tf_cnn_benchmarks decays the float32 variables, and so do
-the towers: while a model is built, the TF1 layers regularize the float32
-variable behind each cast.
+Weight decay applies to the float32 variables, whichever layer made them
+(`layers_regularize_float32`): in reduced precision `get_variable`
+regularizes the float32 variable it made, but a TF1 layer object
+(`tf.compat.v1.layers`, tf-slim's conv2d and fully_connected) regularizes
+what `get_variable` returned, the 16-bit cast, whose square sum bfloat16
+rounds to 8 significant bits. tf_cnn_benchmarks decays the float32
+variables, and so do the towers.
 """
 
 import contextlib

@@ -1,24 +1,21 @@
-"""The gradients' reduction: every tower's gradients, reduced for the update.
+"""The gradients' reduction, what the update waits for, and the statistics
+every copy takes after it: the `reduce`, `waits` and `gate` columns of
+`variable_update`'s table, one function per mode (tf_cnn_benchmarks'
+variable manager owns its mode's reduction the same way).
 
-The synchronisation point of a step, one function per mode, which the
-`reduce` column of `variable_update`'s table names (tf_cnn_benchmarks'
-variable manager owns its mode's reduction the same way):
-parameter_server averages them on the variable device (`on_variable_device`,
+The synchronisation point of a step: parameter_server averages the towers'
+gradients on the variable device (`on_variable_device`,
 `average_gradients`), replicated all-reduces them between the towers
 (`between_towers`, `all_reduce`), and across the workers of a cluster of
 workers only (`across_workers`, `collectives`), whose update waits for
 every collective of its step (`all_or_none`).
 
-What a step's update waits for, per --variable_update mode (the `waits`
-and `gate` columns of `variable_update`'s table), and the statistics every
-copy takes after it.
-
 Statistics (the non-trainable variables, such as batch-norm moving means):
 in both modes the last tower updates its own copy from its batch (the
 Inception trainer runs the last tower's updates only), and the step then
 commits that value to the variable and every copy, unless the step is not
-applied (`step_optimizer.step_applied`): a step skipped by loss scaling leaves
-every statistic as it was.
+applied (`step_optimizer.step_applied`): a step skipped by loss scaling
+leaves every statistic as it was.
 """
 
 import functools

@@ -1,9 +1,8 @@
-"""Which kernels this TensorFlow build registers, per op type and dtype.
+"""Which kernels this TensorFlow build registers, per op type and dtype, and
+the ops Grappler writes into a graph, checked before a session runs them.
 
 The wheel carries the GPU kernels even on a machine without a GPU, and its
 kernel registry says, per op type and dtype, whether one exists.
-
-The ops Grappler writes into a graph, checked before a session runs them.
 
 A session hands its graph to Grappler, whose remapper fuses ops the graph
 never held (Conv2D + BiasAdd + Relu into _FusedConv2D, MatMul + BiasAdd into

@@ -1,31 +1,29 @@
-"""The step's optimizer: the model's, and the wrappers the step puts around
-it (`_Wrapper`), chosen once by the kind of run (`StepOptimizer`).
+"""The step's optimizer: the model's, in the wrappers of the step
+(`_Wrapper`), chosen once by the kind of run (`StepOptimizer`).
 
 Loss scaling for float16 compute, as tf_cnn_benchmarks does it: float16
 has 5 exponent bits, and gradients below about 6e-8 round to zero in the
-backward pass. Multiplying the loss by a scale S before the gradients
-are computed shifts every gradient up by S; dividing the float32 gradients
-by S afterwards gives back the true values, so where nothing underflows the
-step is unchanged (S is a power of two: both multiplications are exact).
+backward pass. The loss times a scale S (a power of two: both
+multiplications are exact) shifts every gradient up by S; the float32
+gradients divided by S are the true values. A fixed scale can overflow
+float16 (65504) instead: the dynamic scale starts at the fixed one, skips
+the update and halves the scale when a gradient is not finite, and doubles
+it after `inc_every_n` good steps in a row. It lives in non-trainable
+variables, so a resumed run keeps it.
 
-A fixed scale can overflow float16 (65504) instead. The dynamic scale
-starts at the fixed one, skips the update and halves the scale when a
-gradient is not finite, and doubles it after `inc_every_n` good steps in a
-row. It lives in non-trainable variables, so a resumed run keeps it.
+In a ps cluster each worker applies its own steps to the one global step
+on the ps tasks, and stops once it reads the global step at --max_steps
+(`StopAtStepHook`), but a step it or another worker began before then
+still lands after it: two workers that each start a step at step 5 of 6
+would leave the global step at 7, a checkpoint past --max_steps. There
+each step claims its global step in one atomic op once its gradients are
+made, and one whose claim would pass --max_steps writes nothing
+(`claiming`).
 
-A step that claims its global step before it writes any variable: in a ps
-cluster each worker applies its own steps to the one global step
-on the ps tasks. A worker stops once it reads the global step at
---max_steps (`StopAtStepHook`), but a step it or another worker began
-before then still lands after it: two workers that each start a step at
-step 5 of 6 leave the global step at 7, a checkpoint past --max_steps.
-Here each step claims its global step in one atomic op once its gradients
-are made, and one whose claim would pass --max_steps writes nothing.
-
-The moving averages of the weights and statistics, which the eval reads:
-every trainer updates them with its step (`average_variables`), but for
-the ps cluster with --sync_replicas: there every worker's step only sends
-gradients, and the chief updates the averages once per global step after
+Every trainer moves the moving averages of the weights and statistics,
+which the eval reads, with its step (`average_variables`), but for the ps
+cluster with --sync_replicas, where every worker's step only sends
+gradients and the chief moves the averages once per global step after
 applying them (`AveragedOptimizer`).
 """
 

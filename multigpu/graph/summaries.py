@@ -1,18 +1,15 @@
-"""Summaries tagged without the 'tower_N/' scope, and the last tower's.
+"""Summaries: the graph's blocks, the tags every trainer writes, the losses'
+averages and the eval's hits.
 
-The blocks of a train graph: the name scopes at its top level.
-
-TensorBoard's Graphs page draws a graph by its name scopes, the top level
-first. A train graph's top level holds `global_step` and these blocks, each
-of which expands into its stages; the towers' block is
-`towers.TOWERS_SCOPE`. The model's variables are in the model block
-('model/conv1/weights'); the checkpoints and the summaries name them
-without it ('conv1/weights', as the tutorial's checkpoints do).
-
-The losses' summaries: raw, and as moving averages that start at the first
-loss.
-
-The eval's hits: each example's label the top prediction, or in the top 5.
+The blocks of a train graph are the name scopes at its top level, which
+TensorBoard's Graphs page draws first: `global_step` and INPUT, MODEL, ...,
+the towers' block being `towers.TOWERS_SCOPE`. The model's variables are in
+the model block ('model/conv1/weights'); the checkpoints and the summaries
+name them without it ('conv1/weights', as the tutorial's checkpoints do),
+and without the 'tower_N/' scope (`without_blocks`). The losses are
+summarised raw and as moving averages that start at the first loss
+(`add_loss_summaries`); the eval counts each example's label the top
+prediction, or in the top 5 (`top_k_hits`).
 """
 
 import re

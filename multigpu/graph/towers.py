@@ -1,6 +1,5 @@
-"""Building the towers, their losses and gradients.
-
-The names of the towers' copies of the variables.
+"""Building the towers, their losses and gradients, and the names of their
+copies of the variables.
 
 Tower i's copy of a variable is named towers/replica_i/<the variable's
 name> (`replica_name`), made by `variable_update`'s tower plan;

@@ -1,4 +1,5 @@
-"""The variable helpers of both tutorial models: every variable is made here.
+"""The variables of a model: the tutorial models' helpers, and the checks of
+what a user's model asks for.
 
 `variable_on_cpu` pins the tutorial's variables to the CPU, as the tutorial
 does, for its calls outside the towers; inside them the towers' device
@@ -6,13 +7,12 @@ function (`placement.device_function`) decides. `variable_with_weight_decay`
 adds a weight-decay term to the `losses` collection; `fully_connected` is
 the layer both models build from them.
 
-The variables a user's model asks for, checked as it asks for them.
-
 The towers train float variables made whole by `tf.compat.v1.get_variable`,
-global, under names of the model's own. Anything else fails later, deep in
-TensorFlow, in a line that names neither the model nor the variable: an
-int32 variable in the optimizer or the moving averages ('The variables must
-be half, float, or double'), a partitioned one as 'made without get_variable', a
+global, under names of the model's own; `checked_variables` refuses any
+other as it is asked for, which would else fail later, deep in TensorFlow,
+in a line that names neither the model nor the variable: an int32 variable
+in the optimizer or the moving averages ('The variables must be half,
+float, or double'), a partitioned one as 'made without get_variable', a
 name the suite gives its own variables as a reuse or duplicate-node error,
 a copy's name or a local variable as a KeyError of the replicated mode, a
 model without variables as 'No variables to optimize'.
