@@ -177,9 +177,7 @@ def across_workers_gate(update, plan, reduced, statistics, later):
     averages later makes behind them (`all_or_none`)."""
     with tf.control_dependencies(statistics.updates):
         names, values = _last_towers_values(plan, statistics.applied)
-    reduced, received = all_or_none(
-        update, reduced, values, later
-    )
+    reduced, received = all_or_none(update, reduced, values, later)
     return reduced, lambda: (names, received)
 
 

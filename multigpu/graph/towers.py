@@ -269,8 +269,6 @@ def identity_beside(grad):
         return tf.identity(grad)
 
 
-
-
 def replica_name(index, name):
     """'towers/replica_<index>/<name>': the name of tower index's copy of
     name, in the graph's towers block."""
@@ -283,9 +281,7 @@ def primary_name(name):
     return match.group(1) if match else None
 
 
-_COPY_NAME = re.compile(
-    "%s/%s_[0-9]+/(.+)" % (TOWERS_SCOPE, REPLICA_SCOPE)
-)
+_COPY_NAME = re.compile("%s/%s_[0-9]+/(.+)" % (TOWERS_SCOPE, REPLICA_SCOPE))
 
 
 def model_variables_with_copies(graph):
