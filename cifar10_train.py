@@ -27,7 +27,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.flags import choices, common_flags, flag_checks, script
-from multigpu.graph import op_kernels, placement, summaries
+from multigpu.graph import op_kernels, placement, step_optimizer, summaries
 from multigpu.run import interrupts, profile, report, training
 from multigpu.train_dir import data_records
 
@@ -44,9 +44,8 @@ def build_graph(
     *,
     data_dir,
     batch_size,
-    compute_dtype,
+    dtypes,
     clip_norm=0.0,
-    loss_scaling=None,
     device="/cpu:0",
     model=registry.TUTORIAL,
 ):
@@ -56,8 +55,8 @@ def build_graph(
     device: str, where the model computes; its variables live on the CPU.
     model: the `registry.Model` to train, with its recipe.
 
+    dtypes: the `step_optimizer.Dtypes` of the step.
     clip_norm: float, 0 for no clipping of the gradients' global norm.
-    loss_scaling: a `step_optimizer.LossScaling` for float16, or None.
 
     Returns:
       loss: float32 scalar, the total loss of the step's batch.
@@ -72,14 +71,16 @@ def build_graph(
         with tf.compat.v1.device(
             placement.device_function(device, placement.VARIABLE_DEVICE)
         ):
-            logits = registry.logits(model, images, True, compute_dtype)
+            logits = registry.logits(
+                model, images, True, dtypes.compute_dtype
+            )
         loss = cifar10.loss(logits, labels)
     return loss, cifar10.train(
         loss,
         global_step,
         batch_size=batch_size,
         clip_norm=clip_norm,
-        loss_scaling=loss_scaling,
+        loss_scaling=dtypes.loss_scaling,
         learning_rate_fn=model.learning_rate,
         optimizer_fn=model.optimizer,
     )
@@ -115,9 +116,8 @@ def main(argv):
         loss, train_op = build_graph(
             data_dir=FLAGS.data_dir,
             batch_size=FLAGS.batch_size,
-            compute_dtype=compute_dtype,
+            dtypes=step_optimizer.Dtypes(compute_dtype, loss_scaling),
             clip_norm=FLAGS.clip_gradients,
-            loss_scaling=loss_scaling,
             device=devices[0],
             model=model,
         )

@@ -56,6 +56,10 @@ dynamic: bool, halve on non-finite gradients, double after good steps.
 inc_every_n: int, good steps in a row before the scale doubles.
 """
 
+Dtypes = collections.namedtuple("Dtypes", "compute_dtype loss_scaling")
+Dtypes.__doc__ = """What a step computes in: compute_dtype, the layers'
+`tf.DType`; loss_scaling, its `LossScaling` for float16, or None."""
+
 
 def loss_scaling(compute_dtype, scale, dynamic, inc_every_n, sync_replicas):
     """The loss scaling of a run, or None when it computes not in float16.
