@@ -438,7 +438,8 @@ class _ClaimingOptimizer(_Wrapper):
 
 
 def average_variables(update_ops, global_step, applied, decay):
-    """Updates the moving averages of the weights and statistics.
+    """The op that updates the moving averages of the weights and
+    statistics, after update_ops (the step's, whose values they take).
 
     The decay is lower while the global step is small (the num_updates rule
     of `ExponentialMovingAverage`: min(decay, (1 + step) / (10 + step))), and
@@ -446,14 +447,10 @@ def average_variables(update_ops, global_step, applied, decay):
     moves no average.
 
     Args:
-      update_ops: the step's update ops; the averages take their values.
       global_step: int64 scalar, the step the update makes (the global
         step variable, incremented by update_ops).
       applied: bool scalar, `step_applied`.
       decay: float, e.g. the tutorial's 0.9999.
-
-    Returns:
-      The op that updates the averages, after update_ops.
     """
     # One block of the graph in TensorBoard (its initial-value conds were
     # ten nodes at the top level); the shadows' names keep no scope.
@@ -472,14 +469,13 @@ def average_variables(update_ops, global_step, applied, decay):
 class AveragedOptimizer(_Wrapper):
     """An optimizer whose update then moves the moving averages, once.
 
-    For the ps cluster with --sync_replicas: `SyncReplicasOptimizer` runs
-    the update of the optimizer it wraps once per global step, in its
-    chief's queue runner, so the averages move once per global step, after
+    Inside `SyncReplicasOptimizer`, which runs it once per global step in
+    its chief's queue runner: the averages move once per global step, after
     the weights, as Inception's distributed trainer moves them. Unlike its
     `variable_averages` argument, which the chief applies after it hands
-    out the next step's tokens, here the global step is incremented after
-    the averages: a worker (and the chief's checkpoint saver) that sees step
-    N sees its averages too.
+    out the next step's tokens, the global step is incremented after the
+    averages: a worker (and the chief's saver) that sees step N sees its
+    averages too.
     """
 
     def __init__(self, optimizer, decay):
