@@ -397,7 +397,9 @@ def _check_plan(batch_size, task, plan, model):
                 **variable_update.describe(plan.update),
                 xla=plan.options.xla,
                 prefetch_to_device=plan.options.prefetch,
-                cluster_task=dry_run.task_name(task),
+                cluster_task=dry_run.task_name(
+                    task.kind.serves, task.job_name, task.task_index
+                ),
                 loss_scaling=step_optimizer.describe(plan.loss_scaling),
             ),
             plan.update,

@@ -161,7 +161,9 @@ def plan_dry_run(task, num_gpus, batch_size, learning_rate, update_choice):
             batch_shapes,
             dry_run.describe(
                 devices,
-                cluster_task=dry_run.task_name(task),
+                cluster_task=dry_run.task_name(
+                    task.kind.serves, task.job_name, task.task_index
+                ),
                 **variable_update.describe(update),
             ),
             update,

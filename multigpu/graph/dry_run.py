@@ -466,8 +466,9 @@ def refuse_ps(task):
         )
 
 
-def task_name(task):
-    """'worker:1' for a cluster task, 'none' outside a cluster."""
-    if not task.kind.serves:
+def task_name(serves, job_name, task_index):
+    """'worker:1' for a task that serves a cluster (serves: its kind's
+    `kinds.Kind.serves`), 'none' outside a cluster."""
+    if not serves:
         return "none"
-    return "%s:%d" % (task.job_name, task.task_index)
+    return "%s:%d" % (job_name, task_index)
