@@ -3,7 +3,7 @@
 A cell across workers trains WORKERS worker tasks of a cluster of workers
 only (--variable_update=replicated, the gradients all-reduced across them
 by collective ops: multigpu/distributed/collective_cluster.py), each a
-process of benchmarks/equivalence_worker.py on free ports of 127.0.0.1,
+process of verification/equivalence_worker.py on free ports of 127.0.0.1,
 each on its share of the towers' batches. The runner compares the result
 with one device that trains the global batch, under the same tolerance as
 the cells in one process.
@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from benchmarks import bench_collective
-from benchmarks.equivalence_table import Case
+from verification.equivalence_table import Case
 
 WORKERS = 2  # Worker tasks of a cell.
 # The update column of a cell across workers (a cluster of workers only).
@@ -135,7 +135,7 @@ def _run(hosts, inputs, outputs):
         with open(output + ".err", "w") as stderr:
             workers.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "benchmarks.equivalence_worker"]
+                    [sys.executable, "-m", "verification.equivalence_worker"]
                     + [hosts, str(index), inputs, output],
                     stdout=subprocess.DEVNULL,
                     stderr=stderr,

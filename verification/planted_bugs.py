@@ -1,7 +1,7 @@
 """Plants known bugs one at a time and says which quick check caught each.
 
-  python -m benchmarks.planted_bugs                        # every bug
-  python -m benchmarks.planted_bugs --bugs=copy_gap_ignored  # some
+  python -m verification.planted_bugs                        # every bug
+  python -m verification.planted_bugs --bugs=copy_gap_ignored  # some
 
 Copies the suite's files (tracked and new, as they are in the working
 tree) to a scratch folder, runs every bug's checks there once unplanted
@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import planted_run_bugs, planted_step_bugs
+from verification import planted_run_bugs, planted_step_bugs
 
 REPO = Path(__file__).resolve().parents[1]
 # Seconds one pytest run of a bug's checks may take.

@@ -14,8 +14,8 @@ import time
 
 from multigpu import cpp_log_filter
 from multigpu.distributed import kinds
-from tests.helpers.data_files import folder_contents
 from tests.helpers.scripts import free_port, start_script
+from verification.data_files import folder_contents
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # The workers' bound on a lost peer, and the ps's (which also waits for its
