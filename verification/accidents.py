@@ -4,6 +4,8 @@
   python -m verification.accidents --fast     # the slice the quick tests run
   python -m verification.accidents --cells=mid_run:ps
 
+Installed as `tf1-accidents`, with the same flags.
+
 Over kinds of run (`kinds.KINDS`: one process, the ps cluster, with sync
 replicas, workers only) x accidents (`accident_cells.ACCIDENTS`), each
 cell starts the kind's tasks (cifar10_multi_gpu_train.py, one CPU tower,

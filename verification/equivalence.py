@@ -5,6 +5,8 @@
   python -m verification.equivalence --fast --models=my_model:small_net
   python -m verification.equivalence --all_reduces=collective_float16
 
+Installed as `tf1-equivalence`, with the same flags.
+
 Over variable update x all-reduce x model x precision x towers, each cell
 trains STEPS steps from one start on the same examples through the
 multi-GPU trainer's own `build_graph`, and compares every variable of the

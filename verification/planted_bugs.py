@@ -3,6 +3,9 @@
   python -m verification.planted_bugs                        # every bug
   python -m verification.planted_bugs --bugs=copy_gap_ignored  # some
 
+Installed as `tf1-planted-bugs`, which plants them in the checkout it was
+installed from (`pip install -e .`): the bugs' checks are its tests.
+
 Copies the suite's files (tracked and new, as they are in the working
 tree) to a scratch folder, runs every bug's checks there once unplanted
 (each must pass: a check that fails anyway proves nothing), then, for
@@ -170,6 +173,11 @@ def main():
     if unknown:
         parser.error("--bugs: no planted bug named %s" % ", ".join(unknown))
     bugs = [by_name[name] for name in names]
+    if not (REPO / "tests").is_dir():
+        parser.error(
+            "no checkout of the suite at %s (its tests are the bugs' "
+            "checks): install it with pip install -e from a clone" % REPO
+        )
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as scratch:
         folder = Path(scratch)
         scratch_copy(folder)
