@@ -41,7 +41,6 @@ now holds it, and that ratio prices the hook's fetch alone.
 
 import functools
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -54,6 +53,7 @@ from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import collectives, placement, variable_update
 from multigpu.run import sessions
+from verification import processes
 
 NAME = "collective"
 NUM_WORKERS = 2
@@ -172,13 +172,7 @@ def _initialise(sess, task):
 
 def free_hosts(count):
     """count HOST:PORT of free ports on 127.0.0.1."""
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    hosts = ["127.0.0.1:%d" % s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return hosts
+    return ["127.0.0.1:%d" % port for port in processes.free_ports(count)]
 
 
 def ps_command(ps_hosts, worker_hosts):

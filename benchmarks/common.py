@@ -33,11 +33,12 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-from benchmarks.machine import RESULTS_DIR, cpu_info
+from benchmarks.machine import RESULTS_DIR
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.graph import placement, summaries, variable_update
 from multigpu.run import sessions
+from verification.machine import cpu_info
 
 CIFAR10_DATA_DIR = os.path.join(RESULTS_DIR, "cifar10_data")
 

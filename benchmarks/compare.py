@@ -34,6 +34,7 @@ import sys
 import tempfile
 
 from benchmarks import machine
+from verification.machine import cpu_info
 
 # The benchmarks whose variants the check compares, in the order printed.
 HEADLINE_BENCHMARKS = ("train", "hooks", "towers", "fp16")
@@ -247,7 +248,7 @@ def main():
             % (", ".join(unknown), ", ".join(HEADLINE_BENCHMARKS))
         )
     commit = resolve(args.base)
-    cpu = machine.cpu_info()
+    cpu = cpu_info()
     print(
         "working tree %s against %s (%s), %d rounds; %s: %s"
         % (

@@ -1,7 +1,8 @@
-"""The machine and the repository a benchmark runs on, without TensorFlow.
+"""The repository and the results folder of a benchmark, without TensorFlow.
 
 What `common` and the speed check (`compare`, which starts every benchmark
-in a process of its own and needs no TensorFlow itself) share.
+in a process of its own and needs no TensorFlow itself) share; the CPU a
+result names is `verification.machine`'s.
 """
 
 import os
@@ -11,40 +12,3 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Results and data go to the temp folder, never into the work tree.
 RESULTS_DIR = os.path.join(tempfile.gettempdir(), "tf1_benchmarks")
-
-# The instruction sets of /proc/cpuinfo a result names: bfloat16 (AVX512_BF16,
-# AMX; AVX-NE-CONVERT converts it) and what oneDNN's float32 kernels use
-# (AVX-512, else AVX2).
-CPU_FLAGS = (
-    "avx512_bf16",
-    "amx_bf16",
-    "amx_tile",
-    "avx512f",
-    "avx_vnni",
-    "avx_ne_convert",
-    "avx2",
-)
-
-
-def cpu_info():
-    """The CPU's model name and which of CPU_FLAGS it has, from /proc/cpuinfo.
-
-    Returns:
-      dict: model (str), flags (the CPU_FLAGS present), bf16 (bool: has
-      AVX512_BF16 or AMX-BF16, so bfloat16 computes natively); model
-      'unknown' and no flags where there is no /proc/cpuinfo.
-    """
-    model, flags = "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == "unknown":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-    except OSError:
-        pass
-    present = [flag for flag in CPU_FLAGS if flag in flags]
-    bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
-    return {"model": model, "flags": present, "bf16": bf16}

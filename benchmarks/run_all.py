@@ -85,7 +85,8 @@ def table(results):
     Others is the most cores other processes kept busy while a variant of
     the benchmark was timed (the median over its rounds; 0 on a quiet
     machine, 1 when another job holds one of the 2 cores); CPU is the
-    model and its bfloat16 and vector instruction sets (`machine.cpu_info`).
+    model and its bfloat16 and vector instruction sets
+    (`verification.machine.cpu_info`).
     """
     rows = [
         "| Question | Measure | Value | Goal | Met | Load | Others | CPU |",

@@ -25,10 +25,6 @@ from helpers.checkpoints import (  # noqa: E402, F401
     eval_scores_in_numpy,
 )
 from helpers.cluster import SCRIPT, Cluster  # noqa: E402
-from helpers.data_files import (  # noqa: E402, F401
-    folder_contents,
-    write_cifar10_files,
-)
 from helpers.events import read_events  # noqa: E402, F401
 from helpers.output_lines import help_words  # noqa: E402, F401
 from helpers.scripts import (  # noqa: E402, F401
@@ -51,6 +47,10 @@ from helpers.training import (  # noqa: E402, F401
 )
 
 from data_sets import cifar10_data  # noqa: E402
+from verification.data_files import (  # noqa: E402, F401
+    folder_contents,
+    write_cifar10_files,
+)
 
 
 def pytest_configure(config):

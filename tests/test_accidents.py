@@ -1,6 +1,6 @@
 """Every accident on every kind of run leaves what the docs say.
 
-The cells of `benchmarks.accidents` the suite runs: the fast slice (one
+The cells of `verification.accidents` the suite runs: the fast slice (one
 process) in the quick loop, `accidents.SLOW` in the whole suite (the
 whole product is the runner's, an hour on 2 shared cores); a cell listed in
 `accident_cells.KNOWN_FAILURES` must fail (strict), so a fix that makes it
@@ -14,8 +14,8 @@ import re
 import pytest
 from conftest import REPO
 
-from benchmarks import accident_cells, accidents
 from multigpu.distributed import kinds
+from verification import accident_cells, accidents
 
 
 def _param(cell):

@@ -21,9 +21,9 @@ from helpers.cluster import (
 )
 from helpers.model_sizes import CIFAR10_PARAMETERS
 
-from benchmarks import equivalence, equivalence_table
 from multigpu.distributed import cluster, kinds
 from multigpu.graph import all_reduce, collectives, placement
+from verification import equivalence, equivalence_table
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 WORKERS, TOWERS = 2, 2
@@ -47,7 +47,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 import cifar10_multi_gpu_train
-from benchmarks import equivalence
+from verification import equivalence
 from multigpu.distributed import cluster
 from multigpu.graph import placement, variable_update
 from multigpu.graph import towers as copy_names

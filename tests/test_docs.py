@@ -8,10 +8,10 @@ The rules, which docs/testing.md states for writers of the pages:
   Before it runs, mechanically: continuation lines are joined; `pip install
   ... && ` is dropped (the test runs in the installed project) and so is
   `python -m pytest ...` (.ci/run runs the README's; checked below); a
-  command that names `--num_gpus` or runs a benchmark (`python -m
-  benchmarks.NAME`) gets the flags of the `<!-- test: FLAGS -->` comment
-  right before the block (a GPU block's CPU variant, a benchmark's cheaper
-  one);
+  command that names `--num_gpus` or runs a benchmark or a verification
+  tool (`python -m benchmarks.NAME`, `python -m verification.NAME`) gets
+  the flags of the `<!-- test: FLAGS -->` comment right before the block
+  (a GPU block's CPU variant, a long run's cheaper one);
   `--max_steps=N` (and the eval's `--last_step=N`) becomes N/100, rounded
   up; `python SCRIPT.py` runs the
   repository's script with each of its folder flags whose default is under
@@ -123,7 +123,9 @@ def runnable(line, test_flags, folder, ports):
     line = re.sub(r"^pip install \S+ && ", "", line)
     if line.startswith("python -m pytest"):
         return ""
-    if test_flags and re.search(r"--num_gpus|-m benchmarks\.", line):
+    if test_flags and re.search(
+        r"--num_gpus|-m (benchmarks|verification)\.", line
+    ):
         command, background = re.fullmatch(r"(.*?)( &)?", line).groups()
         line = "%s %s%s" % (command, test_flags, background or "")
     line = re.sub(

@@ -1,7 +1,7 @@
 """One model, whatever the mode: the towers train what one device trains.
 
 Every test here goes through the one N-tower harness of the equivalence
-runner (benchmarks/equivalence.py): the multi-GPU trainer's own
+runner (verification/equivalence.py): the multi-GPU trainer's own
 `build_graph` on virtual CPU towers against one device on the whole batch.
 """
 
@@ -15,14 +15,6 @@ import tensorflow as tf
 from conftest import REPO, SCRIPT_ENV
 
 import cifar10_multi_gpu_train
-from benchmarks import (
-    equivalence,
-    equivalence_cells,
-    equivalence_models,
-    equivalence_table,
-    equivalence_tolerance,
-    equivalence_workers,
-)
 from multigpu.graph import (
     any_model,
     gradient_reduction,
@@ -30,6 +22,14 @@ from multigpu.graph import (
     step_optimizer,
 )
 from multigpu.run import sessions
+from verification import (
+    equivalence,
+    equivalence_cells,
+    equivalence_models,
+    equivalence_table,
+    equivalence_tolerance,
+    equivalence_workers,
+)
 
 Case = equivalence_table.Case
 WORKERS = equivalence_workers.UPDATE
@@ -309,7 +309,7 @@ def test_the_runner_proves_the_user_model_of_the_docs(tmp_path):
     env["PYTHONPATH"] = str(tmp_path)
 
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.equivalence", "--fast"]
+        [sys.executable, "-m", "verification.equivalence", "--fast"]
         + ["--models=my_model:small_net"],
         capture_output=True,
         text=True,
@@ -350,7 +350,7 @@ def _run_runner(*args):
     itself) on args that end it before its first cell."""
     env = {k: v for k, v in SCRIPT_ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks.equivalence", *args],
+        [sys.executable, "-m", "verification.equivalence", *args],
         capture_output=True,
         text=True,
         timeout=120,

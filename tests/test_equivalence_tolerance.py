@@ -5,8 +5,8 @@ import contextlib
 import numpy as np
 import pytest
 
-from benchmarks import equivalence, equivalence_table
-from benchmarks import equivalence_tolerance as tolerance
+from verification import equivalence, equivalence_table
+from verification import equivalence_tolerance as tolerance
 
 CASE = equivalence_table.Case(
     "parameter_server", None, "tutorial", "float32", 2

@@ -1,9 +1,9 @@
 """The one device's model of a 2-byte gradient transfer, held to the ring.
 
-A transfer cell of the equivalence runner (benchmarks/equivalence.py) holds
+A transfer cell of the equivalence runner (verification/equivalence.py) holds
 the workers' --gradient_transfer_dtype=float16 or bfloat16 to one device
 that rounds its slices' gradients as TensorFlow's ring does
-(benchmarks/equivalence_transfer.py). Here that model against the runtime's
+(verification/equivalence_transfer.py). Here that model against the runtime's
 own CollectiveReduceV2 on virtual CPU devices of this process, bit for bit,
 and the model's rounding against the roundings a wrong transfer would do.
 """
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import (
+from multigpu.graph import placement
+from verification import (
     equivalence_table,
     equivalence_transfer,
     equivalence_workers,
 )
-from multigpu.graph import placement
 
 # Sizes of the gradients of the runner's models, sizes whose chunks end off
 # the 64-byte alignment (3, 10, 33) and on it (128, 384: a block more).

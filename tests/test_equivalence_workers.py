@@ -1,9 +1,9 @@
 """The equivalence runner's cells across workers: processes on 127.0.0.1.
 
 A cell across workers trains two worker processes of a cluster of workers
-only (benchmarks/equivalence_workers.py) and holds the chief to one device
+only (verification/equivalence_workers.py) and holds the chief to one device
 on the global batch; the passing cell is the fast slice's, which
-docs/replicated.md runs (`python -m benchmarks.equivalence --fast`, run by
+docs/replicated.md runs (`python -m verification.equivalence --fast`, run by
 tests/test_docs.py). Here, bugs that only the cluster's
 all-reduce can make, planted in the workers' processes through a
 sitecustomize module on their PYTHONPATH (the runner's own process, where
@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from benchmarks import equivalence, equivalence_table, equivalence_workers
+from verification import equivalence, equivalence_table, equivalence_workers
 
 # One tower per worker: the cheapest cell that crosses the workers.
 CASE = equivalence_table.Case(
@@ -76,7 +76,7 @@ import sys
 if sys.argv[2:3] == ["1"]:
     # The worker's folder, which python -m puts on the path after this.
     sys.path.insert(0, "")
-    from benchmarks import equivalence
+    from verification import equivalence
 
     equivalence.STEPS = 2
 """
@@ -113,7 +113,7 @@ def test_a_worker_started_with_other_settings_fails_the_cell_naming_it(
 
     assert result.worst == float("inf")
     assert result.name == "; ".join(
-        "worker task %d exited 1: benchmarks.equivalence_worker: error: "
+        "worker task %d exited 1: verification.equivalence_worker: error: "
         "--max_steps differs between the workers: worker task 0 has 3, "
         "worker task 1 has 2; start every worker with the same --max_steps "
         "(docs/cluster.md)" % task

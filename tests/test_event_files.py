@@ -259,7 +259,7 @@ def test_evals_started_together_on_one_eval_dir_keep_every_score(
 def test_an_eval_on_a_full_disk_is_one_line_and_leaves_no_file(
     cifar10_data_dir, source_run, small_disk
 ):
-    from helpers.data_files import fill_disk
+    from verification.data_files import fill_disk
 
     disk = small_disk("1m")
     fill_disk(disk)

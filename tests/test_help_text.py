@@ -1,10 +1,12 @@
 """The installed commands' --help: grouped, our flags only, real pointers."""
 
 import ast
+import importlib
 import os
 import re
 import subprocess
 import sys
+import tomllib
 
 import pytest
 from conftest import REPO
@@ -122,3 +124,24 @@ def test_the_pages_and_sections_a_help_text_points_to_exist(command):
     sections = re.findall(r'README, "([^"]+)"', help_text)
     assert [page for page in pages if not (REPO / page).is_file()] == []
     assert [each for each in sections if "## " + each not in readme] == []
+
+
+# The verification tools' commands (pyproject.toml): the module each runs.
+TOOLS = {
+    "tf1-equivalence": "verification.equivalence",
+    "tf1-accidents": "verification.accidents",
+    "tf1-planted-bugs": "verification.planted_bugs",
+}
+
+
+def test_the_verification_tools_are_installed_commands_of_the_package():
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    scripts = pyproject["project"]["scripts"]
+    assert {
+        command: target
+        for command, target in scripts.items()
+        if target.startswith("verification.")
+    } == {command: module + ":main" for command, module in TOOLS.items()}
+    assert "verification" in pyproject["tool"]["setuptools"]["packages"]
+    for module in TOOLS.values():
+        assert callable(importlib.import_module(module).main)

@@ -26,7 +26,8 @@ DATA_AND_MODELS = (
 # is two concerns).
 MAX_MODULE_LINES = 500
 # STYLE.md: no function over 60 lines of code (its signature, docstring,
-# comments and blank lines not counted), the tests' and benchmarks' too.
+# comments and blank lines not counted), the tests', benchmarks' and
+# verification tools' too.
 MAX_FUNCTION_CODE_LINES = 60
 # No product function takes 10 parameters or more, and at most 4 take 7 or
 # more (self and cls not counted): values that travel together become a
@@ -234,6 +235,7 @@ def test_no_function_of_the_project_has_over_60_lines_of_code():
     paths = [
         *project_modules(ROOT).values(),
         *(ROOT / "benchmarks").glob("*.py"),
+        *(ROOT / "verification").glob("*.py"),
         *(
             path
             for path in (ROOT / "tests").rglob("*.py")
@@ -277,6 +279,41 @@ def test_the_modes_table_names_the_reductions_which_import_it_not():
         "multigpu.graph.variable_update"
         not in graph["multigpu.graph.gradient_reduction"]
     )
+
+
+def top_level_imports(path):
+    """The first part of each name a file imports, lazily too."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_verification_tools_stand_apart_from_tests_and_benchmarks():
+    # Installed with the suite, they import neither the tests nor the
+    # benchmarks; nothing outside tests/ imports the tests (tests/helpers/
+    # is `helpers` to them), and benchmarks/ holds no runner of theirs.
+    tools = sorted((ROOT / "verification").glob("*.py"))
+    benchmarks = sorted((ROOT / "benchmarks").glob("*.py"))
+    found = sorted(
+        (str(path.relative_to(ROOT)), name)
+        for path in [*project_modules(ROOT).values(), *tools, *benchmarks]
+        for name in top_level_imports(path)
+        if name in ("tests", "helpers", "conftest")
+        or (path in tools and name == "benchmarks")
+    )
+    assert found == []
+    runners = [
+        path.name
+        for path in benchmarks
+        if re.match(r"(equivalence|accident|planted)", path.name)
+    ]
+    assert runners == []
+    # The check reads the tools' imports, so it is not vacuous.
+    assert "verification" in top_level_imports(tools[1])
 
 
 def _named_in(text):

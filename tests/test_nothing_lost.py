@@ -22,10 +22,10 @@ from conftest import (
     trainer_flags,
     wait_for_log,
 )
-from helpers.data_files import fill_disk
 
 from data_sets import cifar10_data, mnist_data
 from multigpu.train_dir import checkpoints, restore, train_dirs
+from verification.data_files import fill_disk
 
 
 def _write_files(folder, files):

@@ -1,6 +1,6 @@
 """The planted-bug script: its bugs still plant, its checks exist, it runs.
 
-benchmarks/planted_bugs.py plants each bug of its list in a scratch copy
+verification/planted_bugs.py plants each bug of its list in a scratch copy
 and runs the quick checks that should catch it; here, that every bug's
 text is still in its file (once) and every check names a test of the quick
 loop, and one cheap bug run through the script.
@@ -13,7 +13,7 @@ import sys
 import pytest
 from conftest import REPO, SCRIPT_ENV
 
-from benchmarks import planted_bugs
+from verification import planted_bugs
 
 
 @pytest.mark.parametrize("bug", planted_bugs.BUGS, ids=lambda bug: bug.name)
@@ -35,11 +35,11 @@ def test_every_check_of_a_bug_names_a_quick_test_of_its_file(bug):
 
 @pytest.mark.slow
 def test_the_script_names_the_check_that_caught_a_bug_and_writes_nothing():
-    planted = REPO / "benchmarks" / "equivalence_tolerance.py"
+    planted = REPO / "verification" / "equivalence_tolerance.py"
     before = planted.read_bytes()
 
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.planted_bugs"]
+        [sys.executable, "-m", "verification.planted_bugs"]
         + ["--bugs=no_ulp_floor"],
         capture_output=True,
         text=True,
@@ -59,8 +59,9 @@ def test_the_script_names_the_check_that_caught_a_bug_and_writes_nothing():
         "{'moved': 0.5... 'count': 0.0}"
     )
     assert run.stdout.splitlines()[2:] == [
-        "| no_ulp_floor | benchmarks/equivalence_tolerance.py | a spread of 0 "
-        "where the measuring run repeats a value exactly | %s | %s | %s | "
+        "| no_ulp_floor | verification/equivalence_tolerance.py | "
+        "a spread of 0 where the measuring run repeats a value exactly "
+        "| %s | %s | %s | "
         "caught |" % (check, check, how),
         "1 of 1 planted bug(s) caught",
     ]

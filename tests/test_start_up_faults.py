@@ -16,12 +16,12 @@ import pytest
 import tensorflow as tf
 from conftest import SCRIPT, checkpoint_steps, error_line, folder_contents
 from helpers.cluster import FAULT_TIMEOUT_SECS, free_ports
-from helpers.data_files import fill_disk
 from helpers.scripts import signal_when, start_script
 from helpers.training import SINGLE, run_trainer, trainer_flags
 
 from multigpu.distributed import cluster
 from multigpu.graph import step_optimizer
+from verification.data_files import fill_disk
 
 # A tmpfs this small, filled in blocks of 64 KiB, keeps no byte free.
 FULL_DISK_SIZE = "256k"

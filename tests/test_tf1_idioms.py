@@ -4,20 +4,20 @@ TensorFlow's official ResNet (official/resnet/resnet_model.py and its run
 loop) writes two: a custom getter that passes its arguments on by position,
 and a weight decay over `tf.compat.v1.trainable_variables()`, which in
 replicated mode reads tower 0's variables from every tower. Each is a model
-of the equivalence runner (benchmarks/equivalence_models.py), trained here
+of the equivalence runner (verification/equivalence_models.py), trained here
 against one device on the whole batch.
 """
 
 import pytest
 import tensorflow as tf
 
-from benchmarks import equivalence, equivalence_table
 from multigpu.graph import any_model
+from verification import equivalence, equivalence_table
 
 Case = equivalence_table.Case
 # The custom getter's model as a user's --model=MODULE:FUNCTION, whose
 # variables `model_variables.checked_variables` checks as it asks for them.
-USER_GETTER_MODEL = "benchmarks.equivalence_models:custom_getter_model"
+USER_GETTER_MODEL = "verification.equivalence_models:custom_getter_model"
 
 
 def test_a_getter_passing_shape_and_dtype_by_position_trains_as_one_device():

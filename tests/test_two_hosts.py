@@ -23,7 +23,7 @@ from helpers.cluster import (
     wait_for_step,
 )
 
-from benchmarks import linked_hosts
+from verification import linked_hosts
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 NAMES = ("worker0", "worker1")

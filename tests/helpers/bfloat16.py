@@ -8,7 +8,7 @@ def remapper_fuses_bfloat16():
     IsBF16SupportedByOneDNNOnThisCPU: AVX-512 or AVX-NE-CONVERT); on a CPU
     with AVX2 alone the ops stay apart.
     """
-    from benchmarks import machine
+    from verification import machine
 
     flags = machine.cpu_info()["flags"]
     return "avx512f" in flags or "avx_ne_convert" in flags

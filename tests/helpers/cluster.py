@@ -1,12 +1,12 @@
 """Cluster tasks as processes on 127.0.0.1: starting, waiting, ending."""
 
 import re
-import socket
 import time
 
 import numpy as np
 
-from helpers.scripts import run_snippets, start_script
+from helpers.scripts import run_snippets
+from verification.processes import free_ports, start_script
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # Seconds a test waits for a task to end before it fails.
@@ -14,16 +14,6 @@ TASK_DEADLINE_SECS = 180
 # The operation timeout of the fault tests: a dead peer must end a run
 # within it (plus start-up and the probe of the peers).
 FAULT_TIMEOUT_SECS = 15
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 class Cluster:

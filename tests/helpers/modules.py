@@ -4,8 +4,9 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 
-# The folders whose modules make the product (tests and benchmarks stand
-# outside the house and may import anything).
+# The folders whose modules make the product (tests, benchmarks and the
+# verification tools stand outside the house; the tools import neither of
+# the other two).
 PACKAGES = ("multigpu", "data_sets", "cifar10_models")
 
 

@@ -2,15 +2,17 @@
 
 import contextlib
 import os
-import pathlib
-import socket
 import subprocess
 import sys
 import time
 
-REPO = pathlib.Path(__file__).resolve().parent.parent.parent
-# Quiet TensorFlow's C++ logging; see each line of Python output at once.
-SCRIPT_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+# REPO, SCRIPT_ENV and start_script are the accident runner's too.
+from verification.processes import (  # noqa: F401
+    REPO,
+    SCRIPT_ENV,
+    free_ports,
+    start_script,
+)
 
 
 def run_script(script, *args, timeout=600, expect_success=True, env=None):
@@ -63,27 +65,6 @@ def error_line(script, *flags, env=None):
     return result.stderr.strip().split("\n")[-1]
 
 
-def start_script(script, *args, log_path, prefix=(), env=None):
-    """Starts a script in the background, its output going to log_path.
-
-    The caller must end it (`kill`, then `wait`), e.g. in a finally block.
-    prefix: the command that runs it, e.g. ('ip', 'netns', 'exec', NAME),
-    which execs the script in the same process. env: dict of environment
-    variables to set beside SCRIPT_ENV's.
-
-    Returns:
-      The `subprocess.Popen`.
-    """
-    with open(log_path, "w") as log:
-        return subprocess.Popen(
-            [*prefix, sys.executable, str(REPO / script), *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(SCRIPT_ENV, **(env or {})),
-            cwd=REPO,
-        )
-
-
 def run_snippets(snippet, argvs, timeout):
     """Runs `python -c snippet` once per argv at once; returns exit codes.
 
@@ -107,9 +88,7 @@ def run_snippets(snippet, argvs, timeout):
 
 def free_port():
     """A port of 127.0.0.1 that no process listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 @contextlib.contextmanager

@@ -6,8 +6,8 @@ Each is a function (tasks, context, outcome) -> `Expected`, as in
 `accident_cells`.
 """
 
-from benchmarks import accident_provoke as provoke
-from benchmarks.accident_expect import (
+from verification import accident_provoke as provoke
+from verification.accident_expect import (
     KEPT,
     KILLED,
     LOCAL,

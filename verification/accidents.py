@@ -1,8 +1,10 @@
 """Every accident on every kind of run: what each leaves, checked.
 
-  python -m benchmarks.accidents            # the whole product
-  python -m benchmarks.accidents --fast     # the slice the quick tests run
-  python -m benchmarks.accidents --cells=mid_run:ps
+  python -m verification.accidents            # the whole product
+  python -m verification.accidents --fast     # the slice the quick tests run
+  python -m verification.accidents --cells=mid_run:ps
+
+Installed as `tf1-accidents`, with the same flags.
 
 Over kinds of run (`kinds.KINDS`: one process, the ps cluster, with sync
 replicas, workers only) x accidents (`accident_cells.ACCIDENTS`), each
@@ -31,9 +33,9 @@ import time
 from subprocess import TimeoutExpired
 from typing import NamedTuple
 
-from benchmarks import accident_cells
-from benchmarks.accident_runs import Tasks
 from multigpu.distributed import kinds
+from verification import accident_cells
+from verification.accident_runs import Tasks
 
 KIND_IDS = {
     kinds.LOCAL.name: "local",
@@ -46,7 +48,7 @@ FAST = ("mid_run:local",)
 # The cells the whole suite runs besides, one process each, few enough for
 # the suite's bound: a cluster cell took 1.5 to 6 min on 2 shared cores at
 # a load of 15, the whole product over an hour, and is this runner's
-# (`python -m benchmarks.accidents`).
+# (`python -m verification.accidents`).
 SLOW = (
     "finished:local",
     "read_only:local",

@@ -2,7 +2,7 @@
 
 import collections
 
-from benchmarks import common
+from verification.machine import cpu_info
 
 Case = collections.namedtuple(
     "Case",
@@ -45,7 +45,7 @@ ROW = "%-16s %-10s %-18s %-15s %6s %4s %9s %4s %9s %8s %8s %7s  %s"
 
 def print_header(steps, per_tower_batch, multiple):
     """The machine, what a cell trains, what its error is; the columns."""
-    cpu = common.cpu_info()
+    cpu = cpu_info()
     print("CPU: %s; flags: %s" % (cpu["model"], " ".join(cpu["flags"])))
     print(
         "Each cell: %d steps, %d examples per tower." % (steps, per_tower_batch)

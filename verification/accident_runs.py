@@ -14,8 +14,8 @@ import time
 
 from multigpu import cpp_log_filter
 from multigpu.distributed import kinds
-from tests.helpers.data_files import folder_contents
-from tests.helpers.scripts import free_port, start_script
+from verification.data_files import folder_contents
+from verification.processes import free_ports, start_script
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # The workers' bound on a lost peer, and the ps's (which also waits for its
@@ -65,7 +65,7 @@ class Tasks:
     def __init__(self, kind, root, *flags):
         self.kind, self.root = kind, root
         self.names = [name for name, _, _ in TASKS[kind.name]]
-        self.ports = {name: free_port() for name in self.names}
+        self.ports = dict(zip(self.names, free_ports(len(self.names))))
         # name -> the (namespace, link end, address) of its host
         # (`linked_hosts`), where not 127.0.0.1 of this machine's.
         self.hosts = {}

@@ -11,11 +11,13 @@ issue 46 it belongs to.
 
 from typing import Callable, NamedTuple
 
-from benchmarks import accident_links as links
-from benchmarks import accident_provoke as provoke
-from benchmarks import accident_restarts as restarts
-from benchmarks import linked_hosts
-from benchmarks.accident_expect import (
+from data_sets import cifar10_data
+from multigpu.train_dir import data_records
+from verification import accident_links as links
+from verification import accident_provoke as provoke
+from verification import accident_restarts as restarts
+from verification import linked_hosts
+from verification.accident_expect import (
     KEPT,
     KILLED,
     LOCAL,
@@ -43,8 +45,6 @@ from benchmarks.accident_expect import (
     unreachable,
     within,
 )
-from data_sets import cifar10_data
-from multigpu.train_dir import data_records
 
 NO_PEER = "one process has no peer"
 NO_PS = "a cluster of workers only has no ps"

@@ -4,7 +4,7 @@ Each bug is one text of one file and its replacement, with the quick
 checks (tests of `-m "not slow"`) that should catch it: here the towers,
 the gradients' reduction and clipping, the loss scale, the moving
 averages, the ResNet, the equivalence runner's tolerance and table, and
-its filter of TensorFlow's C++ notices. `benchmarks/planted_bugs.py`
+its filter of TensorFlow's C++ notices. `verification/planted_bugs.py`
 plants them.
 """
 
@@ -39,7 +39,7 @@ _OVERFLOW = (
 BUGS = [
     Bug(
         "copy_gap_ignored",
-        "benchmarks/equivalence_table.py",
+        "verification/equivalence_table.py",
         "result.worst <= 1.0 and result.copy_gap == 0.0",
         "result.worst <= 1.0",
         "the runner's exit status ignores a copy that differs",
@@ -50,7 +50,7 @@ BUGS = [
     ),
     Bug(
         "unsettled_passes",
-        "benchmarks/equivalence_table.py",
+        "verification/equivalence_table.py",
         "return 1 if out or (unsettled and not allow_unsettled) else 0",
         "return 1 if out else 0",
         "the runner exits 0 with a cell whose tolerance never settled",
@@ -61,7 +61,7 @@ BUGS = [
     ),
     Bug(
         "settles_on_a_tip",
-        "benchmarks/equivalence_tolerance.py",
+        "verification/equivalence_tolerance.py",
         "spread <= MULTIPLE * other and other <= MULTIPLE * spread",
         "spread <= MULTIPLE * other",
         "a spread within the tolerance of a wider one agrees (one-sided)",
@@ -179,7 +179,7 @@ BUGS = [
     ),
     Bug(
         "no_ulp_floor",
-        "benchmarks/equivalence_tolerance.py",
+        "verification/equivalence_tolerance.py",
         "float(np.spacing(np.float32(largest))),",
         "0.0,",
         "a spread of 0 where the measuring run repeats a value exactly",
@@ -190,7 +190,7 @@ BUGS = [
     ),
     Bug(
         "moved_in_float32",
-        "benchmarks/equivalence_tolerance.py",
+        "verification/equivalence_tolerance.py",
         "np.spacing(np.abs(value).astype(compute_dtype))",
         "np.spacing(np.abs(value))",
         "the measuring run moved by a float32 ulp in a float16 cell",
@@ -217,7 +217,7 @@ BUGS = [
     ),
     Bug(
         "reference_shared_by_clip",
-        "benchmarks/equivalence.py",
+        "verification/equivalence.py",
         "key = case._replace(update=None, all_reduce=None)",
         "key = (case.model, case.precision, case.towers)",
         "a clipped cell held to the unclipped cell's one device",
@@ -228,7 +228,7 @@ BUGS = [
     ),
     Bug(
         "unsettled_row_ok",
-        "benchmarks/equivalence_table.py",
+        "verification/equivalence_table.py",
         'return "ok" if result.settled else '
         '"UNSETTLED (within its widest spread)"',
         'return "ok"',

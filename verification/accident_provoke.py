@@ -12,9 +12,9 @@ import signal
 import subprocess
 import time
 
-from benchmarks.accident_runs import WAIT_SECS
 from data_sets import cifar10_data
-from tests.helpers.data_files import fill_disk, write_cifar10_files
+from verification.accident_runs import WAIT_SECS
+from verification.data_files import fill_disk, write_cifar10_files
 
 # The line every trainer prints early, before its graph, on the sample set.
 START_UP_LINE = r"^NOTE: \S+ holds the built-in sample set"

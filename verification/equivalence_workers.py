@@ -3,7 +3,7 @@
 A cell across workers trains WORKERS worker tasks of a cluster of workers
 only (--variable_update=replicated, the gradients all-reduced across them
 by collective ops: multigpu/distributed/collective_cluster.py), each a
-process of benchmarks/equivalence_worker.py on free ports of 127.0.0.1,
+process of verification/equivalence_worker.py on free ports of 127.0.0.1,
 each on its share of the towers' batches. The runner compares the result
 with one device that trains the global batch, under the same tolerance as
 the cells in one process.
@@ -33,8 +33,8 @@ import time
 
 import numpy as np
 
-from benchmarks import bench_collective
-from benchmarks.equivalence_table import Case
+from verification.equivalence_table import Case
+from verification.processes import free_ports
 
 WORKERS = 2  # Worker tasks of a cell.
 # The update column of a cell across workers (a cluster of workers only).
@@ -115,7 +115,8 @@ def train(case, images, labels, initial):
         outputs = [
             os.path.join(folder, "worker%d.npz" % i) for i in range(WORKERS)
         ]
-        _run(",".join(bench_collective.free_hosts(WORKERS)), inputs, outputs)
+        hosts = ",".join("127.0.0.1:%d" % p for p in free_ports(WORKERS))
+        _run(hosts, inputs, outputs)
         held = [dict(np.load(output)) for output in outputs]
     copy_gaps = [float(gap) for worker in held for gap in worker.pop("gaps")]
     values = {
@@ -135,7 +136,7 @@ def _run(hosts, inputs, outputs):
         with open(output + ".err", "w") as stderr:
             workers.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "benchmarks.equivalence_worker"]
+                    [sys.executable, "-m", "verification.equivalence_worker"]
                     + [hosts, str(index), inputs, output],
                     stdout=subprocess.DEVNULL,
                     stderr=stderr,

@@ -51,7 +51,7 @@ after 8 runs; per variable it settles at 3 to 5 (200 draws of 8 of its
 12 runs), and ResNet-20's float32 cells on 2 towers, which that rule
 settled at 8 on two runs that tipped alike, at 3, their spreads 31 times
 narrower in the median variable (wider in 16 of 255, by 1.2 at most;
-`python -m benchmarks.equivalence --models=resnet20` shows the runs).
+`python -m verification.equivalence --models=resnet20` shows the runs).
 Not taken: whole runs in any order (no two of the 66 pairs of those 12
 runs agree, so more runs would not settle it either); measuring runs
 whose ring rounds every float16 cast to its other neighbour (as wide as

@@ -1,9 +1,11 @@
 """Every combination of the towers' options trains the same numbers.
 
-  python -m benchmarks.equivalence            # the whole product
-  python -m benchmarks.equivalence --fast     # the slice the tests run
-  python -m benchmarks.equivalence --fast --models=my_model:small_net
-  python -m benchmarks.equivalence --all_reduces=collective_float16
+  python -m verification.equivalence            # the whole product
+  python -m verification.equivalence --fast     # the slice the tests run
+  python -m verification.equivalence --fast --models=my_model:small_net
+  python -m verification.equivalence --all_reduces=collective_float16
+
+Installed as `tf1-equivalence`, with the same flags.
 
 Over variable update x all-reduce x model x precision x towers, each cell
 trains STEPS steps from one start on the same examples through the
@@ -12,9 +14,9 @@ model, its optimizer slots, its moving averages, the losses' averages and
 the loss scale's variables with one device that trains on the whole
 batch. The cells of update `workers_only` are a cluster of 2 worker
 processes on 127.0.0.1, their gradients all-reduced across them
-(benchmarks/equivalence_workers.py); where those cross in 2 bytes a value,
+(verification/equivalence_workers.py); where those cross in 2 bytes a value,
 the one device rounds them as the ring does
-(benchmarks/equivalence_transfer.py). `--models` takes the suite's models
+(verification/equivalence_transfer.py). `--models` takes the suite's models
 and a user's MODULE:FUNCTION, as the trainers' --model does. On a machine
 with GPUs the towers are the GPUs (NCCL joins the all-reduces); without,
 virtual CPU devices.
@@ -35,7 +37,7 @@ The tolerance is measured per cell and per variable: the one device is
 trained again from its start moved by one unit in the last place of the
 compute dtype (with other seeds, until each variable has two runs that
 land each within the other's tolerance), and the towers are held to a
-multiple of how far those land (benchmarks/equivalence_tolerance.py says
+multiple of how far those land (verification/equivalence_tolerance.py says
 why). A regularization term or constraint lost on one tower moves a
 weight by WEIGHT_DECAY * learning rate = 5% of it per step, far outside
 it.
@@ -65,20 +67,20 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-from benchmarks import (
+from multigpu.graph import placement, towers, variable_update
+from multigpu.run import sessions
+from verification import (
     equivalence_cells,
     equivalence_reference,
     equivalence_tolerance,
     equivalence_workers,
 )
-from benchmarks.equivalence_table import (
+from verification.equivalence_table import (
     Result,
     print_header,
     print_row,
     print_summary,
 )
-from multigpu.graph import placement, towers, variable_update
-from multigpu.run import sessions
 
 STEPS = 3  # Steps of every cell: enough for momentum and the averages.
 PER_TOWER_BATCH = 2  # Examples per tower per step.

@@ -10,8 +10,9 @@ ended, the link is set up and the same commands run again.
 
 import re
 
-from benchmarks import linked_hosts
-from benchmarks.accident_expect import (
+from data_sets import cifar10_data
+from verification import linked_hosts
+from verification.accident_expect import (
     LOST,
     RESUME_ALL,
     SCRIPT,
@@ -29,8 +30,7 @@ from benchmarks.accident_expect import (
     unreachable,
     within,
 )
-from benchmarks.accident_provoke import ACCIDENT_STEP
-from data_sets import cifar10_data
+from verification.accident_provoke import ACCIDENT_STEP
 
 # The host each task runs on (an index into `linked_hosts.make`'s).
 HOST_OF = {"ps0": 0, "worker0": 0, "worker1": 1}

@@ -4,10 +4,10 @@ As `planted_step_bugs`' (each a text of one file, its replacement and the
 quick checks that should catch it): the workers' agreement before step 1,
 the other workers' start, the stop every worker agrees on, the lost
 cluster's last save, the eval's restore and batch norm, and the training
-input. `benchmarks/planted_bugs.py` plants them.
+input. `verification/planted_bugs.py` plants them.
 """
 
-from benchmarks.planted_step_bugs import Bug
+from verification.planted_step_bugs import Bug
 
 _EVAL = (
     "tests/test_eval_moving_averages.py::test_the_eval_scores_the_averages_"

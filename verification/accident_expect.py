@@ -11,8 +11,8 @@ import re
 import signal
 from typing import NamedTuple
 
-from benchmarks.accident_runs import SCRIPT
 from multigpu.distributed import kinds
+from verification.accident_runs import SCRIPT
 
 LOCAL, PS, PS_SYNC, WORKERS = (k.name for k in kinds.KINDS)
 # The files of a train_dir the chief trained in, but its checkpoints and

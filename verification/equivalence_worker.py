@@ -1,8 +1,8 @@
 """One worker task of the equivalence runner's cells across workers.
 
-  python -m benchmarks.equivalence_worker HOSTS INDEX INPUTS OUTPUT
+  python -m verification.equivalence_worker HOSTS INDEX INPUTS OUTPUT
 
-Started by benchmarks/equivalence_workers.py, one process per worker of a
+Started by verification/equivalence_workers.py, one process per worker of a
 cluster of workers only on 127.0.0.1 (HOSTS, comma-separated HOST:PORT;
 INDEX, this worker's task). INPUTS is the .npz of the cell: 'case' (the
 `equivalence_table.Case`, as JSON), 'images' float32 [STEPS, towers, B, 24, 24,
@@ -31,16 +31,16 @@ import numpy as np
 import tensorflow as tf
 
 import cifar10_multi_gpu_train
-from benchmarks import (
+from multigpu import errors
+from multigpu.distributed import agreement, cluster
+from multigpu.graph import placement, variable_update
+from multigpu.run import sessions
+from verification import (
     equivalence,
     equivalence_cells,
     equivalence_table,
     equivalence_workers,
 )
-from multigpu import errors
-from multigpu.distributed import agreement, cluster
-from multigpu.graph import placement, variable_update
-from multigpu.run import sessions
 
 # Seconds a worker waits for its peer (start-up, the agreement, any op): a
 # bound for a loaded machine, not an expected time.
@@ -151,4 +151,4 @@ if __name__ == "__main__":
     try:
         main(*sys.argv[1:])
     except (ValueError, errors.TrainingError) as e:
-        sys.exit("benchmarks.equivalence_worker: error: %s" % e)
+        sys.exit("verification.equivalence_worker: error: %s" % e)

@@ -1,7 +1,10 @@
 """Plants known bugs one at a time and says which quick check caught each.
 
-  python -m benchmarks.planted_bugs                        # every bug
-  python -m benchmarks.planted_bugs --bugs=copy_gap_ignored  # some
+  python -m verification.planted_bugs                        # every bug
+  python -m verification.planted_bugs --bugs=copy_gap_ignored  # some
+
+Installed as `tf1-planted-bugs`, which plants them in the checkout it was
+installed from (`pip install -e .`): the bugs' checks are its tests.
 
 Copies the suite's files (tracked and new, as they are in the working
 tree) to a scratch folder, runs every bug's checks there once unplanted
@@ -26,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import planted_run_bugs, planted_step_bugs
+from verification import planted_run_bugs, planted_step_bugs
 
 REPO = Path(__file__).resolve().parents[1]
 # Seconds one pytest run of a bug's checks may take.
@@ -170,6 +173,11 @@ def main():
     if unknown:
         parser.error("--bugs: no planted bug named %s" % ", ".join(unknown))
     bugs = [by_name[name] for name in names]
+    if not (REPO / "tests").is_dir():
+        parser.error(
+            "no checkout of the suite at %s (its tests are the bugs' "
+            "checks): install it with pip install -e from a clone" % REPO
+        )
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as scratch:
         folder = Path(scratch)
         scratch_copy(folder)

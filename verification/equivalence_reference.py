@@ -10,9 +10,9 @@ averages, the loss scale's state.
 
 import tensorflow as tf
 
-from benchmarks import equivalence_transfer, equivalence_workers
 from cifar10_models import registry
 from multigpu.graph import step_optimizer, summaries
+from verification import equivalence_transfer, equivalence_workers
 
 # The losses' moving averages of the trainers' summaries (the tutorial's
 # cifar10._add_loss_summaries decay).

@@ -8,10 +8,10 @@ import itertools
 
 import tensorflow as tf
 
-from benchmarks import equivalence_models, equivalence_workers
-from benchmarks.equivalence_table import Case
 from cifar10_models import registry
 from multigpu.graph import step_optimizer
+from verification import equivalence_models, equivalence_workers
+from verification.equivalence_table import Case
 
 # Every model the trainers' --model names, two that use other APIs and
 # two of the official ResNet's idioms.
