@@ -17,7 +17,6 @@ import numpy as np
 import cifar10_input
 from data_sets import sample_sets
 from multigpu import folders
-from multigpu.train_dir import data_records
 
 # The MD5 published beside the official archive (cifar10_input.DATA_URL).
 DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
@@ -30,7 +29,7 @@ FAKE_RECORDS_PER_TRAIN_FILE = 2000
 FAKE_TEST_RECORDS = 10000
 # Pixel noise of the sample set (uint8 units) on top of each class pattern.
 FAKE_NOISE_STDDEV = 40.0
-# The `data_records.digest` of the sample set's training files, as
+# The `sample_sets.digest` of the sample set's training files, as
 # `write_fake_data` writes them: the set is known by its content, marked or
 # not.
 FAKE_TRAIN_DIGEST = "6d44307f482267b9"
@@ -147,12 +146,12 @@ def training_data(data_dir):
     """What a run on data_dir trains on, for its train_dir's record.
 
     Returns:
-      a `data_records.Data`: its `description`, and the fingerprints of the
+      a `sample_sets.Data`: its `description`, and the fingerprints of the
       five training files.
     """
-    return data_records.Data(
+    return sample_sets.Data(
         description(data_dir),
-        data_records.fingerprint(cifar10_input.data_files(data_dir)),
+        sample_sets.fingerprint(cifar10_input.data_files(data_dir)),
     )
 
 

@@ -17,7 +17,6 @@ import tensorflow as tf
 
 from data_sets import mnist_format, sample_sets
 from multigpu import folders
-from multigpu.train_dir import data_records
 
 # The four classic IDX files, as published at mnist_format.SOURCE_URL.
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"
@@ -38,7 +37,7 @@ FAKE_SPLIT_SIZES = {"train": 3000, "validation": 500, "test": 1000}
 FAKE_NOISE_STDDEV = 50.0
 # Largest random shift of a sample digit, in pixels, along each axis.
 FAKE_MAX_SHIFT = 3
-# The `data_records.digest` of the sample set's train.tfrecords, as
+# The `sample_sets.digest` of the sample set's train.tfrecords, as
 # `write_fake_data` writes it: the set is known by its content, marked or
 # not.
 FAKE_TRAIN_DIGEST = "afec690b7b02b913"
@@ -406,16 +405,16 @@ def training_data(data_dir):
     """What a run on data_dir trains on, for its train_dir's record.
 
     Returns:
-      a `data_records.Data`: 'the MNIST sample set' or 'MNIST', and the
+      a `sample_sets.Data`: 'the MNIST sample set' or 'MNIST', and the
       fingerprint of train.tfrecords.
     """
     train_file = _train_file(data_dir)
     sample_set = sample_sets.is_sample_set(
         data_dir, [train_file], FAKE_TRAIN_DIGEST
     )
-    return data_records.Data(
+    return sample_sets.Data(
         "the MNIST sample set" if sample_set else "MNIST",
-        data_records.fingerprint([train_file]),
+        sample_sets.fingerprint([train_file]),
     )
 
 

@@ -11,19 +11,19 @@ import os
 import pytest
 from helpers.cluster import FAULT_TIMEOUT_SECS
 
-from data_sets import mnist_data, mnist_format
+from data_sets import mnist_data, mnist_format, sample_sets
 from multigpu.train_dir import data_records
 
 SCRIPT = "mnist_multi_gpu_train.py"
 
 
 def test_the_data_setting_names_the_data_and_hashes_its_files():
-    data = data_records.Data("MNIST", ("train.tfrecords 10 0123",))
+    data = sample_sets.Data("MNIST", ("train.tfrecords 10 0123",))
     settings = data_records.with_setting({"learning_rate": 0.1}, data)
     assert settings == {
         "learning_rate": 0.1,
         "data_dir": "MNIST, 1 file(s), sha256 %s"
-        % data_records.digest(data.files),
+        % sample_sets.digest(data.files),
     }
     assert data_records.with_setting(None, data) is None
 

@@ -194,7 +194,7 @@ def test_an_mnist_run_on_other_data_is_refused_and_changes_nothing(tmp_path):
 
 
 def test_other_files_of_the_same_data_set_are_named_in_one_line(tmp_path):
-    held = data_records.Data(
+    held = sample_sets.Data(
         "the CIFAR-10 sample set", ("a.bin 3 0f", "b.bin 3 1f")
     )
     (tmp_path / train_dirs.DATA_RECORD).write_text(held.text())

@@ -1,75 +1,19 @@
 """What a train_dir was trained on: its record, and a run on other data refused.
 
-A train_dir's data record (`train_dirs.DATA_RECORD`) holds one line naming
-the data (e.g. 'the CIFAR-10 sample set') and one line per training file:
-'NAME SIZE HASH', where HASH covers the file's first and last bytes
-(`fingerprint`): cheap at every start, and path-free, so a copied or moved
-data folder is the same data.
+A train_dir's data record (`train_dirs.DATA_RECORD`) holds the text of the
+run's `Data` (the data sets' fingerprint of their training files): one line
+naming the data, then one line per training file.
 """
 
-import hashlib
 import os
-from typing import NamedTuple
 
 from multigpu import folders
 from multigpu.train_dir import checkpoints, train_dirs
 
-# Bytes read at each end of a file for its fingerprint.
-ENDS_BYTES = 1 << 16
-# Hex digits kept of a file's hash.
-HASH_DIGITS = 16
 # The name the data go by among the settings the workers of a cluster
 # compare before step 1 (`agreement.difference` names it as the flag):
 # each worker reads its own --data_dir, and all must hold the same files.
 SETTING = "data_dir"
-
-
-class Data(NamedTuple):
-    """The data of a run, as its train_dir records it.
-
-    description: str, what it is, e.g. 'the CIFAR-10 sample set' or
-      'CIFAR-10'.
-    files: tuple of str, one 'NAME SIZE HASH' line per training file.
-    """
-
-    description: str
-    files: tuple
-
-    def text(self):
-        """The record's content: the description, then the files."""
-        return "".join(line + "\n" for line in (self.description, *self.files))
-
-
-def fingerprint(paths):
-    """'NAME SIZE HASH' of each file: its name, size and ends' hash.
-
-    Args:
-      paths: strs, existing files.
-
-    Returns:
-      tuple of str, in the order of paths.
-    """
-    return tuple(_file_line(path) for path in paths)
-
-
-def _file_line(path):
-    size = os.path.getsize(path)
-    digest = hashlib.sha256(str(size).encode())
-    with open(path, "rb") as f:
-        digest.update(f.read(ENDS_BYTES))
-        f.seek(max(0, size - ENDS_BYTES))
-        digest.update(f.read(ENDS_BYTES))
-    return "%s %d %s" % (
-        os.path.basename(path),
-        size,
-        digest.hexdigest()[:HASH_DIGITS],
-    )
-
-
-def digest(files):
-    """A short hash of a `Data`'s files, to recognise a known data set."""
-    text = "".join(line + "\n" for line in files)
-    return hashlib.sha256(text.encode()).hexdigest()[:HASH_DIGITS]
 
 
 def with_setting(settings, data):
@@ -84,17 +28,12 @@ def with_setting(settings, data):
     """
     if settings is None or data is None:
         return settings
-    return dict(
-        settings,
-        **{
-            SETTING: "%s, %d file(s), sha256 %s"
-            % (data.description, len(data.files), digest(data.files))
-        },
-    )
+    return dict(settings, **{SETTING: data.summary()})
 
 
 def recorded_data(train_dir):
-    """The `Data` train_dir's record names; None when it has no record."""
+    """(description, files) as train_dir's record names its `Data`; None
+    when it has no record."""
     try:
         with open(os.path.join(train_dir, train_dirs.DATA_RECORD)) as f:
             lines = f.read().splitlines()
@@ -102,7 +41,7 @@ def recorded_data(train_dir):
         return None
     if not lines:
         return None
-    return Data(lines[0], tuple(lines[1:]))
+    return lines[0], tuple(lines[1:])
 
 
 def refuse_other_data(train_dir, data, data_dir):
@@ -133,9 +72,10 @@ def refuse_other_data(train_dir, data, data_dir):
         return
     if held == data:
         return
-    if held.description != data.description:
+    held_description, held_files = held
+    if held_description != data.description:
         found = "on %s, not on %s in %s" % (
-            held.description,
+            held_description,
             data.description,
             data_flag,
         )
@@ -143,7 +83,7 @@ def refuse_other_data(train_dir, data, data_dir):
         found = "on other files of %s than those in %s (%s)" % (
             data.description,
             data_flag,
-            _differing(held.files, data.files),
+            _differing(held_files, data.files),
         )
     raise ValueError(
         "--train_dir=%s was trained %s (%s names its files): pass another "
@@ -174,7 +114,7 @@ def refuse_other_data_set(train_dir, description, data_dir):
       ValueError: the record names another data set (one line naming both).
     """
     held = recorded_data(train_dir)
-    if held is None or held.description == description:
+    if held is None or held[0] == description:
         return
     raise ValueError(
         "--checkpoint_dir=%s was trained on %s, not on %s in --data_dir=%s "
@@ -182,7 +122,7 @@ def refuse_other_data_set(train_dir, description, data_dir):
         "pass the --data_dir it was trained on"
         % (
             train_dir,
-            held.description,
+            held[0],
             description,
             data_dir,
             os.path.join(train_dir, train_dirs.DATA_RECORD),
