@@ -17,15 +17,9 @@ SETTING = "data_dir"
 
 
 def with_setting(settings, data):
-    """settings (a dict, or None outside a cluster) with data's `SETTING`.
-
-    Args:
-      settings: what the workers compare (`agreement.agree`), or None.
-      data: the `Data` of this run's --data_dir, or None.
-
-    Returns:
-      a new dict, or settings itself when either is None.
-    """
+    """settings (what the workers compare, `agreement.agree`) with the
+    `summary` of data (this run's `Data`) as `SETTING`: a new dict, or
+    settings itself when either is None (outside a cluster, no data)."""
     if settings is None or data is None:
         return settings
     return dict(settings, **{SETTING: data.summary()})
@@ -39,25 +33,26 @@ def recorded_data(train_dir):
             lines = f.read().splitlines()
     except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
         return None
-    if not lines:
-        return None
-    return lines[0], tuple(lines[1:])
+    return (lines[0], tuple(lines[1:])) if lines else None
+
+
+def record_data(train_dir, data):
+    """Writes the `Data` of the run as train_dir's (an existing folder)
+    record, unless it says so already."""
+    if recorded_data(train_dir) == data:
+        return
+    path = os.path.join(train_dir, train_dirs.DATA_RECORD)
+    with folders.written_aside(path) as part, open(part, "w") as f:
+        f.write(data.text())
 
 
 def refuse_other_data(train_dir, data, data_dir):
-    """Refuses a train_dir trained on other data, before anything is written.
+    """Refuses a train_dir trained on other data, before anything is written:
+    ValueError, one line naming both and the flags to pass.
 
     A train_dir with checkpoints but no record (written before the suite
-    kept one) takes data as its own, with a line saying so.
-
-    Args:
-      train_dir: str, --train_dir.
-      data: the `Data` of this run.
-      data_dir: str, --data_dir, for the message.
-
-    Raises:
-      ValueError: train_dir's record names other data (one line naming
-        both, and the flags to pass).
+    kept one) takes data (the run's `Data`) as its own, with a line saying
+    so. data_dir: str, --data_dir, for the message.
     """
     held = recorded_data(train_dir)
     data_flag = "--data_dir=%s" % data_dir
@@ -80,10 +75,14 @@ def refuse_other_data(train_dir, data, data_dir):
             data_flag,
         )
     else:
-        found = "on other files of %s than those in %s (%s)" % (
+        # The files whose lines differ.
+        changed = set(held_files) ^ set(data.files)
+        names = {line.split(" ", 1)[0] for line in changed}
+        found = "on other files of %s than those in %s (%s %s)" % (
             data.description,
             data_flag,
-            _differing(held_files, data.files),
+            folders.listing(sorted(names)),
+            "differs" if len(names) == 1 else "differ",
         )
     raise ValueError(
         "--train_dir=%s was trained %s (%s names its files): pass another "
@@ -99,19 +98,13 @@ def refuse_other_data(train_dir, data, data_dir):
 
 
 def refuse_other_data_set(train_dir, description, data_dir):
-    """Refuses to score train_dir's checkpoints on another data set.
+    """Refuses to score train_dir's checkpoints on another data set:
+    ValueError, one line naming both.
 
-    For the eval, which reads the test files only: the data set's name is
-    compared (the sample set is not CIFAR-10), not the training files. A
-    train_dir with no record is scored as before.
-
-    Args:
-      train_dir: str, --checkpoint_dir.
-      description: str, what --data_dir holds, e.g. 'CIFAR-10'.
-      data_dir: str, --data_dir, for the message.
-
-    Raises:
-      ValueError: the record names another data set (one line naming both).
+    For the eval, which reads the test files only: the data set's name
+    (description, e.g. 'CIFAR-10') is compared (the sample set is not
+    CIFAR-10), not the training files. A train_dir with no record is
+    scored as before. data_dir: str, --data_dir, for the message.
     """
     held = recorded_data(train_dir)
     if held is None or held[0] == description:
@@ -128,26 +121,3 @@ def refuse_other_data_set(train_dir, description, data_dir):
             os.path.join(train_dir, train_dirs.DATA_RECORD),
         )
     )
-
-
-def _differing(held, found):
-    """'a, b differ' or 'a differs': the files whose lines differ."""
-    names = sorted({line.split(" ", 1)[0] for line in set(held) ^ set(found)})
-    return "%s %s" % (
-        folders.listing(names),
-        "differs" if len(names) == 1 else "differ",
-    )
-
-
-def record_data(train_dir, data):
-    """Writes train_dir's record of its data, unless it says so already.
-
-    Args:
-      train_dir: str, an existing folder.
-      data: the `Data` of the run.
-    """
-    if recorded_data(train_dir) == data:
-        return
-    path = os.path.join(train_dir, train_dirs.DATA_RECORD)
-    with folders.written_aside(path) as part, open(part, "w") as f:
-        f.write(data.text())

@@ -108,13 +108,8 @@ def clear(train_dir, data_dirs=()):
         )
     removed = _removed(train_dir, names)
     for name in names:
-        path = os.path.join(train_dir, name)
-        if name == LOCK_NAME:
-            continue  # Held by this run.
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+        if name != LOCK_NAME:  # Held by this run.
+            _delete(os.path.join(train_dir, name))
     print(removed, flush=True)
 
 
@@ -128,21 +123,21 @@ def remove_interrupted_writes(train_dir):
     """
     for name in os.listdir(train_dir):
         path = os.path.join(train_dir, name)
-        if not _written_by_suite(path) or not _INTERRUPTED_WRITE.search(name):
-            continue
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+        if _written_by_suite(path) and _INTERRUPTED_WRITE.search(name):
+            _delete(path)
+
+
+def _delete(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
 
 
 def recorded_model(train_dir):
-    """The model train_dir's checkpoints are of, as its record names it.
-
-    Returns:
-      str, e.g. 'resnet20'; None when train_dir holds no record (a new
-      folder, or one written before the suite kept the record).
-    """
+    """str, the model of train_dir's checkpoints as its record names it
+    (e.g. 'resnet20'); None when it holds no record (a new folder, or one
+    written before the suite kept the record)."""
     try:
         with open(os.path.join(train_dir, MODEL_RECORD)) as f:
             return f.read().strip() or None
@@ -151,12 +146,8 @@ def recorded_model(train_dir):
 
 
 def record_model(train_dir, model_name):
-    """Writes train_dir's record of its model, unless it says so already.
-
-    Args:
-      train_dir: str, an existing folder.
-      model_name: str, as the script's --model names it.
-    """
+    """Writes train_dir's (an existing folder) record of model_name (as
+    the script's --model names it), unless it says so already."""
     if recorded_model(train_dir) == model_name:
         return
     path = os.path.join(train_dir, MODEL_RECORD)
@@ -165,11 +156,8 @@ def record_model(train_dir, model_name):
 
 
 def contents(train_dir):
-    """Each name in train_dir with its state, None when it is missing.
-
-    Returns:
-      dict name -> (size, modification time in ns), for `put_back`.
-    """
+    """dict name -> (size, modification time in ns) of each name in
+    train_dir, for `put_back`; None when train_dir is missing."""
     if not os.path.isdir(train_dir):
         return None
     return {name: _state(train_dir, name) for name in os.listdir(train_dir)}
@@ -189,10 +177,6 @@ def put_back(train_dir, before):
     it was there before). Where the run rewrote a file that was there (a
     resumed run saves its starting checkpoint again, under its old name,
     in new shards), nothing goes: the new files are what it now names.
-
-    Args:
-      train_dir: str.
-      before: the `contents` of train_dir before the run.
     """
     if not os.path.isdir(train_dir):
         return
@@ -208,12 +192,8 @@ def put_back(train_dir, before):
         return
     for name in sorted(set(names) - set(before or {})):
         path = os.path.join(train_dir, name)
-        if not _written_by_suite(path):
-            continue
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+        if _written_by_suite(path):
+            _delete(path)
     if before is None and not os.listdir(train_dir):
         os.rmdir(train_dir)
 
@@ -273,20 +253,9 @@ def _holds_only_profiles(folder):
     return True
 
 
-def _count_profiles(folder):
-    """How many profiler runs folder (`PROFILES_FOLDER`) holds."""
-    runs = os.path.join(folder, "profile")
-    return len(os.listdir(runs)) if os.path.isdir(runs) else 0
-
-
 def _removed(train_dir, names):
-    """'--clear_train_dir: removed N checkpoint(s), ... from DIR'.
-
-    Args:
-      train_dir: str, the folder to clear, before it is cleared.
-      names: strs, the suite's files and folders it holds (the lock is
-        kept).
-    """
+    """'--clear_train_dir: removed N checkpoint(s), ... from DIR', of the
+    suite's files and folders names in train_dir (the lock is kept)."""
     names = [name for name in names if name != LOCK_NAME]
     if not names:
         return "--clear_train_dir: %s held nothing to remove" % train_dir
@@ -296,30 +265,23 @@ def _removed(train_dir, names):
     # Of the suite's names, only the eval's folder is named 'eval'.
     evals = [name for name in names if name == EVAL_FOLDER]
     profiles = [name for name in names if name == PROFILES_FOLDER]
-    removed = (
-        [
-            "%d checkpoint(s)" % len(steps),
-            "%d event file(s)" % len(events),
-            "%d other file(s)"
-            % (
-                len(names)
-                - len(events)
-                - len(evals)
-                - len(profiles)
-                - sum(map(bool, checkpoint_files))
-            ),
-        ]
-        + [
+    others = len(names) - len(events + evals + profiles)
+    removed = [
+        "%d checkpoint(s)" % len(steps),
+        "%d event file(s)" % len(events),
+        "%d other file(s)" % (others - sum(map(bool, checkpoint_files))),
+    ]
+    for name in evals:
+        removed.append(
             "the eval's folder %s/ (%d event file(s))"
             % (name, len(os.listdir(os.path.join(train_dir, name))))
-            for name in evals
-        ]
-        + [
+        )
+    for name in profiles:
+        runs = os.path.join(train_dir, name, "profile")
+        removed.append(
             "the profiles' folder %s/ (%d profile(s))"
-            % (name, _count_profiles(os.path.join(train_dir, name)))
-            for name in profiles
-        ]
-    )
+            % (name, len(os.listdir(runs)) if os.path.isdir(runs) else 0)
+        )
     return "--clear_train_dir: removed %s and %s from %s" % (
         ", ".join(removed[:-1]),
         removed[-1],
@@ -448,13 +410,11 @@ def _holder(content):
 
 
 def _write(lock_file, path, content):
-    """Makes content the whole content of the lock file, open at path.
+    """Makes content the whole content of the lock file, open at path;
+    ValueError naming the file when the write fails (a full disk).
 
     Unbuffered, so that a failed write fails here, once, and not again
     when the file is closed.
-
-    Raises:
-      ValueError: the write failed (a full disk), naming the file.
     """
     fd = lock_file.fileno()
     try:
