@@ -56,6 +56,7 @@ def refuse_other_data(train_dir, data, data_dir):
     """
     held = recorded_data(train_dir)
     data_flag = "--data_dir=%s" % data_dir
+    record = os.path.join(train_dir, train_dirs.DATA_RECORD)
     if held is None:
         if checkpoints.latest_checkpoint(train_dir) is not None:
             print(
@@ -87,13 +88,7 @@ def refuse_other_data(train_dir, data, data_dir):
     raise ValueError(
         "--train_dir=%s was trained %s (%s names its files): pass another "
         "--train_dir, or another with --pretrained_model_checkpoint_path=%s "
-        "to start from its weights"
-        % (
-            train_dir,
-            found,
-            os.path.join(train_dir, train_dirs.DATA_RECORD),
-            train_dir,
-        )
+        "to start from its weights" % (train_dir, found, record, train_dir)
     )
 
 
@@ -109,15 +104,10 @@ def refuse_other_data_set(train_dir, description, data_dir):
     held = recorded_data(train_dir)
     if held is None or held[0] == description:
         return
+    record = os.path.join(train_dir, train_dirs.DATA_RECORD)
     raise ValueError(
         "--checkpoint_dir=%s was trained on %s, not on %s in --data_dir=%s "
         "(%s names its files): its scores there would say nothing of it; "
         "pass the --data_dir it was trained on"
-        % (
-            train_dir,
-            held[0],
-            description,
-            data_dir,
-            os.path.join(train_dir, train_dirs.DATA_RECORD),
-        )
+        % (train_dir, held[0], description, data_dir, record)
     )

@@ -21,8 +21,7 @@ LOCK_NAME = "trainer.lock"
 # The file that names the model of a train_dir's checkpoints: 'NAME\n', as
 # the script's --model names it.
 MODEL_RECORD = "model.txt"
-# The file that names the data a train_dir was trained on
-# (`data_records`).
+# The file that names the data a train_dir was trained on (`record_data`).
 DATA_RECORD = "data.txt"
 # The longest path the suite writes under a train_dir, a failed save's
 # part file: model.ckpt-STEP_temp/part-N-of-N.data-N-of-N.tempstateDIGITS.
@@ -34,9 +33,8 @@ _LOCK_CONTENT = re.compile(r"^[0-9]+ \S+\n$")
 # checkpoints (model.ckpt-STEP.index, .meta, .data-I-of-N), event files,
 # the graph, the lock, the records of the model and the data, the retired
 # --trace_step's traces (of older releases), --profile_steps' profiles
-# (`PROFILES_FOLDER`); and what an interrupted write leaves: TensorFlow's
-# NAME.tmpHEX (a whole-file write renamed into place) and
-# NAME.tempstateDIGITS (a checkpoint file being written).
+# (`PROFILES_FOLDER`); and what an interrupted write leaves
+# (`_INTERRUPTED_WRITE`).
 _CHECKPOINT_FILE = r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+)"
 _INTERRUPTED = r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+)?"
 _SUITE_FILE = re.compile(
@@ -50,7 +48,9 @@ _SUITE_FILE = re.compile(
         _INTERRUPTED,
     )
 )
-# The names of what an interrupted write leaves.
+# What an interrupted write leaves: a whole file written, then renamed
+# (NAME.tmpHEX), a checkpoint file being written (NAME.tempstateDIGITS), a
+# failed save's folder (model.ckpt-STEP_temp).
 _INTERRUPTED_WRITE = re.compile(r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+|_temp)$")
 # A failed sharded save's folder, model.ckpt-STEP_temp, and its files.
 _SUITE_FOLDER = re.compile(r"^model\.ckpt-[0-9]+_temp$")
@@ -79,20 +79,23 @@ def clear(train_dir, data_dirs=()):
     Only regular files of the suite's names go, and the folders of failed
     checkpoint saves that hold nothing but their parts; a link, another
     folder (even one named like the suite's files) or any other file is
-    the user's, and refuses the clearing.
-
-    Args:
-      train_dir: str, the folder to clear (it stays, empty of our files).
-      data_dirs: strs, the run's data folders, which clearing never touches.
-
-    Raises:
-      ValueError: train_dir is, or contains, one of data_dirs; or it holds
-        files or folders the suite does not write (named). Nothing is
-        deleted then.
+    the user's, and refuses the clearing (ValueError naming them, nothing
+    deleted), as does a train_dir that is or contains one of data_dirs
+    (strs, the run's data folders). train_dir stays, empty of our files.
     """
     if not os.path.isdir(train_dir):
         return
-    _refuse_data_dirs(train_dir, data_dirs)
+    real_train_dir = os.path.realpath(train_dir)
+    for data_dir in data_dirs:
+        real_data_dir = os.path.realpath(data_dir)
+        if os.path.commonpath([real_train_dir, real_data_dir]) == (
+            real_train_dir
+        ):
+            raise ValueError(
+                "--clear_train_dir refused: --train_dir=%s is or contains "
+                "the data folder %s; nothing was deleted"
+                % (train_dir, data_dir)
+            )
     names = sorted(os.listdir(train_dir))
     others = [
         name + "/" if os.path.isdir(os.path.join(train_dir, name)) else name
@@ -114,13 +117,9 @@ def clear(train_dir, data_dirs=()):
 
 
 def remove_interrupted_writes(train_dir):
-    """Deletes what the suite's interrupted writes left in train_dir.
-
-    A whole file written, then renamed (NAME.tmpHEX), a checkpoint file
-    being written (NAME.tempstateDIGITS) and a failed save's folder
-    (model.ckpt-STEP_temp) take the space a retry needs, and they are not
-    the user's.
-    """
+    """Deletes what the suite's interrupted writes left in train_dir
+    (`_INTERRUPTED_WRITE`): they take the space a retry needs, and they are
+    not the user's."""
     for name in os.listdir(train_dir):
         path = os.path.join(train_dir, name)
         if _written_by_suite(path) and _INTERRUPTED_WRITE.search(name):
@@ -181,16 +180,14 @@ def put_back(train_dir, before):
     if not os.path.isdir(train_dir):
         return
     names = os.listdir(train_dir)
-    rewritten = [
-        name
+    found = before or {}
+    if any(
+        _state(train_dir, name) != found[name]
         for name in names
-        if name in (before or {})
-        and name != LOCK_NAME
-        and _state(train_dir, name) != before[name]
-    ]
-    if rewritten:
+        if name in found and name != LOCK_NAME
+    ):
         return
-    for name in sorted(set(names) - set(before or {})):
+    for name in sorted(set(names) - set(found)):
         path = os.path.join(train_dir, name)
         if _written_by_suite(path):
             _delete(path)
@@ -198,41 +195,26 @@ def put_back(train_dir, before):
         os.rmdir(train_dir)
 
 
-def _refuse_data_dirs(train_dir, data_dirs):
-    """Raises ValueError if train_dir is or contains one of data_dirs."""
-    real_train_dir = os.path.realpath(train_dir)
-    for data_dir in data_dirs:
-        real_data_dir = os.path.realpath(data_dir)
-        if os.path.commonpath([real_train_dir, real_data_dir]) == (
-            real_train_dir
-        ):
-            raise ValueError(
-                "--clear_train_dir refused: --train_dir=%s is or contains "
-                "the data folder %s; nothing was deleted"
-                % (train_dir, data_dir)
-            )
-
-
 def _written_by_suite(path):
     """Whether path is a file or folder the suite writes in a train_dir."""
     name = os.path.basename(path)
     if os.path.islink(path):
         return False
-    if os.path.isdir(path) and name == EVAL_FOLDER:
-        return all(
-            each.startswith(_EVENT_FILE)
-            and os.path.isfile(os.path.join(path, each))
-            and not os.path.islink(os.path.join(path, each))
-            for each in os.listdir(path)
-        )
     if os.path.isdir(path) and name == PROFILES_FOLDER:
         return _holds_only_profiles(path)
     if os.path.isdir(path):
-        return bool(_SUITE_FOLDER.match(name)) and all(
-            _TEMP_PART.match(part)
-            and os.path.isfile(os.path.join(path, part))
-            and not os.path.islink(os.path.join(path, part))
-            for part in os.listdir(path)
+        # The eval's event files, or a failed save's parts.
+        if name == EVAL_FOLDER:
+            belongs = re.compile(re.escape(_EVENT_FILE)).match
+        elif _SUITE_FOLDER.match(name):
+            belongs = _TEMP_PART.match
+        else:
+            return False
+        return all(
+            belongs(each)
+            and os.path.isfile(os.path.join(path, each))
+            and not os.path.islink(os.path.join(path, each))
+            for each in os.listdir(path)
         )
     return os.path.isfile(path) and bool(_SUITE_FILE.match(name))
 
@@ -300,13 +282,10 @@ def owned(train_dir, is_chief=True):
     with a line saying so. Other workers of a cluster take no lock (the
     chief holds it for them), nor does the eval.
 
-    Args:
-      train_dir: str, created if missing.
-      is_chief: bool, False for a cluster's other workers: no lock.
-
-    Raises:
-      InUse: another process holds the lock (named by pid and host).
-      ValueError: train_dir cannot be created or written.
+    train_dir is created if missing; is_chief False (a cluster's other
+    workers) takes no lock. Raises InUse when another process holds the
+    lock (named by pid and host), ValueError when train_dir cannot be
+    created or written.
     """
     if not is_chief:
         yield
@@ -331,18 +310,20 @@ def owned(train_dir, is_chief=True):
                 file=sys.stderr,
                 flush=True,
             )
-        _write(
-            lock_file,
-            lock_path,
-            "%d %s\n" % (os.getpid(), socket.gethostname()),
-        )
+        holder = "%d %s\n" % (os.getpid(), socket.gethostname())
+        _write(lock_file, lock_path, holder)
         try:
             yield
         except Exception:
             # Whatever failed first (an event file, a checkpoint), the cause
             # is the folder's going.
             if not os.path.isdir(train_dir):
-                raise gone(train_dir) from None
+                raise errors.TrainingError(
+                    "--train_dir=%s went away during the run (deleted or "
+                    "moved, with its checkpoints and event files); the run "
+                    "stopped. Start it again, on a folder nothing else "
+                    "deletes: it starts from step 0" % train_dir
+                ) from None
             raise
         finally:
             _write(lock_file, lock_path, "")
@@ -352,15 +333,6 @@ def owned(train_dir, is_chief=True):
 
 class InUse(ValueError):
     """train_dir's lock is held by another trainer: nothing in it is ours."""
-
-
-def gone(train_dir):
-    """The error of a run whose train_dir was deleted (or moved) under it."""
-    return errors.TrainingError(
-        "--train_dir=%s went away during the run (deleted or moved, with "
-        "its checkpoints and event files); the run stopped. Start it again, "
-        "on a folder nothing else deletes: it starts from step 0" % train_dir
-    )
 
 
 def _open_lock_file(train_dir, path):
