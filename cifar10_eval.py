@@ -40,7 +40,6 @@ from multigpu.flags import choices, common_flags, flag_checks, script
 from multigpu.graph import op_kernels, placement, top_k_hits
 from multigpu.train_dir import (
     checkpoints,
-    data_records,
     event_files,
     restore,
     train_dirs,
@@ -363,7 +362,7 @@ def main(argv):
         cifar10_data.prepare_data_dir(FLAGS.data_dir, fake_data=True)
     else:
         cifar10_data.say_if_sample_set(FLAGS.data_dir)
-    data_records.refuse_other_data_set(
+    train_dirs.refuse_other_data_set(
         checkpoint_dir, cifar10_data.description(FLAGS.data_dir), FLAGS.data_dir
     )
     folders.make_folder(eval_dir, "eval_dir")

@@ -57,7 +57,7 @@ from multigpu.flags import (
 )
 from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import interrupts, loop_hooks, profile, report, training
-from multigpu.train_dir import data_records
+from multigpu.train_dir import train_dirs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -283,7 +283,7 @@ def _train_and_score(
         mnist_input.data_file(recipe.data_dir, "test")
     data = mnist_data.training_data(recipe.data_dir)
     if not start.clear_train_dir:
-        data_records.refuse_other_data(train_dir, data, recipe.data_dir)
+        train_dirs.refuse_other_data(train_dir, data, recipe.data_dir)
     profiling = profile.profile_hooks(profile_steps, train_dir)
     closing, steps = _train(
         train_file,
@@ -325,7 +325,7 @@ def _train(train_file, towers, train_dir, data, profiling, run):
         tower's device each; the session's `ConfigProto`; the
         `cluster.ClusterTask`.
       train_dir: str.
-      data: the `data_records.Data` of --data_dir, recorded in train_dir.
+      data: the `sample_sets.Data` of --data_dir, recorded in train_dir.
       profiling: the hooks of --profile_steps (`profile.profile_hooks`).
       run: (schedule, start, settings): the flags' `choices.Schedule` and
         `choices.Start`; what the workers of a cluster must share
