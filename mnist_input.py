@@ -38,7 +38,7 @@ import re  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from data_sets import mnist_data  # noqa: E402
-from data_sets.mnist_format import (  # noqa: E402, F401 (the tutorial's names)
+from data_sets.mnist_data import (  # noqa: E402, F401 (the tutorial's names)
     DEPTH,
     HEIGHT,
     IMAGE_PIXELS,

@@ -44,7 +44,7 @@ from absl import flags
 
 import mnist_input
 import mnist_model
-from data_sets import mnist_data, mnist_format
+from data_sets import mnist_data
 from multigpu import folders
 from multigpu.distributed import cluster, ps
 from multigpu.flags import (
@@ -311,7 +311,7 @@ def _log_frequency(train_file, recipe, log_frequency, num_towers):
     """log_frequency, or a tenth of the run's steps if fewer: each tower
     takes one of floor(records * num_epochs / batch_size) batches per
     step."""
-    records = mnist_format.count_framed_records(train_file)
+    records = mnist_data.count_framed_records(train_file)
     batches = records * recipe.num_epochs // recipe.batch_size
     return loop_hooks.every_tenth(log_frequency, batches // num_towers)
 

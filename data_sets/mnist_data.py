@@ -1,7 +1,10 @@
-"""MNIST on disk: the IDX converter's reading and writing, the sample set.
+"""MNIST on disk: its format, the IDX converter's reading and writing, the
+sample set.
 
-`convert` turns the four classic IDX .gz files into the TFRecord files
-that `mnist_input` reads (`python mnist_input.py --idx_dir=...` runs it);
+The dataset facts, the published files and the TFRecords' counts stand
+under `mnist_input` (the tutorial's reader) and the converter. `convert`
+turns the four classic IDX .gz files into the TFRecord files that
+`mnist_input` reads (`python mnist_input.py --idx_dir=...` runs it);
 `write_fake_data` writes a small learnable digit-like set in the same
 format (`--fake_data`).
 """
@@ -15,10 +18,25 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from data_sets import mnist_format, sample_sets
+from data_sets import sample_sets
 from multigpu import folders
 
-# The four classic IDX files, as published at mnist_format.SOURCE_URL.
+# Dataset facts of MNIST.
+HEIGHT, WIDTH, DEPTH = 28, 28, 1
+IMAGE_PIXELS = HEIGHT * WIDTH * DEPTH  # 784 bytes per image
+NUM_CLASSES = 10
+
+# The classic IDX files (gzipped) and where they are published.
+SOURCE_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
+
+# The TFRecord file of each split, as the tutorial's converter names them.
+SPLIT_FILES = {
+    "train": "train.tfrecords",
+    "validation": "validation.tfrecords",
+    "test": "test.tfrecords",
+}
+
+# The four classic IDX files, as published at SOURCE_URL.
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"
 TRAIN_LABELS = "train-labels-idx1-ubyte.gz"
 TEST_IMAGES = "t10k-images-idx3-ubyte.gz"
@@ -91,9 +109,9 @@ def write_records(filename, images, labels):
         for image, label in zip(images, labels):
             raw = np.asarray(image, np.uint8).tobytes()
             feature = {
-                "height": int64(mnist_format.HEIGHT),
-                "width": int64(mnist_format.WIDTH),
-                "depth": int64(mnist_format.DEPTH),
+                "height": int64(HEIGHT),
+                "width": int64(WIDTH),
+                "depth": int64(DEPTH),
                 "label": int64(int(label)),
                 "image_raw": tf.train.Feature(
                     bytes_list=tf.train.BytesList(value=[raw])
@@ -122,7 +140,7 @@ def _gunzip(path):
     if not os.path.isfile(path):
         raise ValueError(
             "%s not found; download it from %s"
-            % (path, mnist_format.SOURCE_URL)
+            % (path, SOURCE_URL)
         )
     try:
         with gzip.open(path, "rb") as f:
@@ -194,14 +212,14 @@ def read_idx_pair(images_path, labels_path):
     """
     images = read_idx(images_path, IMAGES_MAGIC)
     labels = read_idx(labels_path, LABELS_MAGIC)
-    if images.shape[1:] != (mnist_format.HEIGHT, mnist_format.WIDTH):
+    if images.shape[1:] != (HEIGHT, WIDTH):
         raise ValueError(
             "%s: images of %dx%d pixels, expected %dx%d"
             % (
                 images_path,
                 *images.shape[1:],
-                mnist_format.HEIGHT,
-                mnist_format.WIDTH,
+                HEIGHT,
+                WIDTH,
             )
         )
     if len(labels) != len(images):
@@ -209,7 +227,7 @@ def read_idx_pair(images_path, labels_path):
             "%s: %d labels, expected %d (the number of images in %s)"
             % (labels_path, len(labels), len(images), images_path)
         )
-    bad = np.flatnonzero(labels >= mnist_format.NUM_CLASSES)
+    bad = np.flatnonzero(labels >= NUM_CLASSES)
     if bad.size:
         raise ValueError(
             "%s: label %d at index %d, expected 0..%d"
@@ -217,7 +235,7 @@ def read_idx_pair(images_path, labels_path):
                 labels_path,
                 labels[bad[0]],
                 bad[0],
-                mnist_format.NUM_CLASSES - 1,
+                NUM_CLASSES - 1,
             )
         )
     return images, labels
@@ -278,7 +296,7 @@ def _say_replaced(data_dir, overwrite):
     """
     present = [
         name
-        for name in sorted(mnist_format.SPLIT_FILES.values())
+        for name in sorted(SPLIT_FILES.values())
         if os.path.lexists(os.path.join(data_dir, name))
     ]
     if not present:
@@ -310,7 +328,7 @@ def _write_splits(data_dir, splits):
     os.makedirs(data_dir, exist_ok=True)
     for split, (images, labels) in splits.items():
         write_records(
-            os.path.join(data_dir, mnist_format.SPLIT_FILES[split]),
+            os.path.join(data_dir, SPLIT_FILES[split]),
             images,
             labels,
         )
@@ -333,14 +351,14 @@ def fake_examples(num_examples, seed):
       labels: uint8 [num_examples], classes in turn (0, 1, ..., 9, 0, ...).
     """
     digits = np.zeros(
-        (mnist_format.NUM_CLASSES, mnist_format.HEIGHT, mnist_format.WIDTH)
+        (NUM_CLASSES, HEIGHT, WIDTH)
     )
     for digit, segments in enumerate(DIGIT_SEGMENTS):
         for segment in segments:
             top, bottom, left, right = SEGMENT_BOXES[segment]
             digits[digit, top:bottom, left:right] = 255.0
     rng = np.random.default_rng(seed)
-    labels = np.arange(num_examples) % mnist_format.NUM_CLASSES
+    labels = np.arange(num_examples) % NUM_CLASSES
     shifts = rng.integers(
         -FAKE_MAX_SHIFT, FAKE_MAX_SHIFT + 1, (num_examples, 2)
     )
@@ -371,8 +389,8 @@ def write_fake_data(data_dir):
         # The sample set's record counts; MNIST's are 10 to 18 times larger.
         try:
             return all(
-                mnist_format.count_records(
-                    os.path.join(folder, mnist_format.SPLIT_FILES[split])
+                count_records(
+                    os.path.join(folder, SPLIT_FILES[split])
                 )
                 == size
                 for split, size in FAKE_SPLIT_SIZES.items()
@@ -382,13 +400,13 @@ def write_fake_data(data_dir):
 
     missing = sample_sets.files_to_write(
         data_dir,
-        list(mnist_format.SPLIT_FILES.values()),
+        list(SPLIT_FILES.values()),
         is_unmarked_sample_set,
     )
     splits = {
         split: fake_examples(size, seed)
         for seed, (split, size) in enumerate(FAKE_SPLIT_SIZES.items())
-        if mnist_format.SPLIT_FILES[split] in missing
+        if SPLIT_FILES[split] in missing
     }
     _write_splits(data_dir, splits)
     return bool(missing)
@@ -419,4 +437,24 @@ def training_data(data_dir):
 
 
 def _train_file(data_dir):
-    return os.path.join(data_dir, mnist_format.SPLIT_FILES["train"])
+    return os.path.join(data_dir, SPLIT_FILES["train"])
+
+
+def count_records(filename):
+    """int, the records of a TFRecord file (read eagerly, outside graphs)."""
+    return int(
+        tf.data.TFRecordDataset(filename).reduce(0, lambda count, _: count + 1)
+    )
+
+
+def count_framed_records(filename):
+    """int, the records of a TFRecord file read by their length fields only
+    (a uint64 length and 4 bytes of CRC, then the data and 4 more): no
+    checksum is checked and no tensor made, so it counts inside a graph."""
+    count = 0
+    with open(filename, "rb") as f:
+        while len(header := f.read(12)) == 12:
+            (length,) = struct.unpack("<Q", header[:8])
+            f.seek(length + 4, os.SEEK_CUR)
+            count += 1
+    return count

@@ -11,7 +11,7 @@ import os
 import pytest
 from helpers.cluster import FAULT_TIMEOUT_SECS
 
-from data_sets import mnist_data, mnist_format, sample_sets
+from data_sets import mnist_data, sample_sets
 from multigpu.train_dir import train_dirs
 
 SCRIPT = "mnist_multi_gpu_train.py"
@@ -34,7 +34,7 @@ def _half_sample_set(data_dir):
     size = mnist_data.FAKE_SPLIT_SIZES["train"] // 2
     images, labels = mnist_data.fake_examples(size, 0)
     mnist_data.write_records(
-        os.path.join(str(data_dir), mnist_format.SPLIT_FILES["train"]),
+        os.path.join(str(data_dir), mnist_data.SPLIT_FILES["train"]),
         images,
         labels,
     )
