@@ -73,16 +73,8 @@ SEGMENT_BOXES = {
     "g": (13, 15, 9, 19),
 }
 DIGIT_SEGMENTS = [
-    "abcdef",
-    "bc",
-    "abdeg",
-    "abcdg",
-    "bcfg",
-    "acdfg",
-    "acdefg",
-    "abc",
-    "abcdefg",
-    "abcdfg",
+    *("abcdef", "bc", "abdeg", "abcdg", "bcfg"),
+    *("acdfg", "acdefg", "abc", "abcdefg", "abcdfg"),
 ]
 
 
@@ -90,12 +82,8 @@ def write_records(filename, images, labels):
     """Writes images and labels as a TFRecord file of `tf.train.Example`s.
 
     The file is written aside and renamed when complete, so a crash never
-    leaves a short file.
-
-    Args:
-      filename: str path.
-      images: uint8 array [n, 28, 28].
-      labels: integer array [n] in 0..9.
+    leaves a short file. images: uint8 array [n, 28, 28]; labels: integer
+    array [n] in 0..9.
     """
 
     def int64(value):
@@ -139,8 +127,7 @@ def _os_errors():
 def _gunzip(path):
     if not os.path.isfile(path):
         raise ValueError(
-            "%s not found; download it from %s"
-            % (path, SOURCE_URL)
+            "%s not found; download it from %s" % (path, SOURCE_URL)
         )
     try:
         with gzip.open(path, "rb") as f:
@@ -152,20 +139,13 @@ def _gunzip(path):
 
 
 def read_idx(path, magic):
-    """Reads a gzipped IDX file of unsigned bytes, checking its header.
+    """Reads a gzipped IDX file (path, the .gz file) of unsigned bytes,
+    checking its header's magic (IMAGES_MAGIC or LABELS_MAGIC).
 
-    Args:
-      path: str, the .gz file.
-      magic: int, the expected magic number, IMAGES_MAGIC or LABELS_MAGIC.
-
-    Returns:
-      uint8 array whose shape is the header's: [n, rows, columns] for
-      images, [n] for labels.
-
-    Raises:
-      ValueError: the file is missing or not gzip, its magic number is not
-        `magic`, or its size differs from the header's; the message names
-        the file, the expected and the found value.
+    Returns a uint8 array whose shape is the header's: [n, rows, columns]
+    for images, [n] for labels. ValueError, naming the file, the expected
+    and the found value, when the file is missing or not gzip, its magic
+    number is not `magic`, or its size differs from the header's.
     """
     data = _gunzip(path)
     num_dims = magic & 0xFF
@@ -184,43 +164,26 @@ def read_idx(path, magic):
         )
     expected_bytes = header_bytes + int(np.prod(shape))
     if len(data) != expected_bytes:
+        wrong = "truncated" if len(data) < expected_bytes else "too long"
+        dims = "x".join(str(d) for d in shape)
         raise ValueError(
             "%s is %s: %d bytes, expected %d (a %d-byte header, then shape "
-            "%s)"
-            % (
-                path,
-                "truncated" if len(data) < expected_bytes else "too long",
-                len(data),
-                expected_bytes,
-                header_bytes,
-                "x".join(str(d) for d in shape),
-            )
+            "%s)" % (path, wrong, len(data), expected_bytes, header_bytes, dims)
         )
     return np.frombuffer(data, np.uint8, offset=header_bytes).reshape(shape)
 
 
 def read_idx_pair(images_path, labels_path):
-    """Reads and checks the images and the labels of one IDX split.
-
-    Returns:
-      images: uint8 [n, 28, 28].
-      labels: uint8 [n] in 0..9.
-
-    Raises:
-      ValueError: a bad file (see `read_idx`), images not 28x28, a label
-        outside 0..9, or different image and label counts.
-    """
+    """Reads and checks the images (uint8 [n, 28, 28]) and the labels
+    (uint8 [n] in 0..9) of one IDX split; ValueError for a bad file (see
+    `read_idx`), images not 28x28, a label outside 0..9, or different image
+    and label counts."""
     images = read_idx(images_path, IMAGES_MAGIC)
     labels = read_idx(labels_path, LABELS_MAGIC)
     if images.shape[1:] != (HEIGHT, WIDTH):
         raise ValueError(
             "%s: images of %dx%d pixels, expected %dx%d"
-            % (
-                images_path,
-                *images.shape[1:],
-                HEIGHT,
-                WIDTH,
-            )
+            % (images_path, *images.shape[1:], HEIGHT, WIDTH)
         )
     if len(labels) != len(images):
         raise ValueError(
@@ -231,12 +194,7 @@ def read_idx_pair(images_path, labels_path):
     if bad.size:
         raise ValueError(
             "%s: label %d at index %d, expected 0..%d"
-            % (
-                labels_path,
-                labels[bad[0]],
-                bad[0],
-                NUM_CLASSES - 1,
-            )
+            % (labels_path, labels[bad[0]], bad[0], NUM_CLASSES - 1)
         )
     return images, labels
 
@@ -246,21 +204,17 @@ def convert(
 ):
     """Converts the four IDX files into the three TFRecord files.
 
+    Returns the number of examples written per split (a dict).
+
     Args:
       idx_dir: str, the folder that holds the four .gz files.
       data_dir: str, the folder to write the TFRecord files to.
       validation_size: int, how many of the first training images form the
-        validation split, as in the tutorial's `read_data_sets`.
+        validation split, as in the tutorial's `read_data_sets` (ValueError
+        unless between 0 and the number of training images less one).
       overwrite: bool, replace the split files data_dir holds (each named
-        in a line); the sample set's are replaced without it.
-
-    Returns:
-      dict, the number of examples written per split.
-
-    Raises:
-      ValueError: a bad IDX file (see `read_idx_pair`); validation_size
-        not between 0 and the number of training images less one; without
-        overwrite, data_dir holds split files of other data.
+        in a line); the sample set's are replaced without it, other data's
+        refused (ValueError).
     """
     _say_replaced(data_dir, overwrite)
     train_images, train_labels = read_idx_pair(
@@ -288,12 +242,8 @@ def convert(
 
 
 def _say_replaced(data_dir, overwrite):
-    """Refuses to replace other data's split files, or names them.
-
-    Raises:
-      ValueError: without overwrite, data_dir holds split files and is not
-        a sample set's folder.
-    """
+    """Refuses to replace other data's split files (ValueError without
+    overwrite, in a folder not a sample set's), or names them."""
     present = [
         name
         for name in sorted(SPLIT_FILES.values())
@@ -308,30 +258,21 @@ def _say_replaced(data_dir, overwrite):
             "replaced: pass an empty --data_dir, or --overwrite to replace "
             "them" % (data_dir, ", ".join(present))
         )
-    print(
-        "%s in %s: %s"
-        % (
-            "Replacing the built-in sample set"
-            if sample_set
-            else "--overwrite: replacing",
-            data_dir,
-            ", ".join(
-                "%s (%d bytes)"
-                % (name, os.path.getsize(os.path.join(data_dir, name)))
-                for name in present
-            ),
-        )
-    )
+    what = "Replacing the built-in sample set"
+    if not sample_set:
+        what = "--overwrite: replacing"
+    sizes = [
+        "%s (%d bytes)" % (name, os.path.getsize(os.path.join(data_dir, name)))
+        for name in present
+    ]
+    print("%s in %s: %s" % (what, data_dir, ", ".join(sizes)))
 
 
 def _write_splits(data_dir, splits):
     os.makedirs(data_dir, exist_ok=True)
     for split, (images, labels) in splits.items():
-        write_records(
-            os.path.join(data_dir, SPLIT_FILES[split]),
-            images,
-            labels,
-        )
+        path = os.path.join(data_dir, SPLIT_FILES[split])
+        write_records(path, images, labels)
     return {split: len(labels) for split, (_, labels) in splits.items()}
 
 
@@ -340,19 +281,14 @@ def fake_examples(num_examples, seed):
 
     Each digit is drawn with its own segments, shifted at random by up to
     FAKE_MAX_SHIFT pixels and covered with pixel noise, so a classifier
-    must learn the strokes' layout, not a single pixel.
-
-    Args:
-      num_examples: int.
-      seed: int, for the shifts and the noise.
+    must learn the strokes' layout, not a single pixel. seed: int, for the
+    shifts and the noise.
 
     Returns:
       images: uint8 [num_examples, 28, 28].
       labels: uint8 [num_examples], classes in turn (0, 1, ..., 9, 0, ...).
     """
-    digits = np.zeros(
-        (NUM_CLASSES, HEIGHT, WIDTH)
-    )
+    digits = np.zeros((NUM_CLASSES, HEIGHT, WIDTH))
     for digit, segments in enumerate(DIGIT_SEGMENTS):
         for segment in segments:
             top, bottom, left, right = SEGMENT_BOXES[segment]
@@ -376,32 +312,22 @@ def write_fake_data(data_dir):
     """Writes the built-in sample set under data_dir, once.
 
     The set is marked as such (`sample_sets`) and written only into an
-    empty or marked folder, never over other files.
-
-    Returns:
-      bool, True if files were written, False if they were all there.
-
-    Raises:
-      ValueError: data_dir holds other files (named).
+    empty or marked folder, never over other files (ValueError naming
+    them). Returns True if files were written, False if they were all there.
     """
 
     def is_unmarked_sample_set(folder):
         # The sample set's record counts; MNIST's are 10 to 18 times larger.
         try:
             return all(
-                count_records(
-                    os.path.join(folder, SPLIT_FILES[split])
-                )
-                == size
+                count_records(os.path.join(folder, SPLIT_FILES[split])) == size
                 for split, size in FAKE_SPLIT_SIZES.items()
             )
         except tf.errors.OpError:
             return False  # Not even readable records.
 
     missing = sample_sets.files_to_write(
-        data_dir,
-        list(SPLIT_FILES.values()),
-        is_unmarked_sample_set,
+        data_dir, list(SPLIT_FILES.values()), is_unmarked_sample_set
     )
     splits = {
         split: fake_examples(size, seed)
@@ -420,12 +346,9 @@ def say_if_sample_set(data_dir):
 
 
 def training_data(data_dir):
-    """What a run on data_dir trains on, for its train_dir's record.
-
-    Returns:
-      a `sample_sets.Data`: 'the MNIST sample set' or 'MNIST', and the
-      fingerprint of train.tfrecords.
-    """
+    """What a run on data_dir trains on, for its train_dir's record: a
+    `sample_sets.Data`, 'the MNIST sample set' or 'MNIST', and the
+    fingerprint of train.tfrecords."""
     train_file = _train_file(data_dir)
     sample_set = sample_sets.is_sample_set(
         data_dir, [train_file], FAKE_TRAIN_DIGEST
