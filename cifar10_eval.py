@@ -39,12 +39,7 @@ from data_sets import cifar10_batches, cifar10_data
 from multigpu import errors, folders
 from multigpu.flags import choices, common_flags, flag_checks, script
 from multigpu.graph import op_kernels, placement, top_k_hits
-from multigpu.train_dir import (
-    checkpoints,
-    event_files,
-    restore,
-    train_dirs,
-)
+from multigpu.train_dir import checkpoints, event_files, restore, train_dirs
 
 # Seconds between the watching eval's lines saying what it waits for.
 WAITING_LINE_SECS = 600
@@ -151,18 +146,10 @@ def build_graph(
 def eval_once(checkpoint, saver, event_file, scoring, config):
     """Scores one checkpoint on every example of the input, once.
 
-    Args:
-      checkpoint: str, the checkpoint path prefix ('.../model.ckpt-1000').
-      saver: restores the shadow variables into the model's variables.
-      event_file: an `event_files.EventFile`, for the summaries at the
-        checkpoint's global step (errors.TrainingError when they cannot be
-        written whole).
-      scoring: the graph's `Scoring`.
-      config: the session's `ConfigProto`.
-
-    Returns:
-      the checkpoint's global step (int); None when the checkpoint went
-      away before it was restored.
+    saver restores the shadow variables into the model's variables;
+    event_file (an `event_files.EventFile`) takes the summaries at the
+    checkpoint's global step, which is returned (int); None when the
+    checkpoint (its path prefix) went away before it was restored.
     """
     with tf.compat.v1.Session(config=config) as sess:
         global_step = _restore(sess, saver, checkpoint)
@@ -200,11 +187,7 @@ def _restore(sess, saver, checkpoint):
         saver.restore(sess, checkpoint)
         # Its own step: a checkpoint's name need not end in -STEP.
         return checkpoints.global_step(checkpoint)
-    except (
-        ValueError,
-        tf.errors.NotFoundError,
-        tf.errors.DataLossError,
-    ) as e:
+    except (ValueError, tf.errors.NotFoundError, tf.errors.DataLossError) as e:
         # The trainer deletes its oldest checkpoints (max_to_keep), the
         # index file first, so one may go between being chosen and being
         # opened. Any other failure (e.g. another model's checkpoint) is
@@ -276,12 +259,9 @@ def _say_waiting(checkpoint_dir, scored_step, said_at):
 
 
 def _newest_checkpoint(checkpoint_dir, run_once):
-    """The newest checkpoint that reads, or None (after saying why).
-
-    Raises:
-      ValueError: with run_once, there is no checkpoint.
-      errors.TrainingError: with run_once, no checkpoint reads.
-    """
+    """The newest checkpoint that reads, or None (after saying why); with
+    run_once, ValueError when there is none, errors.TrainingError when
+    none reads."""
     try:
         checkpoint = checkpoints.newest_valid_checkpoint(checkpoint_dir)
     except errors.TrainingError as e:
