@@ -119,8 +119,8 @@ def _warm_start_lines(checkpoint, variables, shadows, absent, fresh):
         % (
             checkpoint,
             len(kept),
-            len([name for name in kept if name not in trainable]),
-            len([name for name in shadows if name not in absent]),
+            len(set(kept) - trainable),
+            len(set(shadows) - absent),
         )
     ]
     left = []
@@ -239,8 +239,7 @@ class Restorer:
     """
 
     def __init__(self, variables):
-        """variables: dict, name in the checkpoint -> variable."""
-        self._variables = variables
+        self._variables = variables  # name in the checkpoint -> variable
 
     def restore(self, session, checkpoint):
         restore_variables(
@@ -337,18 +336,15 @@ def describe(shapes):
     net (--model=tutorial)'."""
     name = model_name(shapes)
     if name is not None and name.startswith("resnet"):
-        return "--model=%s (%d blocks per stage)" % (
-            name,
-            (int(name[len("resnet") :]) - 2) // 6,
-        )
+        blocks = (int(name[len("resnet") :]) - 2) // 6
+        return "--model=%s (%d blocks per stage)" % (name, blocks)
     if name is not None:
         return "the CIFAR-10 tutorial's net (--model=%s)" % name
     kernel = shapes.get("conv1/weights")
     logits = shapes.get("softmax_linear/weights")
     if kernel is None or logits is None or len(kernel) != 4:
         return "no model of this suite (%d variables, e.g. %s)" % (
-            len(shapes),
-            _listed(sorted(shapes)),
+            len(shapes), _listed(sorted(shapes))
         )
     return (
         "a model of %d-channel images and %d classes (conv1/weights %s, "
