@@ -54,14 +54,8 @@ class Data(NamedTuple):
 
 
 def fingerprint(paths):
-    """'NAME SIZE HASH' of each file: its name, size and ends' hash.
-
-    Args:
-      paths: strs, existing files.
-
-    Returns:
-      tuple of str, in the order of paths.
-    """
+    """'NAME SIZE HASH' of each file of paths (existing files): its name,
+    size and ends' hash, a tuple of str in the order of paths."""
     return tuple(_file_line(path) for path in paths)
 
 
@@ -86,21 +80,13 @@ def digest(files):
 
 
 def files_to_write(folder, names, is_unmarked_sample_set=None):
-    """Marks folder as a sample set's and returns the names still missing.
+    """Marks folder (created if missing) as a sample set's and returns the
+    names of the sample set's files (names) it does not hold yet.
 
-    Args:
-      folder: str, where the sample set's files go (created if missing).
-      names: strs, the file names of the sample set.
-      is_unmarked_sample_set: callable(folder) -> bool, for a folder that
-        holds exactly `names` and no marker: whether they are a sample set
-        written before sample sets were marked (it is marked then).
-
-    Returns:
-      list of str, the names of `names` that folder does not hold yet.
-
-    Raises:
-      ValueError: folder holds files but no marker: other data, which the
-        sample set must not replace (the files are named).
+    A folder that holds files but no marker holds other data, which the
+    sample set must not replace: ValueError naming the files, unless it
+    holds exactly `names` and is_unmarked_sample_set(folder) says they are
+    a sample set written before sample sets were marked (it is marked then).
     """
     present = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     if (
@@ -158,13 +144,9 @@ def is_sample_set(folder, train_files=(), known_digest=None):
 def say_if_sample_set(
     folder, data_set_name, train_files=(), known_digest=None
 ):
-    """Prints one line when folder holds a sample set; True if it does.
-
-    Args:
-      folder: str, the folder of the record files a run reads.
-      data_set_name: str, the real data set, e.g. 'CIFAR-10'.
-      train_files, known_digest: as `is_sample_set`.
-    """
+    """Prints one line when folder (the record files a run reads) holds a
+    sample set, not data_set_name (e.g. 'CIFAR-10'); True if it does.
+    train_files, known_digest: as `is_sample_set`."""
     if not is_sample_set(folder, train_files, known_digest):
         return False
     print(
