@@ -81,16 +81,24 @@ TUTORIAL = Model(
 )
 
 
-def _resnet(name, build):
-    return Model(
-        name,
-        build,
-        functools.partial(
-            piecewise_learning_rate,
-            initial=resnet.INITIAL_LEARNING_RATE,
-            boundaries=resnet.DECAY_STEPS,
+def _piecewise(chosen, initial, boundaries, momentum):
+    """chosen (a `Model`) with the recipe of `piecewise_learning_rate` and
+    `momentum_optimizer`."""
+    return chosen._replace(
+        learning_rate=functools.partial(
+            piecewise_learning_rate, initial=initial, boundaries=boundaries
         ),
-        functools.partial(momentum_optimizer, momentum=resnet.MOMENTUM),
+        optimizer=functools.partial(momentum_optimizer, momentum=momentum),
+    )
+
+
+def _resnet(name, build):
+    """A ResNet with the paper's recipe."""
+    return _piecewise(
+        TUTORIAL._replace(name=name, build=build),
+        resnet.INITIAL_LEARNING_RATE,
+        resnet.DECAY_STEPS,
+        resnet.MOMENTUM,
     )
 
 
@@ -131,30 +139,19 @@ def model(name, learning_rate=0.0, boundaries=(), momentum=0.0):
     chosen = MODELS.get(name) or user_model(name)
     if learning_rate <= 0:
         return chosen
-    return chosen._replace(
-        learning_rate=functools.partial(
-            piecewise_learning_rate,
-            initial=learning_rate,
-            boundaries=tuple(int(step) for step in boundaries),
-        ),
-        optimizer=functools.partial(momentum_optimizer, momentum=momentum),
-    )
+    boundaries = tuple(int(step) for step in boundaries)
+    return _piecewise(chosen, learning_rate, boundaries, momentum)
 
 
 def logits(model, images, is_training, compute_dtype):
-    """Builds the model's logits on one tower's images, in the compute dtype.
-
-    Args:
-      model: a `Model`, as `model` returns it.
-      images: float32 [batch, 24, 24, 3].
-      is_training: bool, True for the trainers, False for the eval.
-      compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
+    """Builds the model's logits (float32 [batch, NUM_CLASSES]) on one
+    tower's images (float32 [batch, 24, 24, 3]), in the compute dtype
+    (tf.float32, tf.float16 or tf.bfloat16); is_training: True for the
+    trainers, False for the eval.
 
     The model's variables are made in the graph's model block
-    ('model/conv1/weights'); its ops in the current name scope.
-
-    Returns logits: float32 [batch, NUM_CLASSES]; ValueError naming
-    --model for what `any_model.call_model` refuses.
+    ('model/conv1/weights'); its ops in the current name scope. ValueError
+    naming --model for what `any_model.call_model` refuses.
     """
     with tf.compat.v1.variable_scope(blocks.MODEL, auxiliary_name_scope=False):
         return any_model.call_model(
