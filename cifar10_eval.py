@@ -46,32 +46,21 @@ WAITING_LINE_SECS = 600
 
 
 class Watch(NamedTuple):
-    """Which checkpoints are scored, and when.
+    """Which checkpoints are scored, and when."""
 
-    run_once: bool, score the newest and return (ValueError when there is
-      none).
-    interval_secs: int, seconds between looks for a new checkpoint.
-    last_step: int, return once a checkpoint of this global step or later
-      is scored; 0 never.
-    """
-
-    run_once: bool
-    interval_secs: int
-    last_step: int
+    run_once: bool  # Score the newest and return (ValueError if none).
+    interval_secs: int  # Seconds between looks for a new checkpoint.
+    last_step: int  # Return once this global step or later is scored; 0 never.
 
 
 class Scoring(NamedTuple):
-    """The eval graph's ops that score a checkpoint.
+    """The eval graph's ops that score a checkpoint."""
 
-    hits: bool [2, <= batch_size], whether each example's label is the top
-      prediction (row 0) or among the top 5 (row 1): `top_k_hits`.
-    init_op: rewinds the input to its first example.
-    summary_op: the model's summaries, written beside the precision.
-    """
-
+    # bool [2, <= batch_size], whether each example's label is the top
+    # prediction (row 0) or among the top 5 (row 1): `top_k_hits`.
     hits: tf.Tensor
-    init_op: tf.Operation
-    summary_op: tf.Tensor
+    init_op: tf.Operation  # Rewinds the input to its first example.
+    summary_op: tf.Tensor  # The model's summaries, beside the precision.
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -240,11 +229,9 @@ def evaluate(checkpoint_dir, eval_dir, watch, config=None, **data):
 
 
 def _say_waiting(checkpoint_dir, scored_step, said_at):
-    """Says what the eval waits for, once per WAITING_LINE_SECS at most.
-
-    scored_step: int, the global step of the newest scored checkpoint, or
-      None. said_at: float, `time.monotonic()` of the last line, or None.
-    Returns the time of the last line said.
+    """Says what the eval waits for, once per WAITING_LINE_SECS at most:
+    the `time.monotonic()` of the last line said (said_at before, or None).
+    scored_step: the global step of the newest scored checkpoint, or None.
     """
     now = time.monotonic()
     if said_at is not None and now - said_at < WAITING_LINE_SECS:

@@ -123,19 +123,12 @@ class ForeignWriter(RuntimeError):
 
 
 class EventFile:
-    """A writer's event file, its records read back after each flush.
-
-    Attributes:
-      writer: the `FileWriter`.
-      path: str, its file when last checked.
-      end: int, the end of the file's records read back whole.
-    """
+    """A writer's event file, its records read back after each flush."""
 
     def __init__(self, writer):
-        """writer: a `FileWriter`, e.g. `open_writer`'s."""
-        self.writer = writer
-        self.path = None
-        self.end = 0
+        self.writer = writer  # A `FileWriter`, e.g. `open_writer`'s.
+        self.path = None  # Its file when last checked.
+        self.end = 0  # The end of the file's records read back whole.
         self._inode = None
         self._head = None
         self._foreign = False
@@ -243,8 +236,7 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, train_dir):
-        """train_dir: str, the folder of the event file (the summaries')."""
-        self._train_dir = train_dir
+        self._train_dir = train_dir  # Of the summaries' event file.
         self._file = None
 
     def begin(self):
@@ -283,11 +275,9 @@ _THREAD_ERROR = "EventFileWriter writer thread error"
 
 
 def _quiet_writer_thread():
-    """Silences the event writer thread's failure, once per process.
-
-    A failed write ends the writer's thread with a traceback and an error
-    line of its own; the process's error says it once.
-    """
+    """Silences the event writer thread's failure, once per process: a
+    failed write ends the writer's thread with a traceback and an error
+    line of its own; the process's error says it once."""
     if getattr(threading.excepthook, "quiet_writer_thread", False):
         return
     excepthook = threading.excepthook

@@ -337,8 +337,7 @@ def _holds_only_profiles(folder):
 
 
 def _removed(train_dir, names):
-    """'--clear_train_dir: removed N checkpoint(s), ... from DIR', of the
-    suite's files and folders names in train_dir (the lock is kept)."""
+    """'--clear_train_dir: removed N checkpoint(s), ... from DIR'."""
     names = [name for name in names if name != LOCK_NAME]
     if not names:
         return "--clear_train_dir: %s held nothing to remove" % train_dir
