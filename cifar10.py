@@ -62,25 +62,18 @@ flags.DEFINE_boolean(
 # 2018): `parser = cifar10.parser`, add their own, `FLAGS =
 # parser.parse_args()`; the no-argument calls then read what it parsed.
 parser = argparse_era.RememberingParser()
-parser.add_argument(
-    "--batch_size",
-    type=argparse_era.positive_int,
-    default=FLAGS["batch_size"].default,
-    help=FLAGS["batch_size"].help,
-)
-parser.add_argument(
-    "--data_dir",
-    default=FLAGS["data_dir"].default,
-    help=FLAGS["data_dir"].help,
-)
-parser.add_argument(
-    "--use_fp16",
-    type=argparse_era.boolean,
-    nargs="?",
-    const=True,
-    default=FLAGS["use_fp16"].default,
-    help=FLAGS["use_fp16"].help,
-)
+for _name, _parsing in (
+    ("batch_size", dict(type=argparse_era.positive_int)),
+    ("data_dir", {}),
+    ("use_fp16", dict(type=argparse_era.boolean, nargs="?", const=True)),
+):
+    parser.add_argument(
+        "--" + _name,
+        default=FLAGS[_name].default,
+        help=FLAGS[_name].help,
+        **_parsing,
+    )
+del _name, _parsing
 
 
 def _flags():
@@ -123,14 +116,12 @@ def distorted_inputs():
     """The tutorial's training input: distorted batches of --batch_size.
 
     Reads --data_dir, --batch_size and --use_fp16. Needs the queue runners
-    started (`MonitoredTrainingSession` starts them).
+    started (`MonitoredTrainingSession` starts them). ValueError when
+    --data_dir is empty, or its record files are bad.
 
     Returns:
       images: float32 [batch_size, 24, 24, 3]; float16 with --use_fp16.
       labels: int32 [batch_size].
-
-    Raises:
-      ValueError: --data_dir is empty, or its record files are bad.
     """
     images, labels = cifar10_input.distorted_inputs(
         _batches_dir(), _flags().batch_size
@@ -143,9 +134,7 @@ def inputs(eval_data):
 
     Reads the flags, returns the shapes and dtypes and raises the errors of
     `distorted_inputs`, and needs the queue runners started as it does.
-
-    Args:
-      eval_data: bool, True reads the test file, False the training files.
+    eval_data: bool, True reads the test file, False the training files.
     """
     images, labels = cifar10_input.inputs(
         eval_data, _batches_dir(), _flags().batch_size
@@ -169,33 +158,23 @@ def _input_dtype(images):
 
 
 def maybe_download_and_extract():
-    """Downloads and extracts CIFAR-10 into --data_dir unless it is there.
-
-    Raises:
-      ValueError: the download failed or the archive is broken; the
-        message says what to download and where to put it.
-    """
+    """Downloads and extracts CIFAR-10 into --data_dir unless it is there;
+    ValueError, saying what to download and where to put it, when the
+    download failed or the archive is broken."""
     cifar10_data.maybe_download_and_extract(_flags().data_dir)
 
 
 def _activation_summary(x):
-    """Adds the histogram and the sparsity (fraction of zeros) of x.
-
-    Called in the layer's scope, so the tags read 'conv1/activations'.
-    """
+    """Adds the histogram and the sparsity (fraction of zeros) of x, in the
+    layer's scope, so the tags read 'conv1/activations'."""
     summaries.histogram_summary("activations", x)
     summaries.scalar_summary("sparsity", tf.nn.zero_fraction(x))
 
 
 def _conv_relu(images, in_depth, bias_init):
-    """5x5 convolution with stride 1 and a ReLU, in the current scope.
-
-    Args:
-      images: float32, float16 or bfloat16 [batch, height, width, in_depth].
-
-    Returns:
-      [batch, height, width, 64], in the images' dtype.
-    """
+    """5x5 convolution with stride 1 and a ReLU, in the current scope:
+    float32, float16 or bfloat16 images [batch, height, width, in_depth]
+    -> [batch, height, width, 64], in the images' dtype."""
     kernel = variables.variable_with_weight_decay(
         "weights",
         [5, 5, in_depth, CONV_FILTERS],
@@ -222,13 +201,10 @@ def _max_pool(x, name):
 def _lrn(x, name):
     """Local response normalisation of the tutorial, in float32.
 
-    Args:
-      x: float32, float16 or bfloat16 [batch, height, width, depth].
-
-    Returns:
-      [batch, height, width, depth] in x's dtype: x / (LRN_BIAS +
-      LRN_ALPHA * sqr_sum) ** LRN_BETA, sqr_sum the sum of x ** 2 over the
-      channels within LRN_DEPTH_RADIUS of each channel.
+    x: float32, float16 or bfloat16 [batch, height, width, depth] -> the
+    same shape in x's dtype: x / (LRN_BIAS + LRN_ALPHA * sqr_sum) **
+    LRN_BETA, sqr_sum the sum of x ** 2 over the channels within
+    LRN_DEPTH_RADIUS of each channel.
     """
     # Not tf.nn.local_response_normalization: its CPU gradient kernel is a
     # scalar loop (LRNGrad 14.7% of a float32 step's op time, LRN 7.5%),
@@ -249,12 +225,8 @@ def _lrn_float32(x):
     shape) is g * denominator ** -LRN_BETA - 2 * LRN_ALPHA * LRN_BETA * x *
     (the sum over the same channel window of g * outputs / denominator):
     half the elementwise ops of the chain rule through every op.
-
-    Args:
-      x: float32 [batch, height, width, depth].
-
-    Returns:
-      (float32 [batch, height, width, depth], the gradient function).
+    x: float32 [batch, height, width, depth]; returns the outputs (the same
+    shape) and the gradient function.
     """
     channels = tf.range(x.shape[-1])
     window = tf.abs(channels[:, None] - channels[None, :])
@@ -303,8 +275,7 @@ def inference(images, is_training=True):
     norm1 = _lrn(pool1, "norm1")
 
     with tf.compat.v1.variable_scope("conv2") as scope:
-        conv2 = _conv_relu(norm1, CONV_FILTERS, 0.1)
-        conv2 = tf.identity(conv2, name=scope.name)
+        conv2 = tf.identity(_conv_relu(norm1, CONV_FILTERS, 0.1), scope.name)
         _activation_summary(conv2)
     norm2 = _lrn(conv2, "norm2")
     pool2 = _max_pool(norm2, "pool2")
@@ -329,12 +300,9 @@ def inference(images, is_training=True):
 
     # The softmax is applied in the loss, which takes unscaled logits.
     with tf.compat.v1.variable_scope("softmax_linear") as scope:
+        # Weight decay 0.0: the tutorial's zero term.
         logits = variables.fully_connected(
-            local4,
-            NUM_CLASSES,
-            1.0 / LOCAL4_UNITS,
-            0.0,  # Weight decay: the tutorial's zero term.
-            0.0,
+            local4, NUM_CLASSES, 1.0 / LOCAL4_UNITS, 0.0, 0.0
         )
         logits = tf.cast(logits, tf.float32, name=scope.name)
         _activation_summary(logits)
@@ -364,12 +332,9 @@ def loss(logits, labels):
 def learning_rate(global_step, examples_per_step):
     """The tutorial's schedule: 0.1, times 0.1 every 350 epochs (staircase).
 
-    Args:
-      global_step: int64 scalar variable.
-      examples_per_step: int, examples of all towers per step.
-
-    Returns:
-      float32 scalar, also summarised as 'Loss/learning_rate'.
+    global_step: int64 scalar variable; examples_per_step: int, examples of
+    all towers per step. Returns float32 scalar, also summarised as
+    'Loss/learning_rate'.
     """
     steps_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
     lr = tf.compat.v1.train.exponential_decay(
@@ -396,14 +361,10 @@ def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
       grads_and_vars: list of (gradient, variable).
       global_step: int64 scalar variable, incremented once.
       update_ops: ops to run with every step: the batch-norm updates
-        (`towers.batch_norm_updates`).
+        (`towers.batch_norm_updates`); ValueError with the dynamic loss
+        scale, as this one-device op would run them on a skipped step.
 
-    Returns:
-      The training op.
-
-    Raises:
-      ValueError: the dynamic loss scale with batch-norm updates, which this
-        one-device op would run on a skipped step.
+    Returns the training op.
     """
     if update_ops and step_optimizer.skipped_steps(opt) is not None:
         raise ValueError(
@@ -450,8 +411,7 @@ def train(
       optimizer_fn: callable(learning_rate) -> optimizer; the tutorial's by
         default.
 
-    Returns:
-      The op that runs one step of training.
+    Returns the op that runs one step of training.
     """
     if batch_size is None:
         batch_size = _flags().batch_size

@@ -26,6 +26,7 @@ import datetime
 import os
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -38,16 +39,28 @@ from data_sets import cifar10_batches, cifar10_data
 from multigpu import errors, folders
 from multigpu.flags import choices, common_flags, flag_checks, script
 from multigpu.graph import op_kernels, placement, summaries
-from multigpu.train_dir import (
-    checkpoints,
-    data_records,
-    event_files,
-    restore,
-    train_dirs,
-)
+from multigpu.train_dir import checkpoints, event_files, restore, train_dirs
 
 # Seconds between the watching eval's lines saying what it waits for.
 WAITING_LINE_SECS = 600
+
+
+class Watch(NamedTuple):
+    """Which checkpoints are scored, and when."""
+
+    run_once: bool  # Score the newest and return (ValueError if none).
+    interval_secs: int  # Seconds between looks for a new checkpoint.
+    last_step: int  # Return once this global step or later is scored; 0 never.
+
+
+class Scoring(NamedTuple):
+    """The eval graph's ops that score a checkpoint."""
+
+    # bool [2, <= batch_size], whether each example's label is the top
+    # prediction (row 0) or among the top 5 (row 1): `top_k_hits`.
+    hits: tf.Tensor
+    init_op: tf.Operation  # Rewinds the input to its first example.
+    summary_op: tf.Tensor  # The model's summaries, beside the precision.
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -104,17 +117,12 @@ def build_graph(
     compute_dtype=tf.float32,
     model=registry.TUTORIAL,
 ):
-    """Builds the eval input, the model and its top-1 and top-5 hits.
+    """Builds the eval input, the model and its top-1 and top-5 hits: the
+    `hits` and `init_op` of `Scoring`.
 
     compute_dtype: the dtype the layers compute in (--use_fp16).
     model: the `registry.Model` the checkpoints hold, built with
       is_training=False (batch norm on its moving statistics).
-
-    Returns:
-      hits: bool [2, <= batch_size], whether each example's label is the
-        top prediction (row 0) or among the top 5 (row 1):
-        `summaries.top_k_hits`.
-      init_op: rewinds the input to its first example.
     """
     with tf.device("/cpu:0"):
         images, labels, init_op = cifar10_batches.eval_inputs(
@@ -124,34 +132,32 @@ def build_graph(
     return summaries.top_k_hits(logits, labels), init_op
 
 
-def eval_once(checkpoint, saver, event_file, hits, init_op, summary_op, config):
+def eval_once(checkpoint, saver, event_file, scoring, config):
     """Scores one checkpoint on every example of the input, once.
 
-    Args:
-      checkpoint: str, the checkpoint path prefix ('.../model.ckpt-1000').
-      saver: restores the shadow variables into the model's variables.
-      event_file: an `event_files.EventFile`, for the summaries at the
-        checkpoint's global step.
-      hits: bool [2, <= batch_size], from `build_graph`.
-      init_op: rewinds the input.
-      summary_op: the model's summaries, written beside the precision.
-      config: the session's `ConfigProto`.
-
-    Returns:
-      (float, int), the precision @ 1 and the checkpoint's global step;
-      None when the checkpoint went away before it was restored.
-
-    Raises:
-      errors.TrainingError: the summary could not be written whole.
+    saver restores the shadow variables into the model's variables;
+    event_file (an `event_files.EventFile`) takes the summaries at the
+    checkpoint's global step, which is returned (int); None when the
+    checkpoint (its path prefix) went away before it was restored.
     """
     with tf.compat.v1.Session(config=config) as sess:
         global_step = _restore(sess, saver, checkpoint)
         if global_step is None:
             return None
         print("%s: evaluating %s" % (datetime.datetime.now(), checkpoint))
-        counts, examples, summary_bytes = _count_hits(
-            sess, hits, init_op, summary_op
+        # The model's summaries come from the first batch.
+        sess.run(scoring.init_op)
+        batch_hits, summary_bytes = sess.run(
+            [scoring.hits, scoring.summary_op]
         )
+        counts, examples = np.sum(batch_hits, axis=1), batch_hits.shape[1]
+        try:
+            while True:
+                batch_hits = sess.run(scoring.hits)
+                counts += np.sum(batch_hits, axis=1)
+                examples += batch_hits.shape[1]
+        except tf.errors.OutOfRangeError:
+            pass
     summary = tf.compat.v1.Summary.FromString(summary_bytes)
     precision, recall = counts / examples
     print("%s: precision @ 1 = %.3f" % (datetime.datetime.now(), precision))
@@ -159,25 +165,18 @@ def eval_once(checkpoint, saver, event_file, hits, init_op, summary_op, config):
     summary.value.add(tag="Precision @ 1", simple_value=precision)
     summary.value.add(tag="Recall @ 5", simple_value=recall)
     event_file.write_summary(summary, global_step)
-    return precision, global_step
+    return global_step
 
 
 def _restore(sess, saver, checkpoint):
-    """Restores checkpoint into sess with saver.
-
-    Returns:
-      int, the checkpoint's global step; None when the checkpoint went away
-      before it was restored (a warning on stderr says so).
-    """
+    """Restores checkpoint into sess with saver: its global step (int); None
+    when the checkpoint went away before it was restored (a warning on
+    stderr says so)."""
     try:
         saver.restore(sess, checkpoint)
         # Its own step: a checkpoint's name need not end in -STEP.
         return checkpoints.global_step(checkpoint)
-    except (
-        ValueError,
-        tf.errors.NotFoundError,
-        tf.errors.DataLossError,
-    ) as e:
+    except (ValueError, tf.errors.NotFoundError, tf.errors.DataLossError) as e:
         # The trainer deletes its oldest checkpoints (max_to_keep), the
         # index file first, so one may go between being chosen and being
         # opened. Any other failure (e.g. another model's checkpoint) is
@@ -192,50 +191,13 @@ def _restore(sess, saver, checkpoint):
         return None
 
 
-def _count_hits(sess, hits, init_op, summary_op):
-    """Runs hits over the whole input, from its first example.
+def evaluate(checkpoint_dir, eval_dir, watch, config=None, **data):
+    """Scores the checkpoints of checkpoint_dir that watch (a `Watch`)
+    names, into event logs in eval_dir.
 
-    Returns:
-      counts: int64 [2], the top-1 and the top-5 hits.
-      examples: int, the examples classified.
-      summary_bytes: bytes, summary_op's serialised `Summary` of the first
-        batch (the model's summaries come from it).
-    """
-    sess.run(init_op)
-    batch_hits, summary_bytes = sess.run([hits, summary_op])
-    counts, examples = np.sum(batch_hits, axis=1), batch_hits.shape[1]
-    try:
-        while True:
-            batch_hits = sess.run(hits)
-            counts += np.sum(batch_hits, axis=1)
-            examples += batch_hits.shape[1]
-    except tf.errors.OutOfRangeError:
-        pass
-    return counts, examples, summary_bytes
-
-
-def evaluate(
-    checkpoint_dir,
-    eval_dir,
-    run_once,
-    eval_interval_secs,
-    last_step,
-    config=None,
-    **data,
-):
-    """Scores each new checkpoint; with run_once only the newest.
-
-    Args:
-      checkpoint_dir: str, where the trainer writes checkpoints.
-      eval_dir: str, where to write the event logs.
-      run_once: bool; True raises ValueError when there is no checkpoint.
-      eval_interval_secs: int, seconds between looks for a new checkpoint.
-      last_step: int, return once a checkpoint of this global step or later
-        is scored; 0 never.
-      config: the sessions' `ConfigProto`, default
-        `placement.session_config()`.
-      **data: eval_data, data_dir, batch_size, num_examples, compute_dtype,
-        model for `build_graph`.
+    config: the sessions' `ConfigProto`, default `placement.session_config()`.
+    **data: eval_data, data_dir, batch_size, num_examples, compute_dtype,
+      model for `build_graph`.
     """
     config = config or placement.session_config()
     with tf.Graph().as_default():
@@ -247,43 +209,29 @@ def evaluate(
         summary_op = tf.compat.v1.summary.merge_all()
         if summary_op is None:  # A model without summaries (the ResNets).
             summary_op = tf.constant(b"")
+        scoring = Scoring(hits, init_op, summary_op)
         # No graph: TensorBoard shows the trainer's, one per run.
         event_file = event_files.EventFile(event_files.open_writer(eval_dir))
         last_scored, scored_step, said_at = None, None, None
         while True:
-            checkpoint = _newest_checkpoint(checkpoint_dir, run_once)
+            checkpoint = _newest_checkpoint(checkpoint_dir, watch.run_once)
             if checkpoint is not None and checkpoint != last_scored:
-                scored = eval_once(
-                    checkpoint,
-                    saver,
-                    event_file,
-                    hits,
-                    init_op,
-                    summary_op,
-                    config,
-                )
+                step = eval_once(checkpoint, saver, event_file, scoring, config)
                 last_scored, said_at = checkpoint, None
-                if scored is not None:
-                    scored_step = scored[1]
-                    if 0 < last_step <= scored_step:
+                if step is not None:
+                    scored_step = step
+                    if 0 < watch.last_step <= scored_step:
                         return
-            if run_once:
+            if watch.run_once:
                 return
             said_at = _say_waiting(checkpoint_dir, scored_step, said_at)
-            time.sleep(eval_interval_secs)
+            time.sleep(watch.interval_secs)
 
 
 def _say_waiting(checkpoint_dir, scored_step, said_at):
-    """Says what the eval waits for, once per WAITING_LINE_SECS at most.
-
-    Args:
-      checkpoint_dir: str, the folder watched.
-      scored_step: int, the global step of the newest scored checkpoint, or
-        None.
-      said_at: float, `time.monotonic()` of the last line, or None.
-
-    Returns:
-      float, the time of the last line said.
+    """Says what the eval waits for, once per WAITING_LINE_SECS at most:
+    the `time.monotonic()` of the last line said (said_at before, or None).
+    scored_step: the global step of the newest scored checkpoint, or None.
     """
     now = time.monotonic()
     if said_at is not None and now - said_at < WAITING_LINE_SECS:
@@ -298,12 +246,9 @@ def _say_waiting(checkpoint_dir, scored_step, said_at):
 
 
 def _newest_checkpoint(checkpoint_dir, run_once):
-    """The newest checkpoint that reads, or None (after saying why).
-
-    Raises:
-      ValueError: with run_once, there is no checkpoint.
-      errors.TrainingError: with run_once, no checkpoint reads.
-    """
+    """The newest checkpoint that reads, or None (after saying why); with
+    run_once, ValueError when there is none, errors.TrainingError when
+    none reads."""
     try:
         checkpoint = checkpoints.newest_valid_checkpoint(checkpoint_dir)
     except errors.TrainingError as e:
@@ -364,7 +309,7 @@ def main(argv):
         cifar10_data.prepare_data_dir(FLAGS.data_dir, fake_data=True)
     else:
         cifar10_data.say_if_sample_set(FLAGS.data_dir)
-    data_records.refuse_other_data_set(
+    train_dirs.refuse_other_data_set(
         checkpoint_dir, cifar10_data.description(FLAGS.data_dir), FLAGS.data_dir
     )
     folders.make_folder(eval_dir, "eval_dir")
@@ -379,16 +324,9 @@ def main(argv):
         ),
         model=model,
     )
+    watch = Watch(FLAGS.run_once, FLAGS.eval_interval_secs, FLAGS.last_step)
     try:
-        evaluate(
-            checkpoint_dir,
-            eval_dir,
-            FLAGS.run_once,
-            FLAGS.eval_interval_secs,
-            FLAGS.last_step,
-            config,
-            **data,
-        )
+        evaluate(checkpoint_dir, eval_dir, watch, config, **data)
     except KeyboardInterrupt:
         raise errors.Interrupted(
             "interrupted (SIGINT); the eval saves nothing, its scores so far "

@@ -66,13 +66,10 @@ MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
 
 
 def data_files(data_dir, eval_data=None):
-    """Returns the paths of the record files of one split.
-
-    Args:
-      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
-      eval_data: None for the training files, 'test' for the test file,
-        'train' for the training files read as evaluation data.
-    """
+    """The paths of the record files of one split in data_dir (the folder
+    that holds `cifar-10-batches-bin/`): eval_data None for the training
+    files, 'test' for the test file, 'train' for the training files read as
+    evaluation data."""
     if eval_data not in (None, "train", "test"):
         raise ValueError(
             "--eval_data must be 'test' or 'train', got %r" % eval_data
@@ -85,17 +82,9 @@ def check_files(filenames):
     """Checks that the record files exist and hold whole, valid records.
 
     Reads the label bytes only (every 3,073rd byte), so a full training set
-    takes well under a second.
-
-    Args:
-      filenames: list of str paths.
-
-    Returns:
-      int, the total number of records.
-
-    Raises:
-      ValueError: a file is missing, its size is not a multiple of 3,073
-        bytes, or a label is outside 0..9; the message names the file.
+    takes well under a second. Returns the total number of records (int);
+    ValueError naming the file when one is missing, its size is not a
+    multiple of 3,073 bytes, or a label is outside 0..9.
     """
     missing = [f for f in filenames if not os.path.isfile(f)]
     if missing:
@@ -132,27 +121,15 @@ def missing_files_message(missing):
 
 
 def read_records(filenames):
-    """Reads the fixed-length records of the given files, in order.
-
-    Args:
-      filenames: list of str paths, already checked by `check_files`.
-
-    Returns:
-      A `tf.data.Dataset` of string scalars of 3,073 bytes each.
-    """
+    """A `tf.data.Dataset` of the files' (checked by `check_files`)
+    records, in order: string scalars of 3,073 bytes each."""
     return tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES)
 
 
 def decode_record(record):
-    """Decodes one record, or a batch of them in one op.
-
-    Args:
-      record: string [...] of 3,073 bytes each: a scalar or [batch].
-
-    Returns:
-      image: uint8 [..., 32, 32, 3], height x width x depth.
-      label: int32 [...] in 0..9.
-    """
+    """Decodes one record, or a batch of them in one op: string [...] of
+    3,073 bytes each (a scalar or [batch]) -> image: uint8 [..., 32, 32, 3],
+    height x width x depth; label: int32 [...] in 0..9."""
     raw = tf.io.decode_raw(record, tf.uint8)  # [..., 3073]
     shape = tf.concat([tf.shape(raw)[:-1], [DEPTH, HEIGHT, WIDTH]], 0)
     depth_major = tf.reshape(raw[..., LABEL_BYTES:], shape)
@@ -161,10 +138,8 @@ def decode_record(record):
 
 
 def distortion_parameters(batch_size):
-    """Draws the tutorial's random distortions, independently per image.
-
-    Args:
-      batch_size: int or int32 scalar tensor.
+    """Draws the tutorial's random distortions, independently per image
+    (batch_size: int or int32 scalar tensor).
 
     Returns:
       offsets: int32 [batch_size, 2], each crop's (row, column) in 0..8.
@@ -211,28 +186,9 @@ def distort_batch(images, offsets, flips, brightness, contrast):
     return tf.image.per_image_standardization(crops)
 
 
-def distort_image(image):
-    """Applies the tutorial's random training distortions to one image.
-
-    Args:
-      image: uint8 [32, 32, 3].
-
-    Returns:
-      float32 [24, 24, 3]: a random crop, randomly flipped left-right, with
-      random brightness and contrast, standardised to mean 0 and stddev 1.
-    """
-    return distort_batch(image[None], *distortion_parameters(1))[0]
-
-
 def eval_image(image):
-    """Prepares images for evaluation.
-
-    Args:
-      image: uint8 [..., 32, 32, 3], one image or a batch.
-
-    Returns:
-      float32 [..., 24, 24, 3]: the central crop, standardised.
-    """
+    """Prepares images for evaluation: uint8 [..., 32, 32, 3], one image or
+    a batch -> float32 [..., 24, 24, 3], the central crop, standardised."""
     image = tf.image.resize_with_crop_or_pad(image, IMAGE_SIZE, IMAGE_SIZE)
     return tf.image.per_image_standardization(image)
 
@@ -263,13 +219,8 @@ def read_cifar10(filename_queue):
 
     Each evaluation of the returned tensors reads one more record; the
     reader takes the next file name from the queue when a file ends.
-
-    Args:
-      filename_queue: a `tf.compat.v1` queue of string file names, e.g. of
-        `tf.compat.v1.train.string_input_producer`.
-
-    Returns:
-      A `CIFAR10Record`.
+    filename_queue: a `tf.compat.v1` queue of string file names, e.g. of
+    `tf.compat.v1.train.string_input_producer`. Returns a `CIFAR10Record`.
     """
     _tensorflow_warnings_once()
     reader = tf.compat.v1.FixedLengthRecordReader(record_bytes=RECORD_BYTES)
@@ -284,25 +235,22 @@ def distorted_inputs(data_dir, batch_size):
     """Shuffled, distorted training batches from queues (the tutorial's).
 
     Needs the queue runners started, by `MonitoredTrainingSession` or
-    `tf.compat.v1.train.start_queue_runners`.
-
-    Args:
-      data_dir: str, the folder that holds `data_batch_{1..5}.bin`.
-      batch_size: int, examples per batch.
+    `tf.compat.v1.train.start_queue_runners`. data_dir: str, the folder
+    that holds `data_batch_{1..5}.bin` (ValueError when a file is missing
+    or holds partial records). Each image is a random crop, randomly
+    flipped left-right, with random brightness and contrast, standardised
+    to mean 0 and stddev 1.
 
     Returns:
       images: float32 [batch_size, 24, 24, 3].
       labels: int32 [batch_size].
-
-    Raises:
-      ValueError: a file is missing or holds partial records.
     """
     _tensorflow_warnings_once()
     filenames = [os.path.join(data_dir, name) for name in TRAIN_FILES]
     num_records = check_files(filenames)
     queue = tf.compat.v1.train.string_input_producer(filenames)
     record = read_cifar10(queue)
-    image = distort_image(record.uint8image)
+    image = distort_batch(record.uint8image[None], *distortion_parameters(1))[0]
     return _queue_batches(
         image, record.label, num_records, batch_size, shuffle=True
     )
@@ -314,21 +262,13 @@ def inputs(eval_data, data_dir, batch_size):
     The input cycles through the files in order, so that n examples in a
     row are n different records while n <= the records of the files (the
     tutorial's eval runs ceil(num_examples / batch_size) batches). Needs
-    the queue runners started.
-
-    Args:
-      eval_data: bool, True reads `test_batch.bin`, False the training
-        files.
-      data_dir: str, the folder that holds the .bin files.
-      batch_size: int, examples per batch.
+    the queue runners started. eval_data: bool, True reads
+    `test_batch.bin`, False the training files (ValueError when it is not a
+    bool, or a file is missing or holds partial records).
 
     Returns:
       images: float32 [batch_size, 24, 24, 3], central crops, standardised.
       labels: int32 [batch_size].
-
-    Raises:
-      ValueError: eval_data is not a bool, or a file is missing or holds
-        partial records.
     """
     _tensorflow_warnings_once()
     if isinstance(eval_data, str):
@@ -368,18 +308,9 @@ def _queue_batches(image, label, num_records, batch_size, shuffle):
     The queue holds 40% of an epoch before the first batch (the tutorial's
     MIN_FRACTION_OF_EXAMPLES_IN_QUEUE), counted from the records the files
     hold (50,000 for the training set, as the tutorial counts), so that a
-    shuffled batch mixes many files.
-
-    Args:
-      image: float32 [24, 24, 3].
-      label: int32 [1].
-      num_records: int, the records of the files `image` is read from.
-      batch_size: int.
-      shuffle: bool; False keeps the file order with one reading thread.
-
-    Returns:
-      images: float32 [batch_size, 24, 24, 3].
-      labels: int32 [batch_size].
+    shuffled batch mixes many files. image: float32 [24, 24, 3]; label:
+    int32 [1] -> images float32 [batch_size, 24, 24, 3], labels int32
+    [batch_size]. shuffle False keeps the file order with one thread.
     """
     min_queue_examples = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
     capacity = min_queue_examples + 3 * batch_size

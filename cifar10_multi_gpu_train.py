@@ -77,7 +77,7 @@ from multigpu.graph import (
     variable_update,
 )
 from multigpu.run import interrupts, profile, report, training
-from multigpu.train_dir import data_records
+from multigpu.train_dir import train_dirs
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -339,7 +339,7 @@ def main(argv):
     )
     data = cifar10_data.training_data(FLAGS.data_dir)
     if not FLAGS.clear_train_dir:
-        data_records.refuse_other_data(train_dir, data, FLAGS.data_dir)
+        train_dirs.refuse_other_data(train_dir, data, FLAGS.data_dir)
     _train(
         (FLAGS.batch_size, task, plan, model),
         (train_dir, FLAGS.data_dir, data),
@@ -413,7 +413,7 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
 
     Args:
       towers: (batch_size, task, plan, model), as `_build` takes them.
-      folders: (train_dir, data_dir, data): strs; the `data_records.Data`
+      folders: (train_dir, data_dir, data): strs; the `sample_sets.Data`
         of data_dir, recorded in train_dir.
       profile_steps: str, --profile_steps (`profile.profile_hooks`).
       schedule, start: the flags' `choices.Schedule` and `choices.Start`.

@@ -29,7 +29,7 @@ from data_sets import cifar10_batches, cifar10_data
 from multigpu.flags import choices, common_flags, flag_checks, script
 from multigpu.graph import op_kernels, placement, step_optimizer, summaries
 from multigpu.run import interrupts, profile, report, training
-from multigpu.train_dir import data_records
+from multigpu.train_dir import train_dirs
 
 FLAGS = flags.FLAGS
 common_flags.define_cifar10_trainer_flags(
@@ -110,7 +110,7 @@ def main(argv):
     )
     data = cifar10_data.training_data(FLAGS.data_dir)
     if not FLAGS.clear_train_dir:
-        data_records.refuse_other_data(train_dir, data, FLAGS.data_dir)
+        train_dirs.refuse_other_data(train_dir, data, FLAGS.data_dir)
     print(placement.describe_devices(devices))
     with tf.Graph().as_default():
         loss, train_op = build_graph(
@@ -168,7 +168,7 @@ def _train(
       train_dir: str.
       config: the session's `ConfigProto`.
       model: the `registry.Model`, recorded in train_dir.
-      data: the `data_records.Data` of data_dir, recorded in train_dir.
+      data: the `sample_sets.Data` of data_dir, recorded in train_dir.
       profiling: the hooks of --profile_steps (`profile.profile_hooks`).
       batch_size: int, the examples of a step.
       data_dir: str, --data_dir.

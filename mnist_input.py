@@ -10,9 +10,8 @@ rows of 28 pixels), `label` (int64, 0..9), `height`, `width` and `depth`.
 Make them once (the IDX files are at SOURCE_URL):
   python mnist_input.py --idx_dir=/tmp/mnist_idx --data_dir=/tmp/mnist_data
 
-Stages, one function each:
-  read (`read_records`) -> decode (`decode_example`) -> batch
-  (`batch_examples`), put together by `dataset` and `inputs`.
+Stages: read -> decode (`decode_example`) -> batch, in `dataset`, which
+the tutorial's `inputs` iterates.
 
 The converter's reading and writing and the built-in sample set
 (`--fake_data`) are `data_sets/mnist_data.py`; this module's `main` is the
@@ -38,7 +37,7 @@ import re  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from data_sets import mnist_data  # noqa: E402
-from data_sets.mnist_format import (  # noqa: E402, F401 (the tutorial's names)
+from data_sets.mnist_data import (  # noqa: E402, F401 (the tutorial's names)
     DEPTH,
     HEIGHT,
     IMAGE_PIXELS,
@@ -58,15 +57,8 @@ SHUFFLE_BUFFER = 10000
 
 
 def data_file(data_dir, split):
-    """Returns the path of one split's TFRecord file, checking it exists.
-
-    Args:
-      data_dir: str, the folder that holds the TFRecord files.
-      split: 'train', 'validation' or 'test'.
-
-    Raises:
-      ValueError: an unknown split, or the file is missing.
-    """
+    """The path of one split's ('train', 'validation' or 'test') TFRecord
+    file in data_dir; ValueError for an unknown split or a missing file."""
     if split not in SPLIT_FILES:
         raise ValueError(
             "unknown split %r, expected one of %s"
@@ -83,18 +75,6 @@ def data_file(data_dir, split):
     return filename
 
 
-def read_records(filename):
-    """Reads the serialized examples of one TFRecord file, in file order.
-
-    Every record's checksum is verified as it is read; a corrupt record
-    raises `tf.errors.DataLossError` when it is reached (see `reading`).
-
-    Returns:
-      A `tf.data.Dataset` of string scalars, serialized `tf.train.Example`s.
-    """
-    return tf.data.TFRecordDataset(filename)
-
-
 # The label a record without one decodes to (int64's least value).
 MISSING_LABEL = -(2**63)
 # The first word of decode_example's assertions, and what `reading` finds
@@ -107,11 +87,9 @@ _FAILED_CHECK = re.compile(
 
 
 def decode_example(index, serialized):
-    """Decodes one example, checking it.
-
-    Args:
-      index: int64 scalar, the record's place in its file (from 0).
-      serialized: string scalar, a serialized `tf.train.Example`.
+    """Decodes one example (serialized: string scalar, a serialized
+    `tf.train.Example`; index: int64 scalar, its place in its file from 0),
+    checking it.
 
     Returns:
       image: float32 [784], the 28x28 pixels row by row, in [-0.5, 0.5].
@@ -147,21 +125,19 @@ def decode_example(index, serialized):
     return image, tf.cast(label, tf.int32)
 
 
-def batch_examples(records, batch_size, num_epochs, training):
-    """Decodes and batches serialized examples.
+def dataset(data_dir, split, batch_size, num_epochs, training):
+    """The batches of one split of data_dir (`data_file`), decoded: a
+    `tf.data.Dataset` of (float32 [batch_size, 784], int32 [batch_size]).
 
-    Args:
-      records: `tf.data.Dataset` of serialized examples, from `read_records`.
-      batch_size: int, examples per batch.
-      num_epochs: int, passes over the records; None repeats forever.
-      training: bool. True: each epoch is shuffled and the last partial
-        batch is dropped, so that every batch holds batch_size examples
-        and the input yields floor(num_records * num_epochs / batch_size)
-        batches. False: file order, and the last batch may be smaller.
-
-    Returns:
-      A `tf.data.Dataset` of (float32 [batch_size, 784], int32 [batch_size]).
+    num_epochs: int, passes over the records; None repeats forever.
+    training: bool. True: each epoch is shuffled and the last partial batch
+    is dropped, so that every batch holds batch_size examples and the input
+    yields floor(num_records * num_epochs / batch_size) batches. False:
+    file order, and the last batch may be smaller.
     """
+    # Every record's checksum is verified as it is read; a corrupt record
+    # raises `tf.errors.DataLossError` when it is reached (see `reading`).
+    records = tf.data.TFRecordDataset(data_file(data_dir, split))
     # (index in the file, record): an error names the record.
     records = records.enumerate()
     if training:
@@ -171,32 +147,10 @@ def batch_examples(records, batch_size, num_epochs, training):
     return examples.batch(batch_size, drop_remainder=training).prefetch(1)
 
 
-def dataset(data_dir, split, batch_size, num_epochs, training):
-    """The batches of one split (see `batch_examples` for `training`).
-
-    Args:
-      data_dir: str, the folder that holds the TFRecord files.
-      split: 'train', 'validation' or 'test'.
-      batch_size: int, examples per batch.
-      num_epochs: int, passes over the split; None repeats forever.
-      training: bool, shuffle and drop the last partial batch.
-
-    Returns:
-      A `tf.data.Dataset` of (float32 [batch_size, 784], int32 [batch_size]).
-    """
-    records = read_records(data_file(data_dir, split))
-    return batch_examples(records, batch_size, num_epochs, training)
-
-
 def inputs(train, batch_size, num_epochs, data_dir=DEFAULT_DATA_DIR):
-    """Shuffled batches from a one-shot iterator, as the tutorial's `inputs`.
-
-    Args:
-      train: bool, the training split (True) or the validation split.
-      batch_size: int, examples per batch.
-      num_epochs: int, passes over the split before the input ends with
-        `tf.errors.OutOfRangeError`; None repeats forever.
-      data_dir: str, the folder that holds the TFRecord files.
+    """Shuffled batches from a one-shot iterator, as the tutorial's `inputs`,
+    of the training split (train True) or the validation split, num_epochs
+    times before `tf.errors.OutOfRangeError` (None: forever).
 
     Returns:
       images: float32 [batch_size, 784] in [-0.5, 0.5].
@@ -246,15 +200,13 @@ def _bad_record(filename, check, index, value):
     where = "%s, record %s (from 0)" % (filename, index)
     if check == _BAD_IMAGE:
         what = "image_raw holds %s bytes, expected %d (28x28)" % (
-            value,
-            IMAGE_PIXELS,
+            value, IMAGE_PIXELS
         )
     elif int(value) == MISSING_LABEL:
         what = "has no label"
     else:
         what = "label %s is out of range, expected 0..%d" % (
-            value,
-            NUM_CLASSES - 1,
+            value, NUM_CLASSES - 1
         )
     return "%s: %s; make the file again with mnist_input.py" % (where, what)
 

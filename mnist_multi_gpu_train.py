@@ -44,7 +44,7 @@ from absl import flags
 
 import mnist_input
 import mnist_model
-from data_sets import mnist_data, mnist_format
+from data_sets import mnist_data
 from multigpu import folders
 from multigpu.distributed import cluster, ps
 from multigpu.flags import (
@@ -57,7 +57,7 @@ from multigpu.flags import (
 )
 from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import interrupts, loop_hooks, profile, report, training
-from multigpu.train_dir import data_records
+from multigpu.train_dir import train_dirs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -286,7 +286,7 @@ def _train_and_score(
         mnist_input.data_file(recipe.data_dir, "test")
     data = mnist_data.training_data(recipe.data_dir)
     if not start.clear_train_dir:
-        data_records.refuse_other_data(train_dir, data, recipe.data_dir)
+        train_dirs.refuse_other_data(train_dir, data, recipe.data_dir)
     profiling = profile.profile_hooks(profile_steps, train_dir)
     closing, steps = _train(
         train_file,
@@ -314,7 +314,7 @@ def _log_frequency(train_file, recipe, log_frequency, num_towers):
     """log_frequency, or a tenth of the run's steps if fewer: each tower
     takes one of floor(records * num_epochs / batch_size) batches per
     step."""
-    records = mnist_format.count_framed_records(train_file)
+    records = mnist_data.count_framed_records(train_file)
     batches = records * recipe.num_epochs // recipe.batch_size
     return loop_hooks.every_tenth(log_frequency, batches // num_towers)
 
@@ -328,7 +328,7 @@ def _train(train_file, towers, train_dir, data, profiling, run):
         tower's device each; the session's `ConfigProto`; the
         `cluster.ClusterTask`.
       train_dir: str.
-      data: the `data_records.Data` of --data_dir, recorded in train_dir.
+      data: the `sample_sets.Data` of --data_dir, recorded in train_dir.
       profiling: the hooks of --profile_steps (`profile.profile_hooks`).
       run: (schedule, start, settings): the flags' `choices.Schedule` and
         `choices.Start`; what the workers of a cluster must share

@@ -25,11 +25,9 @@ from cifar10_models import resnet
 from multigpu.graph import any_model, summaries, variables
 from multigpu.train_dir import checkpoints, restore, train_dirs
 
-# A model and its recipe.
-#   name: str, as --model names it.
-#   build: callable(images, is_training) -> logits.
-#   learning_rate: callable(global_step, examples_per_step) -> float32.
-#   optimizer: callable(learning_rate) -> a tf.compat.v1.train.Optimizer.
+# A model (name: as --model names it; build: callable(images, is_training)
+# -> logits) and its recipe (learning_rate -> float32; optimizer -> a
+# tf.compat.v1.train.Optimizer).
 Model = collections.namedtuple("Model", "name build learning_rate optimizer")
 
 # The examples per step that a piecewise recipe's learning rate and steps
@@ -52,8 +50,7 @@ def piecewise_learning_rate(
       boundaries: sequence of int, steps of 128 examples (scaled to steps of
         examples_per_step), increasing; none: a constant rate.
 
-    Returns:
-      float32 scalar, also summarised as 'Loss/learning_rate'.
+    Returns float32 scalar, also summarised as 'Loss/learning_rate'.
     """
     scale = examples_per_step / REFERENCE_EXAMPLES_PER_STEP
     steps = [max(1, round(b / scale)) for b in boundaries]
@@ -84,16 +81,24 @@ TUTORIAL = Model(
 )
 
 
-def _resnet(name, build):
-    return Model(
-        name,
-        build,
-        functools.partial(
-            piecewise_learning_rate,
-            initial=resnet.INITIAL_LEARNING_RATE,
-            boundaries=resnet.DECAY_STEPS,
+def _piecewise(chosen, initial, boundaries, momentum):
+    """chosen (a `Model`) with the recipe of `piecewise_learning_rate` and
+    `momentum_optimizer`."""
+    return chosen._replace(
+        learning_rate=functools.partial(
+            piecewise_learning_rate, initial=initial, boundaries=boundaries
         ),
-        functools.partial(momentum_optimizer, momentum=resnet.MOMENTUM),
+        optimizer=functools.partial(momentum_optimizer, momentum=momentum),
+    )
+
+
+def _resnet(name, build):
+    """A ResNet with the paper's recipe."""
+    return _piecewise(
+        TUTORIAL._replace(name=name, build=build),
+        resnet.INITIAL_LEARNING_RATE,
+        resnet.DECAY_STEPS,
+        resnet.MOMENTUM,
     )
 
 
@@ -121,12 +126,8 @@ def model(name, learning_rate=0.0, boundaries=(), momentum=0.0):
       boundaries: sequence of int (or of their digits, as the flag gives).
       momentum: float in [0, 1).
 
-    Returns:
-      A `Model`.
-
-    Raises:
-      ValueError: no such model, module or function, or more than
-        MAX_BOUNDARIES boundaries (one line).
+    Returns a `Model`; ValueError (one line) when there is no such model,
+    module or function, or more than MAX_BOUNDARIES boundaries.
     """
     if len(boundaries) > MAX_BOUNDARIES:
         raise ValueError(
@@ -138,33 +139,19 @@ def model(name, learning_rate=0.0, boundaries=(), momentum=0.0):
     chosen = MODELS.get(name) or user_model(name)
     if learning_rate <= 0:
         return chosen
-    return chosen._replace(
-        learning_rate=functools.partial(
-            piecewise_learning_rate,
-            initial=learning_rate,
-            boundaries=tuple(int(step) for step in boundaries),
-        ),
-        optimizer=functools.partial(momentum_optimizer, momentum=momentum),
-    )
+    boundaries = tuple(int(step) for step in boundaries)
+    return _piecewise(chosen, learning_rate, boundaries, momentum)
 
 
 def logits(model, images, is_training, compute_dtype):
-    """Builds the model's logits on one tower's images, in the compute dtype.
-
-    Args:
-      model: a `Model`, as `model` returns it.
-      images: float32 [batch, 24, 24, 3].
-      is_training: bool, True for the trainers, False for the eval.
-      compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
+    """Builds the model's logits (float32 [batch, NUM_CLASSES]) on one
+    tower's images (float32 [batch, 24, 24, 3]), in the compute dtype
+    (tf.float32, tf.float16 or tf.bfloat16); is_training: True for the
+    trainers, False for the eval.
 
     The model's variables are made in the graph's model block
-    ('model/conv1/weights'); its ops in the current name scope.
-
-    Returns:
-      logits: float32 [batch, NUM_CLASSES].
-
-    Raises:
-      ValueError: what `any_model.call_model` refuses, naming --model.
+    ('model/conv1/weights'); its ops in the current name scope. ValueError
+    naming --model for what `any_model.call_model` refuses.
     """
     with tf.compat.v1.variable_scope(
         summaries.MODEL, auxiliary_name_scope=False
@@ -182,11 +169,9 @@ def logits(model, images, is_training, compute_dtype):
 def default_train_dir(model_name):
     """The default --train_dir of a model: no two models share one.
 
-    Returns:
-      str, /tmp/cifar10_train for the tutorial (the tutorial's own
-      folder), /tmp/cifar10_train_NAME for another, e.g.
-      /tmp/cifar10_train_resnet20 or /tmp/cifar10_train_my_models_net for
-      my_models:net.
+    /tmp/cifar10_train for the tutorial (the tutorial's own folder),
+    /tmp/cifar10_train_NAME for another, e.g. /tmp/cifar10_train_resnet20
+    or /tmp/cifar10_train_my_models_net for my_models:net.
     """
     if model_name == TUTORIAL.name:
         return cifar10_input.TRAIN_DIR
@@ -201,41 +186,26 @@ def refuse_other_model(model, folder, flag):
 
     The model is the folder's record (`train_dirs.recorded_model`) or, in a
     folder written before the record was kept, the one its newest
-    checkpoint's variables name (`restore.model_name`).
-
-    Args:
-      model: the `Model` of --model.
-      folder: str, the --train_dir or --checkpoint_dir.
-      flag: str, the folder's flag: 'train_dir' or 'checkpoint_dir'.
-
-    Raises:
-      ValueError: folder holds checkpoints of another model (one line
-        naming it, and the flags to pass).
+    checkpoint's variables name (`restore.model_name`). ValueError, one
+    line naming it and the flags to pass, when folder (the --train_dir or
+    --checkpoint_dir, as flag names it) holds another model's checkpoints.
     """
     held = train_dirs.recorded_model(folder) or _checkpoints_model(folder)
     if held is None or held == model.name:
         return
+    name = model.name
     raise ValueError(
         "--%s=%s holds checkpoints of --model=%s, not --model=%s: pass "
         "--model=%s to use them, or another --%s (--model=%s's own "
         "default is %s)"
-        % (
-            flag,
-            folder,
-            held,
-            model.name,
-            held,
-            flag,
-            model.name,
-            default_train_dir(model.name),
-        )
+        % (flag, folder, held, name, held, flag, name, default_train_dir(name))
     )
 
 
 def model_and_train_dir(
     name, learning_rate, boundaries, momentum, train_dir, check_train_dir
 ):
-    """A trainer's model and the folder it trains in.
+    """(Model, str): a trainer's model and the folder it trains in.
 
     Args:
       name, learning_rate, boundaries, momentum: as `model`.
@@ -243,13 +213,6 @@ def model_and_train_dir(
       check_train_dir: bool, refuse a train_dir of another model's
         checkpoints (`refuse_other_model`); False for a train_dir cleared
         first or not trained in (a dry run).
-
-    Returns:
-      (Model, str): the model and its train_dir.
-
-    Raises:
-      ValueError: no such model, or train_dir holds checkpoints of another
-        model (one line).
     """
     chosen = model(name, learning_rate, boundaries, momentum)
     train_dir = train_dir or default_train_dir(chosen.name)
@@ -276,15 +239,7 @@ def next_commands(model, train_dir, data_dir):
     The eval names --model when it is not the tutorial's (the eval's
     default), so that it builds the model the checkpoints hold; it writes
     beside them, in train_dir/eval, where TensorBoard on train_dir shows
-    both runs.
-
-    Args:
-      model: the `Model` trained.
-      train_dir: str, the trainer's checkpoints and event logs.
-      data_dir: str, the trainer's --data_dir.
-
-    Returns:
-      [eval command, tensorboard command], two strs.
+    both runs. Returns [eval command, tensorboard command], two strs.
     """
     model_flag = "" if model.name == TUTORIAL.name else " --model=" + model.name
     eval_command = cifar10_input.EVAL_COMMAND.format(
@@ -300,11 +255,9 @@ def user_model(name):
     """Imports a user's 'MODULE:FUNCTION', with the tutorial's recipe.
 
     The current folder is searched first, then PYTHONPATH. An exception
-    raised inside the function becomes one line that names it.
-
-    Raises:
-      ValueError: name is not MODULE:FUNCTION, or the module or function
-        is not found, or the module fails to import.
+    raised inside the function becomes one line that names it; so does a
+    name that is not MODULE:FUNCTION, a module or function not found, or a
+    module that fails to import (ValueError).
     """
     flag = "--model=%s" % name
     module_name, colon, function_name = name.partition(":")
@@ -324,18 +277,31 @@ def user_model(name):
 
 
 def _import(module_name, function_name, flag):
-    """Imports a user's module; what fails is one line naming it.
-
-    Raises:
-      ValueError: a file path instead of a module name, a module not found,
-        or one that has a syntax error or raises while it is imported.
-    """
+    """Imports a user's module; what fails is one line naming it
+    (ValueError): a file path instead of a module name, a module not found,
+    or one that has a syntax error or raises while it is imported."""
     if (
         "/" in module_name
         or module_name.startswith(".")
         or (module_name.endswith(".py"))
     ):
-        raise _path_given(module_name, function_name, flag)
+        # A file path: the module name Python imports it by, in the error.
+        path = os.path.normpath(module_name)
+        if path.endswith(".py"):
+            path = path[: -len(".py")]
+        folder, name = os.path.split(path)
+        if os.path.isabs(path):
+            example = "--model=%s:%s with PYTHONPATH=%s" % (
+                name, function_name, folder
+            )
+        else:
+            dotted = path.replace("/", ".").lstrip(".")
+            example = "--model=%s:%s" % (dotted, function_name)
+        raise ValueError(
+            "%s: expected a module name, found a file path; name the module "
+            "as Python imports it from the current folder or PYTHONPATH, "
+            "e.g. %s" % (flag, example)
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -356,40 +322,13 @@ def _import(module_name, function_name, flag):
         raise _import_failed(flag, module_name, e) from None
 
 
-def _path_given(path, function_name, flag):
-    """The error of a file path given as --model's module."""
-    path = os.path.normpath(path)
-    if path.endswith(".py"):
-        path = path[: -len(".py")]
-    folder, name = os.path.split(path)
-    if os.path.isabs(path):
-        example = "--model=%s:%s with PYTHONPATH=%s" % (
-            name,
-            function_name,
-            folder,
-        )
-    else:
-        dotted = path.replace("/", ".").lstrip(".")
-        example = "--model=%s:%s" % (dotted, function_name)
-    return ValueError(
-        "%s: expected a module name, found a file path; name the module as "
-        "Python imports it from the current folder or PYTHONPATH, e.g. %s"
-        % (flag, example)
-    )
-
-
 def _import_failed(flag, module_name, error):
     """The error of a module that raised while it was imported."""
+    first_line = str(error).strip().split("\n")[0]
     return ValueError(
         "%s: importing module %s raised %s: %s; fix the module (python -c "
         "'import %s' shows where)"
-        % (
-            flag,
-            module_name,
-            type(error).__name__,
-            str(error).strip().split("\n")[0],
-            module_name,
-        )
+        % (flag, module_name, type(error).__name__, first_line, module_name)
     )
 
 

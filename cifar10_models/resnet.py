@@ -49,16 +49,11 @@ def resnet56(images, is_training):
 
 
 def resnet(images, is_training, blocks_per_stage):
-    """The CIFAR-10 ResNet of 6 * blocks_per_stage + 2 layers.
-
-    Args:
-      images: float32 (or float16, bfloat16) [batch, height, width, 3].
-      is_training: bool, batch norm on the batch's statistics (and updating
-        the moving ones) or on the moving statistics.
-      blocks_per_stage: int, n.
-
-    Returns:
-      logits: [batch, 10], in the images' dtype.
+    """The CIFAR-10 ResNet of 6 * blocks_per_stage (n) + 2 layers: images
+    float32 (or float16, bfloat16) [batch, height, width, 3] -> logits
+    [batch, 10], in the images' dtype. is_training: batch norm on the
+    batch's statistics (and updating the moving ones), else on the moving
+    statistics.
     """
     x = _conv(images, STAGE_FILTERS[0], 1, "conv1")
     x = tf.nn.relu(_batch_norm(x, is_training, "bn1"))

@@ -28,76 +28,34 @@ def _map(dataset, function):
     autograph's conversion would make the very same ops; skipping it takes
     the first build of a trainer's input from 0.6-0.9 s to 0.2-0.3 s (2
     loaded cores), in every trainer process.
-
-    Args:
-      dataset: a `tf.data.Dataset`.
-      function: callable of the dataset's element, as `map` takes it.
-
-    Returns:
-      The mapped `tf.data.Dataset`.
     """
     return dataset.map(tf.autograph.experimental.do_not_convert(function))
 
 
-def decoded_set(filenames, num_records):
-    """The whole split decoded once, as a dataset of one element.
-
-    Records are decoded RECORDS_PER_DECODE at a time, then joined into one
-    tensor of the split (uint8, 150 MB for CIFAR-10's training set).
-
-    Args:
-      filenames: list of str paths, already checked by `check_files`.
-      num_records: int, the records of the files.
-
-    Returns:
-      A `tf.data.Dataset` of one element: (uint8 [num_records, 32, 32, 3],
-      int32 [num_records]).
-    """
-    dataset = read_records(filenames).batch(RECORDS_PER_DECODE)
-    return _map(dataset, decode_record).rebatch(num_records)
-
-
-def epoch_orders(num_records, batch_size):
-    """Endless batches of record indices, each epoch a new permutation.
-
-    The permutations follow each other and are cut into batches across the
-    epochs' ends, so that every epoch is exactly one pass over the records
-    and every batch is full.
-
-    Args:
-      num_records: int, the records of one epoch.
-      batch_size: int, indices per batch.
-
-    Returns:
-      A `tf.data.Dataset` of int32 [batch_size], indices in
-      0..num_records - 1.
-    """
-    orders = tf.data.Dataset.from_tensors(tf.range(num_records)).repeat()
-    return _map(orders, tf.random.shuffle).rebatch(
-        batch_size, drop_remainder=True
-    )
-
-
 def distorted_dataset(data_dir, batch_size):
-    """The endless, shuffled, distorted training batches.
+    """The endless, shuffled, distorted training batches of data_dir (the
+    folder that holds `cifar-10-batches-bin/`): a `tf.data.Dataset` of
+    (float32 [batch_size, 24, 24, 3], int32 [batch_size]).
 
-    The training set is decoded once and kept in memory; each batch is a
-    gather of its records by `epoch_orders`, distorted whole. Past the
-    reading of the files, no step works on single examples.
-
-    Args:
-      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
-      batch_size: int, examples per batch.
-
-    Returns:
-      A `tf.data.Dataset` of (float32 [batch_size, 24, 24, 3],
-      int32 [batch_size]).
+    The training set is decoded once, RECORDS_PER_DECODE records at a time,
+    and kept in memory as one tensor (uint8, 150 MB for CIFAR-10's); each
+    batch is a gather of its records, distorted whole. Past the reading of
+    the files, no step works on single examples.
     """
     filenames = data_files(data_dir)
     num_records = check_files(filenames)
+    decoded = _map(
+        read_records(filenames).batch(RECORDS_PER_DECODE), decode_record
+    ).rebatch(num_records)
     # The cached element is the same tensors every step, not a copy.
-    training_set = decoded_set(filenames, num_records).cache().repeat()
-    orders = epoch_orders(num_records, batch_size)
+    training_set = decoded.cache().repeat()
+    # Each epoch a new permutation of the record indices; they follow each
+    # other and are cut into batches across the epochs' ends, so that every
+    # epoch is exactly one pass over the records and every batch is full.
+    orders = tf.data.Dataset.from_tensors(tf.range(num_records)).repeat()
+    orders = _map(orders, tf.random.shuffle).rebatch(
+        batch_size, drop_remainder=True
+    )
 
     def distort(training_set, order):
         images, labels = training_set
@@ -115,50 +73,31 @@ def distorted_batches(data_dir, batch_size):
 
     Each call of the returned function adds its own read of the next batch,
     so every tower that calls it trains on a batch of its own and one epoch
-    is one pass over the files whatever the number of towers.
-
-    Args:
-      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
-      batch_size: int, examples per batch.
-
-    Returns:
-      get_next: callable() -> (float32 [batch_size, 24, 24, 3] images,
-        int32 [batch_size] labels).
+    is one pass over the files whatever the number of towers. get_next:
+    callable() -> (float32 [batch_size, 24, 24, 3] images, int32
+    [batch_size] labels).
     """
     dataset = distorted_dataset(data_dir, batch_size)
     return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
 
 
 def train_inputs(data_dir, batch_size):
-    """Training batches for one tower, from a one-shot iterator.
-
-    Args:
-      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
-      batch_size: int, examples per batch.
-
-    Returns:
-      images: float32 [batch_size, 24, 24, 3].
-      labels: int32 [batch_size].
-    """
+    """Training batches for one tower, from a one-shot iterator: images
+    float32 [batch_size, 24, 24, 3], labels int32 [batch_size]."""
     return distorted_batches(data_dir, batch_size)()
 
 
 def eval_inputs(eval_data, data_dir, batch_size, num_examples):
     """Evaluation batches: every example once, in file order.
 
-    Args:
-      eval_data: 'test' or 'train', the split to read.
-      data_dir: str, the folder that holds `cifar-10-batches-bin/`.
-      batch_size: int, examples per batch (the last batch may be smaller).
-      num_examples: int, how many examples to read from the split's start.
+    eval_data: 'test' or 'train', the split to read; num_examples: how
+    many examples to read from the split's start (ValueError when the files
+    are bad, or hold fewer).
 
     Returns:
       images: float32 [<= batch_size, 24, 24, 3].
       labels: int32 [<= batch_size].
       init_op: the op that rewinds the input to the first example.
-
-    Raises:
-      ValueError: the files are bad, or hold fewer than `num_examples`.
     """
     filenames = data_files(data_dir, eval_data)
     num_records = check_files(filenames)
@@ -183,14 +122,6 @@ def batch_shapes(batch_size):
     """One tower's batch: images float32 [batch_size, 24, 24, 3] and labels
     int32 [batch_size], as (shape, dtype) pairs."""
     return [
-        (
-            [
-                batch_size,
-                IMAGE_SIZE,
-                IMAGE_SIZE,
-                3,
-            ],
-            tf.float32,
-        ),
+        ([batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], tf.float32),
         ([batch_size], tf.int32),
     ]

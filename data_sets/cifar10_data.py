@@ -17,7 +17,6 @@ import numpy as np
 import cifar10_input
 from data_sets import sample_sets
 from multigpu import folders
-from multigpu.train_dir import data_records
 
 # The MD5 published beside the official archive (cifar10_input.DATA_URL).
 DATA_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
@@ -30,20 +29,15 @@ FAKE_RECORDS_PER_TRAIN_FILE = 2000
 FAKE_TEST_RECORDS = 10000
 # Pixel noise of the sample set (uint8 units) on top of each class pattern.
 FAKE_NOISE_STDDEV = 40.0
-# The `data_records.digest` of the sample set's training files, as
+# The `sample_sets.digest` of the sample set's training files, as
 # `write_fake_data` writes them: the set is known by its content, marked or
 # not.
 FAKE_TRAIN_DIGEST = "6d44307f482267b9"
 
 
 def write_records(filename, images, labels):
-    """Writes images and labels as CIFAR-10 binary records.
-
-    Args:
-      filename: str path.
-      images: uint8 array [n, 32, 32, 3].
-      labels: integer array [n] in 0..9.
-    """
+    """Writes images (uint8 array [n, 32, 32, 3]) and labels (integer array
+    [n] in 0..9) as CIFAR-10 binary records."""
     depth_major = np.transpose(images, [0, 3, 1, 2]).reshape(len(images), -1)
     labels = np.asarray(labels, np.uint8)[:, None]
     records = np.concatenate([labels, depth_major.astype(np.uint8)], axis=1)
@@ -56,11 +50,8 @@ def fake_examples(num_examples, seed):
 
     Each class has its own coarse 4x4 colour pattern (blocks of 8x8 pixels);
     a crop or a flip keeps most of it, so a classifier must learn colour and
-    layout, not a single pixel.
-
-    Args:
-      num_examples: int.
-      seed: int, for the noise and labels (the class patterns never change).
+    layout, not a single pixel. seed: int, for the noise and labels (the
+    class patterns never change).
 
     Returns:
       images: uint8 [num_examples, 32, 32, 3].
@@ -71,34 +62,20 @@ def fake_examples(num_examples, seed):
     )
     patterns = patterns.repeat(8, axis=1).repeat(8, axis=2)  # [10, 32, 32, 3]
     labels = np.arange(num_examples) % cifar10_input.NUM_CLASSES
+    shape = (num_examples, cifar10_input.HEIGHT, cifar10_input.WIDTH)
     noise = np.random.default_rng(seed).normal(
-        0.0,
-        FAKE_NOISE_STDDEV,
-        (
-            num_examples,
-            cifar10_input.HEIGHT,
-            cifar10_input.WIDTH,
-            cifar10_input.DEPTH,
-        ),
+        0.0, FAKE_NOISE_STDDEV, shape + (cifar10_input.DEPTH,)
     )
     images = np.clip(patterns[labels] + noise, 0, 255).astype(np.uint8)
     return images, labels.astype(np.uint8)
 
 
 def write_fake_data(data_dir):
-    """Writes the built-in sample set under data_dir, once.
+    """Writes the built-in sample set under data_dir/cifar-10-batches-bin/,
+    once: True if files were written, False if they were all there.
 
     The set is marked as such (`sample_sets`) and written only into an
-    empty or marked folder, never over other files.
-
-    Args:
-      data_dir: str; the files go to `data_dir/cifar-10-batches-bin/`.
-
-    Returns:
-      bool, True if files were written, False if they were all there.
-
-    Raises:
-      ValueError: the folder holds other files (named).
+    empty or marked folder, never over other files (ValueError naming them).
     """
     folder = _batches_folder(data_dir)
     names = cifar10_input.TRAIN_FILES + cifar10_input.TEST_FILES
@@ -144,15 +121,12 @@ def holds_sample_set(data_dir):
 
 
 def training_data(data_dir):
-    """What a run on data_dir trains on, for its train_dir's record.
-
-    Returns:
-      a `data_records.Data`: its `description`, and the fingerprints of the
-      five training files.
-    """
-    return data_records.Data(
+    """What a run on data_dir trains on, for its train_dir's record: a
+    `sample_sets.Data`, its `description` and the fingerprints of the five
+    training files."""
+    return sample_sets.Data(
         description(data_dir),
-        data_records.fingerprint(cifar10_input.data_files(data_dir)),
+        sample_sets.fingerprint(cifar10_input.data_files(data_dir)),
     )
 
 
@@ -168,16 +142,8 @@ def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
 
     Says so when they are the sample set. Without fake_data a run never
     trains the sample set: CIFAR-10 is downloaded, or a folder holding the
-    sample set is refused.
-
-    Args:
-      data_dir: str, the folder for `cifar-10-batches-bin/`.
-      fake_data: bool, write the built-in sample set instead of downloading.
-      url: str, where to download the real archive from.
-
-    Raises:
-      ValueError: without fake_data, data_dir holds the sample set; or the
-        download failed.
+    sample set is refused (ValueError, as is a failed download). url: str,
+    where to download the real archive from.
     """
     if not fake_data and holds_sample_set(data_dir):
         raise ValueError(
@@ -199,9 +165,8 @@ def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
 
 def _record_files(data_dir):
     """The paths of CIFAR-10's six record files under data_dir."""
-    return cifar10_input.data_files(data_dir) + cifar10_input.data_files(
-        data_dir, "test"
-    )
+    test_files = cifar10_input.data_files(data_dir, "test")
+    return cifar10_input.data_files(data_dir) + test_files
 
 
 def _complete(data_dir):
@@ -214,13 +179,11 @@ def _batches_folder(data_dir):
 
 
 def _download(url, path):
-    """Copies url to path, printing one progress line.
+    """Copies url to path, printing one progress line; OSError when the
+    connection failed, stalled, or ended early.
 
     Writes beside path and renames when complete, so a failed download
     never leaves a file that looks whole.
-
-    Raises:
-      OSError: the connection failed, stalled, or ended early.
     """
     name = os.path.basename(path)
     with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECS) as source:
@@ -255,16 +218,10 @@ def maybe_download_and_extract(data_dir, url=cifar10_input.DATA_URL):
     Does nothing when every record file is already in place. The archive is
     downloaded beside its final name and renamed when complete; the MD5
     published for the official archive is checked; a broken archive is
-    reported and removed.
-
-    Args:
-      data_dir: str, the folder to hold the archive and
-        `cifar-10-batches-bin/`.
-      url: str, where to fetch `cifar-10-binary.tar.gz`.
-
-    Raises:
-      ValueError: the download failed, or the archive is broken or lacks
-        the record files; the message says what to download and where.
+    reported and removed. url: str, where to fetch
+    `cifar-10-binary.tar.gz`. ValueError, saying what to download and
+    where, when the download failed, or the archive is broken or lacks the
+    record files.
     """
     filenames = _record_files(data_dir)
     if _complete(data_dir):

@@ -1,7 +1,10 @@
-"""MNIST on disk: the IDX converter's reading and writing, the sample set.
+"""MNIST on disk: its format, the IDX converter's reading and writing, the
+sample set.
 
-`convert` turns the four classic IDX .gz files into the TFRecord files
-that `mnist_input` reads (`python mnist_input.py --idx_dir=...` runs it);
+The dataset facts, the published files and the TFRecords' counts stand
+under `mnist_input` (the tutorial's reader) and the converter. `convert`
+turns the four classic IDX .gz files into the TFRecord files that
+`mnist_input` reads (`python mnist_input.py --idx_dir=...` runs it);
 `write_fake_data` writes a small learnable digit-like set in the same
 format (`--fake_data`).
 """
@@ -15,11 +18,25 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from data_sets import mnist_format, sample_sets
+from data_sets import sample_sets
 from multigpu import folders
-from multigpu.train_dir import data_records
 
-# The four classic IDX files, as published at mnist_format.SOURCE_URL.
+# Dataset facts of MNIST.
+HEIGHT, WIDTH, DEPTH = 28, 28, 1
+IMAGE_PIXELS = HEIGHT * WIDTH * DEPTH  # 784 bytes per image
+NUM_CLASSES = 10
+
+# The classic IDX files (gzipped) and where they are published.
+SOURCE_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
+
+# The TFRecord file of each split, as the tutorial's converter names them.
+SPLIT_FILES = {
+    "train": "train.tfrecords",
+    "validation": "validation.tfrecords",
+    "test": "test.tfrecords",
+}
+
+# The four classic IDX files, as published at SOURCE_URL.
 TRAIN_IMAGES = "train-images-idx3-ubyte.gz"
 TRAIN_LABELS = "train-labels-idx1-ubyte.gz"
 TEST_IMAGES = "t10k-images-idx3-ubyte.gz"
@@ -38,7 +55,7 @@ FAKE_SPLIT_SIZES = {"train": 3000, "validation": 500, "test": 1000}
 FAKE_NOISE_STDDEV = 50.0
 # Largest random shift of a sample digit, in pixels, along each axis.
 FAKE_MAX_SHIFT = 3
-# The `data_records.digest` of the sample set's train.tfrecords, as
+# The `sample_sets.digest` of the sample set's train.tfrecords, as
 # `write_fake_data` writes it: the set is known by its content, marked or
 # not.
 FAKE_TRAIN_DIGEST = "afec690b7b02b913"
@@ -56,16 +73,8 @@ SEGMENT_BOXES = {
     "g": (13, 15, 9, 19),
 }
 DIGIT_SEGMENTS = [
-    "abcdef",
-    "bc",
-    "abdeg",
-    "abcdg",
-    "bcfg",
-    "acdfg",
-    "acdefg",
-    "abc",
-    "abcdefg",
-    "abcdfg",
+    *("abcdef", "bc", "abdeg", "abcdg", "bcfg"),
+    *("acdfg", "acdefg", "abc", "abcdefg", "abcdfg"),
 ]
 
 
@@ -73,12 +82,8 @@ def write_records(filename, images, labels):
     """Writes images and labels as a TFRecord file of `tf.train.Example`s.
 
     The file is written aside and renamed when complete, so a crash never
-    leaves a short file.
-
-    Args:
-      filename: str path.
-      images: uint8 array [n, 28, 28].
-      labels: integer array [n] in 0..9.
+    leaves a short file. images: uint8 array [n, 28, 28]; labels: integer
+    array [n] in 0..9.
     """
 
     def int64(value):
@@ -92,9 +97,9 @@ def write_records(filename, images, labels):
         for image, label in zip(images, labels):
             raw = np.asarray(image, np.uint8).tobytes()
             feature = {
-                "height": int64(mnist_format.HEIGHT),
-                "width": int64(mnist_format.WIDTH),
-                "depth": int64(mnist_format.DEPTH),
+                "height": int64(HEIGHT),
+                "width": int64(WIDTH),
+                "depth": int64(DEPTH),
                 "label": int64(int(label)),
                 "image_raw": tf.train.Feature(
                     bytes_list=tf.train.BytesList(value=[raw])
@@ -122,8 +127,7 @@ def _os_errors():
 def _gunzip(path):
     if not os.path.isfile(path):
         raise ValueError(
-            "%s not found; download it from %s"
-            % (path, mnist_format.SOURCE_URL)
+            "%s not found; download it from %s" % (path, SOURCE_URL)
         )
     try:
         with gzip.open(path, "rb") as f:
@@ -135,20 +139,13 @@ def _gunzip(path):
 
 
 def read_idx(path, magic):
-    """Reads a gzipped IDX file of unsigned bytes, checking its header.
+    """Reads a gzipped IDX file (path, the .gz file) of unsigned bytes,
+    checking its header's magic (IMAGES_MAGIC or LABELS_MAGIC).
 
-    Args:
-      path: str, the .gz file.
-      magic: int, the expected magic number, IMAGES_MAGIC or LABELS_MAGIC.
-
-    Returns:
-      uint8 array whose shape is the header's: [n, rows, columns] for
-      images, [n] for labels.
-
-    Raises:
-      ValueError: the file is missing or not gzip, its magic number is not
-        `magic`, or its size differs from the header's; the message names
-        the file, the expected and the found value.
+    Returns a uint8 array whose shape is the header's: [n, rows, columns]
+    for images, [n] for labels. ValueError, naming the file, the expected
+    and the found value, when the file is missing or not gzip, its magic
+    number is not `magic`, or its size differs from the header's.
     """
     data = _gunzip(path)
     num_dims = magic & 0xFF
@@ -167,59 +164,37 @@ def read_idx(path, magic):
         )
     expected_bytes = header_bytes + int(np.prod(shape))
     if len(data) != expected_bytes:
+        wrong = "truncated" if len(data) < expected_bytes else "too long"
+        dims = "x".join(str(d) for d in shape)
         raise ValueError(
             "%s is %s: %d bytes, expected %d (a %d-byte header, then shape "
-            "%s)"
-            % (
-                path,
-                "truncated" if len(data) < expected_bytes else "too long",
-                len(data),
-                expected_bytes,
-                header_bytes,
-                "x".join(str(d) for d in shape),
-            )
+            "%s)" % (path, wrong, len(data), expected_bytes, header_bytes, dims)
         )
     return np.frombuffer(data, np.uint8, offset=header_bytes).reshape(shape)
 
 
 def read_idx_pair(images_path, labels_path):
-    """Reads and checks the images and the labels of one IDX split.
-
-    Returns:
-      images: uint8 [n, 28, 28].
-      labels: uint8 [n] in 0..9.
-
-    Raises:
-      ValueError: a bad file (see `read_idx`), images not 28x28, a label
-        outside 0..9, or different image and label counts.
-    """
+    """Reads and checks the images (uint8 [n, 28, 28]) and the labels
+    (uint8 [n] in 0..9) of one IDX split; ValueError for a bad file (see
+    `read_idx`), images not 28x28, a label outside 0..9, or different image
+    and label counts."""
     images = read_idx(images_path, IMAGES_MAGIC)
     labels = read_idx(labels_path, LABELS_MAGIC)
-    if images.shape[1:] != (mnist_format.HEIGHT, mnist_format.WIDTH):
+    if images.shape[1:] != (HEIGHT, WIDTH):
         raise ValueError(
             "%s: images of %dx%d pixels, expected %dx%d"
-            % (
-                images_path,
-                *images.shape[1:],
-                mnist_format.HEIGHT,
-                mnist_format.WIDTH,
-            )
+            % (images_path, *images.shape[1:], HEIGHT, WIDTH)
         )
     if len(labels) != len(images):
         raise ValueError(
             "%s: %d labels, expected %d (the number of images in %s)"
             % (labels_path, len(labels), len(images), images_path)
         )
-    bad = np.flatnonzero(labels >= mnist_format.NUM_CLASSES)
+    bad = np.flatnonzero(labels >= NUM_CLASSES)
     if bad.size:
         raise ValueError(
             "%s: label %d at index %d, expected 0..%d"
-            % (
-                labels_path,
-                labels[bad[0]],
-                bad[0],
-                mnist_format.NUM_CLASSES - 1,
-            )
+            % (labels_path, labels[bad[0]], bad[0], NUM_CLASSES - 1)
         )
     return images, labels
 
@@ -229,21 +204,17 @@ def convert(
 ):
     """Converts the four IDX files into the three TFRecord files.
 
+    Returns the number of examples written per split (a dict).
+
     Args:
       idx_dir: str, the folder that holds the four .gz files.
       data_dir: str, the folder to write the TFRecord files to.
       validation_size: int, how many of the first training images form the
-        validation split, as in the tutorial's `read_data_sets`.
+        validation split, as in the tutorial's `read_data_sets` (ValueError
+        unless between 0 and the number of training images less one).
       overwrite: bool, replace the split files data_dir holds (each named
-        in a line); the sample set's are replaced without it.
-
-    Returns:
-      dict, the number of examples written per split.
-
-    Raises:
-      ValueError: a bad IDX file (see `read_idx_pair`); validation_size
-        not between 0 and the number of training images less one; without
-        overwrite, data_dir holds split files of other data.
+        in a line); the sample set's are replaced without it, other data's
+        refused (ValueError).
     """
     _say_replaced(data_dir, overwrite)
     train_images, train_labels = read_idx_pair(
@@ -271,15 +242,11 @@ def convert(
 
 
 def _say_replaced(data_dir, overwrite):
-    """Refuses to replace other data's split files, or names them.
-
-    Raises:
-      ValueError: without overwrite, data_dir holds split files and is not
-        a sample set's folder.
-    """
+    """Refuses to replace other data's split files (ValueError without
+    overwrite, in a folder not a sample set's), or names them."""
     present = [
         name
-        for name in sorted(mnist_format.SPLIT_FILES.values())
+        for name in sorted(SPLIT_FILES.values())
         if os.path.lexists(os.path.join(data_dir, name))
     ]
     if not present:
@@ -291,30 +258,21 @@ def _say_replaced(data_dir, overwrite):
             "replaced: pass an empty --data_dir, or --overwrite to replace "
             "them" % (data_dir, ", ".join(present))
         )
-    print(
-        "%s in %s: %s"
-        % (
-            "Replacing the built-in sample set"
-            if sample_set
-            else "--overwrite: replacing",
-            data_dir,
-            ", ".join(
-                "%s (%d bytes)"
-                % (name, os.path.getsize(os.path.join(data_dir, name)))
-                for name in present
-            ),
-        )
-    )
+    what = "Replacing the built-in sample set"
+    if not sample_set:
+        what = "--overwrite: replacing"
+    sizes = [
+        "%s (%d bytes)" % (name, os.path.getsize(os.path.join(data_dir, name)))
+        for name in present
+    ]
+    print("%s in %s: %s" % (what, data_dir, ", ".join(sizes)))
 
 
 def _write_splits(data_dir, splits):
     os.makedirs(data_dir, exist_ok=True)
     for split, (images, labels) in splits.items():
-        write_records(
-            os.path.join(data_dir, mnist_format.SPLIT_FILES[split]),
-            images,
-            labels,
-        )
+        path = os.path.join(data_dir, SPLIT_FILES[split])
+        write_records(path, images, labels)
     return {split: len(labels) for split, (_, labels) in splits.items()}
 
 
@@ -323,25 +281,20 @@ def fake_examples(num_examples, seed):
 
     Each digit is drawn with its own segments, shifted at random by up to
     FAKE_MAX_SHIFT pixels and covered with pixel noise, so a classifier
-    must learn the strokes' layout, not a single pixel.
-
-    Args:
-      num_examples: int.
-      seed: int, for the shifts and the noise.
+    must learn the strokes' layout, not a single pixel. seed: int, for the
+    shifts and the noise.
 
     Returns:
       images: uint8 [num_examples, 28, 28].
       labels: uint8 [num_examples], classes in turn (0, 1, ..., 9, 0, ...).
     """
-    digits = np.zeros(
-        (mnist_format.NUM_CLASSES, mnist_format.HEIGHT, mnist_format.WIDTH)
-    )
+    digits = np.zeros((NUM_CLASSES, HEIGHT, WIDTH))
     for digit, segments in enumerate(DIGIT_SEGMENTS):
         for segment in segments:
             top, bottom, left, right = SEGMENT_BOXES[segment]
             digits[digit, top:bottom, left:right] = 255.0
     rng = np.random.default_rng(seed)
-    labels = np.arange(num_examples) % mnist_format.NUM_CLASSES
+    labels = np.arange(num_examples) % NUM_CLASSES
     shifts = rng.integers(
         -FAKE_MAX_SHIFT, FAKE_MAX_SHIFT + 1, (num_examples, 2)
     )
@@ -359,37 +312,27 @@ def write_fake_data(data_dir):
     """Writes the built-in sample set under data_dir, once.
 
     The set is marked as such (`sample_sets`) and written only into an
-    empty or marked folder, never over other files.
-
-    Returns:
-      bool, True if files were written, False if they were all there.
-
-    Raises:
-      ValueError: data_dir holds other files (named).
+    empty or marked folder, never over other files (ValueError naming
+    them). Returns True if files were written, False if they were all there.
     """
 
     def is_unmarked_sample_set(folder):
         # The sample set's record counts; MNIST's are 10 to 18 times larger.
         try:
             return all(
-                mnist_format.count_records(
-                    os.path.join(folder, mnist_format.SPLIT_FILES[split])
-                )
-                == size
+                count_records(os.path.join(folder, SPLIT_FILES[split])) == size
                 for split, size in FAKE_SPLIT_SIZES.items()
             )
         except tf.errors.OpError:
             return False  # Not even readable records.
 
     missing = sample_sets.files_to_write(
-        data_dir,
-        list(mnist_format.SPLIT_FILES.values()),
-        is_unmarked_sample_set,
+        data_dir, list(SPLIT_FILES.values()), is_unmarked_sample_set
     )
     splits = {
         split: fake_examples(size, seed)
         for seed, (split, size) in enumerate(FAKE_SPLIT_SIZES.items())
-        if mnist_format.SPLIT_FILES[split] in missing
+        if SPLIT_FILES[split] in missing
     }
     _write_splits(data_dir, splits)
     return bool(missing)
@@ -403,21 +346,38 @@ def say_if_sample_set(data_dir):
 
 
 def training_data(data_dir):
-    """What a run on data_dir trains on, for its train_dir's record.
-
-    Returns:
-      a `data_records.Data`: 'the MNIST sample set' or 'MNIST', and the
-      fingerprint of train.tfrecords.
-    """
+    """What a run on data_dir trains on, for its train_dir's record: a
+    `sample_sets.Data`, 'the MNIST sample set' or 'MNIST', and the
+    fingerprint of train.tfrecords."""
     train_file = _train_file(data_dir)
     sample_set = sample_sets.is_sample_set(
         data_dir, [train_file], FAKE_TRAIN_DIGEST
     )
-    return data_records.Data(
+    return sample_sets.Data(
         "the MNIST sample set" if sample_set else "MNIST",
-        data_records.fingerprint([train_file]),
+        sample_sets.fingerprint([train_file]),
     )
 
 
 def _train_file(data_dir):
-    return os.path.join(data_dir, mnist_format.SPLIT_FILES["train"])
+    return os.path.join(data_dir, SPLIT_FILES["train"])
+
+
+def count_records(filename):
+    """int, the records of a TFRecord file (read eagerly, outside graphs)."""
+    return int(
+        tf.data.TFRecordDataset(filename).reduce(0, lambda count, _: count + 1)
+    )
+
+
+def count_framed_records(filename):
+    """int, the records of a TFRecord file read by their length fields only
+    (a uint64 length and 4 bytes of CRC, then the data and 4 more): no
+    checksum is checked and no tensor made, so it counts inside a graph."""
+    count = 0
+    with open(filename, "rb") as f:
+        while len(header := f.read(12)) == 12:
+            (length,) = struct.unpack("<Q", header[:8])
+            f.seek(length + 4, os.SEEK_CUR)
+            count += 1
+    return count

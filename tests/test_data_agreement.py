@@ -2,7 +2,7 @@
 
 Each worker reads its own --data_dir; before step 1 the workers compare
 their training files' fingerprints as they compare their flags
-(`data_records.with_setting`), so a worker whose folder holds other files
+(`train_dirs.with_setting`), so a worker whose folder holds other files
 ends every worker in one line naming both.
 """
 
@@ -11,21 +11,21 @@ import os
 import pytest
 from helpers.cluster import FAULT_TIMEOUT_SECS
 
-from data_sets import mnist_data, mnist_format
-from multigpu.train_dir import data_records
+from data_sets import mnist_data, sample_sets
+from multigpu.train_dir import train_dirs
 
 SCRIPT = "mnist_multi_gpu_train.py"
 
 
 def test_the_data_setting_names_the_data_and_hashes_its_files():
-    data = data_records.Data("MNIST", ("train.tfrecords 10 0123",))
-    settings = data_records.with_setting({"learning_rate": 0.1}, data)
+    data = sample_sets.Data("MNIST", ("train.tfrecords 10 0123",))
+    settings = train_dirs.with_setting({"learning_rate": 0.1}, data)
     assert settings == {
         "learning_rate": 0.1,
         "data_dir": "MNIST, 1 file(s), sha256 %s"
-        % data_records.digest(data.files),
+        % sample_sets.digest(data.files),
     }
-    assert data_records.with_setting(None, data) is None
+    assert train_dirs.with_setting(None, data) is None
 
 
 def _half_sample_set(data_dir):
@@ -34,7 +34,7 @@ def _half_sample_set(data_dir):
     size = mnist_data.FAKE_SPLIT_SIZES["train"] // 2
     images, labels = mnist_data.fake_examples(size, 0)
     mnist_data.write_records(
-        os.path.join(str(data_dir), mnist_format.SPLIT_FILES["train"]),
+        os.path.join(str(data_dir), mnist_data.SPLIT_FILES["train"]),
         images,
         labels,
     )
@@ -59,7 +59,7 @@ def test_workers_on_other_data_end_before_step_1_naming_both(
     cluster.start("worker", 0)
     cluster.start("worker", 1, "--data_dir=%s" % half)
     found = [
-        data_records.with_setting({}, mnist_data.training_data(str(folder)))[
+        train_dirs.with_setting({}, mnist_data.training_data(str(folder)))[
             "data_dir"
         ]
         for folder in (full, half)

@@ -16,7 +16,7 @@ from conftest import (
 import cifar10_input
 import mnist_input
 from data_sets import cifar10_data, mnist_data, sample_sets
-from multigpu.train_dir import data_records, train_dirs
+from multigpu.train_dir import train_dirs
 
 REFUSAL = (
     "%s: error: --train_dir=%s was trained on %s, not on %s in "
@@ -194,14 +194,14 @@ def test_an_mnist_run_on_other_data_is_refused_and_changes_nothing(tmp_path):
 
 
 def test_other_files_of_the_same_data_set_are_named_in_one_line(tmp_path):
-    held = data_records.Data(
+    held = sample_sets.Data(
         "the CIFAR-10 sample set", ("a.bin 3 0f", "b.bin 3 1f")
     )
     (tmp_path / train_dirs.DATA_RECORD).write_text(held.text())
     other = held._replace(files=("a.bin 3 0f", "b.bin 3 2f"))
 
     with pytest.raises(ValueError) as raised:
-        data_records.refuse_other_data(str(tmp_path), other, "/data")
+        train_dirs.refuse_other_data(str(tmp_path), other, "/data")
 
     assert str(raised.value) == (
         "--train_dir=%s was trained on other files of the CIFAR-10 sample "

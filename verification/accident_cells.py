@@ -12,7 +12,7 @@ issue 46 it belongs to.
 from typing import Callable, NamedTuple
 
 from data_sets import cifar10_data
-from multigpu.train_dir import data_records
+from multigpu.train_dir import train_dirs
 from verification import accident_links as links
 from verification import accident_provoke as provoke
 from verification import accident_restarts as restarts
@@ -339,7 +339,7 @@ def _other_data(tasks, context, outcome):
     (docs/cluster.md), before step 1; in a cluster of workers only every
     worker ends, in a ps cluster worker 1 (the chief trains on)."""
     held = [
-        data_records.with_setting(
+        train_dirs.with_setting(
             {}, cifar10_data.training_data(str(tasks.data_dir(name)))
         )["data_dir"]
         for name in ("worker0", "worker1")

@@ -17,7 +17,6 @@ from multigpu.run import (
 )
 from multigpu.train_dir import (
     checkpoints,
-    data_records,
     event_files,
     train_dirs,
 )
@@ -64,7 +63,7 @@ def run_training(
       clear_train_dir, data_dirs, model_name, data: `_prepare`.
       task, settings: a worker's `cluster.ClusterTask` (None to train in
         this process); what the workers must share (`agreement.agree`),
-        with data (`data_records.with_setting`).
+        with data (`train_dirs.with_setting`).
       hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
       pretrained: (path, fine_tune) of `restore.restore_fn`, a new run's.
 
@@ -79,7 +78,7 @@ def run_training(
     scaffold, hooks, chief_hooks = _scaffold_and_hooks(
         task, watched, loss, hooks, saving, train_dir, summary_op
     )
-    settings = data_records.with_setting(settings, data)
+    settings = train_dirs.with_setting(settings, data)
     session = _Session(
         task, config, scaffold, hooks, chief_hooks, pretrained, settings
     )
@@ -203,7 +202,7 @@ class _Start(NamedTuple):
     clear_train_dir: bool
     data_dirs: tuple | list
     model_name: str | None
-    data: data_records.Data | None
+    data: tuple | None
     max_steps: int | None
 
 
@@ -397,7 +396,7 @@ def _prepare(train_dir, task, start):
         wrote in train_dir (`train_dirs.clear`), never in data_dirs (strs,
         the run's data folders); model_name (str or None) is recorded in
         train_dir (`train_dirs.record_model`), and so is data (a
-        `data_records.Data` or None); max_steps (int or None).
+        the data set's `Data` or None); max_steps (int or None).
 
     Returns:
       (str or None, bool): the chief's newest checkpoint that reads (None
@@ -411,7 +410,7 @@ def _prepare(train_dir, task, start):
     if start.model_name and task.is_chief:
         train_dirs.record_model(train_dir, start.model_name)
     if start.data and task.is_chief:
-        data_records.record_data(train_dir, start.data)
+        train_dirs.record_data(train_dir, start.data)
     if not task.is_chief:
         return None, False
     # Read once here: a damaged newest checkpoint is named once.

@@ -19,17 +19,12 @@ from multigpu.graph import summaries
 
 # Checkpoints are train_dir/model.ckpt-STEP (TensorFlow's default name).
 CHECKPOINT_BASENAME = "model.ckpt"
-
-
 # A checkpoint's index file: PREFIX-STEP.index, e.g. model.ckpt-1000.index.
 _CHECKPOINT_INDEX = re.compile(r"^(.+-([0-9]+))\.index$")
-
 # The characters TensorFlow's file pattern matching reads as a pattern.
 _PATTERN_CHARACTERS = re.compile(r"[*?\[\\]")
-
 # The checkpoints the saver writes and prunes: model.ckpt-STEP.
 _OWN_CHECKPOINT = re.compile(r"^%s-[0-9]+$" % re.escape(CHECKPOINT_BASENAME))
-
 # Where Linux names an open file descriptor as a path.
 _FD_FOLDER = "/proc/self/fd"
 
@@ -45,16 +40,9 @@ def newest_valid_checkpoint(checkpoint_dir):
     in full (every tensor, checksums checked); one that does not read is
     skipped with a warning naming it and why.
 
-    Args:
-      checkpoint_dir: str, the folder of the checkpoints (--train_dir).
-
-    Returns:
-      str, the checkpoint's path prefix, e.g. '/tmp/train/model.ckpt-1000';
-      None when the folder holds no checkpoint at all.
-
-    Raises:
-      errors.TrainingError: the folder holds checkpoints, but none of them
-        reads.
+    Returns the checkpoint's path prefix, e.g. '/tmp/train/model.ckpt-1000';
+    None when the folder holds no checkpoint at all; errors.TrainingError
+    when it holds checkpoints, but none of them reads.
     """
     candidates = _checkpoint_candidates(checkpoint_dir)
     for checkpoint in candidates:
@@ -106,16 +94,8 @@ def checkpoint_state(checkpoint_dir):
 
 
 def in_dir(checkpoint_dir, path):
-    """The checkpoint of that name in checkpoint_dir, wherever path points.
-
-    Args:
-      checkpoint_dir: str, the folder the state file was found in.
-      path: str, a checkpoint's path prefix as a state file lists it, e.g.
-        '/old/place/model.ckpt-1000' or 'model.ckpt-1000'.
-
-    Returns:
-      str, e.g. 'CHECKPOINT_DIR/model.ckpt-1000'.
-    """
+    """'CHECKPOINT_DIR/model.ckpt-1000' of path as a state file lists it
+    ('/old/place/model.ckpt-1000' or 'model.ckpt-1000')."""
     return os.path.join(checkpoint_dir, os.path.basename(path))
 
 
@@ -133,17 +113,9 @@ def global_step(checkpoint):
 
 @contextlib.contextmanager
 def reading(checkpoint):
-    """A `CheckpointReader` of the checkpoint, its path taken literally.
-
-    Args:
-      checkpoint: str, a checkpoint's path prefix.
-
-    Yields:
-      the reader, valid inside the block (it opens data files as it reads).
-
-    Raises:
-      tf.errors.OpError: the checkpoint is missing or does not read.
-    """
+    """A `CheckpointReader` of the checkpoint (path prefix), its path taken
+    literally, valid inside the block (it opens data files as it reads);
+    tf.errors.OpError when the checkpoint is missing or does not read."""
     with literal_path(checkpoint) as path:
         yield tf.train.load_checkpoint(path)
 
@@ -155,13 +127,8 @@ def literal_path(path):
     TensorFlow decides whether a checkpoint exists by matching
     PREFIX.index as a pattern. A folder named with a pattern character is
     reached through an open descriptor instead (/proc/self/fd/N/NAME);
-    pattern characters in the file name itself stay a pattern.
-
-    Args:
-      path: str, e.g. 'runs/a[1]/model.ckpt-10'.
-
-    Yields:
-      str, path itself, or e.g. '/proc/self/fd/7/model.ckpt-10'.
+    pattern characters in the file name itself stay a pattern. E.g.
+    'runs/a[1]/model.ckpt-10' gives '/proc/self/fd/7/model.ckpt-10'.
     """
     folder, name = os.path.split(path)
     if not _PATTERN_CHARACTERS.search(folder) or not os.path.isdir(_FD_FOLDER):
@@ -184,9 +151,6 @@ def remove_checkpoint(checkpoint):
     Only PREFIX.index, PREFIX.meta and PREFIX.data-NNNNN-of-NNNNN files of a
     `model.ckpt-STEP` prefix are deleted; any other name, a folder among
     them, or a prefix of another name is left alone.
-
-    Args:
-      checkpoint: str, e.g. 'TRAIN_DIR/model.ckpt-10'.
     """
     folder, prefix = os.path.split(checkpoint)
     if not _OWN_CHECKPOINT.match(prefix):
@@ -202,14 +166,10 @@ def remove_checkpoint(checkpoint):
 
 
 def refuse_links(checkpoint_dir, step):
-    """Refuses to save the checkpoint of step where a link has its name.
-
-    TensorFlow writes a checkpoint's files through any link in their place,
-    over a file that is not the train_dir's.
-
-    Raises:
-      ValueError: naming the link and where it points.
-    """
+    """Refuses to save the checkpoint of step where a link has its name
+    (ValueError naming the link and where it points): TensorFlow writes a
+    checkpoint's files through any link in their place, over a file that
+    is not the train_dir's."""
     prefix = "%s-%d" % (CHECKPOINT_BASENAME, step)
     for name in sorted(os.listdir(checkpoint_dir)):
         path = os.path.join(checkpoint_dir, name)
@@ -232,12 +192,8 @@ def saved_name(var):
 
 
 def saved_variables():
-    """The graph's global variables by `saved_name`: a Saver's var_list.
-
-    Raises:
-      ValueError: two variables would be saved under one name, and one of
-        them lost (both named).
-    """
+    """The graph's global variables by `saved_name`: a Saver's var_list;
+    ValueError naming both when two would be saved under one name."""
     saved = {}
     for var in tf.compat.v1.global_variables():
         name = saved_name(var)
@@ -275,10 +231,8 @@ class ExactSaver(tf.compat.v1.train.Saver):
         """Takes the checkpoints the state lists, to prune them in turn.
 
         Only those whose index file is in the state's folder count: a
-        state file names nothing elsewhere, and no pattern.
-
-        Args:
-          state: a `CheckpointState` of `checkpoint_state`.
+        state file names nothing elsewhere, and no pattern. state: a
+        `CheckpointState` of `checkpoint_state`.
         """
         listed = []
         for checkpoint in state.all_model_checkpoint_paths:

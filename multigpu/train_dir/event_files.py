@@ -37,18 +37,11 @@ _WRITE_ERROR = re.compile(r"^(.*events\.out\.tfevents\.[^;]*); ([^\n]+)")
 def open_writer(logdir, graph=None):
     """A `FileWriter` of logdir whose file no other process can name.
 
-    Args:
-      logdir: str, the folder of the event file.
-      graph: a `tf.Graph` to write first, or None.
-
-    Returns:
-      `tf.compat.v1.summary.FileWriter` of the file
-      'events.out.tfevents.SECONDS.HOST.PID.TOKEN' (TOKEN: 8 random hex
-      digits, for a process id used again on another host or later).
-
-    Raises:
-      errors.TrainingError: the file's first record could not be written
-        (the empty file is removed).
+    Its file is 'events.out.tfevents.SECONDS.HOST.PID.TOKEN' (TOKEN: 8
+    random hex digits, for a process id used again on another host or
+    later); graph (a `tf.Graph`, or None) is written first.
+    errors.TrainingError when the file's first record could not be written
+    (the empty file is removed).
     """
     suffix = ".%d.%s" % (os.getpid(), secrets.token_hex(4))
     try:
@@ -60,14 +53,22 @@ def open_writer(logdir, graph=None):
         with contextlib.suppress(OSError):
             os.remove(found.group(1))
         raise errors.TrainingError(
-            "could not write the event file %s (%s; %.1f MB free on its "
-            "disk); nothing is left of it"
-            % (
-                found.group(1),
-                found.group(2).strip(),
-                shutil.disk_usage(logdir).free / 2**20,
-            )
+            _write_failure(found, logdir, "nothing is left of it")
         ) from None
+
+
+def _write_failure(found, folder, left):
+    """'could not write the event file P (REASON; N MB free on its disk);
+    LEFT', of a `_WRITE_ERROR` match found of an event file in folder."""
+    return (
+        "could not write the event file %s (%s; %.1f MB free on its disk); %s"
+        % (
+            found.group(1),
+            found.group(2).strip(),
+            shutil.disk_usage(folder).free / 2**20,
+            left,
+        )
+    )
 
 
 class _MainGraphWriter(tf.compat.v1.summary.FileWriter):
@@ -122,37 +123,24 @@ class ForeignWriter(RuntimeError):
 
 
 class EventFile:
-    """A writer's event file, its records read back after each flush.
-
-    Attributes:
-      writer: the `FileWriter`.
-      path: str, its file when last checked.
-      end: int, the end of the file's records read back whole.
-    """
+    """A writer's event file, its records read back after each flush."""
 
     def __init__(self, writer):
-        """writer: a `FileWriter`, e.g. `open_writer`'s."""
-        self.writer = writer
-        self.path = None
-        self.end = 0
+        self.writer = writer  # A `FileWriter`, e.g. `open_writer`'s.
+        self.path = None  # Its file when last checked.
+        self.end = 0  # The end of the file's records read back whole.
         self._inode = None
         self._head = None
         self._foreign = False
         _quiet_writer_thread()
 
     def check(self):
-        """Reads back the records the writer added since the last check.
+        """Reads back the records the writer (flushed) added since the last
+        check: how many there were.
 
-        Call it once the writer is flushed.
-
-        Returns:
-          int, how many records were added.
-
-        Raises:
-          ForeignWriter: another process wrote into the file, or replaced
-            or cut it.
-          RuntimeError: 'PATH; REASON', a record was cut short (a full
-            disk) or the file is missing.
+        Raises ForeignWriter when another process wrote into the file, or
+        replaced or cut it; RuntimeError('PATH; REASON') when a record was
+        cut short (a full disk) or the file is missing.
         """
         # The writer opens its file at its first event; TensorFlow offers
         # no public name for it.
@@ -200,16 +188,9 @@ class EventFile:
         return None
 
     def write_summary(self, summary, step):
-        """Writes one summary and reads it back from the file.
-
-        Args:
-          summary: a `tf.compat.v1.Summary`.
-          step: int, its global step.
-
-        Raises:
-          errors.TrainingError: the summary is not in the file whole (the
-            writer is then closed).
-        """
+        """Writes one `tf.compat.v1.Summary` at step (int) and reads it back
+        from the file: errors.TrainingError when it is not there whole (the
+        writer is then closed)."""
         self.writer.add_summary(summary, step)
         try:
             self.writer.flush()
@@ -221,17 +202,11 @@ class EventFile:
         except RuntimeError as e:
             reason = str(e).split("; ", 1)[-1].split("\n")[0]
         self.cut_back()
+        free = shutil.disk_usage(self.writer.get_logdir()).free / 2**20
         raise errors.TrainingError(
             "could not write the summary of step %d to the event file %s: "
             "%s; %.1f MB free on its disk; the file keeps the %d bytes of "
-            "events before"
-            % (
-                step,
-                self.path,
-                reason,
-                shutil.disk_usage(self.writer.get_logdir()).free / 2**20,
-                self.end,
-            )
+            "events before" % (step, self.path, reason, free, self.end)
         )
 
     def cut_back(self):
@@ -261,8 +236,7 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, train_dir):
-        """train_dir: str, the folder of the event file (the summaries')."""
-        self._train_dir = train_dir
+        self._train_dir = train_dir  # Of the summaries' event file.
         self._file = None
 
     def begin(self):
@@ -281,29 +255,18 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
             self._file.cut_back()
 
     def failure(self, error):
-        """What failed, once the event file is cut back to complete events.
-
-        Args:
-          error: a `RuntimeError` of the training loop.
-
-        Returns:
-          str, e.g. 'could not write the event file P (No space left on
-          device; 0.0 MB free on its disk); it keeps every event written
-          before'; None when error is not the event writer's.
-        """
+        """What failed (a `RuntimeError` of the training loop), once the
+        event file is cut back to complete events: e.g. 'could not write
+        the event file P (No space left on device; 0.0 MB free on its
+        disk); it keeps every event written before'; None when error is
+        not the event writer's."""
         if isinstance(error, ForeignWriter):
             return str(error)
         found = _WRITE_ERROR.match(str(error))
         if found is None:
             return None
-        return (
-            "could not write the event file %s (%s; %.1f MB free on its "
-            "disk); it keeps every event written before"
-            % (
-                found.group(1),
-                found.group(2).strip(),
-                shutil.disk_usage(self._train_dir).free / 2**20,
-            )
+        return _write_failure(
+            found, self._train_dir, "it keeps every event written before"
         )
 
 
@@ -312,11 +275,9 @@ _THREAD_ERROR = "EventFileWriter writer thread error"
 
 
 def _quiet_writer_thread():
-    """Silences the event writer thread's failure, once per process.
-
-    A failed write ends the writer's thread with a traceback and an error
-    line of its own; the process's error says it once.
-    """
+    """Silences the event writer thread's failure, once per process: a
+    failed write ends the writer's thread with a traceback and an error
+    line of its own; the process's error says it once."""
     if getattr(threading.excepthook, "quiet_writer_thread", False):
         return
     excepthook = threading.excepthook
@@ -337,17 +298,13 @@ def _quiet_writer_thread():
 
 
 def _read_records(path, start):
-    """Reads the records of an event file from start on, checking each.
+    """Reads the records of an event file from start (the offset of a
+    record, the end of the checked ones) on, checking each.
 
-    Args:
-      path: str, an event file.
-      start: int, the offset of a record (the end of the checked ones).
-
-    Returns:
-      (end, count, error): the end of the last whole record (its checksums
-      right), how many were read, and None or the reader's message for
-      the record at end ('truncated record at N', 'corrupted record at
-      N'); a record whose header is cut short ends the reading too.
+    Returns (end, count, error): the end of the last whole record (its
+    checksums right), how many were read, and None or the reader's message
+    for the record at end ('truncated record at N', 'corrupted record at
+    N'); a record whose header is cut short ends the reading too.
     """
     reader = tf_record.tf_record_random_reader(path)
     end, count = start, 0

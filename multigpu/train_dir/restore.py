@@ -41,15 +41,11 @@ NAMES_LISTED = 3
 
 
 def resume(session, checkpoint):
-    """Restores a train_dir's checkpoint into the default graph's variables.
+    """Restores a train_dir's checkpoint (its path prefix) into the default
+    graph's variables, in session (new, its variables not yet initialised).
 
-    Args:
-      session: the new session, its variables not yet initialised.
-      checkpoint: str, the checkpoint's path prefix.
-
-    Raises:
-      ValueError: a weight or `global_step` is missing, or a variable's
-        shape differs from the checkpoint's.
+    Raises ValueError when a weight or `global_step` is missing, or a
+    variable's shape differs from the checkpoint's.
     """
     required = set(_names(tf.compat.v1.trainable_variables()))
     required.add(checkpoints.saved_name(tf.compat.v1.train.get_global_step()))
@@ -72,19 +68,17 @@ def warm_start(session, checkpoint, fine_tune=False):
     batch-norm statistics, frozen layers): those whose moving averages the
     trainers keep (`any_model.moving_average_variables`). Each is restored
     with its average when the checkpoint holds it; the weights must be
-    there. Prints what was restored and what was left at its initial value.
-
-    Args:
-      session: the new session, its variables not yet initialised.
-      checkpoint: str, the source checkpoint's path prefix.
-      fine_tune: bool, initialise the layer that makes the logits afresh
-        (`logits_layer`) instead.
-
-    Raises:
-      ValueError: a weight is missing or of another shape; with fine_tune,
-        no variable makes the logits.
+    there (ValueError when one is missing or of another shape). Prints what
+    was restored and what was left at its initial value. fine_tune: bool,
+    initialise the layer that makes the logits afresh (`logits_layer`).
     """
-    model = _model_variables()
+    # The model's variables (not the towers' copies), in graph order.
+    saved = tf.compat.v1.global_variables()
+    model = [
+        var
+        for var in any_model.moving_average_variables()
+        if any(var is each for each in saved)
+    ]
     fresh = logits_layer(model) if fine_tune else []
     variables = {
         checkpoints.saved_name(var): var
@@ -125,8 +119,8 @@ def _warm_start_lines(checkpoint, variables, shadows, absent, fresh):
         % (
             checkpoint,
             len(kept),
-            len([name for name in kept if name not in trainable]),
-            len([name for name in shadows if name not in absent]),
+            len(set(kept) - trainable),
+            len(set(shadows) - absent),
         )
     ]
     left = []
@@ -142,16 +136,6 @@ def _warm_start_lines(checkpoint, variables, shadows, absent, fresh):
             "Warm start left at their initial values: %s" % "; ".join(left)
         )
     return "\n".join(lines)
-
-
-def _model_variables():
-    """The model's variables (not the towers' copies), in graph order."""
-    saved = tf.compat.v1.global_variables()
-    return [
-        var
-        for var in any_model.moving_average_variables()
-        if any(var is each for each in saved)
-    ]
 
 
 # The op types that pass a variable's value on to a layer: reads, copies
@@ -180,15 +164,9 @@ def logits_layer(model):
     matmul or convolution: its weights, and what the walk met on the way
     (the bias added after it), are the layer's. Its input is not followed.
 
-    Args:
-      model: list of the model's variables.
-
-    Returns:
-      list of the layer's variables, in graph order.
-
-    Raises:
-      ValueError: the graph has no loss on logits, or no variable makes
-        them.
+    Returns the layer's variables of model (a list), in graph order;
+    ValueError when the graph has no loss on logits, or no variable makes
+    them.
     """
     by_name = {var.op.name: var for var in model}
     found = set()
@@ -223,16 +201,14 @@ def restore_variables(session, checkpoint, variables, required):
 
     Args:
       session: a session of the variables' graph.
-      checkpoint: str, the checkpoint's path prefix.
+      checkpoint: str, the checkpoint's path prefix (NotFoundError when it
+        is gone).
       variables: dict, name in the checkpoint -> variable of the graph.
-      required: set of the names the checkpoint must hold.
+      required: set of the names the checkpoint must hold (ValueError when
+        one is missing, or a shape differs).
 
     Returns:
       list of the variables the checkpoint does not hold (not initialised).
-
-    Raises:
-      ValueError: a required name is missing, or a shape differs.
-      tf.errors.NotFoundError: the checkpoint is gone.
     """
     with checkpoints.reading(checkpoint) as reader:
         shapes = reader.get_variable_to_shape_map()
@@ -245,7 +221,13 @@ def restore_variables(session, checkpoint, variables, required):
             for name, var in variables.items()
             if name in shapes
         }
-    _load(session, values)
+    # The initialiser assigns its input: fed, it assigns the value instead,
+    # with no new op in the (finalised) graph. One run for all: each run of
+    # another set of ops builds an executor of its own (about 0.2 s).
+    session.run(
+        [var.initializer for var in values],
+        {var.initializer.inputs[1]: value for var, value in values.items()},
+    )
     return [var for name, var in variables.items() if name not in shapes]
 
 
@@ -257,8 +239,7 @@ class Restorer:
     """
 
     def __init__(self, variables):
-        """variables: dict, name in the checkpoint -> variable."""
-        self._variables = variables
+        self._variables = variables  # name in the checkpoint -> variable
 
     def restore(self, session, checkpoint):
         restore_variables(
@@ -269,15 +250,10 @@ class Restorer:
 def restore_fn(checkpoint, pretrained_path, fine_tune):
     """The chief's restore: callable(session), or None to initialise only.
 
-    Args:
-      checkpoint: str or None, the train_dir's newest valid checkpoint.
-      pretrained_path: str, --pretrained_model_checkpoint_path ('' for
-        none): a checkpoint's path prefix or a folder of checkpoints.
-      fine_tune: bool, --fine_tune.
-
-    Raises:
-      ValueError: pretrained_path holds no checkpoint, or fine_tune comes
-        without it.
+    checkpoint: str or None, the train_dir's newest valid checkpoint.
+    pretrained_path: str, --pretrained_model_checkpoint_path ('' for none),
+    as `pretrained_checkpoint` reads it. fine_tune: bool, --fine_tune
+    (ValueError without pretrained_path).
     """
     if fine_tune and not pretrained_path:
         raise ValueError(
@@ -299,15 +275,9 @@ def restore_fn(checkpoint, pretrained_path, fine_tune):
 
 
 def pretrained_checkpoint(path):
-    """The checkpoint of --pretrained_model_checkpoint_path.
-
-    Args:
-      path: str, a checkpoint's path prefix ('.../model.ckpt-1000') or a
-        folder, whose newest valid checkpoint is taken.
-
-    Raises:
-      ValueError: there is no checkpoint at path.
-    """
+    """The checkpoint of --pretrained_model_checkpoint_path: path, a
+    checkpoint's path prefix ('.../model.ckpt-1000') or a folder, whose
+    newest valid checkpoint is taken (ValueError when there is none)."""
     if tf.io.gfile.isdir(path):
         try:
             found = checkpoints.newest_valid_checkpoint(path)
@@ -340,14 +310,9 @@ def pretrained_checkpoint(path):
 
 
 def model_name(shapes):
-    """The --model whose checkpoint holds these variables, if one of ours.
-
-    Args:
-      shapes: dict, variable name -> list of ints.
-
-    Returns:
-      str, 'tutorial', 'resnet20', 'resnet56', ...; None for another model.
-    """
+    """'tutorial', 'resnet20', 'resnet56', ...: the --model whose checkpoint
+    holds these variables (shapes: dict, name -> list of ints); None for
+    another model."""
     # The ResNets' residual blocks: stage1/block1 ... stage1/blockN.
     blocks = [name for name in shapes if name.endswith("/conv2/kernel")]
     blocks = [name for name in blocks if name.startswith("stage1/block")]
@@ -364,31 +329,22 @@ def model_name(shapes):
 
 
 def describe(shapes):
-    """What a checkpoint seems to hold, from its variables' shapes.
-
-    Args:
-      shapes: dict, variable name -> list of ints.
-
-    Returns:
-      str, e.g. 'a model of 1-channel images and 10 classes
-      (conv1/weights [5, 5, 1, 32], softmax_linear/weights [10, 10])', or
-      '--model=resnet20 (3 blocks per stage)', or 'the CIFAR-10
-      tutorial's net (--model=tutorial)'.
-    """
+    """What a checkpoint seems to hold, from its variables' shapes (dict,
+    name -> list of ints): e.g. 'a model of 1-channel images and 10 classes
+    (conv1/weights [5, 5, 1, 32], softmax_linear/weights [10, 10])', or
+    '--model=resnet20 (3 blocks per stage)', or 'the CIFAR-10 tutorial's
+    net (--model=tutorial)'."""
     name = model_name(shapes)
     if name is not None and name.startswith("resnet"):
-        return "--model=%s (%d blocks per stage)" % (
-            name,
-            (int(name[len("resnet") :]) - 2) // 6,
-        )
+        blocks = (int(name[len("resnet") :]) - 2) // 6
+        return "--model=%s (%d blocks per stage)" % (name, blocks)
     if name is not None:
         return "the CIFAR-10 tutorial's net (--model=%s)" % name
     kernel = shapes.get("conv1/weights")
     logits = shapes.get("softmax_linear/weights")
     if kernel is None or logits is None or len(kernel) != 4:
         return "no model of this suite (%d variables, e.g. %s)" % (
-            len(shapes),
-            _listed(sorted(shapes)),
+            len(shapes), _listed(sorted(shapes))
         )
     return (
         "a model of %d-channel images and %d classes (conv1/weights %s, "
@@ -429,30 +385,14 @@ def _initialise(session, variables):
     initialised after the weights (restored or not).
     """
     trainable = set(_names(tf.compat.v1.trainable_variables()))
-    weights = [
-        var for var in variables if checkpoints.saved_name(var) in trainable
-    ]
-    others = [
-        var for var in variables if checkpoints.saved_name(var) not in trainable
-    ]
-    for group in (weights, others):
+    for is_weight in (True, False):
+        group = [
+            var.initializer
+            for var in variables
+            if (checkpoints.saved_name(var) in trainable) == is_weight
+        ]
         if group:
-            session.run([var.initializer for var in group])
-
-
-def _load(session, values):
-    """Sets each variable to its value, in one run of the session.
-
-    Args:
-      values: dict, variable -> NumPy array of its shape and dtype.
-    """
-    # The initialiser assigns its input: fed, it assigns the value instead,
-    # with no new op in the (finalised) graph. One run for all: each run of
-    # another set of ops builds an executor of its own (about 0.2 s).
-    session.run(
-        [var.initializer for var in values],
-        {var.initializer.inputs[1]: value for var, value in values.items()},
-    )
+            session.run(group)
 
 
 def _names(variables):

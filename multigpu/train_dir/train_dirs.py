@@ -2,7 +2,8 @@
 
 `clear` deletes only the files the suite writes (never the user's notes or
 data); `owned` holds an exclusive lock on the folder for the run, so that
-two trainers never write the same checkpoints and event file.
+two trainers never write the same checkpoints and event file; its records
+of the model and of the data (a data set's `Data`) refuse other ones.
 """
 
 import contextlib
@@ -14,16 +15,18 @@ import socket
 import sys
 
 from multigpu import errors, folders
+from multigpu.train_dir import checkpoints
 
-# The lock file of a train_dir: 'PID HOST' while a trainer holds it, empty
-# once it is released.
+# The lock file: 'PID HOST' while a trainer holds it, empty once released.
 LOCK_NAME = "trainer.lock"
-# The file that names the model of a train_dir's checkpoints: 'NAME\n', as
-# the script's --model names it.
+# Names the model of the checkpoints: 'NAME\n', as --model names it.
 MODEL_RECORD = "model.txt"
-# The file that names the data a train_dir was trained on
-# (`data_records`).
+# The file that names the data a train_dir was trained on (`record_data`).
 DATA_RECORD = "data.txt"
+# The name the data go by among the settings the workers of a cluster
+# compare before step 1 (`agreement.difference` names it as the flag):
+# each worker reads its own --data_dir, and all must hold the same files.
+SETTING = "data_dir"
 # The longest path the suite writes under a train_dir, a failed save's
 # part file: model.ckpt-STEP_temp/part-N-of-N.data-N-of-N.tempstateDIGITS.
 LONGEST_NAME = 100
@@ -34,9 +37,8 @@ _LOCK_CONTENT = re.compile(r"^[0-9]+ \S+\n$")
 # checkpoints (model.ckpt-STEP.index, .meta, .data-I-of-N), event files,
 # the graph, the lock, the records of the model and the data, the retired
 # --trace_step's traces (of older releases), --profile_steps' profiles
-# (`PROFILES_FOLDER`); and what an interrupted write leaves: TensorFlow's
-# NAME.tmpHEX (a whole-file write renamed into place) and
-# NAME.tempstateDIGITS (a checkpoint file being written).
+# (`PROFILES_FOLDER`); and what an interrupted write leaves
+# (`_INTERRUPTED_WRITE`).
 _CHECKPOINT_FILE = r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+)"
 _INTERRUPTED = r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+)?"
 _SUITE_FILE = re.compile(
@@ -50,7 +52,9 @@ _SUITE_FILE = re.compile(
         _INTERRUPTED,
     )
 )
-# The names of what an interrupted write leaves.
+# What an interrupted write leaves: a whole file written, then renamed
+# (NAME.tmpHEX), a checkpoint file being written (NAME.tempstateDIGITS), a
+# failed save's folder (model.ckpt-STEP_temp).
 _INTERRUPTED_WRITE = re.compile(r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+|_temp)$")
 # A failed sharded save's folder, model.ckpt-STEP_temp, and its files.
 _SUITE_FOLDER = re.compile(r"^model\.ckpt-[0-9]+_temp$")
@@ -79,20 +83,23 @@ def clear(train_dir, data_dirs=()):
     Only regular files of the suite's names go, and the folders of failed
     checkpoint saves that hold nothing but their parts; a link, another
     folder (even one named like the suite's files) or any other file is
-    the user's, and refuses the clearing.
-
-    Args:
-      train_dir: str, the folder to clear (it stays, empty of our files).
-      data_dirs: strs, the run's data folders, which clearing never touches.
-
-    Raises:
-      ValueError: train_dir is, or contains, one of data_dirs; or it holds
-        files or folders the suite does not write (named). Nothing is
-        deleted then.
+    the user's, and refuses the clearing (ValueError naming them, nothing
+    deleted), as does a train_dir that is or contains one of data_dirs
+    (strs, the run's data folders). train_dir stays, empty of our files.
     """
     if not os.path.isdir(train_dir):
         return
-    _refuse_data_dirs(train_dir, data_dirs)
+    real_train_dir = os.path.realpath(train_dir)
+    for data_dir in data_dirs:
+        real_data_dir = os.path.realpath(data_dir)
+        if os.path.commonpath([real_train_dir, real_data_dir]) == (
+            real_train_dir
+        ):
+            raise ValueError(
+                "--clear_train_dir refused: --train_dir=%s is or contains "
+                "the data folder %s; nothing was deleted"
+                % (train_dir, data_dir)
+            )
     names = sorted(os.listdir(train_dir))
     others = [
         name + "/" if os.path.isdir(os.path.join(train_dir, name)) else name
@@ -108,41 +115,32 @@ def clear(train_dir, data_dirs=()):
         )
     removed = _removed(train_dir, names)
     for name in names:
-        path = os.path.join(train_dir, name)
-        if name == LOCK_NAME:
-            continue  # Held by this run.
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+        if name != LOCK_NAME:  # Held by this run.
+            _delete(os.path.join(train_dir, name))
     print(removed, flush=True)
 
 
 def remove_interrupted_writes(train_dir):
-    """Deletes what the suite's interrupted writes left in train_dir.
-
-    A whole file written, then renamed (NAME.tmpHEX), a checkpoint file
-    being written (NAME.tempstateDIGITS) and a failed save's folder
-    (model.ckpt-STEP_temp) take the space a retry needs, and they are not
-    the user's.
-    """
+    """Deletes what the suite's interrupted writes left in train_dir
+    (`_INTERRUPTED_WRITE`): they take the space a retry needs, and they are
+    not the user's."""
     for name in os.listdir(train_dir):
         path = os.path.join(train_dir, name)
-        if not _written_by_suite(path) or not _INTERRUPTED_WRITE.search(name):
-            continue
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+        if _written_by_suite(path) and _INTERRUPTED_WRITE.search(name):
+            _delete(path)
+
+
+def _delete(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
 
 
 def recorded_model(train_dir):
-    """The model train_dir's checkpoints are of, as its record names it.
-
-    Returns:
-      str, e.g. 'resnet20'; None when train_dir holds no record (a new
-      folder, or one written before the suite kept the record).
-    """
+    """str, the model of train_dir's checkpoints as its record names it
+    (e.g. 'resnet20'); None when it holds no record (a new folder, or one
+    written before the suite kept the record)."""
     try:
         with open(os.path.join(train_dir, MODEL_RECORD)) as f:
             return f.read().strip() or None
@@ -151,12 +149,8 @@ def recorded_model(train_dir):
 
 
 def record_model(train_dir, model_name):
-    """Writes train_dir's record of its model, unless it says so already.
-
-    Args:
-      train_dir: str, an existing folder.
-      model_name: str, as the script's --model names it.
-    """
+    """Writes train_dir's (an existing folder) record of model_name (as
+    the script's --model names it), unless it says so already."""
     if recorded_model(train_dir) == model_name:
         return
     path = os.path.join(train_dir, MODEL_RECORD)
@@ -164,12 +158,106 @@ def record_model(train_dir, model_name):
         f.write(model_name + "\n")
 
 
-def contents(train_dir):
-    """Each name in train_dir with its state, None when it is missing.
+def with_setting(settings, data):
+    """settings (what the workers compare, `agreement.agree`) with the
+    `summary` of data (this run's `Data`) as `SETTING`: a new dict, or
+    settings itself when either is None (outside a cluster, no data)."""
+    if settings is None or data is None:
+        return settings
+    return dict(settings, **{SETTING: data.summary()})
 
-    Returns:
-      dict name -> (size, modification time in ns), for `put_back`.
+
+def recorded_data(train_dir):
+    """(description, files) as train_dir's record names its `Data`; None
+    when it has no record."""
+    try:
+        with open(os.path.join(train_dir, DATA_RECORD)) as f:
+            lines = f.read().splitlines()
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return None
+    return (lines[0], tuple(lines[1:])) if lines else None
+
+
+def record_data(train_dir, data):
+    """Writes the `Data` of the run as train_dir's (an existing folder)
+    record, unless it says so already."""
+    if recorded_data(train_dir) == data:
+        return
+    path = os.path.join(train_dir, DATA_RECORD)
+    with folders.written_aside(path) as part, open(part, "w") as f:
+        f.write(data.text())
+
+
+def refuse_other_data(train_dir, data, data_dir):
+    """Refuses a train_dir trained on other data, before anything is written:
+    ValueError, one line naming both and the flags to pass.
+
+    A train_dir with checkpoints but no record (written before the suite
+    kept one) takes data (the run's `Data`) as its own, with a line saying
+    so. data_dir: str, --data_dir, for the message.
     """
+    held = recorded_data(train_dir)
+    data_flag = "--data_dir=%s" % data_dir
+    record = os.path.join(train_dir, DATA_RECORD)
+    if held is None:
+        if checkpoints.latest_checkpoint(train_dir) is not None:
+            print(
+                "--train_dir=%s has no record of its data (written before "
+                "the suite kept one); recording %s of %s as its data"
+                % (train_dir, data.description, data_flag),
+                flush=True,
+            )
+        return
+    if held == data:
+        return
+    held_description, held_files = held
+    if held_description != data.description:
+        found = "on %s, not on %s in %s" % (
+            held_description,
+            data.description,
+            data_flag,
+        )
+    else:
+        # The files whose lines differ.
+        changed = set(held_files) ^ set(data.files)
+        names = {line.split(" ", 1)[0] for line in changed}
+        found = "on other files of %s than those in %s (%s %s)" % (
+            data.description,
+            data_flag,
+            folders.listing(sorted(names)),
+            "differs" if len(names) == 1 else "differ",
+        )
+    raise ValueError(
+        "--train_dir=%s was trained %s (%s names its files): pass another "
+        "--train_dir, or another with --pretrained_model_checkpoint_path=%s "
+        "to start from its weights" % (train_dir, found, record, train_dir)
+    )
+
+
+def refuse_other_data_set(train_dir, description, data_dir):
+    """Refuses to score train_dir's checkpoints on another data set:
+    ValueError, one line naming both.
+
+    For the eval, which reads the test files only: the data set's name
+    (description, e.g. 'CIFAR-10') is compared (the sample set is not
+    CIFAR-10), not the training files. A train_dir with no record is
+    scored as before. data_dir: str, --data_dir, for the message.
+    """
+    held = recorded_data(train_dir)
+    if held is None or held[0] == description:
+        return
+    record = os.path.join(train_dir, DATA_RECORD)
+    raise ValueError(
+        "--checkpoint_dir=%s was trained on %s, not on %s in --data_dir=%s "
+        "(%s names its files): its scores there would say nothing of it; "
+        "pass the --data_dir it was trained on"
+        % (train_dir, held[0], description, data_dir, record)
+    )
+
+
+def contents(train_dir):
+    """dict name -> (size, modification time in ns) of each name in
+    train_dir, for `put_back`; None when train_dir is missing."""
     if not os.path.isdir(train_dir):
         return None
     return {name: _state(train_dir, name) for name in os.listdir(train_dir)}
@@ -189,48 +277,23 @@ def put_back(train_dir, before):
     it was there before). Where the run rewrote a file that was there (a
     resumed run saves its starting checkpoint again, under its old name,
     in new shards), nothing goes: the new files are what it now names.
-
-    Args:
-      train_dir: str.
-      before: the `contents` of train_dir before the run.
     """
     if not os.path.isdir(train_dir):
         return
     names = os.listdir(train_dir)
-    rewritten = [
-        name
+    found = before or {}
+    if any(
+        _state(train_dir, name) != found[name]
         for name in names
-        if name in (before or {})
-        and name != LOCK_NAME
-        and _state(train_dir, name) != before[name]
-    ]
-    if rewritten:
+        if name in found and name != LOCK_NAME
+    ):
         return
-    for name in sorted(set(names) - set(before or {})):
+    for name in sorted(set(names) - set(found)):
         path = os.path.join(train_dir, name)
-        if not _written_by_suite(path):
-            continue
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+        if _written_by_suite(path):
+            _delete(path)
     if before is None and not os.listdir(train_dir):
         os.rmdir(train_dir)
-
-
-def _refuse_data_dirs(train_dir, data_dirs):
-    """Raises ValueError if train_dir is or contains one of data_dirs."""
-    real_train_dir = os.path.realpath(train_dir)
-    for data_dir in data_dirs:
-        real_data_dir = os.path.realpath(data_dir)
-        if os.path.commonpath([real_train_dir, real_data_dir]) == (
-            real_train_dir
-        ):
-            raise ValueError(
-                "--clear_train_dir refused: --train_dir=%s is or contains "
-                "the data folder %s; nothing was deleted"
-                % (train_dir, data_dir)
-            )
 
 
 def _written_by_suite(path):
@@ -238,21 +301,21 @@ def _written_by_suite(path):
     name = os.path.basename(path)
     if os.path.islink(path):
         return False
-    if os.path.isdir(path) and name == EVAL_FOLDER:
-        return all(
-            each.startswith(_EVENT_FILE)
-            and os.path.isfile(os.path.join(path, each))
-            and not os.path.islink(os.path.join(path, each))
-            for each in os.listdir(path)
-        )
     if os.path.isdir(path) and name == PROFILES_FOLDER:
         return _holds_only_profiles(path)
     if os.path.isdir(path):
-        return bool(_SUITE_FOLDER.match(name)) and all(
-            _TEMP_PART.match(part)
-            and os.path.isfile(os.path.join(path, part))
-            and not os.path.islink(os.path.join(path, part))
-            for part in os.listdir(path)
+        # The eval's event files, or a failed save's parts.
+        if name == EVAL_FOLDER:
+            belongs = re.compile(re.escape(_EVENT_FILE)).match
+        elif _SUITE_FOLDER.match(name):
+            belongs = _TEMP_PART.match
+        else:
+            return False
+        return all(
+            belongs(each)
+            and os.path.isfile(os.path.join(path, each))
+            and not os.path.islink(os.path.join(path, each))
+            for each in os.listdir(path)
         )
     return os.path.isfile(path) and bool(_SUITE_FILE.match(name))
 
@@ -273,20 +336,8 @@ def _holds_only_profiles(folder):
     return True
 
 
-def _count_profiles(folder):
-    """How many profiler runs folder (`PROFILES_FOLDER`) holds."""
-    runs = os.path.join(folder, "profile")
-    return len(os.listdir(runs)) if os.path.isdir(runs) else 0
-
-
 def _removed(train_dir, names):
-    """'--clear_train_dir: removed N checkpoint(s), ... from DIR'.
-
-    Args:
-      train_dir: str, the folder to clear, before it is cleared.
-      names: strs, the suite's files and folders it holds (the lock is
-        kept).
-    """
+    """'--clear_train_dir: removed N checkpoint(s), ... from DIR'."""
     names = [name for name in names if name != LOCK_NAME]
     if not names:
         return "--clear_train_dir: %s held nothing to remove" % train_dir
@@ -296,30 +347,23 @@ def _removed(train_dir, names):
     # Of the suite's names, only the eval's folder is named 'eval'.
     evals = [name for name in names if name == EVAL_FOLDER]
     profiles = [name for name in names if name == PROFILES_FOLDER]
-    removed = (
-        [
-            "%d checkpoint(s)" % len(steps),
-            "%d event file(s)" % len(events),
-            "%d other file(s)"
-            % (
-                len(names)
-                - len(events)
-                - len(evals)
-                - len(profiles)
-                - sum(map(bool, checkpoint_files))
-            ),
-        ]
-        + [
+    others = len(names) - len(events + evals + profiles)
+    removed = [
+        "%d checkpoint(s)" % len(steps),
+        "%d event file(s)" % len(events),
+        "%d other file(s)" % (others - sum(map(bool, checkpoint_files))),
+    ]
+    for name in evals:
+        removed.append(
             "the eval's folder %s/ (%d event file(s))"
             % (name, len(os.listdir(os.path.join(train_dir, name))))
-            for name in evals
-        ]
-        + [
+        )
+    for name in profiles:
+        runs = os.path.join(train_dir, name, "profile")
+        removed.append(
             "the profiles' folder %s/ (%d profile(s))"
-            % (name, _count_profiles(os.path.join(train_dir, name)))
-            for name in profiles
-        ]
-    )
+            % (name, len(os.listdir(runs)) if os.path.isdir(runs) else 0)
+        )
     return "--clear_train_dir: removed %s and %s from %s" % (
         ", ".join(removed[:-1]),
         removed[-1],
@@ -338,13 +382,10 @@ def owned(train_dir, is_chief=True):
     with a line saying so. Other workers of a cluster take no lock (the
     chief holds it for them), nor does the eval.
 
-    Args:
-      train_dir: str, created if missing.
-      is_chief: bool, False for a cluster's other workers: no lock.
-
-    Raises:
-      InUse: another process holds the lock (named by pid and host).
-      ValueError: train_dir cannot be created or written.
+    train_dir is created if missing; is_chief False (a cluster's other
+    workers) takes no lock. Raises InUse when another process holds the
+    lock (named by pid and host), ValueError when train_dir cannot be
+    created or written.
     """
     if not is_chief:
         yield
@@ -369,18 +410,20 @@ def owned(train_dir, is_chief=True):
                 file=sys.stderr,
                 flush=True,
             )
-        _write(
-            lock_file,
-            lock_path,
-            "%d %s\n" % (os.getpid(), socket.gethostname()),
-        )
+        holder = "%d %s\n" % (os.getpid(), socket.gethostname())
+        _write(lock_file, lock_path, holder)
         try:
             yield
         except Exception:
             # Whatever failed first (an event file, a checkpoint), the cause
             # is the folder's going.
             if not os.path.isdir(train_dir):
-                raise gone(train_dir) from None
+                raise errors.TrainingError(
+                    "--train_dir=%s went away during the run (deleted or "
+                    "moved, with its checkpoints and event files); the run "
+                    "stopped. Start it again, on a folder nothing else "
+                    "deletes: it starts from step 0" % train_dir
+                ) from None
             raise
         finally:
             _write(lock_file, lock_path, "")
@@ -390,15 +433,6 @@ def owned(train_dir, is_chief=True):
 
 class InUse(ValueError):
     """train_dir's lock is held by another trainer: nothing in it is ours."""
-
-
-def gone(train_dir):
-    """The error of a run whose train_dir was deleted (or moved) under it."""
-    return errors.TrainingError(
-        "--train_dir=%s went away during the run (deleted or moved, with "
-        "its checkpoints and event files); the run stopped. Start it again, "
-        "on a folder nothing else deletes: it starts from step 0" % train_dir
-    )
 
 
 def _open_lock_file(train_dir, path):
@@ -448,13 +482,11 @@ def _holder(content):
 
 
 def _write(lock_file, path, content):
-    """Makes content the whole content of the lock file, open at path.
+    """Makes content the whole content of the lock file, open at path;
+    ValueError naming the file when the write fails (a full disk).
 
     Unbuffered, so that a failed write fails here, once, and not again
     when the file is closed.
-
-    Raises:
-      ValueError: the write failed (a full disk), naming the file.
     """
     fd = lock_file.fileno()
     try:
