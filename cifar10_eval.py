@@ -57,7 +57,7 @@ class Scoring(NamedTuple):
     """The eval graph's ops that score a checkpoint."""
 
     # bool [2, <= batch_size], whether each example's label is the top
-    # prediction (row 0) or among the top 5 (row 1): `top_k_hits`.
+    # prediction (row 0) or among the top 5 (row 1): `summaries.top_k_hits`.
     hits: tf.Tensor
     init_op: tf.Operation  # Rewinds the input to its first example.
     summary_op: tf.Tensor  # The model's summaries, beside the precision.
