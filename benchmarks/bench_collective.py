@@ -51,9 +51,8 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from benchmarks import common
 from cifar10_models import registry
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, sessions
 from multigpu.graph import collectives, placement, variable_update
-from multigpu.run import sessions
 
 NAME = "collective"
 NUM_WORKERS = 2

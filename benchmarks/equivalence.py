@@ -77,12 +77,12 @@ from benchmarks.equivalence_table import (
     print_row,
     print_summary,
 )
+from multigpu.distributed import sessions
 from multigpu.graph import (
     copy_names,
     placement,
     variable_update,
 )
-from multigpu.run import sessions
 
 STEPS = 3  # Steps of every cell: enough for momentum and the averages.
 PER_TOWER_BATCH = 2  # Examples per tower per step.

@@ -38,9 +38,8 @@ from benchmarks import (
     equivalence_workers,
 )
 from multigpu import errors
-from multigpu.distributed import agreement, cluster
+from multigpu.distributed import agreement, cluster, sessions
 from multigpu.graph import placement, variable_update
-from multigpu.run import sessions
 
 # Seconds a worker waits for its peer (start-up, the agreement, any op): a
 # bound for a loaded machine, not an expected time.

@@ -29,9 +29,8 @@ from helpers.cluster import (
 )
 from helpers.towers import cifar10_step, cifar10_step_graph
 
-from multigpu.distributed import cluster, watchdog
+from multigpu.distributed import cluster, sessions, watchdog
 from multigpu.graph import placement
-from multigpu.run import sessions
 from multigpu.train_dir import checkpoints
 
 # The async run: enough examples to learn the sample set despite stale

@@ -25,9 +25,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 import cifar10_multi_gpu_train
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, sessions
 from multigpu.graph import copy_names, loss_scale, placement, variable_update
-from multigpu.run import sessions
 
 hosts, index, output = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 task = cluster.cluster_task("", hosts, "worker", index)

@@ -9,9 +9,8 @@ import tensorflow as tf
 from conftest import error_line, free_port
 from helpers.scripts import run_code
 
-from multigpu.distributed import agreement, cluster, watchdog
+from multigpu.distributed import agreement, cluster, sessions, watchdog
 from multigpu.graph import placement
-from multigpu.run import sessions
 
 
 def test_outside_a_cluster_no_operation_timeout_applies():

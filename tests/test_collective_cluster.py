@@ -48,9 +48,8 @@ import numpy as np
 import tensorflow as tf
 import cifar10_multi_gpu_train
 from benchmarks import equivalence
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, sessions
 from multigpu.graph import copy_names, placement, variable_update
-from multigpu.run import sessions
 
 hosts, index, output, inputs = sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]
 data = dict(np.load(inputs))

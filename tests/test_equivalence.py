@@ -23,13 +23,13 @@ from benchmarks import (
     equivalence_tolerance,
     equivalence_workers,
 )
+from multigpu.distributed import sessions
 from multigpu.graph import (
     any_model,
     gradient_reduction,
     loss_scale,
     placement,
 )
-from multigpu.run import sessions
 
 Case = equivalence_table.Case
 WORKERS = equivalence_workers.UPDATE

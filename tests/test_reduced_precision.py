@@ -7,6 +7,7 @@ from conftest import SHADOW, error_line, trainer_flags
 
 import cifar10_multi_gpu_train
 from cifar10_models import registry
+from multigpu.distributed import sessions
 from multigpu.graph import (
     copy_names,
     loss_scale,
@@ -14,7 +15,6 @@ from multigpu.graph import (
     placement,
     variable_update,
 )
-from multigpu.run import sessions
 
 # float16 rounds values below half its smallest subnormal (2**-24) to zero.
 FLOAT16_TINY = 2.0**-24

@@ -10,7 +10,7 @@ on TensorFlow's collective runtime over the workers' gRPC servers:
                     every other worker; each step: the last worker's
                     batch-norm statistics;
   stop_signals      each step: every worker's signal number, summed
-                    (`run/preemption.py`).
+                    (`run/interrupts.py`).
 
 Every worker builds its graph on its own and runs it in its own session, so
 the collectives meet only by their keys: a group key per group of devices

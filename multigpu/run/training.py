@@ -4,17 +4,15 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from multigpu.distributed import agreement, cluster, ps_agreement, watchdog
-from multigpu.graph import blocks, summaries
-from multigpu.run import (
-    chief_savers,
-    failures,
-    interrupts,
-    last_step,
-    loop_hooks,
-    preemption,
+from multigpu.distributed import (
+    agreement,
+    cluster,
+    ps_agreement,
     sessions,
+    watchdog,
 )
+from multigpu.graph import blocks, summaries
+from multigpu.run import failures, interrupts, loop_hooks
 from multigpu.train_dir import (
     checkpoints,
     data_records,
@@ -59,7 +57,7 @@ def run_training(
       examples_per_step, log_frequency, max_steps: ints, examples of all
         towers per step, steps between log lines, the last step or None.
       save_checkpoint_steps, save_summaries_steps, summary_op:
-        `chief_savers.chief_hooks`.
+        `loop_hooks.chief_hooks`.
       config: the session's `ConfigProto`.
       clear_train_dir, data_dirs, model_name, data: `_prepare`.
       task, settings: a worker's `cluster.ClusterTask` (None to train in
@@ -97,7 +95,7 @@ class _Watched(NamedTuple):
     events: event_files.EventFileHook  # the event file, to cut back
     # The step every worker stopped at after one's signal, where the kind
     # of run agrees on it (`kinds.Kind.agreed_stop`); None elsewhere.
-    preemption: preemption.PreemptionHook | None
+    preemption: interrupts.PreemptionHook | None
 
 
 def _watched(loss, progress, train_dir, task):
@@ -110,7 +108,7 @@ def _watched(loss, progress, train_dir, task):
     interrupt = interrupts.InterruptHook(stops_itself=not task.kind.agreed_stop)
     agreed = None
     if task.kind.agreed_stop:
-        agreed = preemption.PreemptionHook(interrupt)
+        agreed = interrupts.PreemptionHook(interrupt)
     return _Watched(
         loop_hooks.StepLoggerHook(loss, *progress),
         interrupt,
@@ -125,7 +123,7 @@ def _scaffold_and_hooks(
 ):
     """The session's scaffold, every task's hooks, and the chief's ([] on
     the other workers): `_scaffold`, `_session_hooks` and
-    `chief_savers.chief_hooks`, whose saving tuple it takes."""
+    `loop_hooks.chief_hooks`, whose saving tuple it takes."""
     scaffold, histograms = _scaffold(summary_op)
     hooks = _session_hooks(watched, loss, hooks, saving[2], task)
     if not task.is_chief:
@@ -133,7 +131,7 @@ def _scaffold_and_hooks(
     return (
         scaffold,
         hooks,
-        chief_savers.chief_hooks(
+        loop_hooks.chief_hooks(
             train_dir, scaffold, saving, watched, histograms
         ),
     )
@@ -247,7 +245,7 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
 
 def _save_reached(error, server, session, train_dir, watched):
     """The chief's checkpoint of its last step, when a peer is lost after a
-    step and the kind of run saves it (`last_step.save_reached`), else
+    step and the kind of run saves it (`failures.save_reached`), else
     None."""
     task = session.task
     if not (
@@ -257,7 +255,7 @@ def _save_reached(error, server, session, train_dir, watched):
         and failures.lost_cluster(error)
     ):
         return None
-    return last_step.save_reached(
+    return failures.save_reached(
         server, session.config, session.scaffold.saver, train_dir
     )
 
@@ -377,7 +375,7 @@ def _train_owned(
             server, done_ops, task, watched.logger.runs, config, start.max_steps
         )
     if watched.preemption and watched.preemption.signals:
-        raise preemption.interrupted(
+        raise interrupts.preempted(
             watched.preemption, train_dir, task.is_chief
         )
     if watched.interrupt.signum is not None:
