@@ -3,7 +3,7 @@
 Every task runs the same script; worker 0 is the chief. In the ps cluster
 (--variable_update=parameter_server) `ps` tasks hold the variables and
 `worker` tasks build the towers and train; in a cluster of workers only
-(--variable_update=replicated, `collective_cluster`) every worker holds
+(--variable_update=replicated, `kinds.WORKERS_ONLY`) every worker holds
 its own copies and the gradients are all-reduced between the workers.
 """
 
@@ -14,7 +14,7 @@ import sys
 
 import tensorflow as tf
 
-from multigpu.distributed import kinds, tf_config, watchdog
+from multigpu.distributed import kinds, ps
 
 
 class ClusterTask(
@@ -334,7 +334,7 @@ class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
             for i in range(task.num_workers)
             if i != task.task_index
         ]
-        self._watcher = watchdog.Watcher()
+        self._watcher = ps.Watcher()
 
     def after_create_session(self, session, coord):
         self._watcher.start(
@@ -349,7 +349,7 @@ class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
         answered once (seen) and no longer does is lost. True once the
         session ended or failed: no step waits."""
         for address in set(self._addresses) - lost:
-            if watchdog.answers(address):
+            if ps.answers(address):
                 seen.add(address)
             elif address in seen:
                 lost.add(address)
@@ -383,77 +383,6 @@ def task_config(config, task):
     cluster it talks to its peers, bounded by the operation timeout; in
     one process no operation timeout applies."""
     return task.kind.session_config(config, task)
-
-
-def start_server(task, config):
-    """Starts the task's gRPC server and says where it listens.
-
-    TensorFlow's server listens on all interfaces, whatever host the
-    cluster spec names, with no authentication.
-
-    Returns:
-      the `tf.distribute.Server`, None outside a cluster.
-
-    Raises:
-      ValueError: the task's port cannot be taken (e.g. it is in use).
-    """
-    if not task.kind.serves:
-        return None
-    address = task.cluster.task_address(task.job_name, task.task_index)
-    port = address.rpartition(":")[2]
-    try:
-        server = tf.distribute.Server(
-            task.cluster, task.job_name, task.task_index, config=config
-        )
-    except tf.errors.OpError as e:
-        where = "--%s_hosts" % task.job_name
-        if task.hosts_from == tf_config.TF_CONFIG:
-            where = "TF_CONFIG's cluster"
-        raise ValueError(
-            "%s: %s task %d cannot listen on port %s of %s (%s); "
-            "stop what uses that port or choose another"
-            % (
-                where,
-                task.job_name,
-                task.task_index,
-                port,
-                address,
-                e.message.strip().split("\n")[0],
-            )
-        ) from None
-    print(
-        "%s task %d: gRPC server listening on all interfaces, port %s, with "
-        "no authentication: whoever reaches the port can run any graph as "
-        "this user; keep it behind a firewall or on a private network"
-        % (task.job_name, task.task_index, port),
-        flush=True,
-    )
-    return server
-
-
-def done_signals(task):
-    """One queue per ps task into which each worker puts a token at its end.
-
-    Returns the enqueue ops of this worker (an empty list outside a cluster);
-    for a ps, the queues (`tf.queue.FIFOQueue`), whose tokens are int32,
-    the worker's task index.
-    """
-    if not task.kind.ps_tasks:
-        return []
-    ops = []
-    for i in range(task.cluster.num_tasks("ps")):
-        with tf.device("/job:ps/task:%d" % i):
-            queue = tf.queue.FIFOQueue(
-                task.num_workers,
-                tf.int32,
-                shapes=[[]],
-                shared_name="done_queue%d" % i,
-            )
-            if task.job_name == "worker":
-                ops.append(queue.enqueue(task.task_index))
-            else:
-                ops.append(queue)
-    return ops
 
 
 def report_done(server, done_ops, task, runs, config, max_steps):

@@ -8,7 +8,7 @@ import time
 
 import tensorflow as tf
 
-from multigpu.distributed import watchdog
+from multigpu.distributed import ps
 from multigpu.train_dir import checkpoints, restore
 
 
@@ -62,7 +62,7 @@ class StartUpBoundSessionCreator(tf.compat.v1.train.SessionCreator):
     Its local init op copies the chief's values to every worker by
     collective ops, whose first run waits for every peer with no operation
     timeout: a peer lost then would hold the worker forever. Past
-    timeout_secs the process ends with one line (`watchdog.ends_after`).
+    timeout_secs the process ends with one line (`ps.ends_after`).
     """
 
     def __init__(self, creator, task, timeout_secs):
@@ -71,7 +71,7 @@ class StartUpBoundSessionCreator(tf.compat.v1.train.SessionCreator):
         self._timeout_secs = timeout_secs
 
     def create_session(self):
-        with watchdog.ends_after(
+        with ps.ends_after(
             self._timeout_secs,
             self._task,
             "the start-up copy of the chief's values",

@@ -1,6 +1,6 @@
 """Collective ops between the workers of a cluster: all-reduce, broadcast.
 
-In a cluster of workers only (`collective_cluster`) every tower of every
+In a cluster of workers only (`kinds.WORKERS_ONLY`) every tower of every
 worker holds a copy of the variables. Three kinds of collective op join them,
 on TensorFlow's collective runtime over the workers' gRPC servers:
 

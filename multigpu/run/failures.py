@@ -19,7 +19,7 @@ import shutil
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import watchdog
+from multigpu.distributed import ps
 from multigpu.train_dir import checkpoints, train_dirs
 
 def failure(error, watched, task, train_dir, saved=None):
@@ -92,7 +92,7 @@ def _lost_cluster(error, runs, task, saved):
     line = "lost the cluster after %d local steps (%s): %s" % (
         runs,
         type(error).__name__,
-        watchdog.unreachable_tasks(task.cluster),
+        ps.unreachable_tasks(task.cluster),
     )
     if saved:
         line += "; saved %s; run the same commands on every worker to " % saved

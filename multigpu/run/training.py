@@ -4,13 +4,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from multigpu.distributed import (
-    agreement,
-    cluster,
-    ps_agreement,
-    sessions,
-    watchdog,
-)
+from multigpu.distributed import agreement, cluster, ps, sessions
 from multigpu.graph import blocks, summaries
 from multigpu.run import failures, interrupts, loop_hooks
 from multigpu.train_dir import (
@@ -213,7 +207,7 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     trainer holds.
     """
     task = session.task
-    done_ops = cluster.done_signals(task)
+    done_ops = ps.done_signals(task)
     if task.kind.agreement:
         # What the workers compare, the model's digests too, made once.
         session = session._replace(settings=_with_variables(session.settings))
@@ -221,10 +215,10 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         # A signal from the server's start on (its peers may reach it from
         # then) is kept, and stops every worker after step 1.
         with watched.interrupt.installed():
-            server = cluster.start_server(task, session.config)
+            server = ps.start_server(task, session.config)
             _agree(server, session)
     else:
-        server = cluster.start_server(task, session.config)
+        server = ps.start_server(task, session.config)
     if task.kind.agreement == "ps":
         if task.is_chief:
             session = _join_held_job(server, session)
@@ -277,9 +271,9 @@ def _join_held_job(server, session):
     was restarted under running workers, or the ps tasks outlived their
     workers) takes the variables as they are, newer than any checkpoint,
     restoring nothing; one of other settings is refused before it restores
-    anything (`ps_agreement.refuse_other_job`).
+    anything (`agreement.refuse_other_job`).
     """
-    held = ps_agreement.held_job(
+    held = agreement.held_job(
         server.target,
         session.task,
         session.config,
@@ -287,7 +281,7 @@ def _join_held_job(server, session):
     )
     if held is None:
         return session
-    ps_agreement.refuse_other_job(held, session.settings)
+    agreement.refuse_other_job(held, session.settings)
     print(
         "the ps tasks hold this job already: training on from their "
         "variables, restoring no checkpoint",
@@ -298,9 +292,9 @@ def _join_held_job(server, session):
 
 def _with_ps_agreement(session, done_ops):
     """session, its hooks led by the one that compares a ps cluster
-    worker's settings with its chief's before step 1 (`ps_agreement`); a
-    worker that differs runs done_ops, the worker's `cluster.done_signals`."""
-    agreed = ps_agreement.PsAgreementHook(
+    worker's settings with its chief's before step 1
+    (`agreement.PsAgreementHook`); a worker that differs runs done_ops, the worker's `ps.done_signals`."""
+    agreed = agreement.PsAgreementHook(
         session.task,
         session.settings,
         sessions.timeout_secs(session.config),
@@ -335,7 +329,7 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
     with (
         watched.interrupt.installed(),
         train_dirs.owned(train_dir, task.is_chief),
-        watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
+        ps.PsWatchdog(task, sessions.timeout_secs(config)),
     ):
         try:
             _train_owned(
