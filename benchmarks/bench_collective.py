@@ -159,7 +159,7 @@ def _initialise(sess, task):
     """As the trainers' sessions: every worker of a cluster of workers only
     initialises and takes the chief's values; in the ps cluster the chief
     initialises and the other waits for it."""
-    if task.kind.worker_session == "own" or task.is_chief:
+    if task.kind.all_reduce_across_workers or task.is_chief:
         sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(sessions.local_init_op())
         return

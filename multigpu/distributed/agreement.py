@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import ps
+from multigpu.distributed import ps, sessions
 from multigpu.graph import blocks, towers
 
 # The bytes of one worker's settings, as JSON, padded to this length: the
@@ -98,6 +98,15 @@ def ops_digest(graph):
     )
     digest = hashlib.sha1("\n".join(described).encode()).hexdigest()[:12]
     return "%d ops, sha1 %s" % (len(described), digest)
+
+
+def with_model(settings):
+    """settings (a dict, or None) and the digests of the model's variables
+    and ops."""
+    settings = dict(settings or {})
+    settings[VARIABLES] = variables_digest(tf.compat.v1.global_variables())
+    settings[OPS] = ops_digest(tf.compat.v1.get_default_graph())
+    return settings
 
 
 def _describe_op(op):
@@ -398,6 +407,27 @@ def refuse_other_job(held, settings):
         "task of that job, its ps tasks too, to start a new one "
         "(docs/cluster.md)" % differing
     )
+
+
+def joins_held_job(target, task, config, settings):
+    """Whether the chief joins the job the ps tasks hold.
+
+    A chief that finds the ps tasks holding a job of its own settings (it
+    was restarted under running workers, or the ps tasks outlived their
+    workers) takes the variables as they are, newer than any checkpoint,
+    restoring nothing; one of other settings is refused before it restores
+    anything (`refuse_other_job`).
+    """
+    held = held_job(target, task, config, sessions.timeout_secs(config))
+    if held is None:
+        return False
+    refuse_other_job(held, settings)
+    print(
+        "the ps tasks hold this job already: training on from their "
+        "variables, restoring no checkpoint",
+        flush=True,
+    )
+    return True
 
 
 class PsAgreementHook(tf.compat.v1.train.SessionRunHook):

@@ -14,7 +14,7 @@ import sys
 
 import tensorflow as tf
 
-from multigpu.distributed import kinds, ps
+from multigpu.distributed import kinds, ps, tf_config
 
 
 class ClusterTask(
@@ -75,20 +75,24 @@ def cluster_task(
     task_index,
     sync_replicas=False,
     replicas_to_aggregate=0,
-    hosts_from=None,
 ):
+    """`task_of` the cluster flags' values."""
+    hosts = tf_config.ClusterFlags(ps_hosts, worker_hosts, job_name, task_index)
+    return task_of(hosts, sync_replicas, replicas_to_aggregate)
+
+
+def task_of(hosts, sync_replicas=False, replicas_to_aggregate=0, from_env=None):
     """Validates the cluster flags.
 
     Args:
-      ps_hosts, worker_hosts: str, comma-separated HOST:PORT lists; both
-        empty means no cluster, ps_hosts alone empty a cluster of workers
-        only.
-      job_name: 'ps' or 'worker'.
-      task_index: int, this task's index in its job.
+      hosts: a `tf_config.ClusterFlags`: ps_hosts and worker_hosts, str,
+        comma-separated HOST:PORT lists (both empty means no cluster,
+        ps_hosts alone empty a cluster of workers only); job_name, 'ps' or
+        'worker'; task_index, int, this task's index in its job.
       sync_replicas: bool, aggregate the workers' gradients every step.
       replicas_to_aggregate: int, gradients per step in sync mode; 0 for
         one from every worker.
-      hosts_from: str, where the hosts came from, for the errors: None for
+      from_env: str, where the hosts came from, for the errors: None for
         the flags, `tf_config.TF_CONFIG` for that variable.
 
     Returns:
@@ -97,6 +101,8 @@ def cluster_task(
     Raises:
       ValueError: a bad job name, host list or task index.
     """
+    ps_hosts, worker_hosts = hosts.ps_hosts, hosts.worker_hosts
+    job_name, task_index = hosts.job_name, hosts.task_index
     if not ps_hosts and not worker_hosts:
         if job_name:
             # Else a task started without its hosts trains alone, unnoticed.
@@ -111,7 +117,7 @@ def cluster_task(
     cluster = tf.train.ClusterSpec(jobs)
     _check_job_name(job_name, bool(ps_hosts))
     addresses = [a for job in sorted(jobs) for a in jobs[job]]
-    _check_addresses_apart(addresses, _lists_of(jobs, hosts_from))
+    _check_addresses_apart(addresses, _lists_of(jobs, from_env))
     _check_task_index(cluster, job_name, task_index)
     _warn_of_public_addresses(addresses)
     num_workers = cluster.num_tasks("worker")
@@ -388,7 +394,7 @@ def task_config(config, task):
 def report_done(server, done_ops, task, runs, config, max_steps):
     """Runs done_ops, then says what the worker ran, unless it ran no step
     of a job already at max_steps (int or None): its
-    `loop_hooks.FinishedHook` said so, and that line stays its last."""
+    `sessions.FinishedHook` said so, and that line stays its last."""
     with tf.compat.v1.Session(server.target, config=config) as sess:
         global_step = sess.run(tf.compat.v1.train.get_global_step())
         sess.run(done_ops)

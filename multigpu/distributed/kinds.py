@@ -39,10 +39,14 @@ What TensorFlow's collective runtime needs, and gets here:
   stopped (frozen) one would hold it forever without the operation timeout.
 """
 
+import contextlib
 import copy
 from typing import Callable, NamedTuple
 
 import tensorflow as tf
+
+from multigpu.distributed import agreement, ps, sessions
+from multigpu.train_dir import checkpoints
 
 
 class Kind(NamedTuple):
@@ -67,18 +71,25 @@ class Kind(NamedTuple):
     places_variables: bool
     # The --variable_update values this kind runs.
     variable_updates: tuple
-    # Each worker tells the ps tasks when it is done (`ps.done_signals`),
-    # and a watchdog ends a worker whose ps went silent.
-    ps_tasks: bool
-    # Before step 1: '' (nothing to agree on), 'ps' (each worker against
-    # the settings its chief published on the ps), or 'collective' (every
-    # worker's settings gathered by every worker).
-    agreement: str
-    # How a run already at --max_steps trains nothing: 'own' (the process
-    # reads its newest checkpoint and does not start), 'session' (the chief
-    # writes nothing, and every worker stops before step 1 as its session
-    # starts at that step: `loop_hooks.FinishedHook`).
-    finished_check: str
+    # task -> the ops that tell each ps task this worker is done
+    # (`ps.done_signals`; [] where no ps task waits for them).
+    done_signals: Callable
+    # (task, timeout_secs) -> a context manager that watches the peers
+    # while the run trains (`ps.PsWatchdog` ends a worker whose ps went
+    # silent).
+    watchdog: Callable
+    # (task, config, settings, done_ops, signals) -> `Started`: the task's
+    # server, and the workers' agreement on settings before step 1 (signals:
+    # the run's signal handlers, a context manager not yet entered).
+    start: Callable
+    # (checkpoint, max_steps) -> whether a run whose newest checkpoint is at
+    # --max_steps already ends before its session, saying so (else the
+    # chief writes nothing, and every worker stops as its session starts at
+    # that step: `finished_hooks`).
+    ends_finished: Callable
+    # (max_steps, task) -> the hooks that end a worker's run before step 1
+    # when its session starts at max_steps (`sessions.FinishedHook`).
+    finished_hooks: Callable
     # Workers apply their steps to one global step each on its own, so a
     # step claims its global step before it writes anything, and one past
     # --max_steps ends its worker's run (`step_claims`); elsewhere one
@@ -88,10 +99,10 @@ class Kind(NamedTuple):
     # A signal to one process stops every worker at one agreed step (False:
     # the process that took it stops alone).
     agreed_stop: bool
-    # A worker that is not the chief makes its session: 'wait' for the
-    # chief's initialisation, or 'own' initialisation, then the chief's
-    # values, within the operation timeout.
-    worker_session: str
+    # (chief, scaffold, target, config, task) -> the task's
+    # `SessionCreator`: the chief's restoring one (None on the other
+    # workers), or how another worker gets its variables' values.
+    session: Callable
     # The chief saves the last step it completed when a peer is lost.
     lost_peer_save: bool
     # What a worker that lost the cluster is told to do, after the cause.
@@ -204,6 +215,108 @@ def session_config(config, task):
     return config
 
 
+def _no_done_signals(task):
+    return []
+
+
+def _no_watchdog(task, timeout_secs):
+    return contextlib.nullcontext()
+
+
+def _ps_watchdog(task, timeout_secs):
+    return ps.PsWatchdog(task, timeout_secs)
+
+
+class Started(NamedTuple):
+    """A task's start before step 1 (`Kind.start`)."""
+
+    server: object  # its `tf.distribute.Server`; None in one process
+    hooks: list  # to lead the session's hooks
+    # The chief takes the variables the ps tasks hold (`agreement.held_job`).
+    joins_held_job: bool
+
+
+def _start_alone(task, config, settings, done_ops, signals):
+    """One process: no server, nothing to agree on."""
+    return Started(None, [], False)
+
+
+def _start_against_chief(task, config, settings, done_ops, signals):
+    """The ps cluster: the chief joins the job the ps tasks hold, if they
+    hold one of its settings (`agreement.joins_held_job`); each other worker
+    compares its settings with the chief's before step 1
+    (`agreement.PsAgreementHook`), and one that differs runs done_ops."""
+    # What the workers compare, the model's digests too, made once.
+    settings = agreement.with_model(settings)
+    server = ps.start_server(task, config)
+    wait_secs = sessions.timeout_secs(config)
+    joins = task.is_chief and agreement.joins_held_job(
+        server.target, task, config, settings
+    )
+    hook = agreement.PsAgreementHook(task, settings, wait_secs, done_ops)
+    return Started(server, [hook], joins)
+
+
+def _start_agreeing_all(task, config, settings, done_ops, signals):
+    """A cluster of workers only: every worker's settings and model equal
+    (`agreement.agree`), or an error."""
+    settings = agreement.with_model(settings)
+    # A signal from the server's start on (its peers may reach it from
+    # then) is kept, and stops every worker after step 1.
+    with signals:
+        server = ps.start_server(task, config)
+        agreement.agree(
+            server.target, task, settings, sessions.timeout_secs(config)
+        )
+    return Started(server, [], False)
+
+
+def _ends_saying_so(checkpoint, max_steps):
+    print(
+        "%s is already at step %d, at or past --max_steps=%d; nothing"
+        " to train (raise --max_steps to train on)"
+        % (checkpoint, checkpoints.global_step(checkpoint), max_steps),
+        flush=True,
+    )
+    return True
+
+
+def _ends_in_session(checkpoint, max_steps):
+    return False
+
+
+def _no_finished_hooks(max_steps, task):
+    return []
+
+
+def _finished_hooks(max_steps, task):
+    if max_steps is None:
+        return []
+    return [sessions.FinishedHook(max_steps, task.task_index)]
+
+
+def _wait_for_chief(chief, scaffold, target, config, task):
+    """The chief's creator; another worker waits for the chief to
+    initialise the model."""
+    if chief is not None:
+        return chief
+    return sessions.PromptWorkerSessionCreator(scaffold, target, config)
+
+
+def _own_start(chief, scaffold, target, config, task):
+    """Every worker initialises its own variables, and its local init op
+    takes the chief's values, all within the operation timeout
+    (`sessions.StartUpBoundSessionCreator`)."""
+    creator = chief
+    if creator is None:
+        creator = tf.compat.v1.train.ChiefSessionCreator(
+            scaffold, target, config
+        )
+    return sessions.StartUpBoundSessionCreator(
+        creator, task, sessions.timeout_secs(config)
+    )
+
+
 _NO_CLUSTER = (
     "%s needs a cluster (--ps_hosts and --worker_hosts, or TF_CONFIG), and "
     "none is given: in one process the towers average their gradients every"
@@ -258,12 +371,14 @@ LOCAL = Kind(
     all_reduce_across_workers=False,
     places_variables=True,
     variable_updates=("parameter_server", "replicated"),
-    ps_tasks=False,
-    agreement="",
-    finished_check="own",
+    done_signals=_no_done_signals,
+    watchdog=_no_watchdog,
+    start=_start_alone,
+    ends_finished=_ends_saying_so,
+    finished_hooks=_no_finished_hooks,
     claims_steps=False,
     agreed_stop=False,
-    worker_session="",
+    session=_wait_for_chief,
     lost_peer_save=False,
     lost_peer_advice="",
     refused_flags=_LOCAL_REFUSED,
@@ -278,12 +393,14 @@ PS = Kind(
     all_reduce_across_workers=False,
     places_variables=False,
     variable_updates=("parameter_server",),
-    ps_tasks=True,
-    agreement="ps",
-    finished_check="session",
+    done_signals=ps.done_signals,
+    watchdog=_ps_watchdog,
+    start=_start_against_chief,
+    ends_finished=_ends_in_session,
+    finished_hooks=_finished_hooks,
     claims_steps=True,
     agreed_stop=False,
-    worker_session="wait",
+    session=_wait_for_chief,
     lost_peer_save=False,
     lost_peer_advice="",
     refused_flags=_PS_REFUSED,
@@ -304,12 +421,14 @@ WORKERS_ONLY = Kind(
     all_reduce_across_workers=True,
     places_variables=False,
     variable_updates=("replicated",),
-    ps_tasks=False,
-    agreement="collective",
-    finished_check="session",
+    done_signals=_no_done_signals,
+    watchdog=_no_watchdog,
+    start=_start_agreeing_all,
+    ends_finished=_ends_in_session,
+    finished_hooks=_finished_hooks,
     claims_steps=False,
     agreed_stop=True,
-    worker_session="own",
+    session=_own_start,
     lost_peer_save=True,
     lost_peer_advice=(
         "; run the same commands on every worker to resume from the "

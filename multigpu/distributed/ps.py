@@ -35,13 +35,11 @@ def start_server(task, config):
     cluster spec names, with no authentication.
 
     Returns:
-      the `tf.distribute.Server`, None outside a cluster.
+      the `tf.distribute.Server`.
 
     Raises:
       ValueError: the task's port cannot be taken (e.g. it is in use).
     """
-    if not task.kind.serves:
-        return None
     address = task.cluster.task_address(task.job_name, task.task_index)
     port = address.rpartition(":")[2]
     try:
@@ -77,12 +75,9 @@ def start_server(task, config):
 def done_signals(task):
     """One queue per ps task into which each worker puts a token at its end.
 
-    Returns the enqueue ops of this worker (an empty list outside a cluster);
-    for a ps, the queues (`tf.queue.FIFOQueue`), whose tokens are int32,
-    the worker's task index.
+    Returns the enqueue ops of a worker; for a ps, the queues
+    (`tf.queue.FIFOQueue`), whose tokens are int32, the worker's task index.
     """
-    if not task.kind.ps_tasks:
-        return []
     ops = []
     for i in range(task.cluster.num_tasks("ps")):
         with tf.device("/job:ps/task:%d" % i):
@@ -290,8 +285,8 @@ class PsWatchdog:
     """Ends the process when a ps task stops answering for timeout_secs
     (0: never, as --operation_timeout_secs=0 says).
 
-    Not in a cluster of workers only, which has no ps: there a lost worker
-    fails the step of every other (`kinds.WORKERS_ONLY`).
+    Only where there are ps tasks (`kinds.Kind.watchdog`): in a cluster of
+    workers only a lost worker fails the step of every other.
 
     After a ps dies, TensorFlow's own recovery closes the session, and that
     close can wait forever for the dead ps. A ps answers until every worker
@@ -307,11 +302,8 @@ class PsWatchdog:
     def __enter__(self):
         if not self._timeout_secs:
             return self  # --operation_timeout_secs=0 bounds no wait.
-        if self._task.kind.ps_tasks:
-            ps = tf.train.ClusterSpec(
-                {"ps": self._task.cluster.job_tasks("ps")}
-            )
-            self._watcher.start(functools.partial(self._look, ps))
+        ps = tf.train.ClusterSpec({"ps": self._task.cluster.job_tasks("ps")})
+        self._watcher.start(functools.partial(self._look, ps))
         return self
 
     def __exit__(self, *exc_info):

@@ -97,35 +97,6 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
             )
 
 
-class FinishedHook(tf.compat.v1.train.SessionRunHook):
-    """Ends a cluster worker's run before step 1 when its session starts at
-    max_steps or past it: a finished job started again trains nothing, as
-    one process does (`training._finished`).
-
-    Run it before the step logger, which then says nothing of training.
-    """
-
-    def __init__(self, max_steps, task_index):
-        self._max_steps = max_steps
-        self._task_index = task_index
-
-    def begin(self):
-        self._global_step = tf.compat.v1.train.get_global_step()
-
-    def after_create_session(self, session, coord):
-        step = session.run(self._global_step)
-        if step < self._max_steps:
-            return
-        print(
-            "worker task %d: the job is already at global step %d, at or "
-            "past --max_steps=%d; nothing to train (raise --max_steps on "
-            "every task to train on)"
-            % (self._task_index, step, self._max_steps),
-            flush=True,
-        )
-        coord.request_stop()
-
-
 class NanLossHook(tf.compat.v1.train.SessionRunHook):
     """Stops training at the first step whose loss is NaN.
 
@@ -294,15 +265,15 @@ def summary_steps(max_steps):
     return max(1, min(SUMMARY_STEPS, max_steps // SUMMARY_POINTS))
 
 
-def chief_hooks(train_dir, scaffold, saving, watched, histograms):
+def chief_hooks(train_dir, scaffold, schedule, watched, histograms):
     """The chief's step counter, summary writer, checkpoint saver and event
     file watcher.
 
     Args:
       train_dir: str.
       scaffold: the session's `Scaffold`.
-      saving: (int, int or None, int or None): save_checkpoint_steps, the
-        steps between checkpoints; save_summaries_steps, the steps between
+      schedule: a `choices.Schedule`: save_checkpoint_steps, the steps
+        between checkpoints; save_summaries_steps, the steps between
         summaries (also written at the first step and at max_steps; 0 for
         `summary_steps(max_steps)`, and the histograms every SUMMARY_STEPS;
         None writes no summaries at all, not even the step counter's
@@ -311,16 +282,16 @@ def chief_hooks(train_dir, scaffold, saving, watched, histograms):
         writes.
       histograms: string scalar, the merged histograms, or None.
     """
-    save_checkpoint_steps, save_summaries_steps, max_steps = saving
+    save_summaries_steps = schedule.save_summaries_steps
     hooks = []
     if save_summaries_steps is not None:
-        every = save_summaries_steps or summary_steps(max_steps)
+        every = save_summaries_steps or summary_steps(schedule.max_steps)
         hooks += [
             tf.compat.v1.train.StepCounterHook(
                 every_n_steps=every, output_dir=train_dir
             ),
             SummarySaverHook(
-                last_step=max_steps,
+                last_step=schedule.max_steps,
                 histograms=histograms,
                 histogram_steps=save_summaries_steps or SUMMARY_STEPS,
                 save_steps=every,
@@ -331,7 +302,7 @@ def chief_hooks(train_dir, scaffold, saving, watched, histograms):
     hooks.append(
         CheckpointSaverHook(
             train_dir,
-            save_steps=save_checkpoint_steps,
+            save_steps=schedule.save_checkpoint_steps,
             scaffold=scaffold,
             checkpoint_basename=checkpoints.CHECKPOINT_BASENAME,
             listeners=[watched.saves],
