@@ -13,20 +13,18 @@ Every wait is bounded: first the peers' ports (a worker whose graph failed
 to build, or that never started, never opens its port), then the all-gather
 itself (`ps.ends_after`).
 
-Agreement before step 1 in the ps cluster: each worker against its chief.
-
-The workers of a ps cluster share the variables on the ps, but each builds
-its own graph from its own flags: a worker started with another
---learning_rate or --batch_size would move the shared variables its own
-way, silently. Once its session is made, the chief publishes its settings
-(JSON) in a string variable on ps task 0; every other worker, once its own
-session is made and before its first step, reads them (waiting for the
-chief at most the start-up wait) and compares them with its own. A worker
-that differs tells the ps it is done and ends with `difference`'s
-line, exit 1; the chief and the workers that agree train on, as they would
-without it (asynchronous training needs no one worker). The variable is in
-no collection: no checkpoint holds it, no init op sets it, and a chief that
-starts again publishes its settings again.
+In the ps cluster each worker compares with its chief. The workers share the
+variables on the ps, but each builds its own graph from its own flags: a
+worker started with another --learning_rate or --batch_size would move the
+shared variables its own way, silently. Once its session is made, the chief
+publishes its settings (JSON) in a string variable on ps task 0; every other
+worker, once its own session is made and before its first step, reads them
+(waiting for the chief at most the start-up wait) and compares them with its
+own. A worker that differs tells the ps it is done and ends with
+`difference`'s line, exit 1; the chief and the workers that agree train on,
+as they would without it (asynchronous training needs no one worker). The
+variable is in no collection: no checkpoint holds it, no init op sets it,
+and a chief that starts again publishes its settings again.
 """
 
 import hashlib

@@ -12,24 +12,19 @@ every kind answers.
 
 Columns that are code take the `cluster.ClusterTask` of the process.
 
-A cluster of workers only: replicated variables, all-reduced gradients.
-
---variable_update=replicated with --worker_hosts and no --ps_hosts (or a
-TF_CONFIG of a chief and workers, no ps): every tower of every worker holds
-a copy of the variables, the gradients of all of them are all-reduced every
+In a cluster of workers only (--worker_hosts and no --ps_hosts, or a
+TF_CONFIG of a chief and workers, no ps) every tower of every worker holds a
+copy of the variables, the gradients of all of them are all-reduced every
 step (`collectives.all_reduce_mean`) and every copy takes the same update.
 The chief (worker 0) restores the newest checkpoint or initialises; every
 other worker initialises its own variables, then takes the chief's values
 (`collectives.chief_values`: the weights, the optimizer's slots, the
 statistics, the global step), all in the local init op of its session. The
-moving averages, made after the update, start from each worker's own
-values and are the chief's only in its checkpoints, which only the chief
-writes, with the summaries. The batch-norm statistics of the step are the
-last worker's last tower's, on every worker.
-
---variable_update=parameter_server keeps the TF1 ps cluster (`cluster`).
-
-What TensorFlow's collective runtime needs, and gets here:
+moving averages, made after the update, start from each worker's own values
+and are the chief's only in its checkpoints, which only the chief writes,
+with the summaries. The batch-norm statistics of the step are the last
+worker's last tower's, on every worker. What TensorFlow's collective runtime
+needs, and gets here:
 - the group leader (worker 0's task) in the config the server starts with,
   as well as the sessions' (in the session's config alone both workers
   wait forever); the server's config holds the CPU device count too;

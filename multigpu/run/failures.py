@@ -1,15 +1,15 @@
 """What a failed run says: the one line of each way training can fail.
 
-A cluster of workers only, lost: the chief saves its last completed step.
-
-Every worker holds its own copies of the variables, equal after every step.
-When a peer, or the link to it, is lost, the step in flight fails in one
-of its collectives before any saved variable is written (the update waits
-for every collective of the step, `gradient_reduction.all_or_none`), so the
-chief's variables are still those of the last step it completed: it saves
-them, and the same commands resume from that step once the cluster is
-whole again. Without this a link that goes down costs every step since the
-last periodic checkpoint (up to --save_checkpoint_steps).
+A cluster of workers only, lost, first saves the chief's last completed step
+(`save_reached`). Every worker holds its own copies of the variables, equal
+after every step. When a peer, or the link to it, is lost, the step in
+flight fails in one of its collectives before any saved variable is written
+(the update waits for every collective of the step,
+`gradient_reduction.all_or_none`), so the chief's variables are still those
+of the last step it completed: it saves them, and the same commands resume
+from that step once the cluster is whole again. Without this a link that
+goes down costs every step since the last periodic checkpoint (up to
+--save_checkpoint_steps).
 """
 
 import os

@@ -14,21 +14,20 @@ A signal before the run's handlers are set (while a training script reads
 its data and builds its graph, seconds) is held (`hold`) and taken by the
 handler as it is set: the run stops before step 1 as for any signal then.
 
-Preemption in a cluster of workers only: one agreed step, one checkpoint.
-
-A scheduler preempts one worker with SIGTERM (a user stops one with
-Ctrl-C); the others cannot see that signal. Each worker's step carries one
-more collective: a float32 [num_workers] vector, zero but for this worker's
-place, which holds the number of the signal it received (0 while none
-came), summed over the workers (`collectives.stop_signals`; the update waits
-for it, as for the step's other collectives). Every worker gets the same
-sum from the same step, so every worker stops after that step, the chief's
-checkpoint saver writes it (its `end`), and each process exits with one
-line naming the worker(s) and the signal, with the shell's exit status of
-that signal: 128 + N, which schedulers such as Kubeflow's (restart policy
+In a cluster of workers only, one agreed step, one checkpoint
+(`PreemptionHook`): a scheduler preempts one worker with SIGTERM (a user
+stops one with Ctrl-C); the others cannot see that signal. Each worker's
+step carries one more collective: a float32 [num_workers] vector, zero but
+for this worker's place, which holds the number of the signal it received (0
+while none came), summed over the workers (`collectives.stop_signals`; the
+update waits for it, as for the step's other collectives). Every worker gets
+the same sum from the same step, so every worker stops after that step, the
+chief's checkpoint saver writes it (its `end`), and each process exits with
+one line naming the worker(s) and the signal, with the shell's exit status
+of that signal: 128 + N, which schedulers such as Kubeflow's (restart policy
 `ExitCode`) treat as a retryable failure. A signal that comes while a step
-runs is sent with the next step, so the checkpoint is at most one step
-after the one in flight when the signal came.
+runs is sent with the next step, so the checkpoint is at most one step after
+the one in flight when the signal came.
 
 As `tf.distribute.experimental.PreemptionCheckpointHandler` does for
 MultiWorkerMirroredStrategy, but without the coordination service, which

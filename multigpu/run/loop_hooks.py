@@ -1,9 +1,6 @@
-"""The training loop's own hooks: the step log, the NaN check, the
-summaries and the checkpoints, and the watch on what each save writes.
-
-The chief's hooks: the step counter, the summaries (how often), the
-checkpoint saver and the event file's watcher.
-"""
+"""The training loop's own hooks: the step log, the NaN check, the chief's
+summaries (how often) and checkpoints, and the watch on what each save
+writes."""
 
 import datetime
 import math

@@ -5,18 +5,15 @@ TensorBoard's Profile tab reads (the `tensorboard-plugin-profile` package,
 the suite's `profile` extra): the overview of the steps, the ops' times,
 the trace viewer's time line of every thread and device. Each profiled
 step is marked with its global step, so the tab counts steps as the
-trainer does. Beside it, `op_table` writes the ops by their own time as
-text (op_profile.txt), which reads without the tab (whose charts load from
-the internet); the closing report prints its first lines.
+trainer does.
 
-The profile's op table as text: ops by their own time, per device.
-
-The profiler's trace (HOST.xplane.pb) is what TensorBoard's Profile tab
-draws, and the tab needs internet for its charts. This reads the same
-trace with TensorFlow's own protobuf and writes the table TF1's `tfprof`
-printed in its op view: per device, each op type with how many times it
-ran, its own time (an op's span on its thread, less the ops run inside
-it) and its share of all the ops' time, the most expensive first.
+The tab's charts load from the internet; beside the trace, the ops by
+their own time as text (op_profile.txt), the table TF1's `tfprof` printed
+in its op view, read from the same trace with TensorFlow's own protobuf:
+per device, each op type with how many times it ran, its own time (its
+span on its thread, less the ops run inside it) and its share of all the
+ops' time, the most expensive first; the closing report prints its first
+lines.
 
 The trace names each op 'NAME:TYPE' but not its device: that comes from
 the session's partition graphs (`RunMetadata.partition_graphs`), which

@@ -212,7 +212,9 @@ class _Session(NamedTuple):
 
 
 class _Start(NamedTuple):
-    """How train_dir is prepared before the first step (`_prepare`)."""
+    """How train_dir is prepared before the first step (`_prepare`):
+    `choices.Start`'s clear_train_dir, `TrainDir`'s data_dirs, model_name
+    and data, and --max_steps."""
 
     clear_train_dir: bool
     data_dirs: tuple | list
@@ -323,17 +325,8 @@ def _train_owned(train_op, train_dir, session, start, watched):
 
 
 def _prepare(train_dir, task, start):
-    """Clears train_dir and records the model in it (the chief), and finds
-    the checkpoint to resume from.
-
-    Args:
-      train_dir: str.
-      task: the `cluster.ClusterTask`.
-      start: a `_Start`: clear_train_dir (bool) deletes what the trainers
-        wrote in train_dir (`train_dirs.clear`), never in data_dirs (strs,
-        the run's data folders); model_name (str or None) is recorded in
-        train_dir (`train_dirs.record_model`), and so is data (a
-        `data_records.Data` or None); max_steps (int or None).
+    """Clears train_dir (never its data_dirs) and records the model and
+    the data in it (the chief), and finds the checkpoint to resume from.
 
     Returns:
       (str or None, bool): the chief's newest checkpoint that reads (None
@@ -361,15 +354,9 @@ def _prepare(train_dir, task, start):
 
 
 def _finished(checkpoint, max_steps):
-    """Whether checkpoint, train_dir's newest, is at max_steps or past it.
-
-    Such a run trains nothing: without this check the session would still
-    train one step, save it and write an event file.
-
-    Args:
-      checkpoint: str, the newest checkpoint that reads, or None.
-      max_steps: int or None.
-    """
+    """Whether checkpoint (train_dir's newest, or None) is at max_steps
+    (or None) or past it: such a run trains nothing, where the session
+    would still train one step, save it and write an event file."""
     if max_steps is None or checkpoint is None:
         return False
     return checkpoints.global_step(checkpoint) >= max_steps
