@@ -246,7 +246,7 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
 
 def _save_reached(error, session, train_dir, watched):
     """The chief's checkpoint of its last step, when a peer is lost after a
-    step and the kind of run saves it (`failures.save_reached`), else
+    step and the kind of run saves it (`sessions.save_reached`), else
     None."""
     task = session.task
     if not (
@@ -256,7 +256,7 @@ def _save_reached(error, session, train_dir, watched):
         and failures.lost_cluster(error)
     ):
         return None
-    return failures.save_reached(
+    return sessions.save_reached(
         session.server, session.config, session.scaffold.saver, train_dir
     )
 
