@@ -98,8 +98,10 @@ class Kind(NamedTuple):
     # `SessionCreator`: the chief's restoring one (None on the other
     # workers), or how another worker gets its variables' values.
     session: Callable
-    # The chief saves the last step it completed when a peer is lost.
-    lost_peer_save: bool
+    # (server, config, saver, train_dir) -> the checkpoint of the last step
+    # the chief completed, saved when a peer is lost after a step
+    # (`sessions.save_reached`), or None.
+    lost_peer_save: Callable
     # What a worker that lost the cluster is told to do, after the cause.
     lost_peer_advice: str
     # {flag: why this kind refuses it, '%s' for the flag as given}.
@@ -290,6 +292,10 @@ def _finished_hooks(max_steps, task):
     return [sessions.FinishedHook(max_steps, task.task_index)]
 
 
+def _saves_nothing(server, config, saver, train_dir):
+    return None
+
+
 def _wait_for_chief(chief, scaffold, target, config, task):
     """The chief's creator; another worker waits for the chief to
     initialise the model."""
@@ -374,7 +380,7 @@ LOCAL = Kind(
     claims_steps=False,
     agreed_stop=False,
     session=_wait_for_chief,
-    lost_peer_save=False,
+    lost_peer_save=_saves_nothing,
     lost_peer_advice="",
     refused_flags=_LOCAL_REFUSED,
 )
@@ -396,7 +402,7 @@ PS = Kind(
     claims_steps=True,
     agreed_stop=False,
     session=_wait_for_chief,
-    lost_peer_save=False,
+    lost_peer_save=_saves_nothing,
     lost_peer_advice="",
     refused_flags=_PS_REFUSED,
 )
@@ -424,7 +430,7 @@ WORKERS_ONLY = Kind(
     claims_steps=False,
     agreed_stop=True,
     session=_own_start,
-    lost_peer_save=True,
+    lost_peer_save=sessions.save_reached,
     lost_peer_advice=(
         "; run the same commands on every worker to resume from the "
         "chief's newest checkpoint"

@@ -246,17 +246,14 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
 
 def _save_reached(error, session, train_dir, watched):
     """The chief's checkpoint of its last step, when a peer is lost after a
-    step and the kind of run saves it (`sessions.save_reached`), else
+    step and the kind of run saves it (`kinds.Kind.lost_peer_save`), else
     None."""
     task = session.task
     if not (
-        task.kind.lost_peer_save
-        and task.is_chief
-        and watched.logger.runs
-        and failures.lost_cluster(error)
+        task.is_chief and watched.logger.runs and failures.lost_cluster(error)
     ):
         return None
-    return sessions.save_reached(
+    return task.kind.lost_peer_save(
         session.server, session.config, session.scaffold.saver, train_dir
     )
 
