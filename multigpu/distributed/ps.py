@@ -97,16 +97,9 @@ def done_signals(task):
 def run_ps(task, config, timeout_secs=0):
     """Serves the variables of a ps task until every worker has finished.
 
-    Args:
-      task: the ps task's `ClusterTask`.
-      config: the session's `ConfigProto`.
-      timeout_secs: int, how long every worker may take to start, and how
-        long the ps waits for the others once the chief is done or gone; 0
-        waits forever.
-
-    Raises:
-      errors.TrainingError: a worker did not start in time, or the chief
-        is done or gone and other workers were not heard from in time.
+    timeout_secs: int, how long every worker may take to start, and how
+    long the ps waits for the others once the chief is done or gone; 0
+    waits forever. Past it, `errors.TrainingError` names the workers.
     """
     config = task.kind.session_config(config, task)
     # No operation timeout here: a ps waits as long as training lasts.
@@ -117,17 +110,8 @@ def run_ps(task, config, timeout_secs=0):
 
 
 def serve_until_done(task, server, config, timeout_secs):
-    """Serves until every worker's done token has arrived.
-
-    Args:
-      task: the ps task's `ClusterTask`.
-      server: its started `tf.distribute.Server`.
-      config: the session's `ConfigProto`.
-      timeout_secs: int, as in `run_ps`.
-
-    Raises:
-      errors.TrainingError: as `run_ps`.
-    """
+    """Serves on the ps task's started server until every worker's done
+    token has arrived, or raises as `run_ps`."""
     with tf.Graph().as_default():
         tokens = DoneTokens(done_signals(task)[task.task_index])
         with tf.compat.v1.Session(server.target, config=config) as sess:

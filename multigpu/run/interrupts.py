@@ -176,14 +176,10 @@ class _Handlers:
 def interrupted(hook, train_dir, task, runs):
     """The `errors.Interrupted` of a run the hook stopped.
 
-    Args:
-      hook: the `InterruptHook` of the run, after its session ended.
-      train_dir: str, where the chief saved the step reached.
-      task: the run's `cluster.ClusterTask`: the chief saved the step
-        reached; another worker of the ps cluster leaves it, and the
-        others train on without it (the ps holds the variables); where the
-        stop is agreed, a signal that no step carried came in the last.
-      runs: int, the steps this process ran; 0: `before_step_1`.
+    The chief saved the step reached (none yet after 0 runs:
+    `before_step_1`); another worker of the ps cluster leaves it, and the
+    others train on without it (the ps holds the variables); where the stop
+    is agreed, a signal that no step carried came in the last.
     """
     if task.is_chief and runs == 0:
         return before_step_1(hook, train_dir)
@@ -283,19 +279,9 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
 
 
 def preempted(hook, train_dir, is_chief):
-    """The `errors.Interrupted` of every worker after an agreed stop.
-
-    Args:
-      hook: the run's `PreemptionHook`, after its session ended with
-        signals.
-      train_dir: str, where the chief saved the step reached.
-      is_chief: bool, whether this process saved it.
-
-    Returns:
-      `errors.Interrupted` whose message names each worker that received a
-      signal and the checkpoint, with the exit status of the first such
-      worker's signal.
-    """
+    """The `errors.Interrupted` of every worker after an agreed stop (the
+    `PreemptionHook` ended with signals): each worker that received one and
+    the chief's checkpoint, with the exit status of the first one's."""
     received = ", ".join(
         "worker task %d got %s" % (index, signal.Signals(signum).name)
         for index, signum in sorted(hook.signals.items())

@@ -247,16 +247,8 @@ SUMMARY_POINTS = 20
 
 
 def summary_steps(max_steps):
-    """The default steps between summaries: a short run's charts have 20
-    points.
-
-    Args:
-      max_steps: int or None, the step the run stops at.
-
-    Returns:
-      int, SUMMARY_STEPS, or max_steps / SUMMARY_POINTS when that is less
-      (at least 1).
-    """
+    """The default steps between summaries, SUMMARY_STEPS, or fewer (at
+    least 1) so that a short run's charts have SUMMARY_POINTS points."""
     if max_steps is None:
         return SUMMARY_STEPS
     return max(1, min(SUMMARY_STEPS, max_steps // SUMMARY_POINTS))

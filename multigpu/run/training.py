@@ -50,7 +50,11 @@ class Process(NamedTuple):
     settings: dict | None = None
 
 
-def run_training(step, schedule, start, train_dir, process=Process()):
+# A run in this one process, with the default session config.
+ONE_PROCESS = Process()
+
+
+def run_training(step, schedule, start, train_dir, process=ONE_PROCESS):
     """Runs the train op until --max_steps or the end of the input.
 
     A `MonitoredSession` from train_dir's newest checkpoint that reads, with
@@ -58,15 +62,9 @@ def run_training(step, schedule, start, train_dir, process=Process()):
     train_dir as found; one a signal stopped raises `errors.Interrupted`,
     one that failed `errors.TrainingError` (`failures.failure`).
 
-    Args:
-      step: the `Step`.
-      schedule: a `choices.Schedule`: log_frequency, max_steps (None: the
-        input's end), save_checkpoint_steps and save_summaries_steps
-        (`loop_hooks.chief_hooks`).
-      start: a `choices.Start`: clear_train_dir (`_prepare`), and
-        pretrained, a new run's (path, fine_tune) (`restore.restore_fn`).
-      train_dir: the `TrainDir`.
-      process: the `Process`.
+    schedule: a `choices.Schedule` (its max_steps None: the input's end;
+    its saves, `loop_hooks.chief_hooks`); start: a `choices.Start`
+    (`_prepare`; pretrained, a new run's `restore.restore_fn`).
 
     Returns:
       int, the steps this process ran (a resumed run counts its own).
