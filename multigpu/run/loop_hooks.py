@@ -34,14 +34,10 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, loss, examples_per_step, log_frequency, last_step):
-        """Args:
-        loss: float32 scalar tensor to print.
-        examples_per_step: int, examples consumed by one run of the train op.
-        log_frequency: int, print every this many steps at most (a trainer
-          whose input ends gives a tenth of its steps, if fewer:
-          `every_tenth`).
-        last_step: int, the global step the run stops at; None for none.
-        """
+        """loss: float32 scalar; log_frequency: a line every this many
+        steps at most (a trainer whose input ends gives a tenth of its
+        steps, if fewer: `every_tenth`); last_step: the global step the run
+        stops at, or None."""
         self._loss = loss
         self._examples_per_step = examples_per_step
         self._log_frequency = log_frequency
@@ -127,12 +123,9 @@ class SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
     """
 
     def __init__(self, last_step, histograms, histogram_steps, **kwargs):
-        """Args:
-        last_step: int or None, the step the run stops at (--max_steps).
-        histograms: string scalar, the merged histograms; or None.
-        histogram_steps: int, the least steps between two histograms.
-        **kwargs: those of `tf.compat.v1.train.SummarySaverHook`.
-        """
+        """last_step: --max_steps or None; histograms: string scalar, the
+        merged histograms, or None; histogram_steps: the least steps between
+        two histograms; kwargs: TensorFlow's hook's."""
         super().__init__(**kwargs)
         self._last_step = last_step
         self._histograms = histograms
@@ -183,10 +176,6 @@ class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
     """
 
     def __init__(self, checkpoint_dir, **kwargs):
-        """Args:
-        checkpoint_dir: str, the train_dir.
-        **kwargs: those of `tf.compat.v1.train.CheckpointSaverHook`.
-        """
         super().__init__(checkpoint_dir, **kwargs)
         self._graph_written = any(
             name.startswith(event_files.EVENT_FILE_PREFIX)
@@ -255,21 +244,14 @@ def summary_steps(max_steps):
 
 
 def chief_hooks(train_dir, scaffold, schedule, watched, histograms):
-    """The chief's step counter, summary writer, checkpoint saver and event
-    file watcher.
+    """The chief's step counter, summary writer, checkpoint saver (which
+    tells watched.saves when it writes) and event file watcher.
 
-    Args:
-      train_dir: str.
-      scaffold: the session's `Scaffold`.
-      schedule: a `choices.Schedule`: save_checkpoint_steps, the steps
-        between checkpoints; save_summaries_steps, the steps between
-        summaries (also written at the first step and at max_steps; 0 for
-        `summary_steps(max_steps)`, and the histograms every SUMMARY_STEPS;
-        None writes no summaries at all, not even the step counter's
-        global_step/sec); max_steps.
-      watched: the `_Watched` hooks; the saver tells its `saves` when it
-        writes.
-      histograms: string scalar, the merged histograms, or None.
+    The summaries of schedule (a `choices.Schedule`) are also written at
+    the first step and at max_steps; its save_summaries_steps 0 is
+    `summary_steps(max_steps)`, with the histograms (string scalar, or
+    None) every SUMMARY_STEPS; None writes no summaries at all, not even
+    the step counter's global_step/sec.
     """
     save_summaries_steps = schedule.save_summaries_steps
     hooks = []

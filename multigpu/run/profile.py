@@ -45,14 +45,8 @@ PLUGIN_INSTALL = 'pip install "tf1-multi-gpu[profile]"'
 
 
 def parse_steps(value):
-    """The (first, last) global steps of --profile_steps; None for ''.
-
-    Args:
-      value: str, the flag's value, 'A,B' (or 'A' for one step).
-
-    Raises:
-      ValueError: one line naming the value found and what is expected.
-    """
+    """The (first, last) global steps of --profile_steps 'A,B' (or 'A' for
+    one step); None for ''; else a ValueError naming the value."""
     if not value:
         return None
     parts = value.split(",")
@@ -70,10 +64,9 @@ def parse_steps(value):
 def profile_hooks(profile_steps, train_dir):
     """The hooks of --profile_steps: [] for '', else one `ProfileHook`.
 
-    Raises:
-      ValueError: train_dir, where the profile goes, cannot be written
-        (say, a cluster worker's read-only --train_dir): said before step
-        1, not at the profile's last step.
+    A train_dir the profile cannot be written to (say, a cluster worker's
+    read-only --train_dir) is a ValueError before step 1, not at the
+    profile's last step.
     """
     steps = parse_steps(profile_steps)
     if steps is None:
@@ -89,12 +82,8 @@ def profile_hooks(profile_steps, train_dir):
 
 
 def closing_lines(hooks, logdir):
-    """The closing report's lines of `profile_hooks`' hooks.
-
-    Args:
-      hooks: the list `profile_hooks` returned.
-      logdir: str, the --logdir of TensorBoard that shows the profile.
-    """
+    """The closing report's lines of `profile_hooks`' hooks; logdir: the
+    --logdir of TensorBoard that shows the profile."""
     return [line for hook in hooks for line in hook.report_lines(logdir)]
 
 
@@ -108,10 +97,8 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, first, last, train_dir):
-        """Args:
-        first, last: ints, the global steps to profile, 1 <= first <= last.
-        train_dir: str, the logdir of the profile.
-        """
+        """first, last: ints, the global steps to profile, 1 <= first <=
+        last; train_dir: str, the logdir of the profile."""
         self.first, self.last = first, last
         self._train_dir = train_dir
         self._start_step = self._end_step = self._next_step = None
@@ -196,11 +183,8 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
         self._top_lines = top_lines(rows, TOP_OPS)
 
     def report_lines(self, tensorboard_logdir):
-        """The closing report's line on the profile.
-
-        Args:
-          tensorboard_logdir: str, the --logdir that shows the profile.
-        """
+        """The closing report's line on the profile, which
+        tensorboard_logdir (str, a --logdir) shows."""
         wanted = "--profile_steps=%d,%d" % (self.first, self.last)
         if not self._profiled:
             return [
@@ -264,16 +248,10 @@ def node_devices(run_metadata):
 
 
 def op_rows(xplane_path, devices):
-    """The ops of a trace by own time, per device.
-
-    Args:
-      xplane_path: str, the profiler's HOST.xplane.pb.
-      devices: {node name: device}, from `node_devices`.
-
-    Returns:
-      list of `Row`, most own time first: micros a float, share the
-      fraction (0 to 1) of all the ops' own time.
-    """
+    """The `Row`s of the ops of a trace (xplane_path: the profiler's
+    HOST.xplane.pb) by own time, per device (devices: `node_devices`), most
+    own time first: micros a float, share the fraction (0 to 1) of all the
+    ops' own time."""
     with open(xplane_path, "rb") as f:
         space = xplane_pb2.XSpace.FromString(f.read())
     counts, micros = collections.Counter(), collections.Counter()
@@ -318,12 +296,8 @@ def _own_times(line, names):
 
 
 def table_text(rows, title):
-    """The table, one block per device, as lines of text.
-
-    Args:
-      rows: from `op_rows`.
-      title: str, the first line.
-    """
+    """The table of `op_rows`' rows under its title, one block per device,
+    as lines of text."""
     lines = [title]
     for device in dict.fromkeys(row.device for row in rows):
         mine = [row for row in rows if row.device == device]
