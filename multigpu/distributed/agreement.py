@@ -126,19 +126,13 @@ def _describe_tensors(tensors):
 
 
 def agree(target, task, settings, wait_secs):
-    """Returns once every worker has the same settings; else raises.
+    """Returns once every worker of a cluster of workers only has the same
+    settings (dict of str -> JSON value), or raises `difference`'s
+    ValueError.
 
-    Args:
-      target: str, this worker's server target.
-      task: the `cluster.ClusterTask`, in a cluster of workers only.
-      settings: dict of str -> JSON value; the same keys on every worker.
-      wait_secs: float, the start-up wait: for the peers' ports, then for
-        the all-gather (past it the process ends with one line); 0 waits
-        forever.
-
-    Raises:
-      errors.TrainingError: a peer's port did not answer within wait_secs.
-      ValueError: a setting differs between workers (`difference`).
+    wait_secs: float, the start-up wait, for the peers' ports (past it an
+    `errors.TrainingError`), then for the all-gather (past it the process
+    ends with one line); 0 waits forever.
     """
     wait_for_peers(task, wait_secs)
     gathered = _all_gather(target, task, encode(settings), wait_secs)
@@ -337,15 +331,8 @@ def held_job(target, task, config, wait_secs):
     """The settings of the job the ps tasks hold: those its chief published
     on ps task 0 (a dict), or None when no chief did (a new ps).
 
-    Args:
-      target: str, this task's server target.
-      task: the chief's `cluster.ClusterTask`.
-      config: its session's `ConfigProto`.
-      wait_secs: float, how long to wait for ps task 0 to start (0: no
-        bound).
-
-    Raises:
-      errors.TrainingError: ps task 0 did not answer within wait_secs.
+    wait_secs: float, how long to wait for ps task 0 to start (0: no
+    bound; past it an `errors.TrainingError`).
     """
     address = task.cluster.task_address("ps", 0)
     deadline = time.time() + wait_secs
@@ -373,15 +360,8 @@ def refuse_other_job(held, settings):
     A chief restarted with other flags under running workers would train
     at other settings; the ps tasks of an earlier job, left running, would
     hand that job's settings to the new job's workers. It may change where
-    it stops (RESTART_MAY_CHANGE).
-
-    Args:
-      held: dict, the settings of `held_job`.
-      settings: dict, this chief's.
-
-    Raises:
-      ValueError: naming each setting that differs, both values, and what
-        to do.
+    it stops (RESTART_MAY_CHANGE). The ValueError names each setting that
+    differs, both values, and what to do.
     """
     names = [
         name

@@ -32,13 +32,8 @@ def start_server(task, config):
     """Starts the task's gRPC server and says where it listens.
 
     TensorFlow's server listens on all interfaces, whatever host the
-    cluster spec names, with no authentication.
-
-    Returns:
-      the `tf.distribute.Server`.
-
-    Raises:
-      ValueError: the task's port cannot be taken (e.g. it is in use).
+    cluster spec names, with no authentication. A port that cannot be taken
+    (in use, say) is a ValueError.
     """
     address = task.cluster.task_address(task.job_name, task.task_index)
     port = address.rpartition(":")[2]
@@ -159,13 +154,8 @@ def _wait_for_start(task, sess, tokens, timeout_secs):
     """Waits until every worker has started, or said it is done.
 
     A worker counts as started once its port answers or its done token
-    arrives: a short run may end between two looks at its port.
-
-    Returns:
-      set of the worker task indices whose done token arrived.
-
-    Raises:
-      errors.TrainingError: a worker was not heard from in timeout_secs.
+    arrives: a short run may end between two looks at its port. Returns the
+    worker task indices whose done token arrived.
     """
     done, started = set(), set()
     deadline = time.time() + timeout_secs
@@ -183,13 +173,8 @@ def _wait_for_done(task, sess, tokens, timeout_secs, done=()):
     """Takes each worker's done token; gives up once the chief is not there.
 
     Once the chief (worker task 0) is done, or its port stops answering,
-    the other workers have timeout_secs to say they are done.
-
-    Args:
-      done: the worker task indices whose token arrived before.
-
-    Raises:
-      errors.TrainingError: naming the workers not heard from.
+    the other workers have timeout_secs to say they are done (done: those
+    whose token arrived before).
     """
     done = set(done)
     chief_address = task.cluster.task_address("worker", 0)
@@ -207,13 +192,8 @@ def _wait_for_done(task, sess, tokens, timeout_secs, done=()):
 
 
 def _gave_up(task, done, timeout_secs):
-    """The ps's error once its chief is done or gone and others are silent.
-
-    Args:
-      task: the ps task's `ClusterTask`.
-      done: set of the worker task indices that said they were done.
-      timeout_secs: int, --operation_timeout_secs.
-    """
+    """The ps's error once its chief is done or gone and others are silent
+    (done: the worker task indices that said they were done)."""
     silent = ", ".join(
         "worker task %d (%s)" % (i, task.cluster.task_address("worker", i))
         for i in range(1, task.num_workers)
@@ -321,12 +301,9 @@ def ends_after(wait_secs, task, what):
     runtime resolves a group (the first collective of a run) without one,
     so a peer lost then would hold the worker forever.
 
-    Args:
-      wait_secs: float, the bound; 0 for none (the block may wait
-        forever, as --operation_timeout_secs=0 says).
-      task: the `cluster.ClusterTask`.
-      what: str, the wait, for the line, e.g. 'the agreement on the
-        settings'.
+    wait_secs 0 bounds nothing (the block may wait forever, as
+    --operation_timeout_secs=0 says); what: the wait, for the line, e.g.
+    'the agreement on the settings'.
     """
     if not wait_secs:
         yield
@@ -385,15 +362,8 @@ def unreachable_tasks(cluster):
 
 
 def answering_workers(cluster, known):
-    """The worker tasks whose port answers, besides those in known.
-
-    Args:
-      cluster: the `tf.train.ClusterSpec`.
-      known: set of worker task indices already heard from (not probed).
-
-    Returns:
-      set of the task indices whose port accepted a connection.
-    """
+    """The worker task indices whose port accepts a connection, but those
+    in known (heard from already, not probed)."""
     return {
         i
         for i, address in enumerate(cluster.job_tasks("worker"))
@@ -406,11 +376,6 @@ def not_started(cluster, started, timeout_secs):
 
     A ps serves until every worker is done: a worker that never starts
     would keep it waiting forever.
-
-    Args:
-      cluster: the `tf.train.ClusterSpec`.
-      started: set of the worker task indices heard from.
-      timeout_secs: int, --operation_timeout_secs.
     """
     return errors.TrainingError(
         "no connection from %s within --operation_timeout_secs=%d; start "
