@@ -164,16 +164,8 @@ GROUP_LEADER = "/job:worker/replica:0/task:0"
 
 
 def check_mode(variable_update, task):
-    """Refuses a variable update that the task's cluster cannot run.
-
-    Args:
-      variable_update: str, --variable_update.
-      task: the `cluster.ClusterTask`.
-
-    Raises:
-      ValueError: replicated in a cluster with ps tasks, or
-        parameter_server in a cluster of workers only.
-    """
+    """Refuses (ValueError) a --variable_update that the task's cluster
+    cannot run: replicated with ps tasks, parameter_server without."""
     kind = task.kind
     if variable_update not in kind.variable_updates:
         if kind.all_reduce_across_workers:
@@ -192,19 +184,11 @@ def check_mode(variable_update, task):
 
 
 def session_config(config, task):
-    """The config of a worker's server and sessions in a cluster of workers.
-
-    Args:
-      config: the `ConfigProto` of `placement.session_config` (its device
-        count gives the CPU towers their devices).
-      task: the worker's `cluster.ClusterTask`, in a cluster of workers
-        only.
-
-    Returns:
-      A copy of config: the group leader set, and the devices seen by the
-      session limited to the worker's own (its collectives reach the
-      others through the servers).
-    """
+    """The config of a worker's server and sessions in a cluster of workers
+    only: a copy of config (`placement.session_config`'s, whose device
+    count gives the CPU towers their devices) with the group leader set, and
+    the devices seen by the session limited to the worker's own (its
+    collectives reach the others through the servers)."""
     config = copy.deepcopy(config)
     config.experimental.collective_group_leader = GROUP_LEADER
     del config.device_filters[:]
