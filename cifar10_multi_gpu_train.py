@@ -460,7 +460,13 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
                 data_dir, towers.batch_size
             )
         loss, train_op, summary_op, hooks = _build(
-            graph, get_next, *towers, schedule.max_steps
+            graph,
+            get_next,
+            towers.batch_size,
+            task,
+            plan,
+            towers.model,
+            schedule.max_steps,
         )
         profiling = profile.profile_hooks(profile_steps, train_dir)
         closing = report.RunReportHook(loss)
