@@ -50,6 +50,7 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 
 import collections
 import functools
+from typing import NamedTuple
 
 import tensorflow as tf
 from absl import flags
@@ -341,8 +342,8 @@ def main(argv):
     if not FLAGS.clear_train_dir:
         train_dirs.refuse_other_data(train_dir, data, FLAGS.data_dir)
     _train(
-        (FLAGS.batch_size, task, plan, model),
-        (train_dir, FLAGS.data_dir, data),
+        _Towers(FLAGS.batch_size, task, plan, model),
+        training.TrainDir(train_dir, [FLAGS.data_dir], model.name, data),
         FLAGS.profile_steps,
         choices.schedule_from_flags(FLAGS),
         choices.start_from_flags(FLAGS),
@@ -407,57 +408,67 @@ def _check_plan(batch_size, task, plan, model):
         )
 
 
+class _Towers(NamedTuple):
+    """What `_build` builds the towers of."""
+
+    batch_size: int  # per tower
+    task: cluster.ClusterTask
+    plan: plans.TowerPlan
+    model: registry.Model
+
+
 def _train(towers, folders, profile_steps, schedule, start, settings):
     """Builds the towers' graph, trains it (`training.run_training`) and
     prints the closing report.
 
     Args:
-      towers: (batch_size, task, plan, model), as `_build` takes them.
-      folders: (train_dir, data_dir, data): strs; the `sample_sets.Data`
-        of data_dir, recorded in train_dir.
+      towers: the `_Towers`.
+      folders: the run's `training.TrainDir`, of one data folder.
       profile_steps: str, --profile_steps (`profile.profile_hooks`).
       schedule, start: the flags' `choices.Schedule` and `choices.Start`.
       settings: what a cluster's workers share (`choices.cluster_settings`).
     """
-    batch_size, task, plan, model = towers
-    train_dir, data_dir, data = folders
+    task, plan, train_dir = towers.task, towers.plan, folders.path
+    [data_dir] = folders.data_dirs
+    examples_per_step = towers.batch_size * len(plan.devices)
     with (
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         # One input pipeline on the CPU; each tower takes its own batches.
         with tf.device("/cpu:0"), tf.name_scope(summaries.INPUT):
-            get_next = cifar10_batches.distorted_batches(data_dir, batch_size)
+            get_next = cifar10_batches.distorted_batches(
+                data_dir, towers.batch_size
+            )
         loss, train_op, summary_op, hooks = _build(
-            graph, get_next, batch_size, task, plan, model, schedule.max_steps
+            graph,
+            get_next,
+            towers.batch_size,
+            task,
+            plan,
+            towers.model,
+            schedule.max_steps,
         )
         profiling = profile.profile_hooks(profile_steps, train_dir)
         closing = report.RunReportHook(loss)
         training.run_training(
-            train_op,
-            loss,
-            train_dir,
-            examples_per_step=batch_size * len(plan.devices),
-            log_frequency=schedule.log_frequency,
-            max_steps=schedule.max_steps,
-            save_checkpoint_steps=schedule.save_checkpoint_steps,
-            save_summaries_steps=schedule.save_summaries_steps,
-            summary_op=summary_op,
-            config=plan.config,
-            clear_train_dir=start.clear_train_dir,
-            data_dirs=[data_dir],
-            task=task,
-            hooks=[closing, *hooks, *profiling],
-            pretrained=start.pretrained,
-            model_name=model.name,
-            settings=settings,
-            data=data,
+            training.Step(
+                train_op,
+                loss,
+                examples_per_step,
+                summary_op,
+                [closing, *hooks, *profiling],
+            ),
+            schedule,
+            start,
+            folders,
+            training.Process(task, plan.config, settings),
         )
     report.print_closing_report(
         closing,
-        batch_size * len(plan.devices),
+        examples_per_step,
         train_dir if task.is_chief else None,
-        registry.next_commands(model, train_dir, data_dir),
+        registry.next_commands(towers.model, train_dir, data_dir),
         profile.closing_lines(profiling, train_dir),
     )
 

@@ -125,18 +125,15 @@ def main(argv):
             tf.compat.v1.get_default_graph(), compute_dtype
         )
         profiling = profile.profile_hooks(FLAGS.profile_steps, train_dir)
-        closing = _train(
-            loss,
-            train_op,
-            train_dir,
-            config,
-            model,
-            data,
-            profiling,
-            batch_size=FLAGS.batch_size,
-            data_dir=FLAGS.data_dir,
-            schedule=choices.schedule_from_flags(FLAGS),
-            start=choices.start_from_flags(FLAGS),
+        closing = report.RunReportHook(loss)
+        training.run_training(
+            training.Step(
+                train_op, loss, FLAGS.batch_size, hooks=[closing, *profiling]
+            ),
+            choices.schedule_from_flags(FLAGS),
+            choices.start_from_flags(FLAGS),
+            training.TrainDir(train_dir, [FLAGS.data_dir], model.name, data),
+            training.Process(config=config),
         )
     report.print_closing_report(
         closing,
@@ -145,60 +142,6 @@ def main(argv):
         registry.next_commands(model, train_dir, FLAGS.data_dir),
         profile.closing_lines(profiling, train_dir),
     )
-
-
-def _train(
-    loss,
-    train_op,
-    train_dir,
-    config,
-    model,
-    data,
-    profiling,
-    *,
-    batch_size,
-    data_dir,
-    schedule,
-    start,
-):
-    """Trains in train_dir (`training.run_training`).
-
-    Args:
-      loss, train_op: as `build_graph` returns them.
-      train_dir: str.
-      config: the session's `ConfigProto`.
-      model: the `registry.Model`, recorded in train_dir.
-      data: the `sample_sets.Data` of data_dir, recorded in train_dir.
-      profiling: the hooks of --profile_steps (`profile.profile_hooks`).
-      batch_size: int, the examples of a step.
-      data_dir: str, --data_dir.
-      schedule, start: the flags' `choices.Schedule` and `choices.Start`.
-
-    Returns:
-      the `report.RunReportHook` of the run, for its closing report.
-    """
-    closing = report.RunReportHook(loss)
-    training.run_training(
-        train_op,
-        loss,
-        train_dir,
-        examples_per_step=batch_size,
-        log_frequency=schedule.log_frequency,
-        max_steps=schedule.max_steps,
-        save_checkpoint_steps=schedule.save_checkpoint_steps,
-        save_summaries_steps=schedule.save_summaries_steps,
-        config=config,
-        clear_train_dir=start.clear_train_dir,
-        pretrained=start.pretrained,
-        data_dirs=[data_dir],
-        hooks=[
-            closing,
-            *profiling,
-        ],
-        model_name=model.name,
-        data=data,
-    )
-    return closing
 
 
 def run():

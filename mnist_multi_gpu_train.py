@@ -238,14 +238,10 @@ def main(argv):
             update,
         ),
         devices,
-        config,
-        task,
-        train_dir=FLAGS.train_dir,
-        tb_logging=FLAGS.tb_logging,
-        profile_steps=FLAGS.profile_steps,
-        schedule=choices.schedule_from_flags(FLAGS),
-        start=choices.start_from_flags(FLAGS),
-        settings=choices.cluster_settings(FLAGS),
+        training.Process(task, config, choices.cluster_settings(FLAGS)),
+        _Output(FLAGS.train_dir, FLAGS.profile_steps, FLAGS.tb_logging),
+        choices.schedule_from_flags(FLAGS),
+        choices.start_from_flags(FLAGS),
     )
 
 
@@ -257,29 +253,25 @@ _Recipe = collections.namedtuple(
 )
 
 
-def _train_and_score(
-    recipe,
-    devices,
-    config,
-    task,
-    *,
-    train_dir,
-    tb_logging,
-    profile_steps,
-    schedule,
-    start,
-    settings,
-):
+# What the run writes, and its closing report names: --train_dir,
+# --profile_steps (`profile.profile_hooks`) and --tb_logging.
+_Output = collections.namedtuple(
+    "_Output", "train_dir profile_steps tb_logging"
+)
+
+
+def _train_and_score(recipe, devices, process, output, schedule, start):
     """Trains in train_dir until the input ends; the chief then scores.
 
     Args:
       recipe: the `_Recipe`.
-      devices, config, task, schedule, start, settings: as `_train` takes
-        them.
-      train_dir: str.
-      tb_logging: bool, --tb_logging, for the closing report's commands.
-      profile_steps: str, --profile_steps (`profile.profile_hooks`).
+      devices: strs, one tower's device each.
+      process: the `training.Process`: the task, the session's
+        `ConfigProto`, what the workers of a cluster must share.
+      output: the `_Output`.
+      schedule, start: the flags' `choices.Schedule` and `choices.Start`.
     """
+    task, train_dir = process.task, output.train_dir
     train_file = mnist_input.data_file(recipe.data_dir, "train")
     if task.is_chief:
         # Scored at the end: checked before hours of training.
@@ -287,15 +279,24 @@ def _train_and_score(
     data = mnist_data.training_data(recipe.data_dir)
     if not start.clear_train_dir:
         train_dirs.refuse_other_data(train_dir, data, recipe.data_dir)
-    profiling = profile.profile_hooks(profile_steps, train_dir)
-    closing, steps = _train(
-        train_file,
-        (recipe, devices, config, task),
-        train_dir,
-        data,
-        profiling,
-        (schedule, start, settings),
-    )
+    profiling = profile.profile_hooks(output.profile_steps, train_dir)
+    with (
+        tf.Graph().as_default(),
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        step, closing = _step(recipe, devices, task, profiling)
+        # A corrupt record stops the run with an error naming the file.
+        with mnist_input.reading(train_file):
+            log_frequency = _log_frequency(
+                train_file, recipe, schedule.log_frequency, len(devices)
+            )
+            steps = training.run_training(
+                step,
+                schedule._replace(log_frequency=log_frequency),
+                start,
+                training.TrainDir(train_dir, [recipe.data_dir], None, data),
+                process,
+            )
     if steps == 0 and not task.kind.serves:
         _no_step(train_file, recipe.batch_size, len(devices))
     print("Done training for %d epochs, %d steps." % (recipe.num_epochs, steps))
@@ -303,9 +304,9 @@ def _train_and_score(
         report_accuracy(train_dir, recipe.data_dir, recipe.batch_size)
     report.print_closing_report(
         closing,
-        recipe.batch_size * len(devices),
+        step.examples_per_step,
         train_dir if task.is_chief else None,
-        next_commands(train_dir, recipe.data_dir, tb_logging),
+        next_commands(train_dir, recipe.data_dir, output.tb_logging),
         profile.closing_lines(profiling, train_dir),
     )
 
@@ -319,63 +320,27 @@ def _log_frequency(train_file, recipe, log_frequency, num_towers):
     return loop_hooks.every_tenth(log_frequency, batches // num_towers)
 
 
-def _train(train_file, towers, train_dir, data, profiling, run):
-    """Builds the towers' graph and trains it in train_dir.
-
-    Args:
-      train_file: str, the training records (`mnist_input.data_file`).
-      towers: (recipe, devices, config, task): the `_Recipe`; strs, one
-        tower's device each; the session's `ConfigProto`; the
-        `cluster.ClusterTask`.
-      train_dir: str.
-      data: the `sample_sets.Data` of --data_dir, recorded in train_dir.
-      profiling: the hooks of --profile_steps (`profile.profile_hooks`).
-      run: (schedule, start, settings): the flags' `choices.Schedule` and
-        `choices.Start`; what the workers of a cluster must share
-        (`choices.cluster_settings`).
-
-    Returns:
-      (report.RunReportHook, int): the run's closing report hook, and the
-      steps this process ran (`training.run_training`).
-    """
-    recipe, devices, config, task = towers
-    schedule, start, settings = run
-    with (
-        tf.Graph().as_default(),
-        tf.compat.v1.device(cluster.device_setter(task)),
-    ):
-        loss, train_op, summary_op, hooks = build_graph(
-            data_dir=recipe.data_dir,
-            batch_size=recipe.batch_size,
-            num_epochs=recipe.num_epochs,
-            learning_rate=recipe.learning_rate,
-            task=task,
-            update=plans.update_of_choice(devices, task, recipe.update),
-        )
-        closing = report.RunReportHook(loss)
-        # A corrupt record stops the run with an error naming the file.
-        with mnist_input.reading(train_file):
-            steps = training.run_training(
-                train_op,
-                loss,
-                train_dir,
-                examples_per_step=recipe.batch_size * len(devices),
-                log_frequency=_log_frequency(
-                    train_file, recipe, schedule.log_frequency, len(devices)
-                ),
-                save_checkpoint_steps=schedule.save_checkpoint_steps,
-                save_summaries_steps=schedule.save_summaries_steps,
-                summary_op=summary_op,
-                config=config,
-                clear_train_dir=start.clear_train_dir,
-                data_dirs=[recipe.data_dir],
-                task=task,
-                hooks=[closing, *hooks, *profiling],
-                pretrained=start.pretrained,
-                settings=settings,
-                data=data,
-            )
-    return closing, steps
+def _step(recipe, devices, task, profiling):
+    """The towers' graph: its `training.Step`, led by the run's
+    `report.RunReportHook` and ending with the profiling hooks, and that
+    report hook."""
+    loss, train_op, summary_op, hooks = build_graph(
+        data_dir=recipe.data_dir,
+        batch_size=recipe.batch_size,
+        num_epochs=recipe.num_epochs,
+        learning_rate=recipe.learning_rate,
+        task=task,
+        update=plans.update_of_choice(devices, task, recipe.update),
+    )
+    closing = report.RunReportHook(loss)
+    step = training.Step(
+        train_op,
+        loss,
+        recipe.batch_size * len(devices),
+        summary_op,
+        [closing, *hooks, *profiling],
+    )
+    return step, closing
 
 
 def next_commands(train_dir, data_dir, tb_logging):

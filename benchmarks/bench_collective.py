@@ -50,9 +50,8 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from benchmarks import common
 from cifar10_models import registry
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, sessions
 from multigpu.graph import collectives, placement, variable_update
-from multigpu.run import sessions
 from verification import processes
 
 NAME = "collective"
@@ -160,7 +159,7 @@ def _initialise(sess, task):
     """As the trainers' sessions: every worker of a cluster of workers only
     initialises and takes the chief's values; in the ps cluster the chief
     initialises and the other waits for it."""
-    if task.kind.worker_session == "own" or task.is_chief:
+    if task.kind.all_reduce_across_workers or task.is_chief:
         sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(sessions.local_init_op())
         return

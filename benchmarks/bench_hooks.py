@@ -24,6 +24,7 @@ import shutil
 import tempfile
 
 from benchmarks import common
+from multigpu.flags import choices
 from multigpu.graph import placement
 from multigpu.run import training
 
@@ -96,13 +97,11 @@ def run_training_variant(steps, batch_size):
         whole.start()
         with model.graph.as_default(), contextlib.redirect_stdout(clock):
             training.run_training(
-                model.train_op,
-                model.loss,
-                train_dir,
-                examples_per_step=batch_size,
-                log_frequency=LOG_FREQUENCY,
-                max_steps=steps,
-                config=placement.session_config(),
+                training.Step(model.train_op, model.loss, batch_size),
+                choices.Schedule(LOG_FREQUENCY, steps, 1000, 0),
+                choices.Start(False, ("", False)),
+                training.TrainDir(train_dir),
+                training.Process(config=placement.session_config()),
             )
         result = dict(clock.result, **whole_run(whole.stop(steps * batch_size)))
         shutil.rmtree(train_dir)

@@ -7,7 +7,7 @@ else its ops.
 
 import pytest
 
-from multigpu.distributed import agreement, ps_agreement
+from multigpu.distributed import agreement
 
 VARIABLES = agreement.VARIABLES
 OPS = agreement.OPS
@@ -102,7 +102,7 @@ def test_the_default_learning_rate_is_named_as_the_models_own_recipe():
 
 def test_a_chief_refused_by_the_ps_names_the_default_rate_as_its_own_recipe():
     with pytest.raises(ValueError) as refused:
-        ps_agreement.refuse_other_job(
+        agreement.refuse_other_job(
             {"learning_rate": 0.05, "max_steps": 20},
             {"learning_rate": 0.0, "max_steps": 30},
         )

@@ -7,8 +7,8 @@ import tf_keras
 from helpers.towers import cifar10_step_graph
 
 from cifar10_models import registry
+from multigpu.distributed import sessions
 from multigpu.graph import any_model, placement, summaries, towers
-from multigpu.run import sessions
 from multigpu.train_dir import checkpoints
 
 # The L2 factor of the test models' kernels, large enough to show in a loss.

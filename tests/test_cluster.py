@@ -29,9 +29,8 @@ from helpers.cluster import (
 )
 from helpers.towers import cifar10_step, cifar10_step_graph
 
-from multigpu.distributed import cluster, watchdog
+from multigpu.distributed import cluster, ps, sessions
 from multigpu.graph import placement
-from multigpu.run import sessions
 from multigpu.train_dir import checkpoints
 
 # The async run: enough examples to learn the sample set despite stale
@@ -223,7 +222,7 @@ def test_a_server_says_it_listens_on_all_interfaces_unauthenticated(capsys):
     task = cluster.cluster_task(
         "127.0.0.1:%d" % ps_port, "127.0.0.1:%d" % worker_port, "worker", 0
     )
-    cluster.start_server(task, None)
+    ps.start_server(task, None)
     assert capsys.readouterr().out == (
         "worker task 0: gRPC server listening on all interfaces, port %d, "
         "with no authentication: whoever reaches the port can run any graph "
@@ -231,7 +230,7 @@ def test_a_server_says_it_listens_on_all_interfaces_unauthenticated(capsys):
         % worker_port
     )
     # It answers on another address than the spec's 127.0.0.1 too.
-    assert watchdog.answers("127.0.0.2:%d" % worker_port)
+    assert ps.answers("127.0.0.2:%d" % worker_port)
 
 
 def test_a_port_in_use_is_one_line_naming_it():
@@ -243,7 +242,7 @@ def test_a_port_in_use_is_one_line_naming_it():
             "127.0.0.1:%d" % port, "127.0.0.1:%d" % free_ports(1)[0], "ps", 0
         )
         with pytest.raises(ValueError) as error:
-            cluster.start_server(task, None)
+            ps.start_server(task, None)
     assert str(error.value).startswith(
         "--ps_hosts: ps task 0 cannot listen on port %d of 127.0.0.1:%d ("
         % (port, port)
@@ -292,8 +291,8 @@ def _start_servers(ps_hosts, worker_hosts):
     ]
     spec = cluster.cluster_task(ps_hosts, worker_hosts, "ps", 0).cluster
     deadline = time.time() + TASK_DEADLINE_SECS
-    while watchdog.unreachable_tasks(spec).startswith("unreachable"):
-        assert time.time() < deadline, watchdog.unreachable_tasks(spec)
+    while ps.unreachable_tasks(spec).startswith("unreachable"):
+        assert time.time() < deadline, ps.unreachable_tasks(spec)
         assert all(s.poll() is None for s in servers), "a server ended"
         time.sleep(0.5)
     return servers

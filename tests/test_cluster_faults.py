@@ -18,7 +18,7 @@ from helpers.cluster import (
 )
 
 from multigpu import errors
-from multigpu.distributed import cluster, ps, watchdog
+from multigpu.distributed import cluster, ps
 from multigpu.graph import placement
 
 # A ps in the fault tests waits for its workers to start as long as a test
@@ -99,7 +99,7 @@ def test_a_ps_ends_once_its_chief_is_done_naming_the_killed_worker(
     cluster.start("worker", 1)
     # The ps gives its workers 10 s to start: they are up before it.
     deadline = time.time() + TASK_DEADLINE_SECS
-    while not all(map(watchdog.answers, cluster.worker_addresses)):
+    while not all(map(ps.answers, cluster.worker_addresses)):
         assert time.time() < deadline
         time.sleep(0.5)
     cluster.start("ps", 0, "--operation_timeout_secs=10")
@@ -110,7 +110,7 @@ def test_a_ps_ends_once_its_chief_is_done_naming_the_killed_worker(
     assert code == 0, cluster.log("worker0")[-3000:]
     code, seconds = cluster.wait("ps0")
     assert code == 1
-    assert seconds < 10 + 3 * watchdog.WATCHDOG_INTERVAL_SECS
+    assert seconds < 10 + 3 * ps.WATCHDOG_INTERVAL_SECS
     assert cluster.log("ps0").strip().split("\n")[-1] == (
         "cifar10_multi_gpu_train.py: error: ps task 0: the chief (worker "
         "task 0) is done, and worker task 1 (%s) did not say it was done "
@@ -130,13 +130,13 @@ def test_a_ps_that_looks_only_after_its_workers_finished_ends_normally(
     config = cluster.task_config(placement.session_config(), ps_task)
     # The ps's server serves the workers; the ps looks at them only once
     # both have finished, their ports closed.
-    server = cluster.start_server(ps_task, config)
+    server = ps.start_server(ps_task, config)
     for index in range(2):
         tasks.start("worker", index)
     for index in range(2):
         code, _ = tasks.wait("worker%d" % index)
         assert code == 0, tasks.log("worker%d" % index)[-3000:]
-    assert not any(map(watchdog.answers, tasks.worker_addresses))
+    assert not any(map(ps.answers, tasks.worker_addresses))
     capsys.readouterr()
     start = time.time()
     ps.serve_until_done(ps_task, server, config, timeout_secs=5)

@@ -18,7 +18,7 @@ from conftest import checkpoint_steps, free_port, start_script
 
 from multigpu.distributed import cluster
 from multigpu.graph import collectives, placement
-from multigpu.run import interrupts, preemption
+from multigpu.run import interrupts
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 WORKERS = 2
@@ -240,7 +240,7 @@ def _hook_graph(index, signum):
     interrupt = interrupts.InterruptHook(stops_itself=False)
     # As the handler records a signal, without installing one here.
     interrupt.signum = signum
-    hook = preemption.PreemptionHook(interrupt)
+    hook = interrupts.PreemptionHook(interrupt)
     with tf.Graph().as_default() as graph:
         # The stop collective alone, which a step of the cluster holds.
         collectives.stop_signals(task)

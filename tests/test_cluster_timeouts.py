@@ -9,9 +9,8 @@ import tensorflow as tf
 from conftest import error_line, free_port
 from helpers.scripts import run_code
 
-from multigpu.distributed import agreement, cluster, watchdog
+from multigpu.distributed import agreement, cluster, ps, sessions
 from multigpu.graph import placement
-from multigpu.run import sessions
 
 
 def test_outside_a_cluster_no_operation_timeout_applies():
@@ -52,10 +51,10 @@ def test_an_operation_timeout_given_outside_a_cluster_is_refused(tmp_path):
 # A worker whose wait outlasts its bound of 1 s; argv: two free ports.
 _OUTLASTING_WAIT = """
 import sys, time
-from multigpu.distributed import cluster, watchdog
+from multigpu.distributed import cluster, ps
 hosts = ",".join("127.0.0.1:" + port for port in sys.argv[1:3])
 task = cluster.cluster_task("", hosts, "worker", 1)
-with watchdog.ends_after(1, task, "a wait"):
+with ps.ends_after(1, task, "a wait"):
     time.sleep(300)
 """
 # Seconds the process may take to load TensorFlow, wait and end: half the
@@ -86,10 +85,10 @@ def test_an_operation_timeout_of_0_is_no_bound_not_7200_s():
 # A wait of 2 s under a bound of 0 (--operation_timeout_secs=0).
 _UNBOUNDED_WAIT = """
 import sys, time
-from multigpu.distributed import cluster, watchdog
+from multigpu.distributed import cluster, ps
 hosts = ",".join("127.0.0.1:" + port for port in sys.argv[1:3])
 task = cluster.cluster_task("", hosts, "worker", 1)
-with watchdog.ends_after(0, task, "a wait"):
+with ps.ends_after(0, task, "a wait"):
     time.sleep(2)
 print("the wait ended")
 """
@@ -135,4 +134,4 @@ def test_the_agreement_under_a_bound_of_0_waits_for_a_late_peer():
         agreement.wait_for_peers(task, 0)
         late.join()
         # It returned once the peer answered, not at its first look.
-        assert watchdog.answers(hosts.split(",")[0])
+        assert ps.answers(hosts.split(",")[0])

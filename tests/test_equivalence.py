@@ -15,13 +15,13 @@ import tensorflow as tf
 from conftest import REPO, SCRIPT_ENV
 
 import cifar10_multi_gpu_train
+from multigpu.distributed import sessions
 from multigpu.graph import (
     any_model,
     gradient_reduction,
     placement,
     step_optimizer,
 )
-from multigpu.run import sessions
 from verification import (
     equivalence,
     equivalence_cells,

@@ -2,7 +2,7 @@
 
 One process reads its newest checkpoint and does not start; in a cluster
 the chief writes nothing and every worker stops before step 1, as its
-session starts at --max_steps (`kinds.Kind.finished_check`). Before, the
+session starts at --max_steps (`kinds.Kind.finished_hooks`). Before, the
 workers of a finished cluster job trained one more step each, saved it and
 wrote a second event file.
 

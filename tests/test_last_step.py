@@ -1,6 +1,6 @@
 """A lost cluster of workers only: the chief saves the last step it completed.
 
-`last_step.save_reached` on a gRPC server of this process (127.0.0.1): the
+`sessions.save_reached` on a gRPC server of this process (127.0.0.1): the
 chief's variables after a step that no checkpoint holds yet are saved at
 that step, not left to an older checkpoint.
 """
@@ -9,8 +9,8 @@ import numpy as np
 import tensorflow as tf
 from conftest import checkpoint_steps, free_port
 
+from multigpu.distributed import sessions
 from multigpu.graph import placement
-from multigpu.run import last_step
 
 # The periodic checkpoint's step, then the step the chief completed.
 SAVED_STEP, REACHED_STEP = 3, 5
@@ -33,8 +33,8 @@ def test_the_chief_of_a_lost_cluster_saves_its_last_step_not_an_older_one(
             saver.save(sess, str(tmp_path / "model.ckpt"), SAVED_STEP)
             global_step.load(REACHED_STEP, sess)
             weights.load([7.0, 8.0], sess)
-        saved = last_step.save_reached(server, config, saver, str(tmp_path))
-        again = last_step.save_reached(server, config, saver, str(tmp_path))
+        saved = sessions.save_reached(server, config, saver, str(tmp_path))
+        again = sessions.save_reached(server, config, saver, str(tmp_path))
 
     assert saved == str(tmp_path / ("model.ckpt-%d" % REACHED_STEP))
     reader = tf.train.load_checkpoint(saved)

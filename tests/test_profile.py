@@ -8,7 +8,7 @@ from conftest import error_line, run_script, trainer_flags
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from data_sets import mnist_data
-from multigpu.run import op_table, profile
+from multigpu.run import profile
 from multigpu.train_dir import train_dirs
 
 
@@ -36,7 +36,7 @@ def profiled(profile_folder):
                     ]
                 elif ":" in name:  # An executor's op: 'NAME:TYPE'.
                     op_name, op_type = name.rsplit(":", 1)
-                    scopes[op_table.op_type_of(op_type)].add(
+                    scopes[profile.op_type_of(op_type)].add(
                         "/".join(op_name.split("/")[:2])
                     )
     return steps, scopes
@@ -173,14 +173,14 @@ def test_the_op_table_counts_an_ops_own_time_per_device(tmp_path):
     path.write_bytes(space.SerializeToString())
     devices = {"outer": "/device:CPU:0", "inner": "/device:CPU:1"}
 
-    rows = op_table.op_rows(str(path), devices)
+    rows = profile.op_rows(str(path), devices)
 
     assert [tuple(row) for row in rows] == [
         ("/device:CPU:0", "PartitionedCall", 1, 6.0, 6 / 13),
         ("/device:CPU:1", "MatMul", 1, 4.0, 4 / 13),
-        (op_table.OUTSIDE, "MatMul", 1, 3.0, 3 / 13),
+        (profile.OUTSIDE, "MatMul", 1, 3.0, 3 / 13),
     ]
-    assert op_table.top_lines(rows, 1) == [
+    assert profile.top_lines(rows, 1) == [
         "  PartitionedCall on /device:CPU:0: 1 run(s), 6us, 46.15%"
     ]
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import REPO, SCRIPT_ENV, checkpoint_steps
 from helpers.cluster import wait_for_step
 
-from multigpu.distributed import cluster, ps_agreement
+from multigpu.distributed import agreement, cluster, ps
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 MAX_STEPS = 20
@@ -29,11 +29,11 @@ COLLECTED_CHIEF_HOOK = """
 from multigpu import quiet_cpp_logs
 import gc
 import tensorflow as tf
-from multigpu.distributed import cluster, ps_agreement
+from multigpu.distributed import agreement, cluster, ps
 task = cluster.cluster_task("127.0.0.1:1", "127.0.0.1:2", "worker", 0)
 with tf.Graph().as_default():
-    done_ops = cluster.done_signals(task)
-    ps_agreement.PsAgreementHook(task, {}, 60, done_ops).begin()
+    done_ops = ps.done_signals(task)
+    agreement.PsAgreementHook(task, {}, 60, done_ops).begin()
 gc.collect()
 """
 
@@ -59,7 +59,7 @@ def test_a_ps_cluster_worker_with_another_learning_rate_ends_naming_it(
         SCRIPT + ": error: --learning_rate differs between the workers: "
         "worker task 0 has 0.1, worker task 1 has 0.05; start every worker "
         "with the same --learning_rate (docs/cluster.md)"
-        + ps_agreement.STALE_PS_NOTE
+        + agreement.STALE_PS_NOTE
     )
     assert not re.search(r"step \d+,", log), log[-3000:]
     for name in ("worker0", "ps0"):
@@ -73,8 +73,8 @@ def test_a_ps_cluster_workers_graph_holds_one_done_signal_per_ps_task():
         "127.0.0.1:1,127.0.0.1:2", "127.0.0.1:3,127.0.0.1:4", "worker", 1
     )
     with tf.Graph().as_default() as graph:
-        done_ops = cluster.done_signals(task)
-        ps_agreement.PsAgreementHook(task, {}, 60, done_ops).begin()
+        done_ops = ps.done_signals(task)
+        agreement.PsAgreementHook(task, {}, 60, done_ops).begin()
     enqueues = [
         op.device
         for op in graph.get_operations()

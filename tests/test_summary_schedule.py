@@ -5,6 +5,7 @@ import tensorflow as tf
 from conftest import read_events
 from tensorflow.python.training import training_util
 
+from multigpu.flags import choices
 from multigpu.graph import summaries
 from multigpu.run import training
 
@@ -30,13 +31,10 @@ def _train_tiny_model(train_dir, max_steps, save_summaries_steps=0):
         summaries.scalar_summary("loss", loss)
         summaries.histogram_summary("weight", weight)
         training.run_training(
-            train_op,
-            loss,
-            str(train_dir),
-            examples_per_step=1,
-            log_frequency=1000,
-            max_steps=max_steps,
-            save_summaries_steps=save_summaries_steps,
+            training.Step(train_op, loss, 1),
+            choices.Schedule(1000, max_steps, 1000, save_summaries_steps),
+            choices.Start(False, ("", False)),
+            training.TrainDir(str(train_dir)),
         )
     events = read_events(train_dir)
     return (

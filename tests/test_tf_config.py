@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, SCRIPT_ENV, checkpoint_steps
 from helpers.cluster import free_ports
 
-from multigpu.distributed import cluster, kinds, tf_config
+from multigpu.distributed import cluster, kinds, ps, tf_config
 from multigpu.flags import choices
 
 # Seconds a test waits for a task to end before it fails.
@@ -227,7 +227,7 @@ def test_a_port_in_use_from_tf_config_is_blamed_on_tf_config():
             _Flags(), {"TF_CONFIG": json.dumps(config)}
         )
         with pytest.raises(ValueError) as error:
-            cluster.start_server(task, None)
+            ps.start_server(task, None)
     assert str(error.value) == (
         "TF_CONFIG's cluster: worker task 0 cannot listen on port %d of "
         "127.0.0.1:%d (Could not start gRPC server); stop what uses that "

@@ -14,7 +14,7 @@ from helpers.model_sizes import CIFAR10_PARAMETERS, cifar10_batch_bytes
 # The trainers' graph builders (their flags are defined once per process).
 import cifar10_multi_gpu_train
 import mnist_model
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, sessions
 from multigpu.graph import (
     all_reduce,
     dry_run,
@@ -22,7 +22,6 @@ from multigpu.graph import (
     towers,
     variable_update,
 )
-from multigpu.run import sessions
 from multigpu.train_dir import checkpoints
 
 PER_TOWER_BATCH = 4

@@ -200,7 +200,7 @@ def chief_lost_at_start(tasks, outcome):
             )
         }
     # The ps names the chief as gone, or as never connected if none of its
-    # looks at the ports (`watchdog.WATCHDOG_INTERVAL_SECS` apart) came
+    # looks at the ports (`ps.WATCHDOG_INTERVAL_SECS` apart) came
     # in the seconds its server listened before it ended.
     never = (
         "%s: error: no connection from %s within --operation_timeout_secs="

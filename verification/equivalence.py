@@ -67,8 +67,8 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
+from multigpu.distributed import sessions
 from multigpu.graph import placement, towers, variable_update
-from multigpu.run import sessions
 from verification import (
     equivalence_cells,
     equivalence_reference,

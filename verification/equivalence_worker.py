@@ -32,9 +32,8 @@ import tensorflow as tf
 
 import cifar10_multi_gpu_train
 from multigpu import errors
-from multigpu.distributed import agreement, cluster
+from multigpu.distributed import agreement, cluster, sessions
 from multigpu.graph import placement, variable_update
-from multigpu.run import sessions
 from verification import (
     equivalence,
     equivalence_cells,

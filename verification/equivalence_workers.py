@@ -2,7 +2,7 @@
 
 A cell across workers trains WORKERS worker tasks of a cluster of workers
 only (--variable_update=replicated, the gradients all-reduced across them
-by collective ops: multigpu/distributed/collective_cluster.py), each a
+by collective ops: multigpu/distributed/kinds.py), each a
 process of verification/equivalence_worker.py on free ports of 127.0.0.1,
 each on its share of the towers' batches. The runner compares the result
 with one device that trains the global batch, under the same tolerance as

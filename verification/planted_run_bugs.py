@@ -79,7 +79,7 @@ BUGS = [
     ),
     Bug(
         "older_checkpoint_returned",
-        "multigpu/run/last_step.py",
+        "multigpu/distributed/sessions.py",
         "if newest and checkpoints.global_step(newest) == step:",
         "if newest:",
         "a lost cluster's chief returns its newest checkpoint, an older step",

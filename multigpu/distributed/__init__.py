@@ -1,1 +1,1 @@
-"""Beyond one machine: cluster tasks and servers, TF_CONFIG, the watchdog."""
+"""Beyond one machine: cluster tasks and servers, TF_CONFIG, the servers."""

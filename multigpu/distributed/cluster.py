@@ -3,7 +3,7 @@
 Every task runs the same script; worker 0 is the chief. In the ps cluster
 (--variable_update=parameter_server) `ps` tasks hold the variables and
 `worker` tasks build the towers and train; in a cluster of workers only
-(--variable_update=replicated, `collective_cluster`) every worker holds
+(--variable_update=replicated, `kinds.WORKERS_ONLY`) every worker holds
 its own copies and the gradients are all-reduced between the workers.
 """
 
@@ -14,7 +14,7 @@ import sys
 
 import tensorflow as tf
 
-from multigpu.distributed import kinds, tf_config, watchdog
+from multigpu.distributed import kinds, ps, tf_config
 
 
 class ClusterTask(
@@ -75,20 +75,24 @@ def cluster_task(
     task_index,
     sync_replicas=False,
     replicas_to_aggregate=0,
-    hosts_from=None,
 ):
+    """`task_of` the cluster flags' values."""
+    hosts = tf_config.ClusterFlags(ps_hosts, worker_hosts, job_name, task_index)
+    return task_of(hosts, sync_replicas, replicas_to_aggregate)
+
+
+def task_of(hosts, sync_replicas=False, replicas_to_aggregate=0, from_env=None):
     """Validates the cluster flags.
 
     Args:
-      ps_hosts, worker_hosts: str, comma-separated HOST:PORT lists; both
-        empty means no cluster, ps_hosts alone empty a cluster of workers
-        only.
-      job_name: 'ps' or 'worker'.
-      task_index: int, this task's index in its job.
+      hosts: a `tf_config.ClusterFlags`: ps_hosts and worker_hosts, str,
+        comma-separated HOST:PORT lists (both empty means no cluster,
+        ps_hosts alone empty a cluster of workers only); job_name, 'ps' or
+        'worker'; task_index, int, this task's index in its job.
       sync_replicas: bool, aggregate the workers' gradients every step.
       replicas_to_aggregate: int, gradients per step in sync mode; 0 for
         one from every worker.
-      hosts_from: str, where the hosts came from, for the errors: None for
+      from_env: str, where the hosts came from, for the errors: None for
         the flags, `tf_config.TF_CONFIG` for that variable.
 
     Returns:
@@ -97,6 +101,8 @@ def cluster_task(
     Raises:
       ValueError: a bad job name, host list or task index.
     """
+    ps_hosts, worker_hosts = hosts.ps_hosts, hosts.worker_hosts
+    job_name, task_index = hosts.job_name, hosts.task_index
     if not ps_hosts and not worker_hosts:
         if job_name:
             # Else a task started without its hosts trains alone, unnoticed.
@@ -111,7 +117,7 @@ def cluster_task(
     cluster = tf.train.ClusterSpec(jobs)
     _check_job_name(job_name, bool(ps_hosts))
     addresses = [a for job in sorted(jobs) for a in jobs[job]]
-    _check_addresses_apart(addresses, _lists_of(jobs, hosts_from))
+    _check_addresses_apart(addresses, _lists_of(jobs, from_env))
     _check_task_index(cluster, job_name, task_index)
     _warn_of_public_addresses(addresses)
     num_workers = cluster.num_tasks("worker")
@@ -266,7 +272,7 @@ class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
             for i in range(task.num_workers)
             if i != task.task_index
         ]
-        self._watcher = watchdog.Watcher()
+        self._watcher = ps.Watcher()
 
     def after_create_session(self, session, coord):
         self._watcher.start(
@@ -281,7 +287,7 @@ class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
         answered once (seen) and no longer does is lost. True once the
         session ended or failed: no step waits."""
         for address in set(self._addresses) - lost:
-            if watchdog.answers(address):
+            if ps.answers(address):
                 seen.add(address)
             elif address in seen:
                 lost.add(address)
@@ -317,81 +323,10 @@ def task_config(config, task):
     return task.kind.session_config(config, task)
 
 
-def start_server(task, config):
-    """Starts the task's gRPC server and says where it listens.
-
-    TensorFlow's server listens on all interfaces, whatever host the
-    cluster spec names, with no authentication.
-
-    Returns:
-      the `tf.distribute.Server`, None outside a cluster.
-
-    Raises:
-      ValueError: the task's port cannot be taken (e.g. it is in use).
-    """
-    if not task.kind.serves:
-        return None
-    address = task.cluster.task_address(task.job_name, task.task_index)
-    port = address.rpartition(":")[2]
-    try:
-        server = tf.distribute.Server(
-            task.cluster, task.job_name, task.task_index, config=config
-        )
-    except tf.errors.OpError as e:
-        where = "--%s_hosts" % task.job_name
-        if task.hosts_from == tf_config.TF_CONFIG:
-            where = "TF_CONFIG's cluster"
-        raise ValueError(
-            "%s: %s task %d cannot listen on port %s of %s (%s); "
-            "stop what uses that port or choose another"
-            % (
-                where,
-                task.job_name,
-                task.task_index,
-                port,
-                address,
-                e.message.strip().split("\n")[0],
-            )
-        ) from None
-    print(
-        "%s task %d: gRPC server listening on all interfaces, port %s, with "
-        "no authentication: whoever reaches the port can run any graph as "
-        "this user; keep it behind a firewall or on a private network"
-        % (task.job_name, task.task_index, port),
-        flush=True,
-    )
-    return server
-
-
-def done_signals(task):
-    """One queue per ps task into which each worker puts a token at its end.
-
-    Returns the enqueue ops of this worker (an empty list outside a cluster);
-    for a ps, the queues (`tf.queue.FIFOQueue`), whose tokens are int32,
-    the worker's task index.
-    """
-    if not task.kind.ps_tasks:
-        return []
-    ops = []
-    for i in range(task.cluster.num_tasks("ps")):
-        with tf.device("/job:ps/task:%d" % i):
-            queue = tf.queue.FIFOQueue(
-                task.num_workers,
-                tf.int32,
-                shapes=[[]],
-                shared_name="done_queue%d" % i,
-            )
-            if task.job_name == "worker":
-                ops.append(queue.enqueue(task.task_index))
-            else:
-                ops.append(queue)
-    return ops
-
-
 def report_done(server, done_ops, task, runs, config, max_steps):
     """Runs done_ops, then says what the worker ran, unless it ran no step
     of a job already at max_steps (int or None): its
-    `loop_hooks.FinishedHook` said so, and that line stays its last."""
+    `sessions.FinishedHook` said so, and that line stays its last."""
     with tf.compat.v1.Session(server.target, config=config) as sess:
         global_step = sess.run(tf.compat.v1.train.get_global_step())
         sess.run(done_ops)

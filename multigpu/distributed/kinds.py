@@ -11,15 +11,38 @@ do, never which kind it is in, so a new behaviour is a new column that
 every kind answers.
 
 Columns that are code take the `cluster.ClusterTask` of the process.
+
+In a cluster of workers only (--worker_hosts and no --ps_hosts, or a
+TF_CONFIG of a chief and workers, no ps) every tower of every worker holds a
+copy of the variables, the gradients of all of them are all-reduced every
+step (`collectives.all_reduce_mean`) and every copy takes the same update.
+The chief (worker 0) restores the newest checkpoint or initialises; every
+other worker initialises its own variables, then takes the chief's values
+(`collectives.chief_values`: the weights, the optimizer's slots, the
+statistics, the global step), all in the local init op of its session. The
+moving averages, made after the update, start from each worker's own values
+and are the chief's only in its checkpoints, which only the chief writes,
+with the summaries. The batch-norm statistics of the step are the last
+worker's last tower's, on every worker. What TensorFlow's collective runtime
+needs, and gets here:
+- the group leader (worker 0's task) in the config the server starts with,
+  as well as the sessions' (in the session's config alone both workers
+  wait forever); the server's config holds the CPU device count too;
+- every worker in its own session on its own server, seeing only its own
+  devices (the collectives reach the others through the servers);
+- a bound on every step: a killed peer fails the others' step at once, a
+  stopped (frozen) one would hold it forever without the operation timeout.
 """
 
+import contextlib
 import copy
 from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-from multigpu.distributed import collective_cluster
+from multigpu.distributed import agreement, ps, sessions
 from multigpu.graph import step_optimizer
+from multigpu.train_dir import checkpoints
 
 
 class Kind(NamedTuple):
@@ -44,18 +67,25 @@ class Kind(NamedTuple):
     places_variables: bool
     # The --variable_update values this kind runs.
     variable_updates: tuple
-    # Each worker tells the ps tasks when it is done (`cluster.done_signals`),
-    # and a watchdog ends a worker whose ps went silent.
-    ps_tasks: bool
-    # Before step 1: '' (nothing to agree on), 'ps' (each worker against
-    # the settings its chief published on the ps), or 'collective' (every
-    # worker's settings gathered by every worker).
-    agreement: str
-    # How a run already at --max_steps trains nothing: 'own' (the process
-    # reads its newest checkpoint and does not start), 'session' (the chief
-    # writes nothing, and every worker stops before step 1 as its session
-    # starts at that step: `loop_hooks.FinishedHook`).
-    finished_check: str
+    # task -> the ops that tell each ps task this worker is done
+    # (`ps.done_signals`; [] where no ps task waits for them).
+    done_signals: Callable
+    # (task, timeout_secs) -> a context manager that watches the peers
+    # while the run trains (`ps.PsWatchdog` ends a worker whose ps went
+    # silent).
+    watchdog: Callable
+    # (task, config, settings, done_ops, signals) -> `Started`: the task's
+    # server, and the workers' agreement on settings before step 1 (signals:
+    # the run's signal handlers, a context manager not yet entered).
+    start: Callable
+    # (checkpoint, max_steps) -> whether a run whose newest checkpoint is at
+    # --max_steps already ends before its session, saying so (else the
+    # chief writes nothing, and every worker stops as its session starts at
+    # that step: `finished_hooks`).
+    ends_finished: Callable
+    # (max_steps, task) -> the hooks that end a worker's run before step 1
+    # when its session starts at max_steps (`sessions.FinishedHook`).
+    finished_hooks: Callable
     # Workers apply their steps to one global step each on its own, so a
     # step claims its global step before it writes anything, and one past
     # --max_steps ends its worker's run (`step_optimizer.claiming`);
@@ -69,12 +99,14 @@ class Kind(NamedTuple):
     # A signal to one process stops every worker at one agreed step (False:
     # the process that took it stops alone).
     agreed_stop: bool
-    # A worker that is not the chief makes its session: 'wait' for the
-    # chief's initialisation, or 'own' initialisation, then the chief's
-    # values, within the operation timeout.
-    worker_session: str
-    # The chief saves the last step it completed when a peer is lost.
-    lost_peer_save: bool
+    # (chief, scaffold, target, config, task) -> the task's
+    # `SessionCreator`: the chief's restoring one (None on the other
+    # workers), or how another worker gets its variables' values.
+    session: Callable
+    # (server, config, saver, train_dir) -> the checkpoint of the last step
+    # the chief completed, saved when a peer is lost after a step
+    # (`sessions.save_reached`), or None.
+    lost_peer_save: Callable
     # What a worker that lost the cluster is told to do, after the cause.
     lost_peer_advice: str
     # {flag: why this kind refuses it, '%s' for the flag as given}.
@@ -132,6 +164,149 @@ def _every_worker(task):
     return task.num_workers
 
 
+# The task that resolves the collectives' groups: the chief, worker 0.
+GROUP_LEADER = "/job:worker/replica:0/task:0"
+
+
+def check_mode(variable_update, task):
+    """Refuses (ValueError) a --variable_update that the task's cluster
+    cannot run: replicated with ps tasks, parameter_server without."""
+    kind = task.kind
+    if variable_update not in kind.variable_updates:
+        if kind.all_reduce_across_workers:
+            raise ValueError(
+                "--variable_update=%s needs ps tasks, but the cluster has "
+                "workers only (no --ps_hosts); pass "
+                "--variable_update=replicated to all-reduce between the "
+                "workers, or list ps tasks in --ps_hosts" % variable_update
+            )
+        raise ValueError(
+            "--variable_update=replicated runs in a cluster of workers only,"
+            " but --ps_hosts lists %d ps task(s); drop --ps_hosts (and the ps"
+            " tasks) or pass --variable_update=parameter_server"
+            % task.cluster.num_tasks("ps")
+        )
+
+
+def session_config(config, task):
+    """The config of a worker's server and sessions in a cluster of workers
+    only: a copy of config (`placement.session_config`'s, whose device
+    count gives the CPU towers their devices) with the group leader set, and
+    the devices seen by the session limited to the worker's own (its
+    collectives reach the others through the servers)."""
+    config = copy.deepcopy(config)
+    config.experimental.collective_group_leader = GROUP_LEADER
+    del config.device_filters[:]
+    config.device_filters.append("/job:worker/task:%d" % task.task_index)
+    return config
+
+
+def _no_done_signals(task):
+    return []
+
+
+def _no_watchdog(task, timeout_secs):
+    return contextlib.nullcontext()
+
+
+def _ps_watchdog(task, timeout_secs):
+    return ps.PsWatchdog(task, timeout_secs)
+
+
+class Started(NamedTuple):
+    """A task's start before step 1 (`Kind.start`)."""
+
+    server: object  # its `tf.distribute.Server`; None in one process
+    hooks: list  # to lead the session's hooks
+    # The chief takes the variables the ps tasks hold (`agreement.held_job`).
+    joins_held_job: bool
+
+
+def _start_alone(task, config, settings, done_ops, signals):
+    """One process: no server, nothing to agree on."""
+    return Started(None, [], False)
+
+
+def _start_against_chief(task, config, settings, done_ops, signals):
+    """The ps cluster: the chief joins the job the ps tasks hold, if they
+    hold one of its settings (`agreement.joins_held_job`); each other worker
+    compares its settings with the chief's before step 1
+    (`agreement.PsAgreementHook`), and one that differs runs done_ops."""
+    # What the workers compare, the model's digests too, made once.
+    settings = agreement.with_model(settings)
+    server = ps.start_server(task, config)
+    wait_secs = sessions.timeout_secs(config)
+    joins = task.is_chief and agreement.joins_held_job(
+        server.target, task, config, settings
+    )
+    hook = agreement.PsAgreementHook(task, settings, wait_secs, done_ops)
+    return Started(server, [hook], joins)
+
+
+def _start_agreeing_all(task, config, settings, done_ops, signals):
+    """A cluster of workers only: every worker's settings and model equal
+    (`agreement.agree`), or an error."""
+    settings = agreement.with_model(settings)
+    # A signal from the server's start on (its peers may reach it from
+    # then) is kept, and stops every worker after step 1.
+    with signals:
+        server = ps.start_server(task, config)
+        agreement.agree(
+            server.target, task, settings, sessions.timeout_secs(config)
+        )
+    return Started(server, [], False)
+
+
+def _ends_saying_so(checkpoint, max_steps):
+    print(
+        "%s is already at step %d, at or past --max_steps=%d; nothing"
+        " to train (raise --max_steps to train on)"
+        % (checkpoint, checkpoints.global_step(checkpoint), max_steps),
+        flush=True,
+    )
+    return True
+
+
+def _ends_in_session(checkpoint, max_steps):
+    return False
+
+
+def _no_finished_hooks(max_steps, task):
+    return []
+
+
+def _finished_hooks(max_steps, task):
+    if max_steps is None:
+        return []
+    return [sessions.FinishedHook(max_steps, task.task_index)]
+
+
+def _saves_nothing(server, config, saver, train_dir):
+    return None
+
+
+def _wait_for_chief(chief, scaffold, target, config, task):
+    """The chief's creator; another worker waits for the chief to
+    initialise the model."""
+    if chief is not None:
+        return chief
+    return sessions.PromptWorkerSessionCreator(scaffold, target, config)
+
+
+def _own_start(chief, scaffold, target, config, task):
+    """Every worker initialises its own variables, and its local init op
+    takes the chief's values, all within the operation timeout
+    (`sessions.StartUpBoundSessionCreator`)."""
+    creator = chief
+    if creator is None:
+        creator = tf.compat.v1.train.ChiefSessionCreator(
+            scaffold, target, config
+        )
+    return sessions.StartUpBoundSessionCreator(
+        creator, task, sessions.timeout_secs(config)
+    )
+
+
 _NO_CLUSTER = (
     "%s needs a cluster (--ps_hosts and --worker_hosts, or TF_CONFIG), and "
     "none is given: in one process the towers average their gradients every"
@@ -186,14 +361,16 @@ LOCAL = Kind(
     all_reduce_across_workers=False,
     places_variables=True,
     variable_updates=("parameter_server", "replicated"),
-    ps_tasks=False,
-    agreement="",
-    finished_check="own",
+    done_signals=_no_done_signals,
+    watchdog=_no_watchdog,
+    start=_start_alone,
+    ends_finished=_ends_saying_so,
+    finished_hooks=_no_finished_hooks,
     claims_steps=False,
     step_optimizer=step_optimizer.plain,
     agreed_stop=False,
-    worker_session="",
-    lost_peer_save=False,
+    session=_wait_for_chief,
+    lost_peer_save=_saves_nothing,
     lost_peer_advice="",
     refused_flags=_LOCAL_REFUSED,
 )
@@ -207,14 +384,16 @@ PS = Kind(
     all_reduce_across_workers=False,
     places_variables=False,
     variable_updates=("parameter_server",),
-    ps_tasks=True,
-    agreement="ps",
-    finished_check="session",
+    done_signals=ps.done_signals,
+    watchdog=_ps_watchdog,
+    start=_start_against_chief,
+    ends_finished=_ends_in_session,
+    finished_hooks=_finished_hooks,
     claims_steps=True,
     step_optimizer=step_optimizer.claiming,
     agreed_stop=False,
-    worker_session="wait",
-    lost_peer_save=False,
+    session=_wait_for_chief,
+    lost_peer_save=_saves_nothing,
     lost_peer_advice="",
     refused_flags=_PS_REFUSED,
 )
@@ -229,20 +408,22 @@ WORKERS_ONLY = Kind(
     name="cluster of workers only",
     serves=True,
     device_setter=_worker_device_setter,
-    session_config=collective_cluster.session_config,
+    session_config=session_config,
     replicas_per_step=_every_worker,
     sync=False,
     all_reduce_across_workers=True,
     places_variables=False,
     variable_updates=("replicated",),
-    ps_tasks=False,
-    agreement="collective",
-    finished_check="session",
+    done_signals=_no_done_signals,
+    watchdog=_no_watchdog,
+    start=_start_agreeing_all,
+    ends_finished=_ends_in_session,
+    finished_hooks=_finished_hooks,
     claims_steps=False,
     step_optimizer=step_optimizer.plain,
     agreed_stop=True,
-    worker_session="own",
-    lost_peer_save=True,
+    session=_own_start,
+    lost_peer_save=sessions.save_reached,
     lost_peer_advice=(
         "; run the same commands on every worker to resume from the "
         "chief's newest checkpoint"

@@ -1,53 +1,114 @@
-"""The ps task of the TF1 cluster: serves the variables until every worker is
-done, and says which worker did not start or went silent."""
+"""The cluster's servers: each task's gRPC server (`start_server`); the ps
+task, which serves the variables until every worker is done and says which
+worker did not start or went silent; lost tasks noticed by their ports, and
+waits no timeout bounds.
 
+A worker checks its ps tasks' ports while it trains (`PsWatchdog`), a sync
+chief its workers' (`cluster.sync_hooks`), each on a `Watcher`'s thread; a
+ps counts a worker as started once its port answers (`answering_workers`)
+or its done token arrives, and gives up on those it never heard from
+(`not_started`). A worker of a cluster of workers only ends itself when a
+start-up wait outlasts its bound (`ends_after`).
+"""
+
+import contextlib
+import functools
+import os
+import socket
+import sys
+import threading
 import time
 
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import cluster, watchdog
+from multigpu.distributed import tf_config
 
 # Seconds between two looks of a ps at the number of done tokens it holds.
 TOKEN_LOOK_SECS = 0.1
 
 
+def start_server(task, config):
+    """Starts the task's gRPC server and says where it listens.
+
+    TensorFlow's server listens on all interfaces, whatever host the
+    cluster spec names, with no authentication. A port that cannot be taken
+    (in use, say) is a ValueError.
+    """
+    address = task.cluster.task_address(task.job_name, task.task_index)
+    port = address.rpartition(":")[2]
+    try:
+        server = tf.distribute.Server(
+            task.cluster, task.job_name, task.task_index, config=config
+        )
+    except tf.errors.OpError as e:
+        where = "--%s_hosts" % task.job_name
+        if task.hosts_from == tf_config.TF_CONFIG:
+            where = "TF_CONFIG's cluster"
+        raise ValueError(
+            "%s: %s task %d cannot listen on port %s of %s (%s); "
+            "stop what uses that port or choose another"
+            % (
+                where,
+                task.job_name,
+                task.task_index,
+                port,
+                address,
+                e.message.strip().split("\n")[0],
+            )
+        ) from None
+    print(
+        "%s task %d: gRPC server listening on all interfaces, port %s, with "
+        "no authentication: whoever reaches the port can run any graph as "
+        "this user; keep it behind a firewall or on a private network"
+        % (task.job_name, task.task_index, port),
+        flush=True,
+    )
+    return server
+
+
+def done_signals(task):
+    """One queue per ps task into which each worker puts a token at its end.
+
+    Returns the enqueue ops of a worker; for a ps, the queues
+    (`tf.queue.FIFOQueue`), whose tokens are int32, the worker's task index.
+    """
+    ops = []
+    for i in range(task.cluster.num_tasks("ps")):
+        with tf.device("/job:ps/task:%d" % i):
+            queue = tf.queue.FIFOQueue(
+                task.num_workers,
+                tf.int32,
+                shapes=[[]],
+                shared_name="done_queue%d" % i,
+            )
+            if task.job_name == "worker":
+                ops.append(queue.enqueue(task.task_index))
+            else:
+                ops.append(queue)
+    return ops
+
+
 def run_ps(task, config, timeout_secs=0):
     """Serves the variables of a ps task until every worker has finished.
 
-    Args:
-      task: the ps task's `ClusterTask`.
-      config: the session's `ConfigProto`.
-      timeout_secs: int, how long every worker may take to start, and how
-        long the ps waits for the others once the chief is done or gone; 0
-        waits forever.
-
-    Raises:
-      errors.TrainingError: a worker did not start in time, or the chief
-        is done or gone and other workers were not heard from in time.
+    timeout_secs: int, how long every worker may take to start, and how
+    long the ps waits for the others once the chief is done or gone; 0
+    waits forever. Past it, `errors.TrainingError` names the workers.
     """
-    config = cluster.task_config(config, task)
+    config = task.kind.session_config(config, task)
     # No operation timeout here: a ps waits as long as training lasts.
     config.operation_timeout_in_ms = 0
     serve_until_done(
-        task, cluster.start_server(task, config), config, timeout_secs
+        task, start_server(task, config), config, timeout_secs
     )
 
 
 def serve_until_done(task, server, config, timeout_secs):
-    """Serves until every worker's done token has arrived.
-
-    Args:
-      task: the ps task's `ClusterTask`.
-      server: its started `tf.distribute.Server`.
-      config: the session's `ConfigProto`.
-      timeout_secs: int, as in `run_ps`.
-
-    Raises:
-      errors.TrainingError: as `run_ps`.
-    """
+    """Serves on the ps task's started server until every worker's done
+    token has arrived, or raises as `run_ps`."""
     with tf.Graph().as_default():
-        tokens = DoneTokens(cluster.done_signals(task)[task.task_index])
+        tokens = DoneTokens(done_signals(task)[task.task_index])
         with tf.compat.v1.Session(server.target, config=config) as sess:
             done = _wait_for_start(task, sess, tokens, timeout_secs)
             _wait_for_done(task, sess, tokens, timeout_secs, done)
@@ -93,45 +154,35 @@ def _wait_for_start(task, sess, tokens, timeout_secs):
     """Waits until every worker has started, or said it is done.
 
     A worker counts as started once its port answers or its done token
-    arrives: a short run may end between two looks at its port.
-
-    Returns:
-      set of the worker task indices whose done token arrived.
-
-    Raises:
-      errors.TrainingError: a worker was not heard from in timeout_secs.
+    arrives: a short run may end between two looks at its port. Returns the
+    worker task indices whose done token arrived.
     """
     done, started = set(), set()
     deadline = time.time() + timeout_secs
     while True:
         started |= done
-        started |= watchdog.answering_workers(task.cluster, started)
+        started |= answering_workers(task.cluster, started)
         if len(started) == task.num_workers:
             return done
         if timeout_secs and time.time() > deadline:
-            raise watchdog.not_started(task.cluster, started, timeout_secs)
-        done |= tokens.take(sess, watchdog.WATCHDOG_INTERVAL_SECS)
+            raise not_started(task.cluster, started, timeout_secs)
+        done |= tokens.take(sess, WATCHDOG_INTERVAL_SECS)
 
 
 def _wait_for_done(task, sess, tokens, timeout_secs, done=()):
     """Takes each worker's done token; gives up once the chief is not there.
 
     Once the chief (worker task 0) is done, or its port stops answering,
-    the other workers have timeout_secs to say they are done.
-
-    Args:
-      done: the worker task indices whose token arrived before.
-
-    Raises:
-      errors.TrainingError: naming the workers not heard from.
+    the other workers have timeout_secs to say they are done (done: those
+    whose token arrived before).
     """
     done = set(done)
     chief_address = task.cluster.task_address("worker", 0)
     chief_away_since = None
     while len(done) < task.num_workers:
-        done |= tokens.take(sess, watchdog.WATCHDOG_INTERVAL_SECS)
+        done |= tokens.take(sess, WATCHDOG_INTERVAL_SECS)
         chief_done = 0 in done
-        chief_there = not chief_done and watchdog.answers(chief_address)
+        chief_there = not chief_done and answers(chief_address)
         if chief_there or not timeout_secs:
             chief_away_since = None
             continue
@@ -141,13 +192,8 @@ def _wait_for_done(task, sess, tokens, timeout_secs, done=()):
 
 
 def _gave_up(task, done, timeout_secs):
-    """The ps's error once its chief is done or gone and others are silent.
-
-    Args:
-      task: the ps task's `ClusterTask`.
-      done: set of the worker task indices that said they were done.
-      timeout_secs: int, --operation_timeout_secs.
-    """
+    """The ps's error once its chief is done or gone and others are silent
+    (done: the worker task indices that said they were done)."""
     silent = ", ".join(
         "worker task %d (%s)" % (i, task.cluster.task_address("worker", i))
         for i in range(1, task.num_workers)
@@ -169,3 +215,218 @@ def _gave_up(task, done, timeout_secs):
             ", and no word from %s" % silent if silent else "",
         )
     )
+
+
+# Seconds between two looks of a worker at its ps tasks' ports.
+WATCHDOG_INTERVAL_SECS = 2
+# Seconds a port may take to accept a connection before it counts as silent.
+CONNECT_TIMEOUT_SECS = 2
+
+
+class Watcher:
+    """A thread per `start` that looks (at ports) every
+    WATCHDOG_INTERVAL_SECS, until `stop` or until its look says it is done.
+    """
+
+    def __init__(self):
+        self._stop = threading.Event()
+
+    def start(self, look):
+        """look: callable() -> bool, one look; True ends this thread."""
+        threading.Thread(target=self._watch, args=(look,), daemon=True).start()
+
+    def stop(self):
+        """Ends every thread at its next look."""
+        self._stop.set()
+
+    def _watch(self, look):
+        while not self._stop.wait(WATCHDOG_INTERVAL_SECS):
+            if look():
+                return
+
+
+class PsWatchdog:
+    """Ends the process when a ps task stops answering for timeout_secs
+    (0: never, as --operation_timeout_secs=0 says).
+
+    Only where there are ps tasks (`kinds.Kind.watchdog`): in a cluster of
+    workers only a lost worker fails the step of every other.
+
+    After a ps dies, TensorFlow's own recovery closes the session, and that
+    close can wait forever for the dead ps. A ps answers until every worker
+    is done, so a silent ps is a lost cluster: say so, and exit 1.
+    """
+
+    def __init__(self, task, timeout_secs):
+        self._task = task
+        self._timeout_secs = timeout_secs
+        self._watcher = Watcher()
+        self._silent_since = None
+
+    def __enter__(self):
+        if not self._timeout_secs:
+            return self  # --operation_timeout_secs=0 bounds no wait.
+        ps = tf.train.ClusterSpec({"ps": self._task.cluster.job_tasks("ps")})
+        self._watcher.start(functools.partial(self._look, ps))
+        return self
+
+    def __exit__(self, *exc_info):
+        self._watcher.stop()
+
+    def _look(self, ps):
+        """One look at the ports of the ps tasks (ps: their
+        `tf.train.ClusterSpec`); exits once some have not answered for
+        timeout_secs."""
+        lost = unreachable_tasks(ps)
+        if not lost.startswith("unreachable"):
+            self._silent_since = None
+            return False
+        self._silent_since = self._silent_since or time.time()
+        if time.time() - self._silent_since >= self._timeout_secs:
+            print(
+                "%s: error: lost the cluster: %s"
+                % (os.path.basename(sys.argv[0]), lost),
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(1)
+        return False
+
+
+@contextlib.contextmanager
+def ends_after(wait_secs, task, what):
+    """Ends the process with one line if the block outlasts wait_secs.
+
+    For the waits no operation timeout bounds: TensorFlow's collective
+    runtime resolves a group (the first collective of a run) without one,
+    so a peer lost then would hold the worker forever.
+
+    wait_secs 0 bounds nothing (the block may wait forever, as
+    --operation_timeout_secs=0 says); what: the wait, for the line, e.g.
+    'the agreement on the settings'.
+    """
+    if not wait_secs:
+        yield
+        return
+    timer = threading.Timer(wait_secs, _end, (wait_secs, task, what))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _end(wait_secs, task, what):
+    print(
+        "%s: error: worker task %d: %s did not end within %d s of start-up "
+        "(--operation_timeout_secs): %s; start every worker task again"
+        % (
+            os.path.basename(sys.argv[0]),
+            task.task_index,
+            what,
+            wait_secs,
+            unreachable_tasks(task.cluster),
+        ),
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(1)
+
+
+def unreachable_tasks(cluster):
+    """Names the tasks of the cluster whose port or server does not answer.
+
+    A killed task's port refuses connections; a stopped (frozen) task's
+    port still accepts them (the kernel does), but its server says nothing.
+
+    Returns:
+      str, e.g. 'unreachable: worker task 1 (localhost:2224)', 'not
+      responding (stopped or stuck): worker task 1 (localhost:2224)', or a
+      note that every task answered.
+    """
+    if cluster is None:
+        return "not in a cluster"
+    tasks = [
+        ("%s task %d (%s)" % (job, index, address), address)
+        for job in cluster.jobs
+        for index, address in enumerate(cluster.job_tasks(job))
+    ]
+    lost = [name for name, address in tasks if not answers(address)]
+    if lost:
+        return "unreachable: " + ", ".join(lost)
+    silent = [name for name, address in tasks if not responds(address)]
+    if silent:
+        return "not responding (stopped or stuck): " + ", ".join(silent)
+    return "every task answers; a peer may be stuck or too slow"
+
+
+def answering_workers(cluster, known):
+    """The worker task indices whose port accepts a connection, but those
+    in known (heard from already, not probed)."""
+    return {
+        i
+        for i, address in enumerate(cluster.job_tasks("worker"))
+        if i not in known and answers(address)
+    }
+
+
+def not_started(cluster, started, timeout_secs):
+    """The ps's error for the workers never heard from within timeout_secs.
+
+    A ps serves until every worker is done: a worker that never starts
+    would keep it waiting forever.
+    """
+    return errors.TrainingError(
+        "no connection from %s within --operation_timeout_secs=%d; start "
+        "every worker task, or raise the timeout"
+        % (
+            ", ".join(
+                "worker task %d (%s)" % (i, address)
+                for i, address in enumerate(cluster.job_tasks("worker"))
+                if i not in started
+            ),
+            timeout_secs,
+        )
+    )
+
+
+def answers(address):
+    """Whether HOST:PORT accepts a connection."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection(
+            (host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECS
+        ).close()
+    except OSError:
+        return False
+    return True
+
+
+# An HTTP/2 client's first bytes: the preface, then an empty SETTINGS frame
+# (length 0, type 4, no flags, stream 0), which a gRPC server answers with a
+# frame of its own.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(
+    [0, 0, 0, 4, 0, 0, 0, 0, 0]
+)
+# The bytes of an HTTP/2 frame header: what a live server sends at least.
+_HTTP2_FRAME_HEADER_BYTES = 9
+
+
+def responds(address):
+    """Whether the gRPC server at HOST:PORT answers an HTTP/2 greeting."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection(
+            (host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECS
+        ) as conn:
+            conn.sendall(_HTTP2_HELLO)
+            received = b""
+            while len(received) < _HTTP2_FRAME_HEADER_BYTES:
+                chunk = conn.recv(64)
+                if not chunk:
+                    return False
+                received += chunk
+    except OSError:
+        return False
+    return True

@@ -41,11 +41,11 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
         environ.get(tf_config.TF_CONFIG, ""),
     )
     from_env = not (flag_values.ps_hosts or flag_values.worker_hosts)
-    task = cluster.cluster_task(
-        *hosts,
+    task = cluster.task_of(
+        hosts,
         flag_values.sync_replicas,
         flag_values.replicas_to_aggregate,
-        hosts_from=tf_config.TF_CONFIG if from_env else None,
+        tf_config.TF_CONFIG if from_env else None,
     )
     if task.kind.serves and from_env:
         task = task._replace(hosts_from=tf_config.TF_CONFIG)

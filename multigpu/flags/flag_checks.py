@@ -11,7 +11,7 @@ workers that never come.
 
 import sys
 
-from multigpu.distributed import cluster, collective_cluster
+from multigpu.distributed import cluster, kinds
 
 # The flags of float16's loss scaling, which do nothing in other dtypes.
 LOSS_SCALE_FLAGS = (
@@ -222,7 +222,7 @@ def _check_variable_update(flag_values, task):
             % (_shown(flag_values, own_flag[other]), other, mode, other)
         )
     if task is not None:
-        collective_cluster.check_mode(mode, task)
+        kinds.check_mode(mode, task)
     kind = (task or cluster.LOCAL_TASK).kind
     if kind.all_reduce_across_workers and flag_values.all_reduce_spec not in (
         "auto",

@@ -31,7 +31,6 @@ import tensorflow as tf
 
 from multigpu.graph import summaries, towers
 
-
 # The dtypes the layers may compute in while the variables stay float32.
 REDUCED_DTYPES = (tf.float16, tf.bfloat16)
 

@@ -1,6 +1,6 @@
 """Collective ops between the workers of a cluster: all-reduce, broadcast.
 
-In a cluster of workers only (`collective_cluster`) every tower of every
+In a cluster of workers only (`kinds.WORKERS_ONLY`) every tower of every
 worker holds a copy of the variables. Three kinds of collective op join them,
 on TensorFlow's collective runtime over the workers' gRPC servers:
 
@@ -10,7 +10,7 @@ on TensorFlow's collective runtime over the workers' gRPC servers:
                     every other worker; each step: the last worker's
                     batch-norm statistics;
   stop_signals      each step: every worker's signal number, summed
-                    (`run/preemption.py`).
+                    (`run/interrupts.py`).
 
 Every worker builds its graph on its own and runs it in its own session, so
 the collectives meet only by their keys: a group key per group of devices

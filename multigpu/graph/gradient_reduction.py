@@ -80,7 +80,7 @@ def all_or_none(update, reduced, statistics, later=None):
     of the step: a step that a lost peer cuts short in any (the gradients'
     all-reduces, the statistics' broadcast, the stop collective) changes
     none, so the chief can save the last step it completed
-    (`run/last_step.py`).
+    (`run/failures.py`).
 
     Args:
       update: the `variable_update.VariableUpdate` of ACROSS_WORKERS.

@@ -24,7 +24,6 @@ from tensorflow.python.grappler import tf_optimizer
 
 from multigpu.graph import summaries, towers
 
-
 # The kernel registry's device types that run on an NVIDIA GPU: 'DEFAULT'
 # kernels are registered for every non-CPU device (e.g. ReadVariableOp).
 GPU_KERNEL_DEVICE_TYPES = ("GPU", "DEFAULT")

@@ -33,7 +33,6 @@ import tensorflow as tf
 
 from multigpu.graph import any_model
 
-
 # tf_cnn_benchmarks' defaults: --fp16_loss_scale 128 with float16, and
 # --fp16_inc_loss_scale_every_n 1000 for the dynamic scale.
 DEFAULT_LOSS_SCALE = 128.0

@@ -18,7 +18,6 @@ import tensorflow as tf
 
 from multigpu.graph import towers
 
-
 # The group of the charts a person looks for first (the loss, the learning
 # rate): TensorBoard groups the charts by the tag's first '/' component, puts
 # the groups in code-point order (capitals before the layers' lowercase

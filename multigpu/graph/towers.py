@@ -15,7 +15,6 @@ import tensorflow as tf
 
 from multigpu.graph import placement
 
-
 # Prefix of the name scope of each tower, as in the TF1 tutorial: tower_0, ...
 TOWER_NAME = "tower"
 # The name scope that holds the towers' ('towers/tower_0/', ...): one block

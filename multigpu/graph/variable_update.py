@@ -50,7 +50,6 @@ from multigpu.graph import (
     towers,
 )
 
-
 VARIABLE_UPDATES = ("parameter_server", "replicated")
 # The table's row of --variable_update=replicated in a cluster of workers only.
 ACROSS_WORKERS = "replicated_across_workers"
@@ -108,7 +107,7 @@ def variable_update(
       variable_device_choice: --variable_device (parameter_server only).
       all_reduce_spec: --all_reduce_spec (replicated only).
       task: the `cluster.ClusterTask`, or None outside a cluster (whose
-        mode `collective_cluster.check_mode` checked).
+        mode `kinds.check_mode` checked).
       pack_bytes: int, --gradient_pack_bytes (a cluster of workers only).
       transfer_dtype: tf.DType or its name, --gradient_transfer_dtype (a
         cluster of workers only).

@@ -7,21 +7,16 @@ import shutil
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import watchdog
+from multigpu.distributed import ps
 from multigpu.train_dir import checkpoints, train_dirs
 
 
 def failure(error, watched, task, train_dir, saved=None):
     """The run's error for an error of its session, or None to raise it.
 
-    Args:
-      error: the `tf.errors.OpError` or `RuntimeError` the session raised.
-      watched: the run's `training._Watched` hooks: its step logger, save
-        watcher and event file hook.
-      task: the `cluster.ClusterTask`.
-      train_dir: str.
-      saved: str or None, the checkpoint the chief of a lost cluster of
-        workers only saved (`last_step.save_reached`).
+    error is the `tf.errors.OpError` or `RuntimeError` the session raised;
+    watched, the run's `training._Watched` hooks; saved, the checkpoint the
+    chief of a lost cluster saved (`kinds.Kind.lost_peer_save`), or None.
 
     Returns:
       (exception or None, exception or None): the error to raise, and its
@@ -81,7 +76,7 @@ def _lost_cluster(error, runs, task, saved):
     line = "lost the cluster after %d local steps (%s): %s" % (
         runs,
         type(error).__name__,
-        watchdog.unreachable_tasks(task.cluster),
+        ps.unreachable_tasks(task.cluster),
     )
     if saved:
         line += "; saved %s; run the same commands on every worker to " % saved

@@ -1,5 +1,6 @@
-"""The training loop's own hooks: the step log, the NaN check, the
-summaries and the checkpoints, and the watch on what each save writes."""
+"""The training loop's own hooks: the step log, the NaN check, the chief's
+summaries (how often) and checkpoints, and the watch on what each save
+writes."""
 
 import datetime
 import math
@@ -33,14 +34,10 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, loss, examples_per_step, log_frequency, last_step):
-        """Args:
-        loss: float32 scalar tensor to print.
-        examples_per_step: int, examples consumed by one run of the train op.
-        log_frequency: int, print every this many steps at most (a trainer
-          whose input ends gives a tenth of its steps, if fewer:
-          `every_tenth`).
-        last_step: int, the global step the run stops at; None for none.
-        """
+        """loss: float32 scalar; log_frequency: a line every this many
+        steps at most (a trainer whose input ends gives a tenth of its
+        steps, if fewer: `every_tenth`); last_step: the global step the run
+        stops at, or None."""
         self._loss = loss
         self._examples_per_step = examples_per_step
         self._log_frequency = log_frequency
@@ -93,35 +90,6 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
             )
 
 
-class FinishedHook(tf.compat.v1.train.SessionRunHook):
-    """Ends a cluster worker's run before step 1 when its session starts at
-    max_steps or past it: a finished job started again trains nothing, as
-    one process does (`training._finished`).
-
-    Run it before the step logger, which then says nothing of training.
-    """
-
-    def __init__(self, max_steps, task_index):
-        self._max_steps = max_steps
-        self._task_index = task_index
-
-    def begin(self):
-        self._global_step = tf.compat.v1.train.get_global_step()
-
-    def after_create_session(self, session, coord):
-        step = session.run(self._global_step)
-        if step < self._max_steps:
-            return
-        print(
-            "worker task %d: the job is already at global step %d, at or "
-            "past --max_steps=%d; nothing to train (raise --max_steps on "
-            "every task to train on)"
-            % (self._task_index, step, self._max_steps),
-            flush=True,
-        )
-        coord.request_stop()
-
-
 class NanLossHook(tf.compat.v1.train.SessionRunHook):
     """Stops training at the first step whose loss is NaN.
 
@@ -155,12 +123,9 @@ class SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
     """
 
     def __init__(self, last_step, histograms, histogram_steps, **kwargs):
-        """Args:
-        last_step: int or None, the step the run stops at (--max_steps).
-        histograms: string scalar, the merged histograms; or None.
-        histogram_steps: int, the least steps between two histograms.
-        **kwargs: those of `tf.compat.v1.train.SummarySaverHook`.
-        """
+        """last_step: --max_steps or None; histograms: string scalar, the
+        merged histograms, or None; histogram_steps: the least steps between
+        two histograms; kwargs: TensorFlow's hook's."""
         super().__init__(**kwargs)
         self._last_step = last_step
         self._histograms = histograms
@@ -211,10 +176,6 @@ class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
     """
 
     def __init__(self, checkpoint_dir, **kwargs):
-        """Args:
-        checkpoint_dir: str, the train_dir.
-        **kwargs: those of `tf.compat.v1.train.CheckpointSaverHook`.
-        """
         super().__init__(checkpoint_dir, **kwargs)
         self._graph_written = any(
             name.startswith(event_files.EVENT_FILE_PREFIX)
@@ -266,3 +227,56 @@ class SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
             ),
             flush=True,
         )
+
+
+# Steps between summaries by default, as the tutorial's trainers write them.
+SUMMARY_STEPS = 100
+# The points a chart of a shorter run has at least, by default.
+SUMMARY_POINTS = 20
+
+
+def summary_steps(max_steps):
+    """The default steps between summaries, SUMMARY_STEPS, or fewer (at
+    least 1) so that a short run's charts have SUMMARY_POINTS points."""
+    if max_steps is None:
+        return SUMMARY_STEPS
+    return max(1, min(SUMMARY_STEPS, max_steps // SUMMARY_POINTS))
+
+
+def chief_hooks(train_dir, scaffold, schedule, watched, histograms):
+    """The chief's step counter, summary writer, checkpoint saver (which
+    tells watched.saves when it writes) and event file watcher.
+
+    The summaries of schedule (a `choices.Schedule`) are also written at
+    the first step and at max_steps; its save_summaries_steps 0 is
+    `summary_steps(max_steps)`, with the histograms (string scalar, or
+    None) every SUMMARY_STEPS; None writes no summaries at all, not even
+    the step counter's global_step/sec.
+    """
+    save_summaries_steps = schedule.save_summaries_steps
+    hooks = []
+    if save_summaries_steps is not None:
+        every = save_summaries_steps or summary_steps(schedule.max_steps)
+        hooks += [
+            tf.compat.v1.train.StepCounterHook(
+                every_n_steps=every, output_dir=train_dir
+            ),
+            SummarySaverHook(
+                last_step=schedule.max_steps,
+                histograms=histograms,
+                histogram_steps=save_summaries_steps or SUMMARY_STEPS,
+                save_steps=every,
+                output_dir=train_dir,
+                scaffold=scaffold,
+            ),
+        ]
+    hooks.append(
+        CheckpointSaverHook(
+            train_dir,
+            save_steps=schedule.save_checkpoint_steps,
+            scaffold=scaffold,
+            checkpoint_basename=checkpoints.CHECKPOINT_BASENAME,
+            listeners=[watched.saves],
+        )
+    )
+    return [*hooks, watched.events]

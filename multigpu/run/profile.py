@@ -5,18 +5,33 @@ TensorBoard's Profile tab reads (the `tensorboard-plugin-profile` package,
 the suite's `profile` extra): the overview of the steps, the ops' times,
 the trace viewer's time line of every thread and device. Each profiled
 step is marked with its global step, so the tab counts steps as the
-trainer does. Beside it, `op_table` writes the ops by their own time as
-text (op_profile.txt), which reads without the tab (whose charts load from
-the internet); the closing report prints its first lines.
+trainer does.
+
+The tab's charts load from the internet; beside the trace, the ops by
+their own time as text (op_profile.txt), the table TF1's `tfprof` printed
+in its op view, read from the same trace with TensorFlow's own protobuf:
+per device, each op type with how many times it ran, its own time (its
+span on its thread, less the ops run inside it) and its share of all the
+ops' time, the most expensive first; the closing report prints its first
+lines.
+
+The trace names each op 'NAME:TYPE' but not its device: that comes from
+the session's partition graphs (`RunMetadata.partition_graphs`), which
+place every node the step ran. Ops run outside them (tf.data's functions
+on their own threads) are counted under `OUTSIDE`. The times are the
+host's: on a GPU an op's host span is its launch, and the Profile tab has
+its kernels' times.
 """
 
+import collections
 import importlib.util
 import os
+import re
 
 import tensorflow as tf
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from multigpu import folders
-from multigpu.run import op_table
 
 # Under the logdir given to the profiler: its runs' folders.
 PROFILE_FOLDER = os.path.join("plugins", "profile")
@@ -30,14 +45,8 @@ PLUGIN_INSTALL = 'pip install "tf1-multi-gpu[profile]"'
 
 
 def parse_steps(value):
-    """The (first, last) global steps of --profile_steps; None for ''.
-
-    Args:
-      value: str, the flag's value, 'A,B' (or 'A' for one step).
-
-    Raises:
-      ValueError: one line naming the value found and what is expected.
-    """
+    """The (first, last) global steps of --profile_steps 'A,B' (or 'A' for
+    one step); None for ''; else a ValueError naming the value."""
     if not value:
         return None
     parts = value.split(",")
@@ -55,10 +64,9 @@ def parse_steps(value):
 def profile_hooks(profile_steps, train_dir):
     """The hooks of --profile_steps: [] for '', else one `ProfileHook`.
 
-    Raises:
-      ValueError: train_dir, where the profile goes, cannot be written
-        (say, a cluster worker's read-only --train_dir): said before step
-        1, not at the profile's last step.
+    A train_dir the profile cannot be written to (say, a cluster worker's
+    read-only --train_dir) is a ValueError before step 1, not at the
+    profile's last step.
     """
     steps = parse_steps(profile_steps)
     if steps is None:
@@ -74,12 +82,8 @@ def profile_hooks(profile_steps, train_dir):
 
 
 def closing_lines(hooks, logdir):
-    """The closing report's lines of `profile_hooks`' hooks.
-
-    Args:
-      hooks: the list `profile_hooks` returned.
-      logdir: str, the --logdir of TensorBoard that shows the profile.
-    """
+    """The closing report's lines of `profile_hooks`' hooks; logdir: the
+    --logdir of TensorBoard that shows the profile."""
     return [line for hook in hooks for line in hook.report_lines(logdir)]
 
 
@@ -93,10 +97,8 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, first, last, train_dir):
-        """Args:
-        first, last: ints, the global steps to profile, 1 <= first <= last.
-        train_dir: str, the logdir of the profile.
-        """
+        """first, last: ints, the global steps to profile, 1 <= first <=
+        last; train_dir: str, the logdir of the profile."""
         self.first, self.last = first, last
         self._train_dir = train_dir
         self._start_step = self._end_step = self._next_step = None
@@ -135,7 +137,7 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
         if self._trace is not None:
             self._trace.__exit__(None, None, None)
             self._trace = None
-            self._devices.update(op_table.node_devices(run_values.run_metadata))
+            self._devices.update(node_devices(run_values.run_metadata))
             self._profiled.append(self._next_step)
             if self._next_step == self.last:
                 self._stop()
@@ -164,7 +166,7 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
         rows = [
             row
             for trace in traces
-            for row in op_table.op_rows(
+            for row in op_rows(
                 os.path.join(self.path, trace), self._devices
             )
         ]
@@ -176,16 +178,13 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
                 ", ".join(traces),
             )
         )
-        with open(os.path.join(self.path, op_table.FILE_NAME), "w") as f:
-            f.write(op_table.table_text(rows, title))
-        self._top_lines = op_table.top_lines(rows, TOP_OPS)
+        with open(os.path.join(self.path, FILE_NAME), "w") as f:
+            f.write(table_text(rows, title))
+        self._top_lines = top_lines(rows, TOP_OPS)
 
     def report_lines(self, tensorboard_logdir):
-        """The closing report's line on the profile.
-
-        Args:
-          tensorboard_logdir: str, the --logdir that shows the profile.
-        """
+        """The closing report's line on the profile, which
+        tensorboard_logdir (str, a --logdir) shows."""
         wanted = "--profile_steps=%d,%d" % (self.first, self.last)
         if not self._profiled:
             return [
@@ -204,7 +203,7 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
                 self._profiled[-1],
                 wanted,
                 self.path,
-                op_table.FILE_NAME,
+                FILE_NAME,
                 len(self._top_lines),
             )
         )
@@ -223,3 +222,121 @@ def _profile_runs(train_dir):
         return set(os.listdir(os.path.join(train_dir, PROFILE_FOLDER)))
     except FileNotFoundError:
         return set()
+
+
+# The table's file, beside the profile's HOST.xplane.pb.
+FILE_NAME = "op_profile.txt"
+# The 'device' of the ops that no partition graph holds.
+OUTSIDE = "host threads outside the step's graph (tf.data, functions)"
+# An op's event in the trace: 'NAME:TYPE'.
+_OP_EVENT = re.compile(r"^([^:]+):([A-Za-z_][A-Za-z0-9_]*)$")
+# The prefix of oneDNN's kernels' types (_MklNativeConv2DBackpropFilter on
+# a CPU with AVX-512), dropped so that a row names its op as a graph does
+# on any CPU.
+_ONEDNN_PREFIX = re.compile(r"^_Mkl(Native)?")
+
+Row = collections.namedtuple("Row", "device op_type count micros share")
+
+
+def node_devices(run_metadata):
+    """{node name: device} of the partition graphs of a `RunMetadata`."""
+    return {
+        node.name: node.device
+        for graph in run_metadata.partition_graphs
+        for node in graph.node
+    }
+
+
+def op_rows(xplane_path, devices):
+    """The `Row`s of the ops of a trace (xplane_path: the profiler's
+    HOST.xplane.pb) by own time, per device (devices: `node_devices`), most
+    own time first: micros a float, share the fraction (0 to 1) of all the
+    ops' own time."""
+    with open(xplane_path, "rb") as f:
+        space = xplane_pb2.XSpace.FromString(f.read())
+    counts, micros = collections.Counter(), collections.Counter()
+    for plane in space.planes:
+        names = {key: each.name for key, each in plane.event_metadata.items()}
+        for line in plane.lines:
+            for name, own_ps in _own_times(line, names):
+                node, op_type = _OP_EVENT.match(name).groups()
+                key = devices.get(node, OUTSIDE), op_type_of(op_type)
+                counts[key] += 1
+                micros[key] += own_ps / 1e6
+    total = sum(micros.values()) or 1.0
+    return [
+        Row(device, op_type, counts[device, op_type], us, us / total)
+        for (device, op_type), us in micros.most_common()
+    ]
+
+
+def op_type_of(kernel_type):
+    """An op's type from its event's: 'Conv2DBackpropFilter' for oneDNN's
+    '_MklNativeConv2DBackpropFilter', the same for any other."""
+    return _ONEDNN_PREFIX.sub("", kernel_type)
+
+
+def _own_times(line, names):
+    """(name, own picoseconds) of each op event of a thread's line."""
+    events = sorted(
+        (event.offset_ps, -event.duration_ps, names[event.metadata_id])
+        for event in line.events
+        if _OP_EVENT.match(names[event.metadata_id])
+    )
+    own, open_events = [], []  # open_events: (end, index into own).
+    for start, minus_duration, name in events:
+        while open_events and open_events[-1][0] <= start:
+            open_events.pop()
+        if open_events:
+            # Run inside the enclosing op: not that op's own time.
+            own[open_events[-1][1]][1] += minus_duration
+        own.append([name, -minus_duration])
+        open_events.append((start - minus_duration, len(own) - 1))
+    return own
+
+
+def table_text(rows, title):
+    """The table of `op_rows`' rows under its title, one block per device,
+    as lines of text."""
+    lines = [title]
+    for device in dict.fromkeys(row.device for row in rows):
+        mine = [row for row in rows if row.device == device]
+        lines += [
+            "",
+            "%s: %s own time in %d op runs, %.2f%% of the ops' time"
+            % (
+                device,
+                _duration(sum(row.micros for row in mine)),
+                sum(row.count for row in mine),
+                100 * sum(row.share for row in mine),
+            ),
+            "%-36s %8s %12s %8s" % ("op type", "count", "total", "share"),
+        ]
+        lines += [
+            "%-36s %8d %12s %7.2f%%"
+            % (row.op_type, row.count, _duration(row.micros), 100 * row.share)
+            for row in mine
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def top_lines(rows, count):
+    """The first count rows, one line each, for the closing report."""
+    return [
+        "  %s on %s: %d run(s), %s, %.2f%%"
+        % (
+            row.op_type,
+            row.device,
+            row.count,
+            _duration(row.micros),
+            100 * row.share,
+        )
+        for row in rows[:count]
+    ]
+
+
+def _duration(micros):
+    """'12.35ms' or '830us', as tfprof wrote times."""
+    if micros >= 1000:
+        return "%.2fms" % (micros / 1000)
+    return "%dus" % round(micros)

@@ -27,9 +27,7 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, total_loss):
-        """Args:
-        total_loss: float32 scalar, the loss the step lines print.
-        """
+        """total_loss: float32 scalar, the loss the step lines print."""
         self._total_loss = total_loss
         self.first_step = None
         self.last_step = None
@@ -108,18 +106,11 @@ def print_closing_report(
 
 
 def closing_report(hook, examples_per_step, train_dir, next_commands, notes=()):
-    """The report's lines, from a finished run's `RunReportHook`.
+    """The report, one line per fact, from a finished run's `RunReportHook`.
 
-    Args:
-      hook: the `RunReportHook` of the run.
-      examples_per_step: int, examples of all towers per step.
-      train_dir: str, the run's checkpoints and event logs; None for a
-        cluster's other workers, which write none (the chief does).
-      next_commands: strs, the commands to run next (eval, tensorboard).
-      notes: strs, lines on what else the run wrote (its profile).
-
-    Returns:
-      str, the report, one line per fact.
+    train_dir is None on a cluster's other workers, which write no
+    checkpoints (the chief does); next_commands (eval, tensorboard) and
+    notes (what else the run wrote: its profile) are strs.
     """
     secs = max(hook.wall_secs, 1e-9)
     losses = ", ".join(

@@ -4,17 +4,9 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from multigpu.distributed import agreement, cluster, ps_agreement, watchdog
+from multigpu.distributed import cluster, sessions
 from multigpu.graph import summaries
-from multigpu.run import (
-    chief_savers,
-    failures,
-    interrupts,
-    last_step,
-    loop_hooks,
-    preemption,
-    sessions,
-)
+from multigpu.run import failures, interrupts, loop_hooks
 from multigpu.train_dir import (
     checkpoints,
     event_files,
@@ -25,65 +17,85 @@ from multigpu.train_dir import (
 STOP_GRACE_PERIOD_SECS = 5
 
 
-def run_training(
-    train_op,
-    loss,
-    train_dir,
-    examples_per_step,
-    log_frequency,
-    max_steps=None,
-    save_checkpoint_steps=1000,
-    save_summaries_steps=0,
-    summary_op=None,
-    config=None,
-    clear_train_dir=False,
-    data_dirs=(),
-    task=None,
-    hooks=(),
-    pretrained=("", False),
-    model_name=None,
-    settings=None,
-    data=None,
-):
-    """Runs the train op until max_steps or the end of the input.
+class Step(NamedTuple):
+    """The step a run trains, as the graph built it."""
+
+    train_op: tf.Operation
+    loss: tf.Tensor  # float32 scalar, the step's
+    examples_per_step: int  # of all towers
+    # string scalar, the merged summaries (`_scaffold`); None for all.
+    summary_op: tf.Tensor | None = None
+    # More `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
+    hooks: tuple | list = ()
+
+
+class TrainDir(NamedTuple):
+    """The run's train_dir and what the chief records in it (`_prepare`)."""
+
+    path: str  # checkpoints and event files
+    # The run's data folders, which --clear_train_dir never deletes.
+    data_dirs: tuple | list = ()
+    model_name: str | None = None  # `train_dirs.record_model`
+    data: tuple | None = None  # `train_dirs.record_data`
+
+
+class Process(NamedTuple):
+    """Where this process trains."""
+
+    task: cluster.ClusterTask = cluster.LOCAL_TASK
+    config: tf.compat.v1.ConfigProto | None = None  # the session's
+    # What the workers of a cluster must share (`agreement.agree`), with
+    # the data's record (`train_dirs.with_setting`).
+    settings: dict | None = None
+
+
+# A run in this one process, with the default session config.
+ONE_PROCESS = Process()
+
+
+def run_training(step, schedule, start, train_dir, process=ONE_PROCESS):
+    """Runs the train op until --max_steps or the end of the input.
 
     A `MonitoredSession` from train_dir's newest checkpoint that reads, with
     `_scaffold_and_hooks`' hooks; a run failing before step 1 leaves
     train_dir as found; one a signal stopped raises `errors.Interrupted`,
     one that failed `errors.TrainingError` (`failures.failure`).
 
-    Args:
-      train_op, loss: the op of one step; its float32 scalar loss.
-      train_dir: str, checkpoints and event files.
-      examples_per_step, log_frequency, max_steps: ints, examples of all
-        towers per step, steps between log lines, the last step or None.
-      save_checkpoint_steps, save_summaries_steps, summary_op:
-        `chief_savers.chief_hooks`.
-      config: the session's `ConfigProto`.
-      clear_train_dir, data_dirs, model_name, data: `_prepare`.
-      task, settings: a worker's `cluster.ClusterTask` (None to train in
-        this process); what the workers must share (`agreement.agree`),
-        with data (`train_dirs.with_setting`).
-      hooks: more `SessionRunHook`s, e.g. from `cluster.sync_hooks`.
-      pretrained: (path, fine_tune) of `restore.restore_fn`, a new run's.
+    schedule: a `choices.Schedule` (its max_steps None: the input's end;
+    its saves, `loop_hooks.chief_hooks`); start: a `choices.Start`
+    (`_prepare`; pretrained, a new run's `restore.restore_fn`).
 
     Returns:
       int, the steps this process ran (a resumed run counts its own).
     """
-    task = task or cluster.LOCAL_TASK
-    config = cluster.task_config(config, task)
-    progress = examples_per_step, log_frequency, max_steps
-    watched = _watched(loss, progress, train_dir, task)
-    saving = (save_checkpoint_steps, save_summaries_steps, max_steps)
+    task = process.task
+    config = cluster.task_config(process.config, task)
+    watched = _watched(step, schedule, train_dir.path, task)
     scaffold, hooks, chief_hooks = _scaffold_and_hooks(
-        task, watched, loss, hooks, saving, train_dir, summary_op
+        step, schedule, train_dir.path, task, watched
     )
-    settings = train_dirs.with_setting(settings, data)
+    settings = train_dirs.with_setting(process.settings, train_dir.data)
     session = _Session(
-        task, config, scaffold, hooks, chief_hooks, pretrained, settings
+        task, config, scaffold, hooks, chief_hooks, start.pretrained, settings
     )
-    start = _Start(clear_train_dir, data_dirs, model_name, data, max_steps)
-    _run_or_put_back(train_op, train_dir, session, start, watched)
+    done_ops = task.kind.done_signals(task)
+    started = task.kind.start(
+        task, config, settings, done_ops, watched.interrupt.installed()
+    )
+    session = session._replace(
+        hooks=[*started.hooks, *session.hooks],
+        joins_held_job=started.joins_held_job,
+        server=started.server,
+        done_ops=done_ops,
+    )
+    prepared = _Start(
+        start.clear_train_dir,
+        train_dir.data_dirs,
+        train_dir.model_name,
+        train_dir.data,
+        schedule.max_steps,
+    )
+    _run_or_put_back(step.train_op, train_dir.path, session, prepared, watched)
     return watched.logger.runs
 
 
@@ -96,22 +108,24 @@ class _Watched(NamedTuple):
     events: event_files.EventFileHook  # the event file, to cut back
     # The step every worker stopped at after one's signal, where the kind
     # of run agrees on it (`kinds.Kind.agreed_stop`); None elsewhere.
-    preemption: preemption.PreemptionHook | None
+    preemption: interrupts.PreemptionHook | None
 
 
-def _watched(loss, progress, train_dir, task):
-    """The step logger, the signal handlers, the save and event watchers.
-
-    progress: `StepLoggerHook`'s examples_per_step, log_frequency and
-    last_step.
-    """
+def _watched(step, schedule, train_dir, task):
+    """The step logger, the signal handlers, the save and event watchers."""
     # Where a signal stops every worker at one step, the hook only takes it.
     interrupt = interrupts.InterruptHook(stops_itself=not task.kind.agreed_stop)
     agreed = None
     if task.kind.agreed_stop:
-        agreed = preemption.PreemptionHook(interrupt)
+        agreed = interrupts.PreemptionHook(interrupt)
+    logger = loop_hooks.StepLoggerHook(
+        step.loss,
+        step.examples_per_step,
+        schedule.log_frequency,
+        schedule.max_steps,
+    )
     return _Watched(
-        loop_hooks.StepLoggerHook(loss, *progress),
+        logger,
         interrupt,
         loop_hooks.SaveWatcher(train_dir),
         event_files.EventFileHook(train_dir),
@@ -119,21 +133,19 @@ def _watched(loss, progress, train_dir, task):
     )
 
 
-def _scaffold_and_hooks(
-    task, watched, loss, hooks, saving, train_dir, summary_op
-):
+def _scaffold_and_hooks(step, schedule, train_dir, task, watched):
     """The session's scaffold, every task's hooks, and the chief's ([] on
     the other workers): `_scaffold`, `_session_hooks` and
-    `chief_savers.chief_hooks`, whose saving tuple it takes."""
-    scaffold, histograms = _scaffold(summary_op)
-    hooks = _session_hooks(watched, loss, hooks, saving[2], task)
+    `loop_hooks.chief_hooks`."""
+    scaffold, histograms = _scaffold(step.summary_op)
+    hooks = _session_hooks(watched, step, schedule.max_steps, task)
     if not task.is_chief:
         return scaffold, hooks, []
     return (
         scaffold,
         hooks,
-        chief_savers.chief_hooks(
-            train_dir, scaffold, saving, watched, histograms
+        loop_hooks.chief_hooks(
+            train_dir, scaffold, schedule, watched, histograms
         ),
     )
 
@@ -160,22 +172,20 @@ def _scaffold(summary_op):
     return scaffold, histograms
 
 
-def _session_hooks(watched, loss, hooks, max_steps, task):
+def _session_hooks(watched, step, max_steps, task):
     """Every task's hooks: the finished check of a cluster, the logger, the
-    NaN check, the signal handler, hooks, and the stop at max_steps (unless
-    None)."""
-    finished = []
-    if max_steps is not None and task.kind.finished_check == "session":
-        finished = [loop_hooks.FinishedHook(max_steps, task.task_index)]
+    NaN check, the signal handler, the step's hooks, and the stop at
+    max_steps (unless None)."""
+    finished = task.kind.finished_hooks(max_steps, task)
     # The logger runs first, so its step is the step that made the NaN; the
     # NaN hook runs before the checkpoint saver, so that step is never saved.
     hooks = [
         *finished,
         watched.logger,
-        loop_hooks.NanLossHook(loss),
+        loop_hooks.NanLossHook(step.loss),
         watched.interrupt,
         *([watched.preemption] if watched.preemption else []),
-        *hooks,
+        *step.hooks,
     ]
     if max_steps is not None:
         hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=max_steps))
@@ -192,12 +202,16 @@ class _Session(NamedTuple):
     chief_hooks: list  # the chief's savers, left out of a finished run's
     pretrained: tuple  # (str, bool): `restore.warm_start`'s arguments
     settings: dict | None  # what the workers compare (`agreement.agree`)
-    # The chief takes the variables the ps tasks hold (`_join_held_job`).
+    # The chief takes the variables the ps tasks hold (`kinds.Started`).
     joins_held_job: bool = False
+    server: tf.distribute.Server | None = None  # None in one process
+    done_ops: list | tuple = ()  # the worker's `ps.done_signals`
 
 
 class _Start(NamedTuple):
-    """How train_dir is prepared before the first step (`_prepare`)."""
+    """How train_dir is prepared before the first step (`_prepare`):
+    `choices.Start`'s clear_train_dir, `TrainDir`'s data_dirs, model_name
+    and data, and --max_steps."""
 
     clear_train_dir: bool
     data_dirs: tuple | list
@@ -213,117 +227,35 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     signal stopped it before step 1, but not for a train_dir that another
     trainer holds.
     """
-    task = session.task
-    done_ops = cluster.done_signals(task)
-    if task.kind.agreement:
-        # What the workers compare, the model's digests too, made once.
-        session = session._replace(settings=_with_variables(session.settings))
-    if task.kind.agreement == "collective":
-        # A signal from the server's start on (its peers may reach it from
-        # then) is kept, and stops every worker after step 1.
-        with watched.interrupt.installed():
-            server = cluster.start_server(task, session.config)
-            _agree(server, session)
-    else:
-        server = cluster.start_server(task, session.config)
-    if task.kind.agreement == "ps":
-        if task.is_chief:
-            session = _join_held_job(server, session)
-        session = _with_ps_agreement(session, done_ops)
     as_found = train_dirs.contents(train_dir)
     try:
-        _train(train_op, train_dir, session, server, done_ops, start, watched)
+        _train(train_op, train_dir, session, start, watched)
     except train_dirs.InUse:
         # A folder in use is another trainer's: its new files are not ours.
         raise
     except BaseException:
         # A run interrupted after step 1 saved the step it reached; one
         # interrupted before it, like one that failed, leaves no trace.
-        if task.is_chief and watched.logger.runs == 0:
+        if session.task.is_chief and watched.logger.runs == 0:
             train_dirs.put_back(train_dir, as_found)
         raise
 
 
-def _save_reached(error, server, session, train_dir, watched):
+def _save_reached(error, session, train_dir, watched):
     """The chief's checkpoint of its last step, when a peer is lost after a
-    step and the kind of run saves it (`last_step.save_reached`), else
+    step and the kind of run saves it (`kinds.Kind.lost_peer_save`), else
     None."""
     task = session.task
     if not (
-        task.kind.lost_peer_save
-        and task.is_chief
-        and watched.logger.runs
-        and failures.lost_cluster(error)
+        task.is_chief and watched.logger.runs and failures.lost_cluster(error)
     ):
         return None
-    return last_step.save_reached(
-        server, session.config, session.scaffold.saver, train_dir
+    return task.kind.lost_peer_save(
+        session.server, session.config, session.scaffold.saver, train_dir
     )
 
 
-def _agree(server, session):
-    """Every worker's settings and model variables equal, or an error."""
-    agreement.agree(
-        server.target,
-        session.task,
-        session.settings,
-        sessions.timeout_secs(session.config),
-    )
-
-
-def _join_held_job(server, session):
-    """session, joining the job the ps tasks hold when they hold one.
-
-    A chief that finds the ps tasks holding a job of its own settings (it
-    was restarted under running workers, or the ps tasks outlived their
-    workers) takes the variables as they are, newer than any checkpoint,
-    restoring nothing; one of other settings is refused before it restores
-    anything (`ps_agreement.refuse_other_job`).
-    """
-    held = ps_agreement.held_job(
-        server.target,
-        session.task,
-        session.config,
-        sessions.timeout_secs(session.config),
-    )
-    if held is None:
-        return session
-    ps_agreement.refuse_other_job(held, session.settings)
-    print(
-        "the ps tasks hold this job already: training on from their "
-        "variables, restoring no checkpoint",
-        flush=True,
-    )
-    return session._replace(joins_held_job=True)
-
-
-def _with_ps_agreement(session, done_ops):
-    """session, its hooks led by the one that compares a ps cluster
-    worker's settings with its chief's before step 1 (`ps_agreement`); a
-    worker that differs runs done_ops, the worker's `cluster.done_signals`."""
-    agreed = ps_agreement.PsAgreementHook(
-        session.task,
-        session.settings,
-        sessions.timeout_secs(session.config),
-        done_ops,
-    )
-    return session._replace(hooks=[agreed, *session.hooks])
-
-
-def _with_variables(settings):
-    """settings (a dict, or None) and the digests of the model's variables
-    and ops."""
-    settings = dict(settings or {})
-    settings[agreement.VARIABLES] = agreement.variables_digest(
-        tf.compat.v1.global_variables()
-    )
-    settings[agreement.OPS] = agreement.ops_digest(
-        tf.compat.v1.get_default_graph()
-    )
-    return settings
-
-
-def _train(train_op, train_dir, session, server, done_ops, start, watched):
+def _train(train_op, train_dir, session, start, watched):
     """Trains while the chief owns train_dir and the ps tasks are watched.
 
     A failed run says why in one line (`failures.failure`), the chief
@@ -336,28 +268,24 @@ def _train(train_op, train_dir, session, server, done_ops, start, watched):
     with (
         watched.interrupt.installed(),
         train_dirs.owned(train_dir, task.is_chief),
-        watchdog.PsWatchdog(task, sessions.timeout_secs(config)),
+        task.kind.watchdog(task, sessions.timeout_secs(config)),
     ):
         try:
-            _train_owned(
-                train_op, train_dir, session, server, done_ops, start, watched
-            )
+            _train_owned(train_op, train_dir, session, start, watched)
         except (tf.errors.OpError, RuntimeError) as e:
-            saved = _save_reached(e, server, session, train_dir, watched)
+            saved = _save_reached(e, session, train_dir, watched)
             failed, cause = failures.failure(e, watched, task, train_dir, saved)
             if failed is None:
                 raise
             raise failed from cause
 
 
-def _train_owned(
-    train_op, train_dir, session, server, done_ops, start, watched
-):
+def _train_owned(train_op, train_dir, session, start, watched):
     """Prepares train_dir and trains; then a worker tells the ps tasks it
     is done, and a run a signal stopped raises `errors.Interrupted`."""
-    task, config = session.task, session.config
+    task, config, server = session.task, session.config, session.server
     newest, finished = _prepare(train_dir, task, start)
-    if finished and task.kind.finished_check == "own":
+    if finished and task.kind.ends_finished(newest, start.max_steps):
         return
     hooks = session.hooks + ([] if finished else session.chief_hooks)
     creator = sessions.session_creator(
@@ -366,17 +294,22 @@ def _train_owned(
         session.scaffold,
         config,
         train_dir,
-        session.pretrained,
-        newest,
-        session.joins_held_job,
+        sessions.ChiefStart(
+            session.pretrained, newest, session.joins_held_job
+        ),
     )
     _train_loop(train_op, hooks, creator)
     if server:
         cluster.report_done(
-            server, done_ops, task, watched.logger.runs, config, start.max_steps
+            server,
+            session.done_ops,
+            task,
+            watched.logger.runs,
+            config,
+            start.max_steps,
         )
     if watched.preemption and watched.preemption.signals:
-        raise preemption.interrupted(
+        raise interrupts.preempted(
             watched.preemption, train_dir, task.is_chief
         )
     if watched.interrupt.signum is not None:
@@ -386,24 +319,14 @@ def _train_owned(
 
 
 def _prepare(train_dir, task, start):
-    """Clears train_dir and records the model in it (the chief), and finds
-    the checkpoint to resume from.
-
-    Args:
-      train_dir: str.
-      task: the `cluster.ClusterTask`.
-      start: a `_Start`: clear_train_dir (bool) deletes what the trainers
-        wrote in train_dir (`train_dirs.clear`), never in data_dirs (strs,
-        the run's data folders); model_name (str or None) is recorded in
-        train_dir (`train_dirs.record_model`), and so is data (a
-        the data set's `Data` or None); max_steps (int or None).
+    """Clears train_dir (never its data_dirs) and records the model and
+    the data in it (the chief), and finds the checkpoint to resume from.
 
     Returns:
       (str or None, bool): the chief's newest checkpoint that reads (None
       on the other workers of a cluster), and whether it is at max_steps
-      already (`_finished`): then the chief writes nothing, and one process
-      says so; a cluster's workers say so as their sessions start
-      (`loop_hooks.FinishedHook`).
+      already (`_finished`): then the chief writes nothing, and the kind
+      of run says so (`kinds.Kind.ends_finished`).
     """
     if start.clear_train_dir and task.is_chief:
         train_dirs.clear(train_dir, start.data_dirs)
@@ -416,13 +339,6 @@ def _prepare(train_dir, task, start):
     # Read once here: a damaged newest checkpoint is named once.
     newest = checkpoints.newest_valid_checkpoint(train_dir)
     if _finished(newest, start.max_steps):
-        if task.kind.finished_check == "own":
-            print(
-                "%s is already at step %d, at or past --max_steps=%d; nothing"
-                " to train (raise --max_steps to train on)"
-                % (newest, checkpoints.global_step(newest), start.max_steps),
-                flush=True,
-            )
         return newest, True
     # Under the lock, what an earlier run's interrupted saves left (a kill
     # -9 mid-save: model.ckpt-STEP_temp/) is no run's any more.
@@ -432,15 +348,9 @@ def _prepare(train_dir, task, start):
 
 
 def _finished(checkpoint, max_steps):
-    """Whether checkpoint, train_dir's newest, is at max_steps or past it.
-
-    Such a run trains nothing: without this check the session would still
-    train one step, save it and write an event file.
-
-    Args:
-      checkpoint: str, the newest checkpoint that reads, or None.
-      max_steps: int or None.
-    """
+    """Whether checkpoint (train_dir's newest, or None) is at max_steps
+    (or None) or past it: such a run trains nothing, where the session
+    would still train one step, save it and write an event file."""
     if max_steps is None or checkpoint is None:
         return False
     return checkpoints.global_step(checkpoint) >= max_steps

@@ -7,9 +7,8 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10_multi_gpu_train
 from cifar10_models import registry
-from multigpu.distributed import cluster
+from multigpu.distributed import cluster, sessions
 from multigpu.graph import placement, variable_update
-from multigpu.run import sessions
 from multigpu.train_dir import checkpoints
 
 

@@ -36,17 +36,20 @@ def training_error(train_op, loss, train_dir, **kwargs):
       The message of the `errors.TrainingError` it raised.
     """
     from multigpu import errors
+    from multigpu.flags import choices
     from multigpu.run import training
 
     with pytest.raises(errors.TrainingError) as error:
         training.run_training(
-            train_op,
-            loss,
-            str(train_dir),
-            examples_per_step=1,
-            log_frequency=1,
-            max_steps=10,
-            **kwargs,
+            training.Step(train_op, loss, 1, hooks=kwargs.get("hooks", ())),
+            choices.Schedule(
+                1,
+                10,
+                kwargs.get("save_checkpoint_steps", 1000),
+                kwargs.get("save_summaries_steps", 0),
+            ),
+            choices.Start(False, ("", False)),
+            training.TrainDir(str(train_dir)),
         )
     return str(error.value)
 

@@ -1,58 +1,60 @@
-"""Session creators: the chief restores, workers wait, both bounded.
+"""Session creators: the chief restores, workers wait, both bounded; the
+finished job's check as a worker's session starts.
 
 And a plain `Session` initialised as theirs are (`initialise`,
 `local_init_op`), for tests and benchmarks.
+
+A cluster of workers only, lost, first saves the chief's last completed step
+(`save_reached`). Every worker holds its own copies of the variables, equal
+after every step. When a peer, or the link to it, is lost, the step in
+flight fails in one of its collectives before any saved variable is written
+(the update waits for every collective of the step,
+`gradient_reduction.all_or_none`), so the chief's variables are still those
+of the last step it completed: it saves them, and the same commands resume
+from that step once the cluster is whole again. Without this a link that
+goes down costs every step since the last periodic checkpoint (up to
+--save_checkpoint_steps).
 """
 
+import os
 import time
+from typing import NamedTuple
 
 import tensorflow as tf
 
-from multigpu.distributed import watchdog
+from multigpu.distributed import ps
 from multigpu.train_dir import checkpoints, restore
 
 
-def session_creator(
-    task,
-    server,
-    scaffold,
-    config,
-    train_dir,
-    pretrained=("", False),
-    newest=None,
-    joins_held_job=False,
-):
-    """The chief restores or initialises; other workers wait for it (or,
-    in a cluster of workers only, initialise and take the chief's values).
+class ChiefStart(NamedTuple):
+    """How the chief's session starts (`ResumingSessionCreator`)."""
 
-    pretrained: (str, bool), --pretrained_model_checkpoint_path and
-    --fine_tune, for the chief's warm start (`restore.restore_fn`).
-    newest: str, the chief's newest checkpoint if already found, for its
-    first session (`ResumingSessionCreator`).
-    joins_held_job: bool, the ps tasks hold the job's variables already:
-    the chief takes them as the other workers do.
-    """
-    if task.is_chief and not joins_held_job:
-        creator = ResumingSessionCreator(
-            scaffold,
-            server.target if server else "",
-            config,
-            train_dir,
-            pretrained,
-            newest,
+    # (--pretrained_model_checkpoint_path, --fine_tune), for a new run's
+    # warm start (`restore.restore_fn`).
+    pretrained: tuple = ("", False)
+    newest: str | None = None  # its newest checkpoint, if found already
+    # The ps tasks hold the job's variables already: the chief takes them
+    # as the other workers do.
+    joins_held_job: bool = False
+
+
+# A chief's first start: no warm start, the checkpoint not looked for yet.
+FIRST_START = ChiefStart()
+
+
+def session_creator(
+    task, server, scaffold, config, train_dir, start=FIRST_START
+):
+    """The chief restores or initialises (start: a `ChiefStart`); the other
+    workers make their sessions as their kind of run does
+    (`kinds.Kind.session`); none waits past the operation timeout."""
+    target = server.target if server else ""
+    chief = None
+    if task.is_chief and not start.joins_held_job:
+        chief = ResumingSessionCreator(
+            scaffold, target, config, train_dir, start.pretrained, start.newest
         )
-    elif task.kind.worker_session == "own":
-        # Every worker of a cluster of workers only initialises its own
-        # variables; its local init op then takes the chief's values.
-        creator = tf.compat.v1.train.ChiefSessionCreator(
-            scaffold, server.target, config
-        )
-    else:
-        creator = PromptWorkerSessionCreator(scaffold, server.target, config)
-    if task.kind.worker_session == "own":
-        creator = StartUpBoundSessionCreator(
-            creator, task, timeout_secs(config)
-        )
+    creator = task.kind.session(chief, scaffold, target, config, task)
     return BoundedSessionCreator(creator, timeout_secs(config))
 
 
@@ -62,7 +64,7 @@ class StartUpBoundSessionCreator(tf.compat.v1.train.SessionCreator):
     Its local init op copies the chief's values to every worker by
     collective ops, whose first run waits for every peer with no operation
     timeout: a peer lost then would hold the worker forever. Past
-    timeout_secs the process ends with one line (`watchdog.ends_after`).
+    timeout_secs the process ends with one line (`ps.ends_after`).
     """
 
     def __init__(self, creator, task, timeout_secs):
@@ -71,7 +73,7 @@ class StartUpBoundSessionCreator(tf.compat.v1.train.SessionCreator):
         self._timeout_secs = timeout_secs
 
     def create_session(self):
-        with watchdog.ends_after(
+        with ps.ends_after(
             self._timeout_secs,
             self._task,
             "the start-up copy of the chief's values",
@@ -142,6 +144,66 @@ class PromptWorkerSessionCreator(tf.compat.v1.train.SessionCreator):
             self._config,
             timeout_secs(self._config) or float("inf"),
         )
+
+
+class FinishedHook(tf.compat.v1.train.SessionRunHook):
+    """Ends a cluster worker's run before step 1 when its session starts at
+    max_steps or past it: a finished job started again trains nothing, as
+    one process does (`kinds.Kind.ends_finished`).
+
+    Run it before the step logger, which then says nothing of training.
+    """
+
+    def __init__(self, max_steps, task_index):
+        self._max_steps = max_steps
+        self._task_index = task_index
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        step = session.run(self._global_step)
+        if step < self._max_steps:
+            return
+        print(
+            "worker task %d: the job is already at global step %d, at or "
+            "past --max_steps=%d; nothing to train (raise --max_steps on "
+            "every task to train on)"
+            % (self._task_index, step, self._max_steps),
+            flush=True,
+        )
+        coord.request_stop()
+
+
+def save_reached(server, config, saver, train_dir):
+    """Saves the chief's variables at its global step, unless saved already.
+
+    The session talks to the chief's own server only (config's device
+    filters), so it waits on no lost peer; config's operation timeout
+    bounds it.
+
+    Args:
+      server: the chief's `tf.distribute.Server`.
+      config: the session's `ConfigProto` (`cluster.task_config`).
+      saver: the run's `Saver` (its scaffold's).
+      train_dir: str.
+
+    Returns:
+      str, the checkpoint of the chief's global step (train_dir's newest
+      when it is of that step already), or None when it could not be
+      written (the error is the run's, not this save's).
+    """
+    global_step = tf.compat.v1.train.get_global_step()
+    try:
+        with tf.compat.v1.Session(server.target, config=config) as sess:
+            step = int(sess.run(global_step))
+            newest = checkpoints.latest_checkpoint(train_dir)
+            if newest and checkpoints.global_step(newest) == step:
+                return newest
+            path = os.path.join(train_dir, checkpoints.CHECKPOINT_BASENAME)
+            return saver.save(sess, path, global_step=step)
+    except tf.errors.OpError:
+        return None
 
 
 def session_manager(scaffold):
