@@ -30,7 +30,7 @@ from absl import flags
 
 import cifar10_input
 from data_sets import cifar10_data
-from multigpu.flags import argparse_era
+from multigpu.flags import script
 from multigpu.graph import (
     blocks,
     loss_scale,
@@ -69,10 +69,10 @@ flags.DEFINE_boolean(
 # The same three flags for scripts of the argparse era (Sept. 2017 to Jan.
 # 2018): `parser = cifar10.parser`, add their own, `FLAGS =
 # parser.parse_args()`; the no-argument calls then read what it parsed.
-parser = argparse_era.RememberingParser()
+parser = script.RememberingParser()
 parser.add_argument(
     "--batch_size",
-    type=argparse_era.positive_int,
+    type=script.positive_int,
     default=FLAGS["batch_size"].default,
     help=FLAGS["batch_size"].help,
 )
@@ -83,7 +83,7 @@ parser.add_argument(
 )
 parser.add_argument(
     "--use_fp16",
-    type=argparse_era.boolean,
+    type=script.boolean,
     nargs="?",
     const=True,
     default=FLAGS["use_fp16"].default,

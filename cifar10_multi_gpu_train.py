@@ -62,7 +62,6 @@ from multigpu.flags import (
     choices,
     common_flags,
     flag_checks,
-    plans,
     script,
     tower_flags,
 )
@@ -343,7 +342,7 @@ def main(argv):
     model, train_dir = registry.model_and_train_dir(
         *recipe, FLAGS.train_dir, not (FLAGS.dry_run or FLAGS.clear_train_dir)
     )
-    plan = plans.tower_plan(
+    plan = choices.tower_plan(
         devices,
         task,
         choices.update_choice_from_flags(FLAGS),
@@ -372,7 +371,7 @@ def main(argv):
 
 
 def _build(graph, get_next, batch_size, task, plan, model, max_steps=None):
-    """`build_graph` of the `plans.TowerPlan` in graph (under the task's device
+    """`build_graph` of the `choices.TowerPlan` in graph (under the task's device
     function), then the check of its bfloat16 kernels: `build_graph`'s
     (loss, train_op, summary_op, hooks)."""
     graph_ops = build_graph(

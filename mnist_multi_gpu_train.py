@@ -51,7 +51,6 @@ from multigpu.flags import (
     choices,
     common_flags,
     flag_checks,
-    plans,
     script,
     tower_flags,
 )
@@ -143,7 +142,7 @@ def plan_dry_run(task, num_gpus, batch_size, learning_rate, update_choice):
         ([batch_size, mnist_input.IMAGE_PIXELS], tf.float32),
         ([batch_size], tf.int32),
     ]
-    update = plans.update_of_choice(devices, task, update_choice)
+    update = choices.update_of_choice(devices, task, update_choice)
     with (
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
@@ -348,7 +347,7 @@ def _train(train_file, towers, train_dir, data, profiling, run):
             devices=devices,
             learning_rate=recipe.learning_rate,
             task=task,
-            update=plans.update_of_choice(devices, task, recipe.update),
+            update=choices.update_of_choice(devices, task, recipe.update),
         )
         closing = report.RunReportHook(loss)
         # A corrupt record stops the run with an error naming the file.

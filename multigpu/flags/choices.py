@@ -2,15 +2,18 @@
 
 Each function here takes the parsed flags, the script's `FLAGS`, and
 returns the plain value of one concern, which `main` passes down: the code
-below the scripts never sees a flags object.
+below the scripts never sees a flags object. `cifar10_multi_gpu_train.main`
+makes its `TowerPlan` once, the flags' choices made against its devices; the
+MNIST trainer takes the variable update alone (`update_of_choice`).
 """
 
+import collections
 import os
 from typing import NamedTuple
 
 from multigpu.distributed import cluster, tf_config
 from multigpu.flags import flag_checks, tower_flags
-from multigpu.graph import loss_scale, placement
+from multigpu.graph import loss_scale, placement, variable_update
 
 
 def cluster_task_from_flags(flag_values, environ=os.environ):
@@ -241,4 +244,62 @@ def start_from_flags(flag_values):
             flag_values.pretrained_model_checkpoint_path,
             flag_values.fine_tune,
         ),
+    )
+
+
+# How the towers compute and share their variables, as the flags choose.
+#   devices: strs, one tower's device each.
+#   update: the `variable_update.VariableUpdate` of --variable_update.
+#   compute_dtype: tf.DType the layers compute in (--use_fp16).
+#   config: the session's `ConfigProto`.
+#   loss_scaling: the float16 loss scaling (`loss_scale`), or None.
+#   options: the `TowerOptions` (--clip_gradients, --xla, ...).
+TowerPlan = collections.namedtuple(
+    "TowerPlan", "devices update compute_dtype config loss_scaling options"
+)
+
+
+def tower_plan(devices, task, update, precision, session, options):
+    """The `TowerPlan` of the flags; prints the devices and the all-reduce.
+
+    Args:
+      devices: strs, one tower's device each.
+      task: the `cluster.ClusterTask`.
+      update: the `UpdateChoice` of the flags.
+      precision: the `Precision` of the flags.
+      session: (log_device_placement, operation_timeout_secs, options), the
+        session's flags for `placement.session_config`.
+      options: the `TowerOptions` of the flags.
+    """
+    update = update_of_choice(devices, task, update)
+    compute_dtype, loss_scaling = dtypes(
+        precision, devices, task.sync_replicas
+    )
+    config = placement.session_config(
+        devices,
+        *session,
+        fuse_ops=cluster.may_fuse_ops(task, compute_dtype),
+    )
+    print(placement.describe_devices(devices))
+    if update.all_reduce is not None:
+        print(
+            "--variable_update=replicated: a copy of the variables on each "
+            "tower, their gradients all-reduced by %s" % update.all_reduce
+        )
+    return TowerPlan(
+        devices, update, compute_dtype, config, loss_scaling, options
+    )
+
+
+def update_of_choice(devices, task, choice):
+    """The towers' `variable_update.VariableUpdate` of a
+    `choices.UpdateChoice` (--variable_update and its options)."""
+    return variable_update.variable_update(
+        choice.mode,
+        devices,
+        variable_device_choice=choice.variable_device,
+        all_reduce_spec=choice.all_reduce_spec,
+        task=task,
+        pack_bytes=choice.pack_bytes,
+        transfer_dtype=choice.transfer_dtype,
     )

@@ -12,7 +12,7 @@ import time
 
 import tensorflow as tf
 
-from multigpu.flags import flag_help
+from multigpu.flags import script
 from multigpu.graph import blocks, loss_scale
 from multigpu.train_dir import checkpoints
 
@@ -98,7 +98,7 @@ def print_closing_report(
     claims missed, `step_claims`); see there."""
     if hook.runs or hook.last_step != hook.first_step:
         print(
-            flag_help.as_invoked(
+            script.as_invoked(
                 closing_report(
                     hook, examples_per_step, train_dir, next_commands, notes
                 )
