@@ -12,12 +12,12 @@ import os
 from typing import NamedTuple
 
 from multigpu.distributed import cluster, tf_config
-from multigpu.flags import flag_checks, tower_flags
+from multigpu.flags import flag_checks
 from multigpu.graph import loss_scale, placement, variable_update
 
 
 def cluster_task_from_flags(flag_values, environ=os.environ):
-    """The `cluster.cluster_task` of `tower_flags.define_cluster_flags`' flags.
+    """The `cluster.cluster_task` of the cluster flags.
 
     Without cluster flags, the cluster and the task's role come from the
     TF_CONFIG environment variable when it names one (`tf_config.resolve`).
@@ -121,11 +121,25 @@ def dtypes(precision, devices, sync_replicas=False):
     )
 
 
+# The flags a worker of a cluster may set on its own: its folders, its
+# output, its session's resources, where it is in the cluster, and what only
+# the chief acts on. Every other flag of a trainer changes the numbers and
+# must be the same on every worker (`agreement`, docs/cluster.md).
+LOCAL_FLAGS = (
+    "train_dir data_dir data_url clear_train_dir log_frequency"
+    " log_device_placement save_checkpoint_steps save_summaries_steps"
+    " tb_logging trace_step profile_steps pretrained_model_checkpoint_path"
+    " fine_tune eval_only dry_run ps_hosts worker_hosts job_name task_index"
+    " operation_timeout_secs cpu_towers prefetch_to_device allow_growth"
+    " gpu_memory_fraction num_intra_threads num_inter_threads"
+).split()
+
+
 def cluster_settings(flag_values):
     """The settings every worker of a cluster must share: dict name -> value.
 
     Every flag the trainer defines (not absl's or TensorFlow's own) but
-    `tower_flags.LOCAL_FLAGS`, with its value.
+    `LOCAL_FLAGS`, with its value.
 
     Args:
       flag_values: the parsed flags, the trainer's `FLAGS`, passed by its
@@ -136,7 +150,7 @@ def cluster_settings(flag_values):
         for module, module_flags in flag_values.flags_by_module_dict().items()
         if not module.startswith(("absl", "tensorflow"))
         for flag in module_flags
-        if flag.name not in tower_flags.LOCAL_FLAGS
+        if flag.name not in LOCAL_FLAGS
     }
 
 
