@@ -26,7 +26,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu.flags import choices, common_flags, flag_checks, script
+from multigpu.flags import choices, common_flags, script
 from multigpu.graph import blocks, op_kernels, placement, summaries
 from multigpu.run import interrupts, profile, report, training
 from multigpu.train_dir import data_records
@@ -87,7 +87,7 @@ def build_graph(
 
 def main(argv):
     del argv
-    flag_checks.check_flags(FLAGS)
+    choices.check_flags(FLAGS)
     model, train_dir = registry.model_and_train_dir(
         *choices.recipe_from_flags(FLAGS),
         FLAGS.train_dir,

@@ -47,13 +47,7 @@ import mnist_model
 from data_sets import mnist_data, mnist_format
 from multigpu import folders
 from multigpu.distributed import cluster, ps
-from multigpu.flags import (
-    choices,
-    common_flags,
-    flag_checks,
-    script,
-    tower_flags,
-)
+from multigpu.flags import choices, common_flags, script, tower_flags
 from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import interrupts, loop_hooks, profile, report, training
 from multigpu.train_dir import data_records
@@ -195,7 +189,7 @@ def _no_step(train_file, batch_size, num_gpus):
 def main(argv):
     del argv
     task = choices.cluster_task_from_flags(FLAGS)
-    flag_checks.check_flags(FLAGS, task)
+    choices.check_flags(FLAGS, task)
     options = choices.session_options_from_flags(FLAGS)
     update = choices.update_choice_from_flags(FLAGS)
     if FLAGS.dry_run:

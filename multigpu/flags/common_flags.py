@@ -276,8 +276,8 @@ def _define_profile_flags():
         flags.DEFINE_integer(
             "trace_step",
             0,
-            "Retired: TensorFlow's private timeline is replaced by its profiler; "
-            "use --profile_steps=N,N.",
+            "Retired: TensorFlow's private timeline is replaced by its "
+            "profiler; use --profile_steps=N,N.",
         )
         flags.register_validator("trace_step", _refuse_trace_step)
     if "profile_steps" not in flags.FLAGS:
