@@ -463,7 +463,9 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
         closing,
         batch_size * len(plan.devices),
         train_dir if task.is_chief else None,
-        registry.next_commands(model, train_dir, data_dir),
+        script.as_invoked(
+            registry.next_commands(model, train_dir, data_dir)
+        ),
         profile.closing_lines(profiling, train_dir),
     )
 

@@ -142,7 +142,9 @@ def main(argv):
         closing,
         FLAGS.batch_size,
         train_dir,
-        registry.next_commands(model, train_dir, FLAGS.data_dir),
+        script.as_invoked(
+            registry.next_commands(model, train_dir, FLAGS.data_dir)
+        ),
         profile.closing_lines(profiling, train_dir),
     )
 

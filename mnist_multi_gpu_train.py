@@ -295,7 +295,9 @@ def _train_and_score(
         closing,
         recipe.batch_size * len(devices),
         train_dir if task.is_chief else None,
-        next_commands(train_dir, recipe.data_dir, tb_logging),
+        script.as_invoked(
+            next_commands(train_dir, recipe.data_dir, tb_logging)
+        ),
         profile.closing_lines(profiling, train_dir),
     )
 

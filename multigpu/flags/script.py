@@ -91,7 +91,7 @@ def run_script(main):
 
 # What pybind11 says of a Ctrl-C that replaced a C++ exception.
 _PYBIND_CTRL_C = "REPLACED BY KeyboardInterrupt"
-# The help flags that print the script's grouped help (`help_text`).
+# The help flags that print the script's grouped help (`_script_help`).
 _GROUPED_HELP_FLAGS = ("-?", "-h", "--help", "--helpshort")
 # absl's help flags: each prints the help, then exits with code 1.
 _HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
@@ -116,22 +116,6 @@ def _parse_flags(argv):
         raise
 
 
-def _script_help(module_name):
-    """The grouped --help of the script whose main is in module_name.
-
-    The same text whether the script runs as a file (its module is
-    '__main__', its flags registered under sys.argv[0]) or as an installed
-    command, which imports it as a module.
-    """
-    registered = sys.argv[0] if module_name == "__main__" else module_name
-    return as_invoked(
-        help_text(
-            sys.modules[module_name].__doc__ or "",
-            flags.FLAGS.get_key_flags_for_module(registered),
-        )
-    )
-
-
 def _list_flags_in_help(module_name):
     """Makes `--help` of an installed command list the script's flags.
 
@@ -149,131 +133,80 @@ def _list_flags_in_help(module_name):
 # The groups of --help, in this order, and the flags each holds (of any of
 # the scripts; a script lists the ones it takes).
 GROUPS = (
-    (
-        "Data and batches",
-        ("data_dir", "fake_data", "data_url", "eval_data", "batch_size"),
-    ),
-    ("Model", ("model",)),
+    ("Data and batches", "data_dir fake_data data_url eval_data batch_size"),
+    ("Model", "model"),
     (
         "Training",
-        (
-            "max_steps",
-            "num_epochs",
-            "learning_rate",
-            "learning_rate_boundaries",
-            "momentum",
-            "clip_gradients",
-            "pretrained_model_checkpoint_path",
-            "fine_tune",
-        ),
+        "max_steps num_epochs learning_rate learning_rate_boundaries momentum"
+        " clip_gradients pretrained_model_checkpoint_path fine_tune",
     ),
     (
         "Evaluation",
-        (
-            "checkpoint_dir",
-            "eval_dir",
-            "num_examples",
-            "run_once",
-            "eval_interval_secs",
-            "last_step",
-            "eval_only",
-        ),
+        "checkpoint_dir eval_dir num_examples run_once eval_interval_secs"
+        " last_step eval_only",
     ),
     (
         "GPUs and devices",
-        (
-            "num_gpus",
-            "cpu_towers",
-            "variable_update",
-            "all_reduce_spec",
-            "variable_device",
-            "xla",
-            "prefetch_to_device",
-            "dry_run",
-            "allow_growth",
-            "gpu_memory_fraction",
-            "num_intra_threads",
-            "num_inter_threads",
-            "log_device_placement",
-        ),
+        "num_gpus cpu_towers variable_update all_reduce_spec variable_device"
+        " xla prefetch_to_device dry_run allow_growth gpu_memory_fraction"
+        " num_intra_threads num_inter_threads log_device_placement",
     ),
     (
         "Reduced precision",
-        (
-            "use_fp16",
-            "force_cpu_bfloat16",
-            "fp16_loss_scale",
-            "fp16_enable_auto_loss_scale",
-            "fp16_inc_loss_scale_every_n",
-        ),
+        "use_fp16 force_cpu_bfloat16 fp16_loss_scale"
+        " fp16_enable_auto_loss_scale fp16_inc_loss_scale_every_n",
     ),
     (
         "Cluster",
-        (
-            "ps_hosts",
-            "worker_hosts",
-            "job_name",
-            "task_index",
-            "sync_replicas",
-            "replicas_to_aggregate",
-            "gradient_pack_bytes",
-            "gradient_transfer_dtype",
-            "operation_timeout_secs",
-        ),
+        "ps_hosts worker_hosts job_name task_index sync_replicas"
+        " replicas_to_aggregate gradient_pack_bytes gradient_transfer_dtype"
+        " operation_timeout_secs",
     ),
     (
         "Output",
-        (
-            "train_dir",
-            "clear_train_dir",
-            "log_frequency",
-            "save_checkpoint_steps",
-            "save_summaries_steps",
-            "tb_logging",
-            "trace_step",
-            "profile_steps",
-        ),
+        "train_dir clear_train_dir log_frequency save_checkpoint_steps"
+        " save_summaries_steps tb_logging trace_step profile_steps",
     ),
 )
-# The installed package, whose commands (cifar10-train, ...) run the scripts.
-DISTRIBUTION = "tf1-multi-gpu"
-# A script's command line in a docstring or a report: 'python NAME.py', and
-# its flags up to an aligned comment, if any.
-_SCRIPT_COMMAND = re.compile(r"\bpython (\w+)\.py\b([^\n#]*? {2,}#)?")
 # The group of a flag no group names (a test keeps it empty).
 OTHER = "Other"
 # The closing line: where absl's own flags are.
 ABSL_FLAGS = (
     "absl's own flags (--verbosity=0 shows TensorFlow's log lines): --helpfull."
 )
+# The installed package, whose commands (cifar10-train, ...) run the scripts.
+DISTRIBUTION = "tf1-multi-gpu"
+# A script's command line in a docstring or a report: 'python NAME.py', and
+# its flags up to an aligned comment, if any.
+_SCRIPT_COMMAND = re.compile(r"\bpython (\w+)\.py\b([^\n#]*? {2,}#)?")
 
 
-def help_text(description, script_flags):
-    """The text of a script's --help.
+def _script_help(module_name):
+    """The grouped --help of the script whose main is in module_name: its
+    docstring, the groups that hold any of its flags (each flag with its
+    default and its help), and the line on absl's flags.
 
-    Args:
-      description: str, the script's docstring.
-      script_flags: absl `Flag`s, the flags the script takes.
-
-    Returns:
-      str, the description, the groups that hold any of script_flags (each
-      flag with its default and its help), and the line on absl's flags.
+    The same text whether the script runs as a file (its module is
+    '__main__', its flags registered under sys.argv[0]) or as an installed
+    command, which imports it as a module.
     """
-    by_name = {flag.name: flag for flag in script_flags}
-    grouped = [
-        (title, [name for name in names if name in by_name])
-        for title, names in GROUPS
-    ]
-    named = {name for _, names in GROUPS for name in names}
+    registered = sys.argv[0] if module_name == "__main__" else module_name
+    by_name = {
+        flag.name: flag
+        for flag in flags.FLAGS.get_key_flags_for_module(registered)
+    }
+    grouped = [(title, names.split()) for title, names in GROUPS]
+    named = {name for _, names in grouped for name in names}
     grouped.append((OTHER, sorted(set(by_name) - named)))
-    lines = [description.strip(), ""]
+    lines = [(sys.modules[module_name].__doc__ or "").strip(), ""]
     for title, names in grouped:
+        names = [name for name in names if name in by_name]
         if names:
             lines.append("%s:" % title)
             for name in names:
                 lines += _describe(by_name[name])
             lines.append("")
-    return "\n".join(lines + [ABSL_FLAGS])
+    return "\n".join(as_invoked(lines + [ABSL_FLAGS]))
 
 
 def _describe(flag):
@@ -302,16 +235,15 @@ def _default(flag):
     return str(flag.default)
 
 
-def as_invoked(text):
-    """text, its 'python NAME.py' commands named as the user ran this one.
-
-    Under an installed command (cifar10-train) every script the package
-    installs is named by its command (python cifar10_eval.py becomes
-    cifar10-eval); run as a file, text is returned as it is.
+def as_invoked(texts):
+    """texts (strs), their 'python NAME.py' commands named as the user ran
+    this one: under an installed command (cifar10-train) every script the
+    package installs is named by its command (python cifar10_eval.py becomes
+    cifar10-eval); run as a file, texts are returned as they are.
     """
     commands = _installed_commands()
     if os.path.basename(sys.argv[0]) not in commands.values():
-        return text
+        return list(texts)
 
     def renamed(found):
         command = commands.get(found.group(1))
@@ -323,7 +255,7 @@ def as_invoked(text):
         flags = found.group(2)[:-1].rstrip()
         return (command + flags).ljust(len(found.group(0)) - 1) + "#"
 
-    return _SCRIPT_COMMAND.sub(renamed, text)
+    return [_SCRIPT_COMMAND.sub(renamed, text) for text in texts]
 
 
 def _installed_commands():

@@ -12,7 +12,6 @@ import time
 
 import tensorflow as tf
 
-from multigpu.flags import script
 from multigpu.graph import blocks, loss_scale
 from multigpu.train_dir import checkpoints
 
@@ -98,10 +97,8 @@ def print_closing_report(
     claims missed, `step_claims`); see there."""
     if hook.runs or hook.last_step != hook.first_step:
         print(
-            script.as_invoked(
-                closing_report(
-                    hook, examples_per_step, train_dir, next_commands, notes
-                )
+            closing_report(
+                hook, examples_per_step, train_dir, next_commands, notes
             ),
             flush=True,
         )
