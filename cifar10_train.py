@@ -99,9 +99,7 @@ def main(argv):
     )
     devices = placement.tower_devices(1, cpu_towers=True)
     # Before the data: a refused flag writes nothing.
-    compute_dtype, loss_scaling = choices.dtypes(
-        choices.precision_from_flags(FLAGS), devices
-    )
+    compute_dtype, loss_scaling = choices.dtypes(FLAGS, devices)
     # A signal from here on is the run's, which stops before step 1.
     interrupts.hold()
     cifar10_data.prepare_data_dir(

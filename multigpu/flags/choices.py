@@ -273,58 +273,31 @@ def session_options_from_flags(flag_values):
     return _named_by_flags(placement.SessionOptions, flag_values)
 
 
-class Precision(NamedTuple):
-    """--use_fp16 and its flags: the layers' dtype, float16's loss scaling."""
-
-    use_fp16: bool
-    force_cpu_bfloat16: bool
-    loss_scale: float  # --fp16_loss_scale, the (starting) scale
-    auto_loss_scale: bool  # --fp16_enable_auto_loss_scale
-    inc_loss_scale_every_n: int  # --fp16_inc_loss_scale_every_n
-    # ((name, '--name=VALUE'), ...) of the loss-scale flags given, refused
-    # where the run computes not in float16.
-    loss_scale_given: tuple
-
-
-def precision_from_flags(flag_values):
-    """The `Precision` of the reduced-precision flags."""
-    return Precision(
-        flag_values.use_fp16,
-        flag_values.force_cpu_bfloat16,
-        flag_values.fp16_loss_scale,
-        flag_values.fp16_enable_auto_loss_scale,
-        flag_values.fp16_inc_loss_scale_every_n,
-        tuple(
-            (name, _shown(flag_values, name))
-            for name in LOSS_SCALE_FLAGS
-            if _given(flag_values, name)
-        ),
-    )
-
-
-def dtypes(precision, devices, sync_replicas=False):
+def dtypes(flag_values, devices, sync_replicas=False):
     """(compute_dtype, loss_scaling): the towers' dtype on devices (strs)
-    and, for float16, its `loss_scale.LossScaling`, else None.
+    as --use_fp16 chooses and, for float16, its `loss_scale.LossScaling`
+    of the loss-scale flags, else None.
 
     Raises ValueError on a loss-scale flag given for a run that computes
     not in float16: bfloat16 (a CPU) or float32 (a CPU without bfloat16
     instructions) are not scaled.
     """
     compute_dtype = placement.compute_dtype(
-        precision.use_fp16, devices, precision.force_cpu_bfloat16
+        flag_values.use_fp16, devices, flag_values.force_cpu_bfloat16
     )
-    if compute_dtype.name != "float16" and precision.loss_scale_given:
-        name, shown = precision.loss_scale_given[0]
+    given = [name for name in LOSS_SCALE_FLAGS if _given(flag_values, name)]
+    if compute_dtype.name != "float16" and given:
         raise ValueError(
             "%s applies only to float16 on GPUs, and this run computes in %s "
             "on the CPU (which needs no loss scaling), so it would be "
-            "ignored; drop --%s" % (shown, compute_dtype.name, name)
+            "ignored; drop --%s"
+            % (_shown(flag_values, given[0]), compute_dtype.name, given[0])
         )
     return compute_dtype, loss_scale.loss_scaling(
         compute_dtype,
-        precision.loss_scale,
-        precision.auto_loss_scale,
-        precision.inc_loss_scale_every_n,
+        flag_values.fp16_loss_scale,
+        flag_values.fp16_enable_auto_loss_scale,
+        flag_values.fp16_inc_loss_scale_every_n,
         sync_replicas,
     )
 
@@ -451,7 +424,7 @@ def tower_plan(flag_values, devices, task):
         devices, task, update_choice_from_flags(flag_values)
     )
     compute_dtype, loss_scaling = dtypes(
-        precision_from_flags(flag_values), devices, task.sync_replicas
+        flag_values, devices, task.sync_replicas
     )
     config = placement.session_config(
         devices,
