@@ -30,7 +30,7 @@ from absl import flags
 
 import cifar10_input
 from data_sets import cifar10_data
-from multigpu.flags import argparse_era
+from multigpu.flags import script
 from multigpu.graph import step_optimizer, summaries, towers, variables
 
 # The tutorial's three flags, defined here as the tutorial did: scripts
@@ -61,11 +61,11 @@ flags.DEFINE_boolean(
 # The same three flags for scripts of the argparse era (Sept. 2017 to Jan.
 # 2018): `parser = cifar10.parser`, add their own, `FLAGS =
 # parser.parse_args()`; the no-argument calls then read what it parsed.
-parser = argparse_era.RememberingParser()
+parser = script.RememberingParser()
 for _name, _parsing in (
-    ("batch_size", dict(type=argparse_era.positive_int)),
+    ("batch_size", dict(type=script.positive_int)),
     ("data_dir", {}),
-    ("use_fp16", dict(type=argparse_era.boolean, nargs="?", const=True)),
+    ("use_fp16", dict(type=script.boolean, nargs="?", const=True)),
 ):
     parser.add_argument(
         "--" + _name,

@@ -37,7 +37,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu import errors, folders
-from multigpu.flags import choices, common_flags, flag_checks, script
+from multigpu.flags import choices, common_flags, script
 from multigpu.graph import op_kernels, placement, summaries
 from multigpu.train_dir import checkpoints, event_files, restore, train_dirs
 
@@ -292,7 +292,7 @@ def _refuse_checkpoint_file(checkpoint_dir):
 
 def main(argv):
     del argv
-    flag_checks.check_flags(FLAGS)
+    choices.check_flags(FLAGS)
     model = registry.model(FLAGS.model)
     checkpoint_dir = FLAGS.checkpoint_dir or registry.default_train_dir(
         model.name

@@ -60,14 +60,7 @@ import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.distributed import cluster, ps
-from multigpu.flags import (
-    choices,
-    common_flags,
-    flag_checks,
-    plans,
-    script,
-    tower_flags,
-)
+from multigpu.flags import choices, common_flags, script, tower_flags
 from multigpu.graph import (
     dry_run,
     op_kernels,
@@ -303,7 +296,7 @@ def _reduce(update, tower_grads, clip_norm, loss_averages):
 def main(argv):
     del argv
     task = choices.cluster_task_from_flags(FLAGS)
-    flag_checks.check_flags(FLAGS, task)
+    choices.check_flags(FLAGS, task)
     recipe = choices.recipe_from_flags(FLAGS)
     # Checked on a ps too (a user's model imported), which would else wait
     # for workers that refuse it; the workers take it with their train_dir.
@@ -323,14 +316,8 @@ def main(argv):
     model, train_dir = registry.model_and_train_dir(
         *recipe, FLAGS.train_dir, not (FLAGS.dry_run or FLAGS.clear_train_dir)
     )
-    plan = plans.tower_plan(
-        devices,
-        task,
-        choices.update_choice_from_flags(FLAGS),
-        choices.precision_from_flags(FLAGS),
-        (FLAGS.log_device_placement, FLAGS.operation_timeout_secs, options),
-        choices.tower_options_from_flags(FLAGS),
-    )
+    plan = choices.tower_plan(FLAGS, devices, task)
+    print(choices.describe_plan(plan))
     if FLAGS.dry_run:
         return _check_plan(FLAGS.batch_size, task, plan, model)
     # A signal from here on is the run's, which stops before step 1.
@@ -352,9 +339,9 @@ def main(argv):
 
 
 def _build(graph, get_next, batch_size, task, plan, model, max_steps=None):
-    """`build_graph` of the `plans.TowerPlan` in graph (under the task's device
-    function), then the check of its bfloat16 kernels: `build_graph`'s
-    (loss, train_op, summary_op, hooks)."""
+    """`build_graph` of the `choices.TowerPlan` in graph (under the task's
+    device function), then the check of its bfloat16 kernels:
+    `build_graph`'s (loss, train_op, summary_op, hooks)."""
     graph_ops = build_graph(
         get_next=get_next,
         batch_size=batch_size,
@@ -413,7 +400,7 @@ class _Towers(NamedTuple):
 
     batch_size: int  # per tower
     task: cluster.ClusterTask
-    plan: plans.TowerPlan
+    plan: choices.TowerPlan
     model: registry.Model
 
 
@@ -468,7 +455,9 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
         closing,
         examples_per_step,
         train_dir if task.is_chief else None,
-        registry.next_commands(towers.model, train_dir, data_dir),
+        script.as_invoked(
+            registry.next_commands(towers.model, train_dir, data_dir)
+        ),
         profile.closing_lines(profiling, train_dir),
     )
 

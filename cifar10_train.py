@@ -26,7 +26,7 @@ import cifar10
 import cifar10_input
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu.flags import choices, common_flags, flag_checks, script
+from multigpu.flags import choices, common_flags, script
 from multigpu.graph import op_kernels, placement, step_optimizer, summaries
 from multigpu.run import interrupts, profile, report, training
 from multigpu.train_dir import train_dirs
@@ -88,7 +88,7 @@ def build_graph(
 
 def main(argv):
     del argv
-    flag_checks.check_flags(FLAGS)
+    choices.check_flags(FLAGS)
     model, train_dir = registry.model_and_train_dir(
         *choices.recipe_from_flags(FLAGS),
         FLAGS.train_dir,
@@ -100,9 +100,7 @@ def main(argv):
     )
     devices = placement.tower_devices(1, cpu_towers=True)
     # Before the data: a refused flag writes nothing.
-    compute_dtype, loss_scaling = choices.dtypes(
-        choices.precision_from_flags(FLAGS), devices
-    )
+    compute_dtype, loss_scaling = choices.dtypes(FLAGS, devices)
     # A signal from here on is the run's, which stops before step 1.
     interrupts.hold()
     cifar10_data.prepare_data_dir(
@@ -139,7 +137,9 @@ def main(argv):
         closing,
         FLAGS.batch_size,
         train_dir,
-        registry.next_commands(model, train_dir, FLAGS.data_dir),
+        script.as_invoked(
+            registry.next_commands(model, train_dir, FLAGS.data_dir)
+        ),
         profile.closing_lines(profiling, train_dir),
     )
 

@@ -47,14 +47,7 @@ import mnist_model
 from data_sets import mnist_data
 from multigpu import folders
 from multigpu.distributed import cluster, ps
-from multigpu.flags import (
-    choices,
-    common_flags,
-    flag_checks,
-    plans,
-    script,
-    tower_flags,
-)
+from multigpu.flags import choices, common_flags, script, tower_flags
 from multigpu.graph import dry_run, placement, variable_update
 from multigpu.run import interrupts, loop_hooks, profile, report, training
 from multigpu.train_dir import train_dirs
@@ -144,7 +137,7 @@ def plan_dry_run(task, num_gpus, batch_size, learning_rate, update_choice):
         ([batch_size, mnist_input.IMAGE_PIXELS], tf.float32),
         ([batch_size], tf.int32),
     ]
-    update = plans.update_of_choice(devices, task, update_choice)
+    update = choices.update_of_choice(devices, task, update_choice)
     with (
         tf.Graph().as_default() as graph,
         tf.compat.v1.device(cluster.device_setter(task)),
@@ -199,7 +192,7 @@ def _no_step(train_file, batch_size, num_gpus):
 def main(argv):
     del argv
     task = choices.cluster_task_from_flags(FLAGS)
-    flag_checks.check_flags(FLAGS, task)
+    choices.check_flags(FLAGS, task)
     options = choices.session_options_from_flags(FLAGS)
     update = choices.update_choice_from_flags(FLAGS)
     if FLAGS.dry_run:
@@ -306,7 +299,9 @@ def _train_and_score(recipe, devices, process, output, schedule, start):
         closing,
         step.examples_per_step,
         train_dir if task.is_chief else None,
-        next_commands(train_dir, recipe.data_dir, output.tb_logging),
+        script.as_invoked(
+            next_commands(train_dir, recipe.data_dir, output.tb_logging)
+        ),
         profile.closing_lines(profiling, train_dir),
     )
 
@@ -330,7 +325,7 @@ def _step(recipe, devices, task, profiling):
         num_epochs=recipe.num_epochs,
         learning_rate=recipe.learning_rate,
         task=task,
-        update=plans.update_of_choice(devices, task, recipe.update),
+        update=choices.update_of_choice(devices, task, recipe.update),
     )
     closing = report.RunReportHook(loss)
     step = training.Step(

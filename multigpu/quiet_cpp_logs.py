@@ -14,10 +14,8 @@ driver. Python's own stderr (tracebacks, our one-line errors) is written
 directly, never through the filter.
 
 The filter is a small process of its own (`cpp_log_filter`), not a thread
-of the script: a line the C++ side writes just before an abort (a failed
-CHECK) or a fatal signal still reaches the terminal, and the script's exit
-code, or its death by the signal, is its own. The filter ends when the pipe
-closes. At a normal exit the script waits for it after Python's exit
+of the script, so that the script's exit code, or its death by a signal, is
+its own. At a normal exit the script waits for it after Python's exit
 handlers, so no process is left behind; what the C++ side writes later,
 as the interpreter ends, goes to the terminal as it is, so no line is lost.
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 from conftest import REPO, SCRIPT_ENV
 
-from multigpu.flags import tower_flags
+from multigpu.flags import choices
 
 # The flags a worker may set on its own: none changes the numbers.
 LOCAL = [
@@ -103,7 +103,7 @@ print(json.dumps([sorted(choices.cluster_settings(script.FLAGS)),
 
 
 def test_the_flags_a_worker_may_set_on_its_own_are_exactly_these():
-    assert sorted(tower_flags.LOCAL_FLAGS) == LOCAL
+    assert sorted(choices.LOCAL_FLAGS) == LOCAL
 
 
 @pytest.mark.parametrize("script", sorted(COMPARED))

@@ -2,7 +2,7 @@
 
 Each script's flags are parsed by the script's own module in a subprocess
 (absl defines a flag once per process), every command line of a table in
-the same process, and `flag_checks.check_flags` is asked for its verdict;
+the same process, and `choices.check_flags` is asked for its verdict;
 two scripts are run in full to read the exit code and the one line.
 """
 
@@ -12,7 +12,7 @@ import pytest
 from conftest import error_line
 from helpers.scripts import run_code
 
-from multigpu.flags import flag_checks
+from multigpu.flags import choices
 
 # Parses each command line of stdin's JSON list with the script module's
 # flags and prints, as JSON, what check_flags raised for each (None: OK).
@@ -20,7 +20,7 @@ _VERDICTS = """
 import json, sys
 from absl import flags
 import {module} as script
-from multigpu.flags import choices, flag_checks
+from multigpu.flags import choices
 verdicts = []
 for argv in json.load(sys.stdin):
     flags.FLAGS.unparse_flags()
@@ -29,7 +29,7 @@ for argv in json.load(sys.stdin):
     if "ps_hosts" in flags.FLAGS:
         task = choices.cluster_task_from_flags(flags.FLAGS, environ={{}})
     try:
-        flag_checks.check_flags(flags.FLAGS, task)
+        choices.check_flags(flags.FLAGS, task)
         verdicts.append(None)
     except ValueError as e:
         verdicts.append(str(e))
@@ -349,9 +349,9 @@ def test_each_combination_is_refused_in_one_line_or_accepted(
 
 
 def test_increasing_boundaries_pass_and_others_name_the_first_fault():
-    flag_checks.check_boundaries([1, 32000, 48000])
+    choices.check_boundaries([1, 32000, 48000])
     with pytest.raises(ValueError) as error:
-        flag_checks.check_boundaries([32000, 48000, 40000, 40000])
+        choices.check_boundaries([32000, 48000, 40000, 40000])
     assert str(error.value) == (
         "--learning_rate_boundaries=32000,48000,40000,40000: expected steps "
         "in increasing order, found 40000 after 48000; e.g. "

@@ -42,9 +42,10 @@ BUGS = [
     ),
     Bug(
         "flag_left_local",
-        "multigpu/flags/tower_flags.py",
-        '    "num_inter_threads",\n)',
-        '    "num_inter_threads",\n    "learning_rate",\n)',
+        "multigpu/flags/choices.py",
+        '    " gpu_memory_fraction num_intra_threads num_inter_threads"\n',
+        '    " gpu_memory_fraction num_intra_threads num_inter_threads"\n'
+        '    " learning_rate"\n',
         "--learning_rate among the flags a worker may set on its own",
         (
             _FLAGS + "test_the_flags_a_worker_may_set_on_its_own_are_exactly_"

@@ -1,35 +1,246 @@
-"""The flags turned into plain values, once, in a script's `main`.
+"""The flags checked together, then turned into plain values, in `main`.
 
-Each function here takes the parsed flags, the script's `FLAGS`, and
-returns the plain value of one concern, which `main` passes down: the code
-below the scripts never sees a flags object.
+Every script's `main` calls `check_flags` first, before it builds a graph
+or writes a file, so that a mistake costs seconds, not the hours of a run
+that reaches a learning-rate boundary. Every task of a cluster takes the
+same command line, so a ps refuses what its workers would refuse, instead
+of waiting for workers that never come. The other functions return the
+plain value of one concern, which `main` passes down: the code below the
+scripts never sees a flags object.
 """
 
 import os
+import sys
 from typing import NamedTuple
 
-from multigpu.distributed import cluster, tf_config
-from multigpu.flags import flag_checks, tower_flags
-from multigpu.graph import placement, step_optimizer
+from multigpu.distributed import cluster, kinds, tf_config
+from multigpu.graph import placement, step_optimizer, variable_update
+
+# The flags of float16's loss scaling, which do nothing in other dtypes.
+LOSS_SCALE_FLAGS = (
+    "fp16_loss_scale fp16_enable_auto_loss_scale fp16_inc_loss_scale_every_n"
+).split()
+# The flags of reduced precision, which do nothing without --use_fp16.
+FP16_FLAGS = ("force_cpu_bfloat16", *LOSS_SCALE_FLAGS)
+# The flags of what a run writes and prints as it trains.
+_TRAINING_OUTPUT = (
+    "clear_train_dir log_frequency log_device_placement save_checkpoint_steps"
+    " save_summaries_steps tb_logging profile_steps"
+    " pretrained_model_checkpoint_path fine_tune"
+).split()
+# The flags of a run that trains, which --dry_run (it builds the graph and
+# prints its plan, with no session, data or files) would ignore. Its
+# folders (--train_dir, --data_dir) are taken, as a command line that is
+# planned before it is run names them.
+DRY_RUN_UNUSED = (
+    "max_steps num_epochs eval_only cpu_towers fake_data data_url"
+).split() + _TRAINING_OUTPUT
+# The flags of MNIST's training, its session and its cluster, which
+# --eval_only (it scores the newest checkpoint of --train_dir on the test
+# set, in a session of its own) would ignore.
+EVAL_ONLY_UNUSED = (
+    "num_gpus cpu_towers variable_update all_reduce_spec "
+    "gradient_pack_bytes gradient_transfer_dtype learning_rate num_epochs "
+    "allow_growth gpu_memory_fraction num_intra_threads num_inter_threads "
+    "ps_hosts worker_hosts job_name task_index sync_replicas "
+    "replicas_to_aggregate operation_timeout_secs"
+).split() + _TRAINING_OUTPUT
+
+
+def check_flags(flag_values, task=None):
+    """Raises ValueError on flags that cannot work together or would be
+    ignored; task: the `cluster.ClusterTask` of a multi-tower trainer (from
+    its flags or TF_CONFIG), None for a script without cluster mode."""
+    _refuse_unused(
+        flag_values,
+        "dry_run",
+        DRY_RUN_UNUSED,
+        "builds the graph and prints its plan, with no session, no data and "
+        "no file written",
+    )
+    _refuse_unused(
+        flag_values,
+        "eval_only",
+        EVAL_ONLY_UNUSED,
+        "scores the newest checkpoint of --train_dir on the test set, "
+        "training nothing",
+    )
+    if _given(flag_values, "data_url") and flag_values.fake_data:
+        raise ValueError(
+            "%s is where the data set is downloaded from, and --fake_data "
+            "writes the built-in sample set instead, so it would be ignored; "
+            "drop --data_url (or --fake_data)" % _shown(flag_values, "data_url")
+        )
+    _check_recipe(flag_values)
+    # The --fp16_* flags and --force_cpu_bfloat16 need --use_fp16.
+    for name in FP16_FLAGS:
+        _check_needs(flag_values, name, "use_fp16")
+    _check_needs(
+        flag_values,
+        "fp16_inc_loss_scale_every_n",
+        "fp16_enable_auto_loss_scale",
+    )
+    _check_variable_update(flag_values, task)
+    # The flags the task's kind of run refuses, and those of sync mode.
+    for name, why in (task or cluster.LOCAL_TASK).kind.refused_flags.items():
+        if _given(flag_values, name):
+            raise ValueError(why % _shown(flag_values, name))
+    _check_needs(flag_values, "replicas_to_aggregate", "sync_replicas")
+    _check_needs(flag_values, "fine_tune", "pretrained_model_checkpoint_path")
+    _check_needs(flag_values, "save_summaries_steps", "tb_logging")
+    if _given(flag_values, "last_step") and flag_values.run_once:
+        raise ValueError(
+            "--last_step=%d ends a watch for new checkpoints, and --run_once "
+            "scores one checkpoint and exits; drop one of them"
+            % flag_values.last_step
+        )
+    if _given(flag_values, "eval_interval_secs") and flag_values.run_once:
+        print(
+            "WARNING: --eval_interval_secs=%d is ignored: --run_once scores "
+            "the newest checkpoint once" % flag_values.eval_interval_secs,
+            file=sys.stderr,
+        )
+
+
+def _given(flag_values, name):
+    """Whether the script defines flag name and the command line sets it."""
+    return name in flag_values and flag_values[name].present
+
+
+def _shown(flag_values, name):
+    """'--name=VALUE' as the command line gave it."""
+    value = flag_values[name].value
+    if isinstance(value, list):
+        value = ",".join(value)
+    elif isinstance(value, bool):
+        return "--%s" % name if value else "--no%s" % name
+    return "--%s=%s" % (name, value)
+
+
+def _check_needs(flag_values, name, needed):
+    """Refuses flag name, when given, unless flag needed is set too."""
+    if needed not in flag_values:
+        return
+    if _given(flag_values, name) and not flag_values[needed].value:
+        raise ValueError(
+            "%s applies only with --%s, which is not set, so it would be "
+            "ignored; add --%s or drop --%s"
+            % (_shown(flag_values, name), needed, needed, name)
+        )
+
+
+def _refuse_unused(flag_values, mode, unused, what_it_does):
+    """Refuses the flags unused that boolean flag mode, when set, would
+    ignore; what_it_does: what mode does instead, for the error."""
+    if not (_given(flag_values, mode) and flag_values[mode].value):
+        return
+    for name in unused:
+        if name != mode and _given(flag_values, name):
+            raise ValueError(
+                "%s does not apply with --%s, which %s, so it would be "
+                "ignored; drop --%s (or --%s)"
+                % (_shown(flag_values, name), mode, what_it_does, name, mode)
+            )
+
+
+def _check_recipe(flag_values):
+    """--momentum and --learning_rate_boundaries need --learning_rate."""
+    if "learning_rate_boundaries" not in flag_values:
+        return  # The MNIST trainer: --learning_rate alone.
+    for name in ("momentum", "learning_rate_boundaries"):
+        if _given(flag_values, name) and flag_values.learning_rate <= 0:
+            raise ValueError(
+                "%s applies only with --learning_rate, which replaces the "
+                "--model's own recipe; without it the model trains with its "
+                "own recipe and --%s would be ignored: add --learning_rate="
+                "RATE (per 128 examples per step) or drop --%s"
+                % (_shown(flag_values, name), name, name)
+            )
+    check_boundaries(
+        [int(step) for step in flag_values.learning_rate_boundaries]
+    )
+
+
+def check_boundaries(boundaries):
+    """Raises ValueError unless the steps (ints) are positive and
+    increasing."""
+    shown = "--learning_rate_boundaries=%s" % ",".join(map(str, boundaries))
+    if 0 in boundaries:
+        raise ValueError(
+            "%s: step 0 is no boundary, the rate starts at --learning_rate; "
+            "expected steps from 1 on" % shown
+        )
+    for before, after in zip(boundaries, boundaries[1:]):
+        if after == before:
+            raise ValueError(
+                "%s lists step %d twice; list each step once (each divides "
+                "the learning rate by 10)" % (shown, after)
+            )
+        if after < before:
+            raise ValueError(
+                "%s: expected steps in increasing order, found %d after %d; "
+                "e.g. --learning_rate_boundaries=%s"
+                % (
+                    shown,
+                    after,
+                    before,
+                    ",".join(map(str, sorted(set(boundaries)))),
+                )
+            )
+
+
+def _check_variable_update(flag_values, task):
+    """Each --variable_update takes its own flags, and its own cluster."""
+    if "variable_update" not in flag_values:
+        return
+    mode = flag_values.variable_update
+    own_flag = {
+        "parameter_server": "variable_device",
+        "replicated": "all_reduce_spec",
+    }
+    other = "replicated" if mode == "parameter_server" else "parameter_server"
+    if _given(flag_values, own_flag[other]):
+        raise ValueError(
+            "%s applies only to --variable_update=%s, and this run is %s, so "
+            "it would be ignored; drop it or pass --variable_update=%s"
+            % (_shown(flag_values, own_flag[other]), other, mode, other)
+        )
+    if task is not None:
+        kinds.check_mode(mode, task)
+    kind = (task or cluster.LOCAL_TASK).kind
+    if kind.all_reduce_across_workers and flag_values.all_reduce_spec not in (
+        "auto",
+        "collective",
+    ):
+        raise ValueError(
+            "%s does not apply in a cluster of workers: every tower of every "
+            "worker all-reduces its gradients by TensorFlow's collective "
+            "ops; drop --all_reduce_spec"
+            % _shown(flag_values, "all_reduce_spec")
+        )
+
+
+# The flags a worker of a cluster may set on its own: its folders, its
+# output, its session's resources, where it is in the cluster, and what only
+# the chief acts on. Every other flag of a trainer changes the numbers and
+# must be the same on every worker (`agreement`, docs/cluster.md).
+LOCAL_FLAGS = (
+    "train_dir data_dir data_url clear_train_dir log_frequency"
+    " log_device_placement save_checkpoint_steps save_summaries_steps"
+    " tb_logging trace_step profile_steps pretrained_model_checkpoint_path"
+    " fine_tune eval_only dry_run ps_hosts worker_hosts job_name task_index"
+    " operation_timeout_secs cpu_towers prefetch_to_device allow_growth"
+    " gpu_memory_fraction num_intra_threads num_inter_threads"
+).split()
 
 
 def cluster_task_from_flags(flag_values, environ=os.environ):
-    """The `cluster.cluster_task` of `tower_flags.define_cluster_flags`' flags.
+    """The `cluster.ClusterTask` of the cluster flags.
 
     Without cluster flags, the cluster and the task's role come from the
-    TF_CONFIG environment variable when it names one (`tf_config.resolve`).
-
-    Args:
-      flag_values: the parsed flags, the trainer's `FLAGS`, passed by its
-        `main`.
-      environ: the environment to read TF_CONFIG from.
-
-    Returns:
-      A `ClusterTask`, as `cluster_task` returns it.
-
-    Raises:
-      ValueError: bad flags, a bad TF_CONFIG, or both naming a cluster and
-        disagreeing.
+    TF_CONFIG environment variable of environ when it names one
+    (`tf_config.resolve`). Raises ValueError on bad flags, a bad TF_CONFIG,
+    or both naming a cluster and disagreeing.
     """
     hosts = tf_config.resolve(
         tf_config.ClusterFlags(
@@ -52,88 +263,55 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
     return task
 
 
+def _named_by_flags(value_type, flag_values):
+    """The NamedTuple value_type of the flags its fields name."""
+    return value_type(*(flag_values[name].value for name in value_type._fields))
+
+
 def session_options_from_flags(flag_values):
-    """The `placement.SessionOptions` of `define_session_flags`' flags.
+    """The `placement.SessionOptions` of the session flags."""
+    return _named_by_flags(placement.SessionOptions, flag_values)
 
-    Args:
-      flag_values: the parsed flags, the script's `FLAGS`, passed by `main`.
+
+def dtypes(flag_values, devices, sync_replicas=False):
+    """(compute_dtype, loss_scaling): the towers' dtype on devices (strs)
+    as --use_fp16 chooses and, for float16, its `step_optimizer.LossScaling`
+    of the loss-scale flags, else None.
+
+    Raises ValueError on a loss-scale flag given for a run that computes
+    not in float16: bfloat16 (a CPU) or float32 (a CPU without bfloat16
+    instructions) are not scaled.
     """
-    return placement.SessionOptions(
-        flag_values.allow_growth,
-        flag_values.gpu_memory_fraction,
-        flag_values.num_intra_threads,
-        flag_values.num_inter_threads,
+    compute_dtype = placement.compute_dtype(
+        flag_values.use_fp16, devices, flag_values.force_cpu_bfloat16
     )
-
-
-class Precision(NamedTuple):
-    """--use_fp16 and its flags: the layers' dtype, float16's loss scaling."""
-
-    use_fp16: bool
-    force_cpu_bfloat16: bool
-    loss_scale: float  # --fp16_loss_scale, the (starting) scale
-    auto_loss_scale: bool  # --fp16_enable_auto_loss_scale
-    inc_loss_scale_every_n: int  # --fp16_inc_loss_scale_every_n
-    # ((name, '--name=VALUE'), ...) of the loss-scale flags given, refused
-    # where the run computes not in float16.
-    loss_scale_given: tuple
-
-
-def precision_from_flags(flag_values):
-    """The `Precision` of `common_flags.define_fp16_flags`' flags."""
-    return Precision(
-        flag_values.use_fp16,
-        flag_values.force_cpu_bfloat16,
+    given = [name for name in LOSS_SCALE_FLAGS if _given(flag_values, name)]
+    if compute_dtype.name != "float16" and given:
+        raise ValueError(
+            "%s applies only to float16 on GPUs, and this run computes in %s "
+            "on the CPU (which needs no loss scaling), so it would be "
+            "ignored; drop --%s"
+            % (_shown(flag_values, given[0]), compute_dtype.name, given[0])
+        )
+    return compute_dtype, step_optimizer.loss_scaling(
+        compute_dtype,
         flag_values.fp16_loss_scale,
         flag_values.fp16_enable_auto_loss_scale,
         flag_values.fp16_inc_loss_scale_every_n,
-        flag_checks.given_flags(flag_values, flag_checks.LOSS_SCALE_FLAGS),
-    )
-
-
-def dtypes(precision, devices, sync_replicas=False):
-    """(compute_dtype, loss_scaling): the towers' dtype on devices
-    (`placement.compute_dtype`) and, for float16, its
-    `step_optimizer.LossScaling`, else None.
-
-    Args:
-      precision: the `Precision` of the flags.
-      devices: strs, one tower's device each.
-      sync_replicas: bool, the cluster's --sync_replicas.
-
-    Raises:
-      ValueError: a loss-scale flag given for a run that computes not in
-        float16 (`flag_checks.refuse_loss_scale`).
-    """
-    compute_dtype = placement.compute_dtype(
-        precision.use_fp16, devices, precision.force_cpu_bfloat16
-    )
-    flag_checks.refuse_loss_scale(precision.loss_scale_given, compute_dtype)
-    return compute_dtype, step_optimizer.loss_scaling(
-        compute_dtype,
-        precision.loss_scale,
-        precision.auto_loss_scale,
-        precision.inc_loss_scale_every_n,
         sync_replicas,
     )
 
 
 def cluster_settings(flag_values):
-    """The settings every worker of a cluster must share: dict name -> value.
-
-    Every flag the trainer defines (not absl's or TensorFlow's own) but
-    `tower_flags.LOCAL_FLAGS`, with its value.
-
-    Args:
-      flag_values: the parsed flags, the trainer's `FLAGS`, passed by its
-        `main`.
-    """
+    """The settings every worker of a cluster must share, {name: value}:
+    every flag the trainer defines (not absl's or TensorFlow's own) but
+    `LOCAL_FLAGS`."""
     return {
         flag.name: flag.value
         for module, module_flags in flag_values.flags_by_module_dict().items()
         if not module.startswith(("absl", "tensorflow"))
         for flag in module_flags
-        if flag.name not in tower_flags.LOCAL_FLAGS
+        if flag.name not in LOCAL_FLAGS
     }
 
 
@@ -147,13 +325,8 @@ class Recipe(NamedTuple):
 
 
 def recipe_from_flags(flag_values):
-    """The `Recipe` of `common_flags.define_recipe_flags`' flags."""
-    return Recipe(
-        flag_values.model,
-        flag_values.learning_rate,
-        flag_values.learning_rate_boundaries,
-        flag_values.momentum,
-    )
+    """The `Recipe` of --model and its recipe's flags."""
+    return _named_by_flags(Recipe, flag_values)
 
 
 class UpdateChoice(NamedTuple):
@@ -168,7 +341,7 @@ class UpdateChoice(NamedTuple):
 
 
 def update_choice_from_flags(flag_values):
-    """The `UpdateChoice` of `tower_flags`' variable-update flags."""
+    """The `UpdateChoice` of the variable-update flags."""
     return UpdateChoice(
         flag_values.variable_update,
         (
@@ -183,21 +356,11 @@ def update_choice_from_flags(flag_values):
 
 
 class TowerOptions(NamedTuple):
-    """How each tower computes: `tower_flags.define_device_flags`' flags
-    and --clip_gradients."""
+    """How each tower computes: the device flags and --clip_gradients."""
 
     clip_norm: float  # --clip_gradients, 0 for no clipping
     xla: bool
     prefetch: bool  # --prefetch_to_device
-
-
-def tower_options_from_flags(flag_values):
-    """The `TowerOptions` of the flags."""
-    return TowerOptions(
-        flag_values.clip_gradients,
-        flag_values.xla,
-        flag_values.prefetch_to_device,
-    )
 
 
 class Schedule(NamedTuple):
@@ -210,11 +373,9 @@ class Schedule(NamedTuple):
 
 
 def schedule_from_flags(flag_values):
-    """The `Schedule` of the flags of `common_flags.define_trainer_flags`.
-
-    A trainer without --max_steps (MNIST) trains until its input ends;
-    one with --tb_logging writes summaries only with it.
-    """
+    """The `Schedule` of the flags. A trainer without --max_steps (MNIST)
+    trains until its input ends; one with --tb_logging writes summaries only
+    with it."""
     summaries = "tb_logging" not in flag_values or flag_values.tb_logging
     return Schedule(
         flag_values.log_frequency,
@@ -241,4 +402,67 @@ def start_from_flags(flag_values):
             flag_values.pretrained_model_checkpoint_path,
             flag_values.fine_tune,
         ),
+    )
+
+
+class TowerPlan(NamedTuple):
+    """How the towers compute and share their variables, as the flags
+    choose for the devices."""
+
+    devices: list  # strs, one tower's device each
+    update: object  # the `variable_update.VariableUpdate`
+    compute_dtype: object  # tf.DType the layers compute in (--use_fp16)
+    config: object  # the session's `ConfigProto`
+    loss_scaling: object  # float16's `step_optimizer.LossScaling`, or None
+    options: TowerOptions
+
+
+def tower_plan(flag_values, devices, task):
+    """The `TowerPlan` of the flags for devices (strs) and the task's
+    `cluster.ClusterTask`; `describe_plan` says what it chose."""
+    update = update_of_choice(
+        devices, task, update_choice_from_flags(flag_values)
+    )
+    compute_dtype, loss_scaling = dtypes(flag_values, devices, task.kind.sync)
+    config = placement.session_config(
+        devices,
+        log_device_placement=flag_values.log_device_placement,
+        operation_timeout_secs=flag_values.operation_timeout_secs,
+        options=session_options_from_flags(flag_values),
+        fuse_ops=cluster.may_fuse_ops(task, compute_dtype),
+    )
+    options = TowerOptions(
+        flag_values.clip_gradients,
+        flag_values.xla,
+        flag_values.prefetch_to_device,
+    )
+    return TowerPlan(
+        devices, update, compute_dtype, config, loss_scaling, options
+    )
+
+
+def describe_plan(plan):
+    """The lines a trainer prints of its `TowerPlan`: where the towers run
+    and, for --variable_update=replicated, the all-reduce."""
+    lines = [placement.describe_devices(plan.devices)]
+    if plan.update.all_reduce is not None:
+        lines.append(
+            "--variable_update=replicated: a copy of the variables on each "
+            "tower, their gradients all-reduced by %s"
+            % plan.update.all_reduce
+        )
+    return "\n".join(lines)
+
+
+def update_of_choice(devices, task, choice):
+    """The towers' `variable_update.VariableUpdate` of a
+    `choices.UpdateChoice` (--variable_update and its options)."""
+    return variable_update.variable_update(
+        choice.mode,
+        devices,
+        variable_device_choice=choice.variable_device,
+        all_reduce_spec=choice.all_reduce_spec,
+        task=task,
+        pack_bytes=choice.pack_bytes,
+        transfer_dtype=choice.transfer_dtype,
     )

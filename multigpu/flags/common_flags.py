@@ -1,10 +1,10 @@
-"""Flags that several trainers share, defined once.
+"""The flags the scripts share, defined once: name, default, bounds, help.
 
-Each trainer calls the `define_*` functions of the groups it takes at its
-top and adopts this module's key flags, so that its `--help` lists them:
-a flag's name, default, bounds and help text are written here only.
-Importing two trainers into one process (a test, a notebook) defines each
-flag once: a group already defined by the other trainer is kept as it is.
+Each script calls the `define_*` groups it takes at its top and adopts this
+module's key flags, so that its `--help` lists them (`tower_flags` defines
+its flags here too, through `define_once`). Importing two scripts into one
+process (a test, a notebook) defines each flag once: a flag the other
+script defined is kept as it is.
 """
 
 import math
@@ -39,30 +39,24 @@ def refuse_non_finite(name):
 
 
 def define_trainer_flags(train_dir, log_frequency, train_dir_note=""):
-    """The groups every trainer takes.
-
-    Its folder and progress lines, checkpoints, the sample set, warm start,
-    the session options and the profile (and the retired step trace).
+    """The groups every trainer takes: its folder, output and checkpoints,
+    the sample set, warm start, the session options and the profile.
 
     Args:
       train_dir: str, the trainer's default --train_dir.
       log_frequency: int, its default steps between progress lines.
       train_dir_note: str, what --help adds on the default of --train_dir.
     """
-    define_train_dir_flags(train_dir, log_frequency, train_dir_note)
-    define_checkpoint_flags()
+    _define_output_flags(train_dir, log_frequency, train_dir_note)
     define_fake_data_flag()
-    define_warm_start_flags()
+    _define_warm_start_flags()
     define_session_flags()
-    define_trace_flag()
-    define_profile_flag()
+    _define_profile_flags()
 
 
 def define_cifar10_trainer_flags(data_url, train_dir):
-    """The groups both CIFAR-10 trainers take.
-
-    Every trainer's (`define_trainer_flags`), the steps (--max_steps,
-    --clip_gradients), the download (--data_url) and float16.
+    """The groups both CIFAR-10 trainers take: every trainer's, the steps,
+    the download, float16, the model and its recipe.
 
     Args:
       data_url: str, the default --data_url: the official archive.
@@ -76,11 +70,30 @@ def define_cifar10_trainer_flags(data_url, train_dir):
         "another --model (e.g. %s_resnet20), so that two models never share "
         "a folder." % (train_dir, train_dir, train_dir),
     )
-    define_step_flags()
-    define_data_url_flag(data_url)
-    define_fp16_flags()
+    define_once(
+        flags.DEFINE_integer,
+        "max_steps",
+        1000000,
+        "Global step to stop at. A train_dir already there trains nothing.",
+        lower_bound=1,
+    )
+    define_finite_float(
+        "clip_gradients",
+        0.0,
+        "If > 0, scale the (averaged) gradients to at most this global "
+        "norm: small batches at the tutorial's learning rate can diverge "
+        "without it.",
+        lower_bound=0.0,
+    )
+    define_once(
+        flags.DEFINE_string,
+        "data_url",
+        data_url,
+        "Where to download the archive from when --data_dir lacks it.",
+    )
+    _define_fp16_flags()
     define_model_flag()
-    define_recipe_flags()
+    _define_recipe_flags()
 
 
 def define_model_flag():
@@ -99,8 +112,7 @@ def define_model_flag():
     )
 
 
-def define_recipe_flags():
-    """--learning_rate, --learning_rate_boundaries, --momentum."""
+def _define_recipe_flags():
     define_finite_float(
         "learning_rate",
         0.0,
@@ -134,14 +146,7 @@ def define_recipe_flags():
     )
 
 
-def define_train_dir_flags(train_dir, log_frequency, train_dir_note=""):
-    """--train_dir, --clear_train_dir, --log_frequency, --log_device_placement.
-
-    Args:
-      train_dir: str, the trainer's default --train_dir.
-      log_frequency: int, its default steps between progress lines.
-      train_dir_note: str, what --help adds on the default of --train_dir.
-    """
+def _define_output_flags(train_dir, log_frequency, train_dir_note):
     define_once(
         flags.DEFINE_string,
         "train_dir",
@@ -172,29 +177,6 @@ def define_train_dir_flags(train_dir, log_frequency, train_dir_note=""):
         False,
         "Log the device of every op.",
     )
-
-
-def define_step_flags():
-    """--max_steps and --clip_gradients, for the trainers that count steps."""
-    define_once(
-        flags.DEFINE_integer,
-        "max_steps",
-        1000000,
-        "Global step to stop at. A train_dir already there trains nothing.",
-        lower_bound=1,
-    )
-    define_finite_float(
-        "clip_gradients",
-        0.0,
-        "If > 0, scale the (averaged) gradients to at most this global "
-        "norm: small batches at the tutorial's learning rate can diverge "
-        "without it.",
-        lower_bound=0.0,
-    )
-
-
-def define_checkpoint_flags():
-    """--save_checkpoint_steps and --save_summaries_steps."""
     define_once(
         flags.DEFINE_integer,
         "save_checkpoint_steps",
@@ -216,20 +198,6 @@ def define_checkpoint_flags():
     )
 
 
-def define_data_url_flag(url):
-    """--data_url, where a trainer downloads its data set from.
-
-    Args:
-      url: str, the default: the data set's official address.
-    """
-    define_once(
-        flags.DEFINE_string,
-        "data_url",
-        url,
-        "Where to download the archive from when --data_dir lacks it.",
-    )
-
-
 def define_fake_data_flag():
     """--fake_data, the built-in sample set in the dataset's real format."""
     define_once(
@@ -241,12 +209,7 @@ def define_fake_data_flag():
     )
 
 
-def define_warm_start_flags():
-    """Defines --pretrained_model_checkpoint_path and --fine_tune.
-
-    The trainer's `main` passes them to `training.run_training` as
-    `pretrained`; `restore.warm_start` does the work.
-    """
+def _define_warm_start_flags():
     define_once(
         flags.DEFINE_string,
         "pretrained_model_checkpoint_path",
@@ -269,11 +232,8 @@ def define_warm_start_flags():
 
 
 def define_session_flags():
-    """Defines the session options of the TF1 notes, for every script.
-
-    The script's `main` passes `choices.session_options_from_flags(FLAGS)`
-    to `placement.session_config`.
-    """
+    """The session options of the TF1 notes, for every script
+    (`placement.session_config`)."""
     define_once(
         flags.DEFINE_boolean,
         "allow_growth",
@@ -308,21 +268,28 @@ def define_session_flags():
     )
 
 
-def define_trace_flag():
-    """Defines --trace_step, retired: refused, naming --profile_steps.
-
-    Scripts and notes of older releases pass it; absl would refuse it as an
-    unknown flag without naming what replaces it.
-    """
-    if "trace_step" in flags.FLAGS:
-        return
-    flags.DEFINE_integer(
-        "trace_step",
-        0,
-        "Retired: TensorFlow's private timeline is replaced by its profiler; "
-        "use --profile_steps=N,N.",
-    )
-    flags.register_validator("trace_step", _refuse_trace_step)
+def _define_profile_flags():
+    """The retired --trace_step, refused naming --profile_steps (scripts and
+    notes of older releases pass it, and absl would refuse it as unknown
+    without naming what replaces it), and --profile_steps (`profile`)."""
+    if "trace_step" not in flags.FLAGS:
+        flags.DEFINE_integer(
+            "trace_step",
+            0,
+            "Retired: TensorFlow's private timeline is replaced by its "
+            "profiler; use --profile_steps=N,N.",
+        )
+        flags.register_validator("trace_step", _refuse_trace_step)
+    if "profile_steps" not in flags.FLAGS:
+        flags.DEFINE_string(
+            "profile_steps",
+            "",
+            "FIRST,LAST: profile the steps that reach these global steps "
+            "(inclusive) with TensorFlow's profiler, into TRAIN_DIR/plugins/"
+            "profile for TensorBoard's Profile tab (the profile extra); '' "
+            "profiles nothing.",
+        )
+        flags.register_validator("profile_steps", _check_profile_steps)
 
 
 def _refuse_trace_step(value):
@@ -336,21 +303,6 @@ def _refuse_trace_step(value):
     return True
 
 
-def define_profile_flag():
-    """Defines --profile_steps of a trainer (see `multigpu.run.profile`)."""
-    if "profile_steps" in flags.FLAGS:
-        return
-    flags.DEFINE_string(
-        "profile_steps",
-        "",
-        "FIRST,LAST: profile the steps that reach these global steps "
-        "(inclusive) with TensorFlow's profiler, into TRAIN_DIR/plugins/"
-        "profile for TensorBoard's Profile tab (the profile extra); '' "
-        "profiles nothing.",
-    )
-    flags.register_validator("profile_steps", _check_profile_steps)
-
-
 def _check_profile_steps(value):
     """absl's validator of --profile_steps: `profile.parse_steps`."""
     try:
@@ -360,14 +312,8 @@ def _check_profile_steps(value):
     return True
 
 
-def define_fp16_flags():
-    """Defines the reduced-precision flags of a trainer with --use_fp16.
-
-    The trainer's `main` turns them into a `choices.Precision`
-    (`choices.precision_from_flags`): its dtype flags go to
-    `placement.compute_dtype`, its loss scaling (`choices.dtypes`) to
-    the graph.
-    """
+def _define_fp16_flags():
+    """The reduced-precision flags of a trainer with --use_fp16."""
     define_force_cpu_bfloat16_flag()
     define_finite_float(
         "fp16_loss_scale",
@@ -396,7 +342,7 @@ def define_fp16_flags():
 
 
 def define_force_cpu_bfloat16_flag():
-    """Defines --force_cpu_bfloat16, of the trainers and the eval."""
+    """--force_cpu_bfloat16, of the trainers and the eval."""
     define_once(
         flags.DEFINE_boolean,
         "force_cpu_bfloat16",

@@ -1,11 +1,8 @@
 """The flags of the multi-tower trainers, defined once.
 
-Towers (--num_gpus, --cpu_towers), their variables (--variable_update,
---all_reduce_spec), the devices (--variable_device, --xla,
---prefetch_to_device), the cluster and the dry run: each trainer calls the
-groups it takes at its top. The flags are defined through
-`common_flags.define_once`, so they are `common_flags`' key flags, which the
-trainers adopt for their `--help`.
+Towers, their variables, the devices, the cluster and the dry run, through
+`common_flags.define_once`, so that they are `common_flags`' key flags,
+which the trainers adopt for their `--help`.
 """
 
 from absl import flags
@@ -23,14 +20,6 @@ from multigpu.graph import (
 def define_multi_tower_flags():
     """The groups of a multi-tower trainer: towers, their variables,
     cluster, dry run."""
-    define_tower_flags()
-    define_variable_update_flags()
-    define_cluster_flags()
-    define_dry_run_flag()
-
-
-def define_tower_flags():
-    """--num_gpus and --cpu_towers, the towers of a multi-GPU trainer."""
     common_flags.define_once(
         flags.DEFINE_integer,
         "num_gpus",
@@ -47,14 +36,24 @@ def define_tower_flags():
         "When fewer than --num_gpus GPUs are visible, run each tower on its "
         "own virtual CPU device instead of stopping with an error.",
     )
+    _define_variable_update_flags()
+    _define_cluster_flags()
+    common_flags.define_once(
+        flags.DEFINE_boolean,
+        "dry_run",
+        False,
+        "Build the graph for --num_gpus GPUs, visible or not, open no "
+        "session and print the placement plan: ops and parameters per "
+        "device, the bytes crossing devices per step, and any op placed on "
+        "a GPU without a GPU kernel for its dtypes in this TensorFlow build "
+        "(exit 1 if one is found). Needs no data: a flag only training "
+        "uses (--fake_data, --profile_steps, --save_checkpoint_steps, ...) is "
+        "refused.",
+    )
 
 
-def define_cluster_flags():
-    """Defines the cluster-mode flags of a trainer; call it at its top.
-
-    The flags are written once here for both multi-GPU trainers: the
-    trainer's `main` passes them to `choices.cluster_task_from_flags`.
-    """
+def _define_cluster_flags():
+    """The cluster mode's flags (`choices.cluster_task_from_flags`)."""
     common_flags.define_once(
         flags.DEFINE_string,
         "ps_hosts",
@@ -111,43 +110,7 @@ def define_cluster_flags():
     )
 
 
-# The flags a worker of a cluster may set on its own: its folders, its
-# output, its session's resources, where it is in the cluster, and what only
-# the chief acts on. Every other flag of a trainer changes the numbers and
-# must be the same on every worker (`agreement`, docs/cluster.md).
-LOCAL_FLAGS = (
-    "train_dir",
-    "data_dir",
-    "data_url",
-    "clear_train_dir",
-    "log_frequency",
-    "log_device_placement",
-    "save_checkpoint_steps",
-    "save_summaries_steps",
-    "tb_logging",
-    "trace_step",
-    "profile_steps",
-    "pretrained_model_checkpoint_path",
-    "fine_tune",
-    "eval_only",
-    "dry_run",
-    "ps_hosts",
-    "worker_hosts",
-    "job_name",
-    "task_index",
-    "operation_timeout_secs",
-    "cpu_towers",
-    "prefetch_to_device",
-    "allow_growth",
-    "gpu_memory_fraction",
-    "num_intra_threads",
-    "num_inter_threads",
-)
-
-
-def define_variable_update_flags():
-    """--variable_update, --all_reduce_spec, --gradient_pack_bytes,
-    --gradient_transfer_dtype."""
+def _define_variable_update_flags():
     common_flags.define_once(
         flags.DEFINE_enum,
         "variable_update",
@@ -197,13 +160,9 @@ def define_variable_update_flags():
 
 
 def define_device_flags():
-    """Defines a multi-tower trainer's device and speed flags.
-
-    --variable_device, --xla and --prefetch_to_device, written once for the
-    multi-GPU trainers: the trainer's `main` reads them and passes them to
-    `placement.variable_device`, `towers.build_towers` and
-    `towers.stage_on_device`.
-    """
+    """A multi-tower trainer's device and speed flags
+    (`placement.variable_device`, `towers.build_towers`,
+    `towers.stage_on_device`)."""
     common_flags.define_once(
         flags.DEFINE_enum,
         "variable_device",
@@ -230,20 +189,4 @@ def define_device_flags():
         "Stage each tower's next batch on its device while the current step "
         "computes (a StagingArea per tower), so that the input copy overlaps "
         "the compute; --noprefetch_to_device reads the batch in the step.",
-    )
-
-
-def define_dry_run_flag():
-    """Defines --dry_run of a multi-tower trainer (`multigpu.graph.dry_run`)."""
-    common_flags.define_once(
-        flags.DEFINE_boolean,
-        "dry_run",
-        False,
-        "Build the graph for --num_gpus GPUs, visible or not, open no "
-        "session and print the placement plan: ops and parameters per "
-        "device, the bytes crossing devices per step, and any op placed on "
-        "a GPU without a GPU kernel for its dtypes in this TensorFlow build "
-        "(exit 1 if one is found). Needs no data: a flag only training "
-        "uses (--fake_data, --profile_steps, --save_checkpoint_steps, ...) is "
-        "refused.",
     )

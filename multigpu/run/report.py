@@ -12,7 +12,6 @@ import time
 
 import tensorflow as tf
 
-from multigpu.flags import flag_help
 from multigpu.graph import step_optimizer, summaries
 from multigpu.train_dir import checkpoints
 
@@ -96,10 +95,8 @@ def print_closing_report(
     claims missed, `step_optimizer`); see there."""
     if hook.runs or hook.last_step != hook.first_step:
         print(
-            flag_help.as_invoked(
-                closing_report(
-                    hook, examples_per_step, train_dir, next_commands, notes
-                )
+            closing_report(
+                hook, examples_per_step, train_dir, next_commands, notes
             ),
             flush=True,
         )
