@@ -250,21 +250,49 @@ def test_no_function_of_the_project_has_over_60_lines_of_code():
     assert {path: names for path, names in found.items() if names} == {}
 
 
-def test_the_graph_package_imports_nothing_from_the_packages_above_it():
-    graph = import_graph(ROOT)
-    above = ("distributed", "run", "train_dir", "flags")
-    upward = sorted(
+# The machinery's floors, lowest first: a module imports from its own floor
+# or one below (docs/layout.md).
+FLOORS = (
+    "multigpu",
+    "multigpu.graph",
+    "multigpu.train_dir",
+    "multigpu.distributed",
+    "multigpu.run",
+    "multigpu.flags",
+)
+
+
+def floor_of(module):
+    """The index in FLOORS of a machinery module's package."""
+    package = module.rpartition(".")[0]
+    return FLOORS.index(package if package in FLOORS else module)
+
+
+def climbs(graph):
+    """[(module, imported)]: the machinery's imports that go up a floor."""
+    return sorted(
         (module, other)
         for module, imports in graph.items()
-        if module.startswith("multigpu.graph.")
+        if module.split(".")[0] == "multigpu"
         for other in imports
-        if other.split(".")[:2] in [["multigpu", name] for name in above]
+        if other.split(".")[0] == "multigpu"
+        and floor_of(other) > floor_of(module)
     )
-    assert upward == []
-    # The check sees the package's own imports, so it is not vacuous.
-    assert (
-        "multigpu.graph.collectives" in graph["multigpu.graph.variable_update"]
-    )
+
+
+def test_no_import_inside_the_machinery_goes_up_a_floor():
+    graph = import_graph(ROOT)
+    assert climbs(graph) == []
+    # The check sees imports across floors, so it is not vacuous.
+    assert "multigpu.graph.summaries" in graph["multigpu.run.training"]
+
+
+def test_the_floor_check_finds_the_graph_importing_the_loop():
+    graph = {
+        "multigpu.graph.towers": {"multigpu.run.training", "multigpu.errors"},
+        "multigpu.run.training": {"multigpu.graph.towers"},
+    }
+    assert climbs(graph) == [("multigpu.graph.towers", "multigpu.run.training")]
 
 
 def test_the_modes_table_names_the_reductions_which_import_it_not():
@@ -316,25 +344,50 @@ def test_the_verification_tools_stand_apart_from_tests_and_benchmarks():
     assert "verification" in top_level_imports(tools[1])
 
 
-def _named_in(text):
-    """The `name`s a page or docstring names in backquotes."""
-    return set(re.findall(r"`(\w+)`", text))
+def modules_by_floor(root):
+    """{floor index: set of module names} of the machinery's modules."""
+    found = {}
+    for path in (root / "multigpu").rglob("*.py"):
+        if path.stem != "__init__":
+            module = ".".join(path.relative_to(root).with_suffix("").parts)
+            found.setdefault(floor_of(module), set()).add(path.stem)
+    return found
 
 
-def test_the_package_docstring_and_the_layout_page_name_every_module():
-    modules = {
-        path.stem
-        for path in (ROOT / "multigpu").rglob("*.py")
-        if path.stem != "__init__"
-    }
+def page_map(page):
+    """{floor index: set of module names} of the layout page's table rows
+    `| floor | `folder` | `module` | what it holds |`."""
+    found = {}
+    for floor, folder, module in re.findall(
+        r"^\| (\d) \| `([\w/]+)` \| `(\w+)` \|", page, re.M
+    ):
+        assert FLOORS[int(floor)].replace(".", "/") + "/" == folder
+        found.setdefault(int(floor), set()).add(module)
+    return found
+
+
+def docstring_map(docstring):
+    """{floor index: set of module names} of the package docstring's
+    bullets `- `folder/`, what it is: `module`, ...`, in FLOORS' order."""
+    bullets = re.findall(
+        r"^- `([\w/]+)`(.*?)(?=^- |^$)", docstring, re.M | re.S
+    )
+    found = {}
+    for floor, (folder, text) in enumerate(bullets):
+        assert FLOORS[floor].rpartition(".")[2] + "/" == folder
+        found[floor] = set(re.findall(r"`(\w+)`", text))
+    return found
+
+
+def test_the_layout_page_and_the_package_docstring_map_every_floor():
+    actual = modules_by_floor(ROOT)
     docstring = ast.get_docstring(
         ast.parse((ROOT / "multigpu" / "__init__.py").read_text())
     )
-    page = (ROOT / "docs" / "layout.md").read_text()
-    assert sorted(modules - _named_in(docstring)) == []
-    assert sorted(modules - _named_in(page)) == []
-    # The check reads the module list: a new module must be named.
-    assert "kinds" in modules
+    assert page_map((ROOT / "docs" / "layout.md").read_text()) == actual
+    assert docstring_map(docstring) == actual
+    # Every floor has modules, so a missing row or bullet would show.
+    assert sorted(actual) == list(range(len(FLOORS)))
 
 
 # The entry scripts: they define their flags at their top and read them in
