@@ -20,12 +20,13 @@ _VERDICTS = """
 import json, sys
 from absl import flags
 import {module} as script
+from multigpu.distributed import cluster
 from multigpu.flags import choices
 verdicts = []
 for argv in json.load(sys.stdin):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["{module}.py"] + argv)
-    task = None
+    task = cluster.LOCAL_TASK
     if "ps_hosts" in flags.FLAGS:
         task = choices.cluster_task_from_flags(flags.FLAGS, environ={{}})
     try:

@@ -47,10 +47,10 @@ EVAL_ONLY_UNUSED = (
 ).split() + _TRAINING_OUTPUT
 
 
-def check_flags(flag_values, task=None):
+def check_flags(flag_values, task=cluster.LOCAL_TASK):
     """Raises ValueError on flags that cannot work together or would be
     ignored; task: the `cluster.ClusterTask` of a multi-tower trainer (from
-    its flags or TF_CONFIG), None for a script without cluster mode."""
+    its flags or TF_CONFIG); one process for a script without cluster mode."""
     _refuse_unused(
         flag_values,
         "dry_run",
@@ -82,7 +82,7 @@ def check_flags(flag_values, task=None):
     )
     _check_variable_update(flag_values, task)
     # The flags the task's kind of run refuses, and those of sync mode.
-    for name, why in (task or cluster.LOCAL_TASK).kind.refused_flags.items():
+    for name, why in task.kind.refused_flags.items():
         if _given(flag_values, name):
             raise ValueError(why % _shown(flag_values, name))
     _check_needs(flag_values, "replicas_to_aggregate", "sync_replicas")
@@ -205,10 +205,8 @@ def _check_variable_update(flag_values, task):
             "it would be ignored; drop it or pass --variable_update=%s"
             % (_shown(flag_values, own_flag[other]), other, mode, other)
         )
-    if task is not None:
-        kinds.check_mode(mode, task)
-    kind = (task or cluster.LOCAL_TASK).kind
-    if kind.all_reduce_across_workers and flag_values.all_reduce_spec not in (
+    kinds.check_mode(mode, task)
+    if task.kind.all_reduce_across_workers and flag_values.all_reduce_spec not in (
         "auto",
         "collective",
     ):
