@@ -124,9 +124,12 @@ def worker_train_op(task, variant, batch_size, model):
     update = variable_update.variable_update(
         mode,
         devices,
-        task=task,
-        pack_bytes=pack_bytes,
-        transfer_dtype=(transfer_dtype or ["float32"])[0],
+        places_variables=task.kind.places_variables,
+        workers=variable_update.Workers(
+            task, pack_bytes, (transfer_dtype or ["float32"])[0]
+        )
+        if task.kind.all_reduce_across_workers
+        else None,
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
         get_next=common.synthetic_input(batch_size),

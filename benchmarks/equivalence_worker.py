@@ -68,8 +68,9 @@ def build(case, task, images, labels, devices):
         "replicated",
         devices,
         all_reduce_spec="collective",
-        task=task,
-        transfer_dtype=equivalence_workers.transfer_dtype(case),
+        workers=variable_update.Workers(
+            task, transfer_dtype=equivalence_workers.transfer_dtype(case)
+        ),
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
         get_next=lambda: next(per_tower)(),

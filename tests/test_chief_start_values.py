@@ -53,7 +53,7 @@ def _worker_start(task_index):
             compute_dtype=tf.float32,
             task=task,
             update=variable_update.variable_update(
-                "replicated", devices, task=task
+                "replicated", devices, workers=variable_update.Workers(task)
             ),
             model=registry.model("resnet20"),
         )

@@ -71,7 +71,8 @@ batches = iter(
 )
 with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
     update = variable_update.variable_update(
-        "replicated", devices, task=task, pack_bytes=int(data.pop("pack"))
+        "replicated", devices,
+        workers=variable_update.Workers(task, int(data.pop("pack"))),
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
         get_next=lambda: next(batches)(),

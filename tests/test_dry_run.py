@@ -56,7 +56,10 @@ def cifar10_plan(
                 devices=devices,
                 task=task,
                 update=variable_update.variable_update(
-                    "parameter_server", devices, variable_device, task=task
+                    "parameter_server",
+                    devices,
+                    variable_device,
+                    task.kind.places_variables,
                 ),
                 **options,
             )

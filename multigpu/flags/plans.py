@@ -63,7 +63,10 @@ def update_of_choice(devices, task, choice):
         devices,
         variable_device_choice=choice.variable_device,
         all_reduce_spec=choice.all_reduce_spec,
-        task=task,
-        pack_bytes=choice.pack_bytes,
-        transfer_dtype=choice.transfer_dtype,
+        places_variables=task.kind.places_variables,
+        workers=variable_update.Workers(
+            task, choice.pack_bytes, choice.transfer_dtype
+        )
+        if task.kind.all_reduce_across_workers
+        else None,
     )

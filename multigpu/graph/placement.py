@@ -47,7 +47,7 @@ def tower_devices(num_gpus, cpu_towers):
     return ["/cpu:%d" % i for i in range(num_gpus)]
 
 
-def variable_device(choice, devices, task=None):
+def variable_device(choice, devices, places_variables=True):
     """Where the variables live and the towers' gradients are averaged.
 
     'cpu' is the classic TF1 design: one copy in host memory, each GPU
@@ -60,7 +60,8 @@ def variable_device(choice, devices, task=None):
     Args:
       choice: one of VARIABLE_DEVICE_CHOICES ('gpu' is 'tower').
       devices: the tower device strings from `tower_devices`.
-      task: the `cluster.ClusterTask`, or None outside a cluster.
+      places_variables: bool, False in a cluster whose device setter puts
+        the variables on the ps tasks (its kind's).
 
     Returns:
       str, a device: VARIABLE_DEVICE or devices[0].
@@ -76,7 +77,7 @@ def variable_device(choice, devices, task=None):
         )
     if choice == "cpu":
         return VARIABLE_DEVICE
-    if task is not None and not task.kind.places_variables:
+    if not places_variables:
         raise ValueError(
             "--variable_device=%s does not apply in cluster mode: the "
             "variables live on the ps tasks" % choice

@@ -91,14 +91,22 @@ copies: dict, variable name -> the tower's own copy, filled as the tower's
 """
 
 
+Workers = collections.namedtuple(
+    "Workers", "task pack_bytes transfer_dtype", defaults=(0, tf.float32)
+)
+Workers.__doc__ = """The cluster of workers only that a replicated update
+all-reduces across: task, the worker's `cluster.ClusterTask`; pack_bytes,
+--gradient_pack_bytes; transfer_dtype, --gradient_transfer_dtype (a
+`tf.DType` or its name)."""
+
+
 def variable_update(
     mode,
     devices,
     variable_device_choice="cpu",
     all_reduce_spec="auto",
-    task=None,
-    pack_bytes=0,
-    transfer_dtype=tf.float32,
+    places_variables=True,
+    workers=None,
 ):
     """The variable update of the --variable_update flag's mode.
 
@@ -107,11 +115,9 @@ def variable_update(
       devices: the tower device strings.
       variable_device_choice: --variable_device (parameter_server only).
       all_reduce_spec: --all_reduce_spec (replicated only).
-      task: the `cluster.ClusterTask`, or None outside a cluster (whose
-        mode `collective_cluster.check_mode` checked).
-      pack_bytes: int, --gradient_pack_bytes (a cluster of workers only).
-      transfer_dtype: tf.DType or its name, --gradient_transfer_dtype (a
-        cluster of workers only).
+      places_variables: bool, False in a cluster whose device setter puts
+        the variables on the ps tasks (`placement.variable_device`).
+      workers: the `Workers` of a cluster of workers only, else None.
 
     Raises:
       ValueError: an unknown mode or choice.
@@ -121,39 +127,26 @@ def variable_update(
             "--variable_update must be one of %s, got %r"
             % (", ".join(VARIABLE_UPDATES), mode)
         )
-    across = (
-        mode == "replicated"
-        and task is not None
-        and task.kind.all_reduce_across_workers
-    )
-    make = _MODES[ACROSS_WORKERS if across else mode].make
-    return make(
-        devices, variable_device_choice, all_reduce_spec, task, pack_bytes
-    )._replace(transfer_dtype=tf.as_dtype(transfer_dtype))
-
-
-def _parameter_server_update(devices, choice, spec, task, pack_bytes):
-    return parameter_server(
-        devices, placement.variable_device(choice, devices, task)
-    )
-
-
-def _replicated_update(devices, choice, spec, task, pack_bytes):
-    method = all_reduce.algorithm(spec, devices)
-    return VariableUpdate(
-        "replicated", devices, devices[0], method, all_reduce.CollectiveKeys()
-    )
-
-
-def _across_workers_update(devices, choice, spec, task, pack_bytes):
+    if mode == "parameter_server":
+        return parameter_server(
+            devices,
+            placement.variable_device(
+                variable_device_choice, devices, places_variables
+            ),
+        )
+    keys = all_reduce.CollectiveKeys()
+    if workers is None:
+        method = all_reduce.algorithm(all_reduce_spec, devices)
+        return VariableUpdate("replicated", devices, devices[0], method, keys)
     return VariableUpdate(
         ACROSS_WORKERS,
         devices,
         devices[0],
         "collective",
-        all_reduce.CollectiveKeys(),
-        task,
-        pack_bytes,
+        keys,
+        workers.task,
+        workers.pack_bytes,
+        tf.as_dtype(workers.transfer_dtype),
     )
 
 
@@ -410,17 +403,16 @@ def _describe_across_workers(update):
 
 _Mode = collections.namedtuple(
     "_Mode",
-    "make copies_weights variable_device reduce waits gate start_values "
+    "copies_weights variable_device reduce waits gate start_values "
     "describe",
 )
-# The table of the modes, a row each: its `VariableUpdate`; whether tower
+# The table of the modes, a row each: whether tower
 # index copies the weights, and where its variable ops go; the gradients'
 # reduction (`gradient_reduction`); where the losses' averages are made
 # (`update_waits`); what the update waits for, and the statistics every copy
 # takes (`gradient_reduction`); the copies' start; the dry run's lines.
 _MODES = {
     "parameter_server": _Mode(
-        _parameter_server_update,
         _copies_no_weights,
         _shared_device,
         gradient_reduction.on_variable_device,
@@ -430,7 +422,6 @@ _MODES = {
         _describe_parameter_server,
     ),
     "replicated": _Mode(
-        _replicated_update,
         _copies_every_variable,
         _own_device,
         gradient_reduction.between_towers,
@@ -440,7 +431,6 @@ _MODES = {
         _describe_replicated,
     ),
     ACROSS_WORKERS: _Mode(
-        _across_workers_update,
         _copies_every_variable,
         _own_device,
         gradient_reduction.across_workers,
