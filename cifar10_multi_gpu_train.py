@@ -91,51 +91,62 @@ flags.adopt_module_key_flags(common_flags)
 flags.adopt_module_key_flags(cifar10)
 
 
+TowerInput = collections.namedtuple(
+    "TowerInput", "get_next batch_size prefetch", defaults=(False,)
+)
+TowerInput.__doc__ = """The towers' input.
+
+get_next: callable() -> (float32 [batch_size, 24, 24, 3] images, int32
+  [batch_size] labels), one call per tower for its own batch.
+batch_size: int, examples per tower per step.
+prefetch: bool, each tower's next batch staged on its device.
+"""
+
+StepOptions = collections.namedtuple(
+    "StepOptions", "clip_norm xla max_steps", defaults=(0.0, False, None)
+)
+StepOptions.__doc__ = """The step's options beside its input and dtypes.
+
+clip_norm: float, the gradients' global norm clipped to, 0 for none.
+xla: bool, each tower compiled by XLA.
+max_steps: int or None, the global step no step claims past.
+"""
+
+
 def build_graph(
     *,
-    get_next,
-    batch_size,
-    devices,
-    compute_dtype,
-    clip_norm=0.0,
-    task=cluster.LOCAL_TASK,
-    update=None,
-    xla=False,
-    prefetch=False,
-    loss_scaling=None,
+    inputs,
+    update,
+    dtypes,
     model=registry.TUTORIAL,
-    max_steps=None,
+    task=cluster.LOCAL_TASK,
+    options=StepOptions(),
 ):
     """Builds the towers, the gradients' reduction and the update.
 
     Args:
-      get_next: callable() -> (float32 [batch_size, 24, 24, 3] images,
-        int32 [batch_size] labels), one call per tower for its own batch.
-      batch_size: int, examples per tower per step.
-      devices, compute_dtype: the towers' device strings; the layers' dtype.
-      clip_norm, task: float, 0 for no clipping; this process's ClusterTask.
-      update: the `variable_update.VariableUpdate`, or None: parameter_server.
-      xla, prefetch: bool, each tower compiled by XLA; its batch staged.
-      loss_scaling: a `step_optimizer.LossScaling` for float16, or None.
+      inputs: the `TowerInput`.
+      update: the `variable_update.VariableUpdate`; its devices are the
+        towers'.
+      dtypes: the `step_optimizer.Dtypes` of the towers and the step.
       model: the `registry.Model` of every tower, and its recipe.
-      max_steps: int or None, the global step no step claims past.
+      task: this process's `cluster.ClusterTask`.
+      options: the `StepOptions`.
 
     Returns:
       loss, train_op: float32 scalar, the towers' mean total loss; the step.
       summary_op, hooks: the summaries of the last tower and of the update;
         the session hooks the optimizer and the staging need.
     """
-    update = update or variable_update.parameter_server(devices)
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    examples = batch_size * len(devices) * task.replicas_per_step
-    step = _step_optimizer(
-        task, _optimizer(model, global_step, examples, loss_scaling), max_steps
-    )
+    examples = inputs.batch_size * len(update.devices) * task.replicas_per_step
+    scaled = _optimizer(model, global_step, examples, dtypes.loss_scaling)
+    step = _step_optimizer(task, scaled, options.max_steps)
     plan = variable_update.tower_plan(update)
     put_ops = []
-    next_batch = functools.partial(_tower_batch, get_next, prefetch, put_ops)
+    next_batch = functools.partial(_tower_batch, inputs, put_ops)
     tower_losses, tower_grads, scope = _build_towers(
-        plan, next_batch, step.scaled, model, compute_dtype, xla
+        plan, next_batch, step.scaled, model, dtypes.compute_dtype, options.xla
     )
     step_optimizer.refuse_sync_statistics(
         step, towers.batch_norm_updates(scope), model.name
@@ -144,7 +155,7 @@ def build_graph(
         update, tower_losses[-1], global_step, scope
     )
     with tf.name_scope(summaries.REDUCE + "/"):
-        reduced = _reduce(update, tower_grads, clip_norm, loss_averages)
+        reduced = _reduce(update, tower_grads, options.clip_norm, loss_averages)
         reduced = step_optimizer.skip_unless_finite(step.scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     beside = _Beside([*loss_averages, *put_ops], later)
@@ -252,11 +263,11 @@ def _build_towers(plan, next_batch, opt, model, compute_dtype, xla):
     return tower_losses, tower_grads, scope
 
 
-def _tower_batch(get_next, prefetch, put_ops):
+def _tower_batch(inputs, put_ops):
     """One tower's batch, read on the CPU (staged on its device: put_ops)."""
     with tf.device("/cpu:0"):
-        images, labels = get_next()
-    if prefetch:
+        images, labels = inputs.get_next()
+    if inputs.prefetch:
         # The step computes on the batch staged by the step before.
         (images, labels), put_op = towers.stage_on_device([images, labels])
         put_ops.append(put_op)
@@ -355,18 +366,14 @@ def _build(graph, get_next, batch_size, task, plan, model, max_steps=None):
     function), then the check of its bfloat16 kernels: `build_graph`'s
     (loss, train_op, summary_op, hooks)."""
     graph_ops = build_graph(
-        get_next=get_next,
-        batch_size=batch_size,
-        devices=plan.devices,
-        compute_dtype=plan.compute_dtype,
-        clip_norm=plan.options.clip_norm,
-        task=task,
+        inputs=TowerInput(get_next, batch_size, plan.options.prefetch),
         update=plan.update,
-        xla=plan.options.xla,
-        prefetch=plan.options.prefetch,
-        loss_scaling=plan.loss_scaling,
+        dtypes=step_optimizer.Dtypes(plan.compute_dtype, plan.loss_scaling),
         model=model,
-        max_steps=max_steps,
+        task=task,
+        options=StepOptions(
+            plan.options.clip_norm, plan.options.xla, max_steps
+        ),
     )
     op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
     return graph_ops

@@ -52,7 +52,12 @@ import cifar10_multi_gpu_train
 from benchmarks import common
 from cifar10_models import registry
 from multigpu.distributed import cluster
-from multigpu.graph import collectives, placement, variable_update
+from multigpu.graph import (
+    collectives,
+    placement,
+    step_optimizer,
+    variable_update,
+)
 from multigpu.run import sessions
 
 NAME = "collective"
@@ -132,13 +137,13 @@ def worker_train_op(task, variant, batch_size, model):
         else None,
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next=common.synthetic_input(batch_size),
-        batch_size=batch_size,
-        devices=devices,
-        compute_dtype=tf.float32,
-        task=task,
+        inputs=cifar10_multi_gpu_train.TowerInput(
+            common.synthetic_input(batch_size), batch_size
+        ),
         update=update,
+        dtypes=step_optimizer.Dtypes(tf.float32, None),
         model=model,
+        task=task,
     )
     return train_op
 

@@ -36,7 +36,7 @@ import cifar10_multi_gpu_train
 from benchmarks.machine import RESULTS_DIR, cpu_info
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu.graph import placement, summaries, variable_update
+from multigpu.graph import placement, step_optimizer, summaries, variable_update
 from multigpu.run import sessions
 
 CIFAR10_DATA_DIR = os.path.join(RESULTS_DIR, "cifar10_data")
@@ -389,16 +389,15 @@ def tower_graph(
     graph = tf.Graph()
     with graph.as_default():
         loss, train_op, summary_op, hooks = cifar10_multi_gpu_train.build_graph(
-            get_next=make_input(batch_size),
-            batch_size=batch_size,
-            devices=devices,
-            compute_dtype=compute_dtype,
+            inputs=cifar10_multi_gpu_train.TowerInput(
+                make_input(batch_size), batch_size, prefetch
+            ),
             update=variable_update.variable_update(
                 update_mode, devices, variable_device_choice=variable_device
             ),
-            xla=xla,
-            prefetch=prefetch,
+            dtypes=step_optimizer.Dtypes(compute_dtype, None),
             model=model,
+            options=cifar10_multi_gpu_train.StepOptions(xla=xla),
         )
         init_op = tf.compat.v1.global_variables_initializer()
     return TrainGraph(

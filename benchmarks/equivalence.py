@@ -77,7 +77,7 @@ from benchmarks.equivalence_table import (
     print_row,
     print_summary,
 )
-from multigpu.graph import placement, towers, variable_update
+from multigpu.graph import placement, step_optimizer, towers, variable_update
 from multigpu.run import sessions
 
 STEPS = 3  # Steps of every cell: enough for momentum and the averages.
@@ -169,14 +169,13 @@ def tower_graph(case, images, labels, devices):
         [steps_of(images[:, i], labels[:, i]) for i in range(case.towers)]
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next=lambda: next(per_tower)(),
-        batch_size=PER_TOWER_BATCH,
-        devices=devices,
-        compute_dtype=compute_dtype,
-        clip_norm=case.clip_norm,
+        inputs=cifar10_multi_gpu_train.TowerInput(
+            lambda: next(per_tower)(), PER_TOWER_BATCH
+        ),
         update=update,
-        loss_scaling=scaling,
+        dtypes=step_optimizer.Dtypes(compute_dtype, scaling),
         model=equivalence_cells.model_of(case.model),
+        options=cifar10_multi_gpu_train.StepOptions(case.clip_norm),
     )
     return train_op
 

@@ -50,9 +50,9 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
     )
     scaling = step_optimizer.LossScaling(float(sys.argv[4]), True, 1000)
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next=get_next, batch_size=2, devices=devices,
-        compute_dtype=tf.float32, task=task, update=update,
-        loss_scaling=scaling,
+        inputs=cifar10_multi_gpu_train.TowerInput(get_next, 2),
+        update=update, dtypes=step_optimizer.Dtypes(tf.float32, scaling),
+        task=task,
     )
     # All but the averages of the worker's own losses.
     variables = [
