@@ -361,10 +361,10 @@ def main(argv):
     )
 
 
-def _build(graph, get_next, batch_size, task, plan, model, max_steps=None):
-    """`build_graph` of the `plans.TowerPlan` in graph (under the task's device
-    function), then the check of its bfloat16 kernels: `build_graph`'s
-    (loss, train_op, summary_op, hooks)."""
+def _build(get_next, batch_size, task, plan, model, max_steps=None):
+    """`build_graph` of the `plans.TowerPlan` in the default graph (under the
+    task's device function), then the check of its bfloat16 kernels:
+    `build_graph`'s (loss, train_op, summary_op, hooks)."""
     graph_ops = build_graph(
         inputs=TowerInput(get_next, batch_size, plan.options.prefetch),
         update=plan.update,
@@ -375,7 +375,9 @@ def _build(graph, get_next, batch_size, task, plan, model, max_steps=None):
             plan.options.clip_norm, plan.options.xla, max_steps
         ),
     )
-    op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
+    op_kernels.refuse_bfloat16_without_cpu_kernel(
+        tf.compat.v1.get_default_graph(), plan.compute_dtype
+    )
     return graph_ops
 
 
@@ -393,7 +395,7 @@ def _check_plan(batch_size, task, plan, model):
     ):
         with tf.device("/cpu:0"), tf.name_scope(summaries.INPUT):
             get_next = dry_run.synthetic_batches(batch_shapes)
-        _build(graph, get_next, batch_size, task, plan, model)
+        _build(get_next, batch_size, task, plan, model)
         return dry_run.check(
             graph,
             batch_shapes,
@@ -429,14 +431,14 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
     batch_size, task, plan, model = towers
     train_dir, data_dir, data = folders
     with (
-        tf.Graph().as_default() as graph,
+        tf.Graph().as_default(),
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         # One input pipeline on the CPU; each tower takes its own batches.
         with tf.device("/cpu:0"), tf.name_scope(summaries.INPUT):
             get_next = cifar10_batches.distorted_batches(data_dir, batch_size)
         loss, train_op, summary_op, hooks = _build(
-            graph, get_next, batch_size, task, plan, model, schedule.max_steps
+            get_next, batch_size, task, plan, model, schedule.max_steps
         )
         profiling = profile.profile_hooks(profile_steps, train_dir)
         closing = report.RunReportHook(loss)
