@@ -1,41 +1,24 @@
 """Where the variables live, which copy each tower reads, and how the
-towers' gradients update them: the variable update (tf_cnn_benchmarks'
-variable manager), one small table of functions per --variable_update mode.
-
-A step calls it in the order the step runs (`variable_update`,
-`tower_plan`, `tower_gradients` in each tower, `update_waits`,
-`reduce_gradients`, `apply_gradients`), and it calls nothing back.
+towers' gradients update them (tf_cnn_benchmarks' variable manager): one
+small table of functions per --variable_update mode, which the step calls
+and which calls nothing back.
 
 parameter_server (the TF1 design): one copy of every variable on
-`variable_device`; each tower reads it and sends its gradients there, where
-they are averaged and applied once.
-
-replicated: tower 0 holds the variables under the tutorial's names on its
-own device (the copy the Saver, the moving averages and the summaries
-see); tower i > 0 holds its own copy of each, 'replica_i/<name>', on its
-device. The gradients are all-reduced (`all_reduce`) and each tower applies
-the mean to its own copy, in one `apply_gradients` call, so one global step
-and one loss-scale update count the step.
-
-ACROSS_WORKERS, replicated in a cluster of workers only: a copy on every
-tower of every worker, the gradients all-reduced across all (`collectives`),
-the chief's values at the start, the last worker's statistics committed;
-every variable the step writes, the losses' averages too, waits for every
-collective of the step (`gradient_reduction.all_or_none`).
+`variable_device`, where the gradients are averaged and applied once.
+replicated: tower 0 holds the variables under the tutorial's names (the
+copy the Saver, the moving averages and the summaries see), tower i > 0 a
+copy 'replica_i/<name>' on its device; the gradients are all-reduced and
+each copy takes the mean in one `apply_gradients` call, so one global step
+and one loss-scale update count the step. ACROSS_WORKERS: replicated in a
+cluster of workers only, all-reduced across every tower of every worker,
+from the chief's values.
 
 A copy is made by the model's own `get_variable` call, run again under the
-copy's name (a custom getter that passes on every argument the model gave:
-initializer, regularizer, constraint, ...): each copy carries its own
-regularization term into its tower's loss, and the optimizer applies the
-constraint to every copy. Copies, and the optimizer's slots of them, are
-local variables, left out of checkpoints; the local init op, which runs
-after the variables are restored or initialised, gives every copy the
-value of the variable it copies, so all copies start equal and, updated
-alike, stay equal.
-
-Statistics (the non-trainable variables, such as batch-norm moving means):
-the last tower's, committed to the variable and every copy after the
-update (`gradient_reduction.commit_statistics`).
+copy's name, so each carries its own regularizer and constraint. Copies
+and their slots are local variables, out of checkpoints; the local init
+op gives each the value of its variable after a restore, so all copies
+start equal and, updated alike, stay equal. The statistics (non-trainable
+variables) are the last tower's, committed to every copy after the update.
 """
 
 import collections
@@ -68,11 +51,8 @@ devices: the tower device strings.
 variable_device: str, where the variables live (replicated: tower 0's copy).
 all_reduce: 'nccl', 'collective' or 'one_device' if replicated, else None.
 keys: the `all_reduce.CollectiveKeys` of the graph's collective ops.
-task: the `cluster.ClusterTask` of ACROSS_WORKERS, whose all-reduces join
-  every tower of every worker (`collectives`); else None.
-pack_bytes: int, --gradient_pack_bytes (ACROSS_WORKERS only).
-transfer_dtype: the `tf.DType` of --gradient_transfer_dtype, which the
-  float32 gradients cross the workers in (ACROSS_WORKERS only).
+task, pack_bytes, transfer_dtype: ACROSS_WORKERS' `Workers` (the dtype a
+  `tf.DType`).
 """
 
 TowerVariables = collections.namedtuple(
@@ -80,14 +60,11 @@ TowerVariables = collections.namedtuple(
 )
 TowerVariables.__doc__ = """What one tower reads (`tower_plan`).
 
-index: int, the tower's index.
-device: str, where the tower computes.
-variable_device: str, where the tower's variable ops go
-  (`placement.device_function`).
-getter: a `tf.compat.v1.variable_scope` custom getter that gives the tower
-  its own copies, or None for a tower that reads the variables themselves.
-copies: dict, variable name -> the tower's own copy, filled as the tower's
-  model is built.
+index, device: the tower's index and device.
+variable_device: str, where the tower's variable ops go.
+getter: a custom getter that gives the tower its own copies, or None.
+copies: dict, variable name -> the tower's copy, filled as its model is
+  built.
 """
 
 
@@ -108,16 +85,11 @@ def variable_update(
     places_variables=True,
     workers=None,
 ):
-    """The variable update of the --variable_update flag's mode.
+    """The `VariableUpdate` of the --variable_update flag's mode.
 
-    Args:
-      mode: one of VARIABLE_UPDATES.
-      devices: the tower device strings.
-      variable_device_choice: --variable_device (parameter_server only).
-      all_reduce_spec: --all_reduce_spec (replicated only).
-      places_variables: bool, False in a cluster whose device setter puts
-        the variables on the ps tasks (`placement.variable_device`).
-      workers: the `Workers` of a cluster of workers only, else None.
+    places_variables: False in a cluster whose device setter puts the
+    variables on the ps tasks (`placement.variable_device`); workers: the
+    `Workers` of a cluster of workers only, else None.
 
     Raises:
       ValueError: an unknown mode or choice.
@@ -162,12 +134,10 @@ def parameter_server(devices, variable_device=placement.VARIABLE_DEVICE):
 
 
 def _copies_every_variable(index):
-    """Replicated: every tower after the first copies every variable."""
     return index > 0
 
 
 def _copies_no_weights(index):
-    """parameter_server: the towers read the variables themselves."""
     return False
 
 
@@ -180,11 +150,9 @@ def _shared_device(update, index):
 
 
 def tower_plan(update):
-    """What each tower reads: a list of `TowerVariables`, one per tower.
-
-    Tower 0 creates the variables. The last tower copies the statistics
-    (the non-trainable variables) it updates; in replicated mode every
-    tower after the first copies every variable.
+    """A list of `TowerVariables`, one per tower: tower 0 creates the
+    variables, the last tower copies the statistics it updates, and in
+    replicated mode every tower after the first copies every variable.
     """
     mode = _MODES[update.mode]
     last = len(update.devices) - 1
@@ -208,13 +176,8 @@ def tower_plan(update):
 
 
 def _copying_getter(index, weights, copies):
-    """A custom getter: the tower's own copy, made by the model's call.
-
-    Args:
-      index: int, the tower's index.
-      weights: bool, copy the trainable variables too, not only the
-        statistics.
-      copies: dict to record each copy in, by the variable's name.
+    """A custom getter that records tower index's copy of each
+    variable (of the weights too, if weights) in copies.
     """
 
     def copying_getter(getter, name, *args, **kwargs):
@@ -241,67 +204,41 @@ def _copying_getter(index, weights, copies):
 
 
 def reduce_gradients(update, tower_grads):
-    """The synchronisation point: every tower's gradients, reduced.
+    """The synchronisation point: every tower's gradients (lists of
+    (gradient, variable) in one variable order), reduced by the mode's row.
 
-    Args:
-      update: the `VariableUpdate`, whose mode's row picks the reduction.
-      tower_grads: list (one per tower) of lists of (gradient, variable),
-        in the same variable order.
-
-    Returns:
-      A list of lists of (gradient, variable), one per copy of the
-      variables: for parameter_server one list, the mean on
-      `variable_device`; for replicated (across the workers too) one per
-      tower, the mean on its own device, paired with its own copy.
+    Returns a list of lists of (gradient, variable), one per copy: for
+    parameter_server one, the mean on `variable_device`; for replicated one
+    per tower, the mean on its device, paired with its own copy.
     """
     return _MODES[update.mode].reduce(update, tower_grads)
 
 
 def update_waits(update, make):
-    """The losses' averages, which the update waits for (they read the
-    global step it increments), made where the mode's row makes them.
+    """(made, later): the losses' averages (make(): their op), which
+    the update waits for as they read the global step it increments.
 
-    Args:
-      update: the `VariableUpdate`.
-      make: callable() -> the op that updates the averages.
-
-    Returns:
-      (made, later): on one machine [make()'s op], made now for the
-      gradients to wait for as they are reduced, and None; in
-      ACROSS_WORKERS [] and make, which `apply_gradients` (its later)
-      calls behind every collective of the step, so that a step a lost
-      peer cuts short moves no average (`gradient_reduction.all_or_none`).
+    On one machine ([make()], None): made now. ACROSS_WORKERS ([], make):
+    `apply_gradients` makes them behind every collective of the step, so that
+    a step a lost peer cuts short moves no average.
     """
     return _MODES[update.mode].waits(make)
 
 
 Statistics = collections.namedtuple("Statistics", "updates applied")
-Statistics.__doc__ = """The statistics a step's update commits.
-
-updates: the ops that update the last tower's statistics
-  (`towers.batch_norm_updates` of its scope).
-applied: bool scalar, whether the step is applied
-  (`step_optimizer.step_applied`).
+Statistics.__doc__ = """The statistics a step's update commits: updates,
+the last tower's update ops (`towers.batch_norm_updates`); applied, bool
+scalar (`step_optimizer.step_applied`).
 """
 
 
 def apply_gradients(update, plan, opt, reduced, statistics, later=None):
-    """The step's update: the gradients, then the statistics.
+    """The step's update: the reduced gradients (opt's
+    `apply_gradients` increments the global step once), then the statistics.
 
-    Args:
-      update: the `VariableUpdate`.
-      plan: the `tower_plan` the towers were built with.
-      opt: the optimizer; its `apply_gradients` increments the global
-        step (int64 scalar variable) once.
-      reduced: the lists of `reduce_gradients` (each maybe clipped).
-      statistics: the `Statistics` of the step.
-      later: `update_waits`' callable, made behind the mode's gate, or
-        None.
-
-    Returns:
-      The op of the update. Its local init op (`_local_init_op`) is in the
-      LOCAL_INIT_OP collection, where a `Scaffold` (or, in a plain
-      `Session`, `sessions.local_init_op`) finds it.
+    later: `update_waits`' callable or None. The local init op
+    (`_local_init_op`) goes in the LOCAL_INIT_OP collection, where a
+    `Scaffold` (or `sessions.local_init_op`) finds it.
     """
     reduced, committed = _MODES[update.mode].gate(
         update, plan, reduced, statistics, later
@@ -328,12 +265,11 @@ def _local_if_a_copy(next_creator, **kwargs):
 
 
 def _local_init_op(update):
-    """Initialises the local variables, then copies the variables' values.
+    """Initialises the local variables, then gives every copy its
+    variable's value.
 
-    The Scaffold takes the LOCAL_INIT_OP collection as its local init op,
-    which a session runs after restoring or initialising the global
-    variables (and then taking the mode's start values,
-    `_Mode.start_values`): every copy then equals what was restored.
+    A Scaffold runs it after restoring or initialising the global variables
+    (and the mode's start values), so every copy equals what was restored.
     """
     initialise = _MODES[update.mode].start_values(
         update, tf.compat.v1.train.Scaffold.default_local_init_op()
@@ -350,18 +286,15 @@ def _local_init_op(update):
 
 
 def describe(update):
-    """The dry run's lines of the update: a dict of name -> value."""
     return _MODES[update.mode].describe(update)
 
 
 def _own_start(update, initialise):
-    """One machine: the values restored or initialised."""
     return initialise
 
 
 def _chief_start(update, initialise):
-    """ACROSS_WORKERS: after initialise, every worker takes the chief's
-    values of the global variables."""
+    """ACROSS_WORKERS: every worker takes the chief's values."""
     with tf.control_dependencies([initialise]):
         return collectives.chief_values(
             tf.compat.v1.global_variables(),
@@ -406,11 +339,10 @@ _Mode = collections.namedtuple(
     "copies_weights variable_device reduce waits gate start_values "
     "describe",
 )
-# The table of the modes, a row each: whether tower
-# index copies the weights, and where its variable ops go; the gradients'
-# reduction (`gradient_reduction`); where the losses' averages are made
-# (`update_waits`); what the update waits for, and the statistics every copy
-# takes (`gradient_reduction`); the copies' start; the dry run's lines.
+# The table of the modes: whether tower index copies the weights and where
+# its variable ops go; the gradients' reduction; where the losses' averages
+# are made; what the update waits for and the statistics every copy takes;
+# the copies' start; the dry run's lines.
 _MODES = {
     "parameter_server": _Mode(
         _copies_no_weights,
@@ -443,31 +375,18 @@ _MODES = {
 
 
 def tower_gradients(opt, loss, tower):
-    """The tower's gradient of each trainable variable, for its own copy,
-    the gradient of every copy it reads counted.
+    """The tower's gradient of each trainable variable, for its own
+    copy: list of (gradient or None, the copy the tower reads), in the order
+    of `tf.compat.v1.trainable_variables()`.
 
-    A tower's loss may read other copies than its own: a weight decay
-    written over `tf.compat.v1.trainable_variables()` (TensorFlow's
-    official ResNet's) reads tower 0's variables from every tower. Every
-    copy holds the variable's value, so the loss's gradient of the variable
-    is the sum of its gradients of every copy it reads; of its own copy
-    only, the reduced gradient would carry 1/N of that decay. A loss that
-    reads its own copies only takes `opt.compute_gradients`' gradients.
-
-    Args:
-      opt: the towers' optimizer (maybe loss-scaled).
-      loss: float32 scalar, the tower's total loss.
-      tower: the tower's `TowerVariables`, its model built.
-
-    Returns:
-      A list of (gradient, the copy the tower reads), one per variable of
-      `tf.compat.v1.trainable_variables()`, in its order; the gradient is
-      None where the loss reads no copy of the variable.
+    A tower's loss may read other copies than its own: a weight decay over
+    `trainable_variables()` (TensorFlow's official ResNet's) reads tower 0's
+    from every tower. The loss's gradient of a variable is the sum of its
+    gradients of every copy it reads; of its own copy only, the reduced
+    gradient would carry 1/N of that decay.
     """
     trainable = tf.compat.v1.trainable_variables()
     names = [var.op.name for var in trainable]
-    # The trainable variables as the tower reads them: its copy or the
-    # variable.
     own = [tower.copies.get(var.op.name, var) for var in trainable]
     others = [
         var
@@ -484,7 +403,6 @@ def tower_gradients(opt, loss, tower):
 
 
 def _sum(grads):
-    """The sum of a variable's gradients; None for none, one as it is."""
     if len(grads) <= 1:
         return grads[0] if grads else None
     return tf.math.add_n([tf.convert_to_tensor(grad) for grad in grads])
