@@ -238,22 +238,11 @@ def moving_average_variables():
     return averaged
 
 
-PARAMETERS = (
-    "name",
-    "shape",
-    "dtype",
-    "initializer",
-    "regularizer",
-    "reuse",
-    "trainable",
-    "collections",
-    "caching_device",
-    "partitioner",
-    "validate_shape",
-    "use_resource",
-    "constraint",
-    "synchronization",
-    "aggregation",
+# TF1's `get_variable` parameters, in its order.
+PARAMETERS = tuple(
+    "name shape dtype initializer regularizer reuse trainable collections "
+    "caching_device partitioner validate_shape use_resource constraint "
+    "synchronization aggregation".split()
 )
 
 

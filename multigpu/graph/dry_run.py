@@ -35,38 +35,24 @@ NVLINK_GB_PER_SEC = 25.0
 # Op types that run on the host by design, wherever they are placed, and
 # why; soft placement puts them there without a copy per step that matters.
 HOST_OPS = {
-    "input pipeline (tf.data on the host; each batch is copied once)": (
-        "IteratorV2",
-        "AnonymousIteratorV3",
-        "OneShotIterator",
-        "IteratorGetNext",
-        "MakeIterator",
-        "RepeatDataset",
-        "TensorDataset",
-        "BatchDatasetV2",
-        "PrefetchDataset",
-        "ShuffleDatasetV3",
-        "MapDataset",
-        "ParallelMapDatasetV2",
+    "input pipeline (tf.data on the host; each batch is copied once)": tuple(
+        "IteratorV2 AnonymousIteratorV3 OneShotIterator IteratorGetNext "
+        "MakeIterator RepeatDataset TensorDataset BatchDatasetV2 "
+        "PrefetchDataset ShuffleDatasetV3 MapDataset ParallelMapDatasetV2"
+        .split()
     ),
-    "summaries (serialised and written by the host)": (
-        "ScalarSummary",
-        "HistogramSummary",
-        "ImageSummary",
-        "MergeSummary",
+    "summaries (serialised and written by the host)": tuple(
+        "ScalarSummary HistogramSummary ImageSummary MergeSummary"
+        .split()
     ),
-    "checkpoints (written and read by the host)": (
-        "SaveV2",
-        "RestoreV2",
-        "MergeV2Checkpoints",
-        "ShardedFilename",
+    "checkpoints (written and read by the host)": tuple(
+        "SaveV2 RestoreV2 MergeV2Checkpoints ShardedFilename"
+        .split()
     ),
-    "queues (host memory)": (
-        "FIFOQueueV2",
-        "QueueEnqueueV2",
-        "QueueDequeueV2",
-        "QueueDequeueManyV2",
-        "QueueSizeV2",
+    "queues (host memory)": tuple(
+        "FIFOQueueV2 QueueEnqueueV2 QueueDequeueV2 QueueDequeueManyV2 "
+        "QueueSizeV2"
+        .split()
     ),
 }
 

@@ -1,17 +1,11 @@
 """The step's optimizer: the model's, in the wrappers of the step
 (`_Wrapper`), chosen once by the kind of run (`StepOptimizer`).
 
-Loss scaling for float16, as tf_cnn_benchmarks does it: float16 gradients
-below about 6e-8 round to zero; the loss times a power of two S (exact)
-shifts them up, and the float32 gradients are divided by S again. The
-dynamic scale halves on a non-finite gradient (float16 overflows at 65504),
-skipping the step, and doubles after `inc_every_n` good steps in a row.
-
-In a ps cluster a step that a worker began before another reached
---max_steps still lands after it (a checkpoint past --max_steps), so each
-step claims its global step atomically, and one past the bound writes
-nothing (`claiming`). With --sync_replicas the chief moves the moving
-averages once per global step (`AveragedOptimizer`).
+Loss scaling for float16, as tf_cnn_benchmarks does it: gradients below
+about 6e-8 round to zero in float16; the loss times a power of two shifts
+them up (exactly). The dynamic scale halves on a non-finite gradient
+(float16 overflows at 65504), skipping the step, and doubles after
+`inc_every_n` good steps.
 """
 
 import collections
@@ -49,13 +43,11 @@ Dtypes.__doc__ = """What a step computes in: compute_dtype, the layers'
 
 
 def loss_scaling(compute_dtype, scale, dynamic, inc_every_n, sync_replicas):
-    """The `LossScaling` of the --fp16_* flags, or None when the run
-    computes not in float16.
+    """The `LossScaling` of the --fp16_* flags, None unless float16.
 
-    Raises:
-      ValueError: a scale below 1, or the dynamic scale with sync_replicas
-        (the kind's `sync`: its chief applies the gradients in a run of its
-        own, without the workers' finite checks).
+    Raises ValueError: a scale below 1, or the dynamic scale with
+    sync_replicas, whose chief applies the gradients without the workers'
+    finite checks.
     """
     if compute_dtype != tf.float16:
         return None
@@ -90,11 +82,8 @@ class _Wrapper(tf.compat.v1.train.Optimizer):
 
 
 class LossScaleOptimizer(_Wrapper):
-    """Scales the loss, unscales the gradients, skips non-finite steps.
-
-    With the dynamic scale the reduced gradients are checked once
-    (`skip_unless_finite`); with a fixed scale the loop's NaN check ends the
-    run.
+    """Scales the loss, unscales the gradients, skips non-finite steps
+    (dynamic scale); with a fixed scale the loop's NaN check ends the run.
     """
 
     def __init__(self, optimizer, scaling):
@@ -201,13 +190,11 @@ def _zeros_unless(finite, grad):
 
 def skip_unless_finite(optimizer, copies):
     """The reduced gradients (one list per copy), zeroed where the
-    dynamic scale skips the step.
+    dynamic scale skips the step (zeros keep the histograms finite).
 
     The check is taken once, on the gradients as reduced and clipped, as
-    tf_cnn_benchmarks does: a tower's overflow makes the mean non-finite, and
-    every copy on every worker holds the same mean, so all skip together.
-    Zeros keep a skipped step's histograms and averages finite. Call it
-    before `step_applied` and `apply_gradients`.
+    tf_cnn_benchmarks does: every copy on every worker holds the same mean, so
+    all skip together. Call it before `step_applied` and `apply_gradients`.
     """
     if not _is_dynamic(optimizer):
         return copies
@@ -265,20 +252,17 @@ def describe(scaling):
 Steps = collections.namedtuple(
     "Steps", "max_steps replicas_to_aggregate num_workers decay"
 )
-Steps.__doc__ = """What the step's optimizer counts.
-
-max_steps: int, the global step no step claims past, or None.
-replicas_to_aggregate, num_workers: ints, the worker steps a sync global
-  step averages and the workers of the cluster.
-decay: float, the moving averages' that a sync chief moves after its
-  update; None for a trainer without moving averages.
+Steps.__doc__ = """What the step's optimizer counts: max_steps, the global
+step no step claims past, or None; replicas_to_aggregate and num_workers,
+of a sync cluster; decay, the moving averages' that a sync chief moves, or
+None.
 """
 
 StepOptimizer = collections.namedtuple(
     "StepOptimizer", "optimizer scaled sync moves_averages"
 )
 StepOptimizer.__doc__ = """The step's optimizer, chosen once by the kind of
-run (its `kinds.Kind.step_optimizer`: `plain`, `claiming`, `sync_replicas`).
+run (`kinds.Kind.step_optimizer`: `plain`, `claiming`, `sync_replicas`).
 
 optimizer: the `Optimizer` whose `apply_gradients` makes the step.
 scaled: the loss-scaled optimizer it wraps (`wrap`), of the towers.
@@ -317,13 +301,10 @@ def sync_replicas(optimizer, steps):
 
 
 class _SyncReplicasOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
-    """A `SyncReplicasOptimizer` whose chief's queue runner ends
-    quietly when the chief's session closes.
-
-    After the last step the session's close cancels the runner's sync step;
-    TensorFlow's runner ends quietly only on OutOfRangeError and printed a
-    traceback ('Exception in thread QueueRunnerThread-sync_token_q-...')
-    before the chief's report.
+    """A `SyncReplicasOptimizer` whose chief's queue runner takes the
+    cancelled sync step of the session's close for its end: TensorFlow's
+    printed a traceback ('Exception in thread QueueRunnerThread-...') before
+    the chief's report.
     """
 
     def get_chief_queue_runner(self):
@@ -357,13 +338,12 @@ def refuse_sync_statistics(step, statistics_updates, model_name):
 
 class _ClaimingOptimizer(_Wrapper):
     """An optimizer whose update runs once its step claimed its global
-    step, which then counts the step.
+    step, which then counts the step (a ps cluster, where a step begun before
+    another worker reached --max_steps would land after it).
 
-    The claim is one atomic op on the global step's device: of the steps
-    workers run at once each gets its own global step, none past last_step;
-    one at last_step raises `tf.errors.OutOfRangeError`, which ends a
-    `MonitoredSession` as the end of its input does. It waits for every
-    gradient, so the step's reads of the global step come before it.
+    The claim is one atomic op, after every gradient: of the steps workers run
+    at once each gets its own global step; one at last_step raises
+    `tf.errors.OutOfRangeError`, which ends a `MonitoredSession`.
     """
 
     def __init__(self, optimizer, last_step):
@@ -387,11 +367,8 @@ class _ClaimingOptimizer(_Wrapper):
 
 def average_variables(update_ops, global_step, applied, decay):
     """The moving averages' update of the weights and statistics,
-    after update_ops.
-
-    The decay is min(decay, (1 + step) / (10 + step)) (the num_updates rule of
-    `ExponentialMovingAverage`), and 1 on a step not applied (applied: bool
-    scalar), so a step the loss scale skips moves no average.
+    after update_ops, at min(decay, (1 + step) / (10 + step)) (the num_updates
+    rule of `ExponentialMovingAverage`), 1 on a step not applied.
     """
     # One block of the graph in TensorBoard (its initial-value conds were
     # ten nodes at the top level); the shadows' names keep no scope.
@@ -410,11 +387,9 @@ def average_variables(update_ops, global_step, applied, decay):
 class AveragedOptimizer(_Wrapper):
     """An optimizer whose update then moves the moving averages, once.
 
-    Inside `SyncReplicasOptimizer`, which runs it once per global step: the
-    averages move after the weights, as in Inception's distributed trainer.
-    Unlike its `variable_averages`, applied after the next step's tokens go
-    out, the global step is incremented after the averages: whoever sees
-    step N sees its averages too.
+    In `SyncReplicasOptimizer`'s chief, once per global step, as Inception's
+    distributed trainer does; unlike its `variable_averages`, the global step
+    is incremented after the averages: whoever sees step N sees its averages.
     """
 
     def __init__(self, optimizer, decay):

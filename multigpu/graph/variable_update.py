@@ -1,24 +1,14 @@
 """Where the variables live, which copy each tower reads, and how the
-towers' gradients update them (tf_cnn_benchmarks' variable manager): one
-small table of functions per --variable_update mode, which the step calls
-and which calls nothing back.
+towers' gradients update them (tf_cnn_benchmarks' variable manager): a
+small table of functions per --variable_update mode, which the step calls.
 
-parameter_server (the TF1 design): one copy of every variable on
-`variable_device`, where the gradients are averaged and applied once.
-replicated: tower 0 holds the variables under the tutorial's names (the
-copy the Saver, the moving averages and the summaries see), tower i > 0 a
-copy 'replica_i/<name>' on its device; the gradients are all-reduced and
-each copy takes the mean in one `apply_gradients` call, so one global step
-and one loss-scale update count the step. ACROSS_WORKERS: replicated in a
-cluster of workers only, all-reduced across every tower of every worker,
-from the chief's values.
-
-A copy is made by the model's own `get_variable` call, run again under the
-copy's name, so each carries its own regularizer and constraint. Copies
-and their slots are local variables, out of checkpoints; the local init
-op gives each the value of its variable after a restore, so all copies
-start equal and, updated alike, stay equal. The statistics (non-trainable
-variables) are the last tower's, committed to every copy after the update.
+replicated: tower 0 holds the variables (the copy the Saver, the moving
+averages and the summaries see), tower i > 0 a copy 'replica_i/<name>',
+made by the model's own `get_variable` call under the copy's name (its
+regularizer and constraint with it). Copies are local variables, out of
+checkpoints, given their variable's value after a restore; updated alike,
+they stay equal. The statistics are the last tower's, committed to every
+copy.
 """
 
 import collections
@@ -71,10 +61,10 @@ copies: dict, variable name -> the tower's copy, filled as its model is
 Workers = collections.namedtuple(
     "Workers", "task pack_bytes transfer_dtype", defaults=(0, tf.float32)
 )
-Workers.__doc__ = """The cluster of workers only that a replicated update
-all-reduces across: task, the worker's `cluster.ClusterTask`; pack_bytes,
---gradient_pack_bytes; transfer_dtype, --gradient_transfer_dtype (a
-`tf.DType` or its name)."""
+Workers.__doc__ = """The cluster of workers only a replicated update all-reduces
+across: the worker's `cluster.ClusterTask`, --gradient_pack_bytes and
+--gradient_transfer_dtype (a `tf.DType` or its name).
+"""
 
 
 def variable_update(
@@ -85,14 +75,10 @@ def variable_update(
     places_variables=True,
     workers=None,
 ):
-    """The `VariableUpdate` of the --variable_update flag's mode.
+    """The `VariableUpdate` of --variable_update's mode.
 
-    places_variables: False in a cluster whose device setter puts the
-    variables on the ps tasks (`placement.variable_device`); workers: the
-    `Workers` of a cluster of workers only, else None.
-
-    Raises:
-      ValueError: an unknown mode or choice.
+    places_variables: False where the device setter puts the variables on the
+    ps tasks; workers: the `Workers` of a cluster of workers only, or None.
     """
     if mode not in VARIABLE_UPDATES:
         raise ValueError(
@@ -133,22 +119,6 @@ def parameter_server(devices, variable_device=placement.VARIABLE_DEVICE):
     )
 
 
-def _copies_every_variable(index):
-    return index > 0
-
-
-def _copies_no_weights(index):
-    return False
-
-
-def _own_device(update, index):
-    return update.devices[index]
-
-
-def _shared_device(update, index):
-    return update.variable_device
-
-
 def tower_plan(update):
     """A list of `TowerVariables`, one per tower: tower 0 creates the
     variables, the last tower copies the statistics it updates, and in
@@ -159,7 +129,7 @@ def tower_plan(update):
     plan = []
     for index, device in enumerate(update.devices):
         copies = {}
-        weights = mode.copies_weights(index)
+        weights = mode.own_copies and index > 0
         getter = None
         if weights or index == last:
             getter = _copying_getter(index, weights, copies)
@@ -167,7 +137,7 @@ def tower_plan(update):
             TowerVariables(
                 index,
                 device,
-                mode.variable_device(update, index),
+                device if mode.own_copies else update.variable_device,
                 getter,
                 copies,
             )
@@ -204,23 +174,18 @@ def _copying_getter(index, weights, copies):
 
 
 def reduce_gradients(update, tower_grads):
-    """The synchronisation point: every tower's gradients (lists of
-    (gradient, variable) in one variable order), reduced by the mode's row.
-
-    Returns a list of lists of (gradient, variable), one per copy: for
-    parameter_server one, the mean on `variable_device`; for replicated one
-    per tower, the mean on its device, paired with its own copy.
+    """The synchronisation point: every tower's gradients reduced, a
+    list of (gradient, variable) per copy: parameter_server one, the mean on
+    `variable_device`; replicated one per tower, on its device and copy.
     """
     return _MODES[update.mode].reduce(update, tower_grads)
 
 
 def update_waits(update, make):
-    """(made, later): the losses' averages (make(): their op), which
-    the update waits for as they read the global step it increments.
-
-    On one machine ([make()], None): made now. ACROSS_WORKERS ([], make):
-    `apply_gradients` makes them behind every collective of the step, so that
-    a step a lost peer cuts short moves no average.
+    """(made, later): the losses' averages (make() -> their op), which
+    the update waits for (they read the global step it increments): made now,
+    ([op], None); or ACROSS_WORKERS, ([], make), made behind every collective
+    of the step, so a step a lost peer cuts short moves no average.
     """
     return _MODES[update.mode].waits(make)
 
@@ -233,12 +198,9 @@ scalar (`step_optimizer.step_applied`).
 
 
 def apply_gradients(update, plan, opt, reduced, statistics, later=None):
-    """The step's update: the reduced gradients (opt's
-    `apply_gradients` increments the global step once), then the statistics.
-
-    later: `update_waits`' callable or None. The local init op
-    (`_local_init_op`) goes in the LOCAL_INIT_OP collection, where a
-    `Scaffold` (or `sessions.local_init_op`) finds it.
+    """The step's update: the reduced gradients (opt increments the
+    global step once), then the statistics; the copies' init op goes in the
+    LOCAL_INIT_OP collection, where a `Scaffold` finds it.
     """
     reduced, committed = _MODES[update.mode].gate(
         update, plan, reduced, statistics, later
@@ -266,10 +228,8 @@ def _local_if_a_copy(next_creator, **kwargs):
 
 def _local_init_op(update):
     """Initialises the local variables, then gives every copy its
-    variable's value.
-
-    A Scaffold runs it after restoring or initialising the global variables
-    (and the mode's start values), so every copy equals what was restored.
+    variable's value: run after a restore, every copy equals what was
+    restored.
     """
     initialise = _MODES[update.mode].start_values(
         update, tf.compat.v1.train.Scaffold.default_local_init_op()
@@ -336,17 +296,15 @@ def _describe_across_workers(update):
 
 _Mode = collections.namedtuple(
     "_Mode",
-    "copies_weights variable_device reduce waits gate start_values "
-    "describe",
+    "own_copies reduce waits gate start_values describe",
 )
-# The table of the modes: whether tower index copies the weights and where
-# its variable ops go; the gradients' reduction; where the losses' averages
-# are made; what the update waits for and the statistics every copy takes;
-# the copies' start; the dry run's lines.
+# The table of the modes: whether every tower after the first holds its own
+# copy of every variable, on its own device; the columns the step calls
+# (`gradient_reduction`: reduce, waits, gate); the copies' start; the dry
+# run's lines.
 _MODES = {
     "parameter_server": _Mode(
-        _copies_no_weights,
-        _shared_device,
+        False,
         gradient_reduction.on_variable_device,
         gradient_reduction.made_now,
         gradient_reduction.no_gate,
@@ -354,8 +312,7 @@ _MODES = {
         _describe_parameter_server,
     ),
     "replicated": _Mode(
-        _copies_every_variable,
-        _own_device,
+        True,
         gradient_reduction.between_towers,
         gradient_reduction.made_now,
         gradient_reduction.no_gate,
@@ -363,8 +320,7 @@ _MODES = {
         _describe_replicated,
     ),
     ACROSS_WORKERS: _Mode(
-        _copies_every_variable,
-        _own_device,
+        True,
         gradient_reduction.across_workers,
         gradient_reduction.made_behind_the_gate,
         gradient_reduction.across_workers_gate,
