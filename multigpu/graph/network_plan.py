@@ -8,17 +8,6 @@ tower reads every variable from the ps tasks and the worker's CPU sends
 the towers' mean back. Links are full duplex and do not overlap the
 compute (an upper bound); the compute is the graph's FLOPs at
 ASSUMED_TFLOPS.
-
-The step on links of a given rate (`cluster_step_secs`, held against
-measured steps by benchmarks/bench_links.py) starts from two measured
-steps: the compute (the work before the all-reduces) and the unshaped
-step, whose remainder is the all-reduces' own costs on the worker.
-Replicated is a flow shop of two stages (each all-reduce crosses the link,
-then takes its share of those costs, overlapping the next transfer); every
-transfer starts after the compute, as no overlap with the backward pass
-showed in the measured steps. The ps cluster is a closed network of
-queues (`closed_cycle_secs`) on the ps's link, its bytes counted in the
-worker's graph (`step_bytes`).
 """
 
 import tensorflow as tf
@@ -140,7 +129,7 @@ def _modes(gradient_bytes, sent_bytes, num_workers, towers):
     ]
 
 
-# What of the model was measured (`cluster_step_secs`, docs/cluster.md).
+# What of the model was measured (benchmarks/link_model.py, docs/cluster.md).
 CHECKED = (
     "  (the model of a step on links of a given rate was checked against "
     "measured steps by `python -m benchmarks.bench_links`, docs/cluster.md: "
@@ -220,18 +209,6 @@ def _n(count):
     return "{:,}".format(count)
 
 
-# The share of a link's rate that carries a message's bytes: a full TCP
-# segment holds 1,448 bytes of 1,514 on the wire (Ethernet, IPv4, and TCP
-# with timestamps). Through tbf at 20, 50 and 200 Mbit/s one TCP stream
-# moved 0.97, 0.96 and 0.95 of the rate.
-PAYLOAD_SHARE = 1448 / 1514
-
-
-def transfer_secs(num_bytes, mbits):
-    """Seconds of num_bytes of messages over a link of mbits Mbit/s."""
-    return num_bytes * 8 / (mbits * 1e6 * PAYLOAD_SHARE)
-
-
 def step_bytes(fetches):
     """(in, out) ints: the bytes a worker's step (fetches, of a graph
     of fully defined shapes) receives from and sends to the other jobs' tasks.
@@ -262,51 +239,6 @@ def _job(op):
     if not op.device and op.inputs:
         return _job(op.inputs[0].op)
     return tf.DeviceSpec.from_string(op.device).job
-
-
-def cluster_step_secs(mode, moved, num_workers, mbits, compute_secs):
-    """Seconds per step of each of num_workers one-tower workers,
-    each host on its own link of mbits Mbit/s each way.
-
-    Args:
-      mode: 'replicated' (workers only) or 'parameter_server' (one ps task on
-        a host of its own, the workers asynchronous).
-      moved: replicated, the bytes of each all-reduce (`collective_bytes`);
-        parameter_server, (in, out) of a step (`step_bytes`).
-      compute_secs: parameter_server, the step's work (its think time);
-        replicated, (the step on unshaped links, its work before the
-        all-reduces).
-    """
-    if mode == "replicated":
-        unshaped, before = compute_secs
-        own = (unshaped - before) / len(moved)
-        link = worker = before
-        for each in moved:
-            link += transfer_secs(
-                replicated_bytes(each, num_workers, 1)[0], mbits
-            )
-            worker = max(worker, link) + own
-        return worker
-    # Each worker reads, computes, sends, and again: its reads queue for
-    # the ps link's one way, its gradients for the other.
-    demands = [transfer_secs(each, mbits) for each in moved]
-    return closed_cycle_secs(demands, compute_secs, num_workers)
-
-
-def closed_cycle_secs(demands, think_secs, customers):
-    """A customer's mean cycle in a closed network of queues, by
-    mean value analysis (Reiser and Lavenberg, 1980).
-
-    The ps cluster is one: each asynchronous worker (customer) reads the
-    variables over one way of the ps link (demands: seconds of one service at
-    each queue), computes (think_secs) and sends its gradients over the other.
-    """
-    queues = [0.0] * len(demands)
-    for count in range(1, customers + 1):
-        residences = [d * (1 + q) for d, q in zip(demands, queues)]
-        cycle = think_secs + sum(residences)
-        queues = [count * r / cycle for r in residences]
-    return cycle
 
 
 def collective_bytes(fetches):
