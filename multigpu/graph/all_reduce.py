@@ -14,11 +14,9 @@ ALL_REDUCE_CHOICES = ("auto", "nccl", "collective", "one_device")
 
 
 class CollectiveKeys:
-    """The keys of a graph's collective ops, all from this allocator.
-
-    A collective op meets its peers by group key (the devices taking part)
-    and instance key (one collective): every process of a cluster builds the
-    same collectives in the same order, so counting gives it the same keys.
+    """The keys of a graph's collective ops, all from this allocator:
+    every process of a cluster builds the same collectives in the same order,
+    so counting gives it the same group and instance keys.
     """
 
     def __init__(self):
@@ -35,9 +33,6 @@ class CollectiveKeys:
 def algorithm(choice, devices):
     """'nccl', 'collective' or 'one_device': the all-reduce for the
     --all_reduce_spec choice on devices.
-
-    Raises:
-      ValueError: an unknown choice, or nccl on CPU towers.
     """
     if choice not in ALL_REDUCE_CHOICES:
         raise ValueError(
@@ -57,12 +52,8 @@ def algorithm(choice, devices):
 
 def all_reduce_mean(tower_grads, devices, method, keys):
     """The mean of each variable's gradient over the towers, on every
-    tower: the synchronisation point of replicated towers.
-
-    tower_grads: list (one per tower, on devices[i]) of lists of (gradient,
-    variable); method: of `algorithm`. Returns a list (one per tower) of lists
-    of (mean on that tower's device, that tower's variable); a None gradient
-    stays None.
+    tower: a list (one per tower) of lists of (mean on its device, its
+    variable); a None gradient stays None.
     """
     num_towers = len(tower_grads)
     reduced = [[] for _ in tower_grads]

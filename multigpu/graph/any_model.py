@@ -1,18 +1,9 @@
-"""Calling any model `(images, is_training) -> logits` the way the towers do.
-
-A model knows nothing of devices or dtypes: `call_model` hands it its
-images in the compute dtype while its variables stay float32
-(tf_cnn_benchmarks' custom getter), checks what it returns, and refuses
-variables made outside `tf.compat.v1.get_variable` (Keras 2 layer objects,
-`tf.Variable`), whose batch-norm updates and regularizers never reach the
-TF1 collections and which the towers could not share.
-
-A model's own getter may pass a getter's arguments on by position, as TF1
-allows (TensorFlow's official ResNet does): the towers' getters take them
-all by name (`by_name`). Weight decay applies to the float32 variables
-(`layers_regularize_float32`): a TF1 layer object regularizes what
-`get_variable` returned, the 16-bit cast, whose square sum bfloat16 rounds
-to 8 significant bits; tf_cnn_benchmarks decays the float32 variables.
+"""Calling any model `(images, is_training) -> logits` the way the towers do:
+in the compute dtype, its variables float32 (tf_cnn_benchmarks' custom
+getter), its logits checked, and refusing variables made outside
+`tf.compat.v1.get_variable` (Keras 2 layer objects, `tf.Variable`), whose
+batch-norm updates and regularizers never reach the TF1 collections and
+which the towers could not share.
 """
 
 import contextlib
@@ -31,11 +22,9 @@ REDUCED_DTYPES = (tf.float16, tf.bfloat16)
 # What to install for `tf.compat.v1.layers` on TensorFlow 2.16+ (Keras 2).
 LAYERS_EXTRA = 'pip install ".[layers]" (tf-keras~=2.21.0)'
 
-# TensorFlow's `tensorflow.python.layers.normalization` (tf-slim's
-# batch_norm) loads Keras 2's TF1 batch norm from this module, which tf-keras
-# ships as tf_keras.src.legacy_tf_layers: an upstream bug (seen on
-# TensorFlow 2.21 with tf-keras 2.21), which no install fixes;
-# tf.compat.v1.layers' batch norm is the same layer, where tf-keras has it.
+# `tensorflow.python.layers.normalization` (tf-slim's batch_norm) loads
+# Keras 2's TF1 batch norm from this module, which tf-keras ships elsewhere:
+# an upstream bug (TensorFlow 2.21, tf-keras 2.21) that no install fixes.
 MISSING_BATCH_NORM_MODULE = "tf_keras.legacy_tf_layers"
 BATCH_NORM_BUG = (
     "%s calls TensorFlow's TF1 batch norm (tf-slim's batch_norm is built "
@@ -57,21 +46,15 @@ def call_model(
     compute_dtype=tf.float32,
     name="the model",
 ):
-    """float32 [batch, num_classes] logits of model_fn (callable(images,
-    is_training) -> logits) on one tower's images (float32 [batch, height,
-    width, depth]), computed in compute_dtype.
+    """float32 [batch, num_classes] logits of model_fn on one tower's
+    images (float32 [batch, height, width, depth]), computed in compute_dtype.
 
-    Variables asked for in float16 or bfloat16 are made float32 and handed to
-    the layers as a cast, so checkpoints hold float32 only. The model's
-    non-trainable variables (batch-norm statistics) join the
-    MOVING_AVERAGE_VARIABLES collection, so the eval restores their averages
-    too. name: the model as the user names it, for the errors.
-
-    Raises:
-      ValueError: the model calls `tf.compat.v1.layers` without tf-keras or
-        TensorFlow's TF1 batch norm (`BATCH_NORM_BUG`), creates variables
-        outside `tf.compat.v1.get_variable`, or returns no float tensor of
-        shape [batch, num_classes].
+    Variables asked for in float16 or bfloat16 are float32, handed to the
+    layers as a cast, so checkpoints hold float32 only; weight decay applies
+    to the float32 variable (`layers_regularize_float32`: a TF1 layer would
+    regularize the cast, whose square sum bfloat16 rounds to 8 bits). The
+    batch-norm statistics join MOVING_AVERAGE_VARIABLES, so the eval restores
+    their averages too. name: the model as the user names it, for the errors.
     """
     with (
         _float32_variables() as (created, got, float32_of),
@@ -111,12 +94,9 @@ def _refuse_missing_layers(error, name):
 @contextlib.contextmanager
 def _float32_variables():
     """A scope whose get_variable makes float32 variables for a
-    layer that asks for float16 or bfloat16, and hands it a cast.
-
-    Yields:
-      created: list, the variables created in the scope.
-      got: set, the op names of the variables get_variable returned.
-      float32_of: dict, each cast's `ref()` -> the float32 variable.
+    layer that asks for float16 or bfloat16, and hands it a cast; yields
+    (created: the variables created, got: the op names get_variable returned,
+    float32_of: each cast's `ref()` -> its float32 variable).
     """
     created, got, float32_of = [], set(), {}
 
@@ -157,9 +137,8 @@ class _KerasDeprecations(logging.Filter):
 
 @contextlib.contextmanager
 def _quiet_tf1_layers():
-    """Hides tf-keras' notices, on each `tf.compat.v1.layers` call,
-    that the TF1 layers are deprecated: about the calls TF1 models are made
-    of, not about the user's run.
+    """Hides tf-keras' notices that the TF1 layers, which TF1 models are
+    made of, are deprecated.
     """
     quiet = _KerasDeprecations()
     with warnings.catch_warnings():
@@ -227,9 +206,8 @@ def _describe(value):
 
 
 def moving_average_variables():
-    """The trainable variables and the model's batch-norm
-    statistics (`call_model`), once each, in graph order: those whose moving
-    averages the eval restores.
+    """The trainable variables and the batch-norm statistics, once
+    each, in graph order: those whose moving averages the eval restores.
     """
     averaged = tf.compat.v1.trainable_variables()
     for var in tf.compat.v1.moving_average_variables():
@@ -248,11 +226,8 @@ PARAMETERS = tuple(
 
 def by_name(args, kwargs):
     """dict: a getter's arguments (args by position, in PARAMETERS'
-    order, and kwargs), every one by its name.
-
-    Raises:
-      TypeError: more arguments by position than TF1's getter takes, or one
-        given both ways (as Python's own call).
+    order, and kwargs), every one by its name: a model's own getter may pass
+    them on by position, as TF1 allows (TensorFlow's official ResNet does).
     """
     if len(args) > len(PARAMETERS):
         raise TypeError(
@@ -285,8 +260,7 @@ _HOOK = "_handle_weight_regularization"
 def layers_regularize_float32(float32_of):
     """TF1 layers built in this scope regularize the float32
     variable of a 16-bit cast in float32_of (`cast.ref()` -> the variable,
-    filled by the custom getter while the scope is open), any other weight as
-    before.
+    filled by the custom getter while the scope is open).
     """
     patched = []
     for layer_class in _tf1_layer_classes():

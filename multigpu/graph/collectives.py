@@ -1,22 +1,15 @@
-"""Collective ops between the workers of a cluster of workers only, where
-every tower of every worker holds a copy of the variables: the gradients'
-all-reduce each step (`all_reduce_mean`), the chief's values at the start
-and the last worker's statistics each step (`broadcast`), and every
-worker's signal number each step (`stop_signals`).
+"""Collective ops between the workers of a cluster of workers only, every
+tower of every worker holding a copy of the variables: the gradients'
+all-reduce, the chief's values and the last worker's statistics
+(`broadcast`), and every worker's stop signal.
 
-Every worker builds its graph and runs it on its own, so the collectives
-meet only by their keys (`all_reduce.CollectiveKeys`, counted in the order
-the graph is built): every worker must build the same collectives, with
-the same keys, shapes and dtypes, in the same order, or they wait for each
-other until the operation timeout.
-
-Packing (tf_cnn_benchmarks' gradient repacking): each collective has a
-fixed cost (a round of messages per ring step), which many small biases
-pay more than once per byte; with pack_bytes > 0 the gradients of a dtype
-are concatenated and split into pieces of about pack_bytes (`pack_plan`).
-A transfer_dtype of float16 or bfloat16 halves the bytes (Horovod's fp16
-compression); the runtime sums in the dtype it carries, so the sum is
-rounded to it at every hop.
+The collectives meet only by their keys (`all_reduce.CollectiveKeys`,
+counted as the graph is built): every worker must build the same ones, in
+the same order, or they wait for each other until the operation timeout.
+Packing (tf_cnn_benchmarks' gradient repacking) concatenates the gradients
+of a dtype into pieces of about pack_bytes, as each collective has a fixed
+cost; a 16-bit transfer_dtype halves the bytes (Horovod's fp16
+compression), the sum rounded to it at every hop.
 """
 
 import collections
@@ -50,22 +43,17 @@ def cluster_devices(num_workers, devices):
 
 
 Pack = collections.namedtuple("Pack", "dtype indices sizes shapes pieces")
-Pack.__doc__ = """Gradients of one dtype all-reduced together.
-
-dtype: their `tf.DType`.
-indices: ints, their places in the list of gradients.
-sizes: ints, their numbers of elements; shapes: their `tf.TensorShape`s.
-pieces: ints, the numbers of elements of the pieces the concatenation is
-  split into, one all-reduce each (they add up to sum(sizes)).
+Pack.__doc__ = """Gradients of one dtype all-reduced together: their dtype,
+indices in the list of gradients, sizes (numbers of elements) and shapes;
+pieces, the sizes of the pieces their concatenation is split into, one
+all-reduce each.
 """
 
 
 def pack_plan(grads, pack_bytes):
-    """A list of `Pack`, in the order of the collectives to build.
-
-    grads: gradient tensors (None for a variable without one), fully defined
-    shapes, the same list on every tower of every worker; pack_bytes: about
-    the bytes of one all-reduce, 0 for one all-reduce per gradient.
+    """A list of `Pack`, in the order of the collectives to build, of
+    grads (None for none; the same list on every tower of every worker);
+    pack_bytes 0 for one all-reduce per gradient.
     """
     present = [i for i, g in enumerate(grads) if g is not None]
     if pack_bytes <= 0:
@@ -108,19 +96,10 @@ def all_reduce_mean(
     pack_bytes=0,
     transfer_dtype=tf.float32,
 ):
-    """The mean of each gradient over every tower of every worker:
-    the synchronisation point of the cluster.
-
-    Args:
-      tower_grads: list (one per tower, on devices[i]) of lists of (gradient,
-        variable), the same variables in the same order everywhere.
-      num_workers: int, the workers, each with as many towers as this one.
-      transfer_dtype: the `tf.DType` float32 gradients cross in (float32,
-        float16 or bfloat16); the means come back in float32.
-
-    Returns:
-      A list (one per tower) of lists of (mean on the tower's device, the
-      tower's variable); a None gradient stays None.
+    """The mean of each gradient over every tower of every worker: a
+    list (one per tower, on devices[i]) of lists of (mean, the tower's
+    variable), a None gradient staying None; the means come back float32 from
+    their transfer_dtype (float32, float16 or bfloat16).
     """
     group = cluster_devices(num_workers, devices)
     ring = _Ring(len(group), keys.group_key(group), transfer_dtype)
@@ -193,11 +172,9 @@ def _ring_sum(tensor, ring, instance_key, final_op):
 
 
 def broadcast(values, sender, task, keys, device):
-    """The sender worker's (task index) values, on every worker: a list
-    of tensors like values (the sender's own, once sent).
-
-    values: tensors of the same shapes and dtypes on every worker; device:
-    this worker's device of the collectives (one per worker in the group).
+    """The sender worker's (task index) values (tensors of the same
+    shapes and dtypes everywhere), on every worker, through this worker's
+    device of the collectives.
     """
     num_workers = task.num_workers
     group_key = keys.group_key(cluster_devices(num_workers, [device]))
@@ -263,13 +240,9 @@ STOP_SIGNALS = "stop_signals"
 
 def stop_signals(task):
     """The stop collective of this worker, in the STOP_SIGNALS
-    collection; the update of a cluster of workers only waits for it
-    (`gradient_reduction.all_or_none`).
-
-    Returns:
-      (received, signals): a float32 scalar placeholder (0 by default), the
-      signal this worker received; float32 [num_workers], every worker's
-      signal number, the same on every worker.
+    collection: (received, a float32 scalar placeholder, 0 by default, the
+    signal this worker received; signals, float32 [num_workers], every
+    worker's, the same on every worker).
     """
     device = "/job:worker/replica:0/task:%d/device:CPU:0" % task.task_index
     with tf.device(device), tf.name_scope("stop_signals"):

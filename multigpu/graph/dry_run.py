@@ -1,12 +1,6 @@
-"""The GPU path without a GPU: the placement plan of a graph built for GPUs.
-
-A trainer run with --dry_run builds its graph for --num_gpus GPUs, opens no
-session and prints each device's ops and parameters, the bytes crossing
-devices per step and their time, a cluster of workers' network plan
-(`network_plan`), the ops on the host by design, and fails on any op placed
-on a GPU without a GPU kernel for its dtypes (soft placement would move it
-to the CPU and copy its tensors every step). The wheel's kernel registry
-holds the GPU kernels even on a machine without a GPU.
+"""The GPU path without a GPU: the placement plan of a graph built for GPUs
+(--dry_run), from the wheel's kernel registry, which holds the GPU kernels
+even on a machine without a GPU.
 """
 
 import collections
@@ -65,9 +59,8 @@ def gpu_devices(num_gpus):
 
 
 def synthetic_batches(batch_shapes):
-    """get_next of a tf.data iterator on the CPU of constant batches
-    of batch_shapes ((shape, dtype) each, of one tower's batch), so a dry run
-    needs no data files.
+    """get_next of constant batches of batch_shapes ((shape, dtype)
+    each) from a tf.data iterator on the CPU: a dry run needs no data.
     """
     with tf.device("/cpu:0"):
         batch = tuple(tf.zeros(shape, dtype) for shape, dtype in batch_shapes)
@@ -76,15 +69,12 @@ def synthetic_batches(batch_shapes):
 
 
 def check(graph, batch_shapes, title, update=None, config=None):
-    """Prints the placement plan of graph (built for GPU towers).
-
-    update: the graph's `variable_update.VariableUpdate`, None for
-    parameter_server; config: the run's `ConfigProto`, whose Grappler rewrite
-    is checked too (`op_kernels`), or None.
-
-    Raises:
-      errors.TrainingError: an op placed on a GPU has no GPU kernel for its
-        dtypes, or an op of Grappler's rewrite could not run.
+    """Prints the placement plan of graph (built for GPU towers), with
+    the graph's `variable_update.VariableUpdate` (None: parameter_server) and
+    its Grappler rewrite under config (`op_kernels`; None: not checked).
+    Raises errors.TrainingError for an op on a GPU without a GPU kernel for
+    its dtypes (soft placement would copy its tensors every step), or an op
+    of the rewrite that could not run.
     """
     print(title)
     print(_device_table(graph))
@@ -379,9 +369,6 @@ def ops_without_gpu_kernel(graph):
 
 
 def describe(devices, **settings):
-    """The plan's first lines: the devices and the settings (name=value)
-    of the graph.
-    """
     return (
         "Dry run for %d GPU(s), %s to %s; no session opened, nothing "
         "trained or saved.\n  %s"

@@ -1,12 +1,10 @@
 """The gradients' reduction, what the update waits for, and the statistics
 every copy takes after it: the `reduce`, `waits` and `gate` columns of
-`variable_update`'s table, one function per mode.
+`variable_update`'s table.
 
-Statistics (non-trainable variables, such as batch-norm moving means): the
-last tower updates its copy from its batch (as the Inception trainer runs
-the last tower's updates only), and the step commits that value to the
-variable and every copy, unless the step is not applied: a step the loss
-scale skips leaves every statistic as it was.
+The last tower's statistics (as the Inception trainer runs the last
+tower's updates only) are committed to the variable and every copy,
+unless the loss scale skips the step.
 """
 
 import functools
@@ -45,22 +43,11 @@ def across_workers(update, tower_grads):
 
 
 def all_or_none(update, reduced, statistics, later=None):
-    """The step's last collectives, then the gate of its update.
-
-    Every variable the step writes (each copy, its slots, the global step, the
-    loss scale, the statistics and both kinds of averages) waits for every
-    collective of the step: a step a lost peer cuts short changes none, so the
-    chief can save the last step it completed (`run/last_step.py`).
-
-    Args:
-      reduced: lists of (gradient, variable), `across_workers`'.
-      statistics: tensors, the last tower's statistics on this worker.
-      later: None, or callable() -> the op of the losses' averages, made to
-        run once every collective has finished.
-
-    Returns:
-      (reduced, statistics): the same lists, and the last worker's statistics,
-      available only once every collective (and later's op) has finished.
+    """The step's last collectives, then the gate of its update:
+    (reduced, the last worker's statistics), available only once every
+    collective (and later's op, the losses' averages) has finished, so a step
+    a lost peer cuts short changes no variable and the chief can save the last
+    step it completed (`run/last_step.py`).
     """
     task = update.task
     received = collectives.broadcast(

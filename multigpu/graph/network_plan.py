@@ -1,13 +1,10 @@
 """The dry run's plan of a cluster: bytes per worker per step, and scaling.
 
-For W workers of T towers (N = W x T devices) and G bytes of gradients (and
-of variables) per copy: replicated, TensorFlow's ring all-reduce of N
-devices, worker by worker, sends and receives 2 (N - 1) / N x G per device,
-one of a worker's T ring links leaving the machine; parameter_server, each
-tower reads every variable from the ps tasks and the worker's CPU sends
-the towers' mean back. Links are full duplex and do not overlap the
-compute (an upper bound); the compute is the graph's FLOPs at
-ASSUMED_TFLOPS.
+For W workers of T towers (N = W x T devices) and G bytes of gradients per
+copy: replicated, the ring of N devices sends and receives 2 (N - 1) / N x
+G per device, one of a worker's T ring links leaving the machine;
+parameter_server, each tower reads every variable from the ps tasks. Links
+are full duplex and do not overlap the compute (an upper bound).
 """
 
 import tensorflow as tf
@@ -76,11 +73,8 @@ def flops_per_tower(graph, num_towers):
 
 
 def lines(gradient_bytes, num_workers, towers, tower_flops, sent_bytes=None):
-    """The plan's lines: this cluster's bytes and times, then the table.
-
-    gradient_bytes: one copy's gradients (= its variables' bytes);
-    tower_flops: `flops_per_tower`; sent_bytes: the gradients as the ring
-    carries them (--gradient_transfer_dtype), None: gradient_bytes.
+    """The plan's lines: this cluster's bytes and times, then the table;
+    sent_bytes: the gradients as the ring carries them, None: gradient_bytes.
     """
     sent_bytes = gradient_bytes if sent_bytes is None else sent_bytes
     text = [
@@ -210,13 +204,10 @@ def _n(count):
 
 
 def step_bytes(fetches):
-    """(in, out) ints: the bytes a worker's step (fetches, of a graph
-    of fully defined shapes) receives from and sends to the other jobs' tasks.
-
-    Each tensor computed on one job and used on another crosses once per task
-    that uses it; an op that reads a variable runs beside it, so a variable
-    read several times (its layer, its weight decay, the moving averages)
-    crosses as many times.
+    """(in, out) ints: the bytes a worker's step (fetches) receives from
+    and sends to the other jobs' tasks, once per task that uses a tensor; a
+    variable read several times (its layer, its decay, the averages) crosses
+    as many times.
     """
     crossing = {}
     for op in _needed(fetches):

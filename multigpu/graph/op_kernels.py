@@ -2,12 +2,10 @@
 the ops Grappler writes into a graph, checked before a session runs them.
 
 Grappler's remapper fuses ops the graph never held (Conv2D + BiasAdd + Relu
-into _FusedConv2D); a cluster worker checks each node of its partition
-against its op, and an op that allows not the node's dtype fails every
-step (bfloat16 _FusedConv2D on a CPU: `cluster.may_fuse_ops`). The dry run
-asks Grappler for the graph a session of the run's config would run (from
-the device names alone, as on the real machine) and names each added op
-that its op, or a GPU kernel for its dtypes, does not allow.
+into _FusedConv2D), and a cluster worker's op that allows not the node's
+dtype fails every step (bfloat16 _FusedConv2D on a CPU). The dry run asks
+Grappler for the graph the run's config would run (from the device names
+alone, as on the real machine).
 """
 
 import functools
@@ -34,11 +32,7 @@ def has_gpu_kernel(node_def):
 def refuse_bfloat16_without_cpu_kernel(graph, compute_dtype):
     """Refuses before step 1 (TensorFlow would end it with 'No OpKernel
     was registered' and a long traceback) a bfloat16 op of graph without a CPU
-    kernel; returns the number of ops that compute in bfloat16 (0 unless
-    compute_dtype is bfloat16).
-
-    Raises:
-      ValueError: one line naming each such op, its layer and what to do.
+    kernel; returns the number of ops that compute in bfloat16.
     """
     if compute_dtype != tf.bfloat16:
         return 0

@@ -21,10 +21,6 @@ def tower_devices(num_gpus, cpu_towers):
     visible, else '/cpu:i' (one virtual CPU device per tower, with
     cpu_towers). One tower with no GPU runs on the CPU, so the defaults run
     anywhere.
-
-    Raises:
-      ValueError: num_gpus < 1, or more GPUs than are visible without
-        cpu_towers.
     """
     if num_gpus < 1:
         raise ValueError("--num_gpus must be at least 1, got %d" % num_gpus)
@@ -46,11 +42,8 @@ def variable_device(choice, devices, places_variables=True):
     it over PCIe. 'tower' (or 'gpu', tf_cnn_benchmarks'
     --local_parameter_device=gpu) puts them on the first tower's device, the
     other GPUs copying peer to peer: it pays off when the GPUs talk to each
-    other faster than to the host.
-
-    Raises:
-      ValueError: an unknown choice, or 'tower' where not places_variables
-        (a cluster whose device setter puts the variables on the ps tasks).
+    other faster than to the host. places_variables: False where the device
+    setter puts the variables on the ps tasks.
     """
     if choice not in VARIABLE_DEVICE_CHOICES:
         raise ValueError(
@@ -73,12 +66,10 @@ VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable", "AutoReloadVariable")
 
 
 def device_function(tower_device, variable_device):
-    """The one device function of a tower (callable(op) -> str).
-
-    Every op that holds a variable goes to variable_device, whatever made it:
-    the answer to "layers created on the CPU but executed on the GPU". Any
-    other op keeps a device set inside the tower (the input on the CPU) or
-    runs on tower_device.
+    """The one device function of a tower: every op that holds a
+    variable goes to variable_device, whatever made it (the answer to "layers
+    created on the CPU but executed on the GPU"); any other keeps a device
+    set inside the tower or runs on tower_device.
     """
 
     variable_device = tf.DeviceSpec.from_string(variable_device).to_string()
@@ -109,12 +100,9 @@ class SessionOptions(
         "allow_growth gpu_memory_fraction num_intra_threads num_inter_threads",
     )
 ):
-    """The session options of the TF1 notes (0 = TensorFlow's choice).
-
-    allow_growth: bool, GPU memory is taken as needed, not all at start.
-    gpu_memory_fraction: float in [0, 1], per_process_gpu_memory_fraction.
-    num_intra_threads, num_inter_threads: ints, threads inside one op and
-      ops run at once.
+    """The session options of the TF1 notes (0 = TensorFlow's choice):
+    allow_growth, GPU memory taken as needed; gpu_memory_fraction,
+    per_process_gpu_memory_fraction; the intra-op and inter-op threads.
     """
 
 
@@ -132,10 +120,9 @@ def session_config(
     """The `ConfigProto` of every session of the suite.
 
     Soft placement lets ops without a GPU kernel fall back to the CPU; one
-    CPU device per CPU tower makes CPU towers separate devices as GPU towers
-    are. operation_timeout_secs: an op waiting longer fails (a dead cluster
-    peer), 0 waits forever; fuse_ops: whether Grappler's remapper may fuse
-    ops (`cluster.may_fuse_ops`).
+    CPU device per CPU tower makes them separate devices as GPU towers are.
+    operation_timeout_secs: 0 waits forever (else a dead peer fails the op);
+    fuse_ops: whether Grappler's remapper may fuse (`cluster.may_fuse_ops`).
     """
     num_cpu_devices = max(1, sum(d.startswith("/cpu") for d in devices))
     config = tf.compat.v1.ConfigProto(
@@ -177,14 +164,9 @@ def compute_dtype(
 ):
     """The dtype the layers compute in (variables stay float32):
     float32, or with use_fp16 float16 on GPUs and bfloat16 on CPUs that have
-    its instructions (cpu_bfloat16, None: `cpu_has_bfloat16()`). One line
-    says which, and why.
-
-    A CPU emulates bfloat16 about ten times slower than float32, so without
-    the instructions --use_fp16 computes in float32 unless force_cpu_bfloat16.
-
-    Raises:
-      ValueError: force_cpu_bfloat16 with GPU devices.
+    its instructions (cpu_bfloat16, None: `cpu_has_bfloat16()`); emulated, it
+    runs about ten times slower than float32, so only with
+    force_cpu_bfloat16. One line says which, and why.
     """
     if not use_fp16:
         return tf.float32

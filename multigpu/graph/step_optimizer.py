@@ -43,11 +43,9 @@ Dtypes.__doc__ = """What a step computes in: compute_dtype, the layers'
 
 
 def loss_scaling(compute_dtype, scale, dynamic, inc_every_n, sync_replicas):
-    """The `LossScaling` of the --fp16_* flags, None unless float16.
-
-    Raises ValueError: a scale below 1, or the dynamic scale with
-    sync_replicas, whose chief applies the gradients without the workers'
-    finite checks.
+    """The `LossScaling` of the --fp16_* flags, None unless float16;
+    the dynamic scale is refused with sync_replicas, whose chief applies the
+    gradients without the workers' finite checks.
     """
     if compute_dtype != tf.float16:
         return None
@@ -190,11 +188,9 @@ def _zeros_unless(finite, grad):
 
 def skip_unless_finite(optimizer, copies):
     """The reduced gradients (one list per copy), zeroed where the
-    dynamic scale skips the step (zeros keep the histograms finite).
-
-    The check is taken once, on the gradients as reduced and clipped, as
-    tf_cnn_benchmarks does: every copy on every worker holds the same mean, so
-    all skip together. Call it before `step_applied` and `apply_gradients`.
+    dynamic scale skips the step (zeros keep the histograms finite). Checked
+    once, on the gradients as reduced and clipped, as tf_cnn_benchmarks does:
+    every copy on every worker skips together. Call it before `step_applied`.
     """
     if not _is_dynamic(optimizer):
         return copies
@@ -338,12 +334,10 @@ def refuse_sync_statistics(step, statistics_updates, model_name):
 
 class _ClaimingOptimizer(_Wrapper):
     """An optimizer whose update runs once its step claimed its global
-    step, which then counts the step (a ps cluster, where a step begun before
-    another worker reached --max_steps would land after it).
-
-    The claim is one atomic op, after every gradient: of the steps workers run
-    at once each gets its own global step; one at last_step raises
-    `tf.errors.OutOfRangeError`, which ends a `MonitoredSession`.
+    step (a ps cluster, where a step begun before another worker reached
+    --max_steps would land after it). The claim is one atomic op, after every
+    gradient; one at last_step raises `tf.errors.OutOfRangeError`, which ends
+    a `MonitoredSession`.
     """
 
     def __init__(self, optimizer, last_step):
@@ -385,11 +379,10 @@ def average_variables(update_ops, global_step, applied, decay):
 
 
 class AveragedOptimizer(_Wrapper):
-    """An optimizer whose update then moves the moving averages, once.
-
-    In `SyncReplicasOptimizer`'s chief, once per global step, as Inception's
-    distributed trainer does; unlike its `variable_averages`, the global step
-    is incremented after the averages: whoever sees step N sees its averages.
+    """An optimizer whose update then moves the moving averages, once
+    per global step in `SyncReplicasOptimizer`'s chief (as Inception's
+    distributed trainer), before the global step moves: whoever sees step N
+    sees its averages.
     """
 
     def __init__(self, optimizer, decay):

@@ -1,11 +1,6 @@
-"""Summaries: the graph's blocks, the tags every trainer writes, the losses'
+"""Summaries: the graph's blocks (its top-level name scopes, which
+TensorBoard draws first), the tags every trainer writes, the losses'
 averages and the eval's hits.
-
-The blocks of a train graph are the name scopes at its top level, which
-TensorBoard's Graphs page draws first (INPUT, MODEL, ..., and
-`towers.TOWERS_SCOPE`). Checkpoints and summaries name the model's
-variables without their block and tower ('conv1/weights', as the
-tutorial's checkpoints do: `without_blocks`).
 """
 
 import re
@@ -15,11 +10,9 @@ import tensorflow as tf
 from multigpu.graph import towers
 
 
-# The group of the charts a person looks for first (the loss, the learning
-# rate): TensorBoard groups the charts by the tag's first '/' component, puts
-# the groups in code-point order (capitals before the layers' lowercase
-# names) and opens the first two. 'Loss' comes before the eval's 'Precision
-# @ 1' and 'Recall @ 5', which come second.
+# The charts a person looks for first: TensorBoard groups the tags by
+# their first component, in code-point order, and opens the first two
+# ('Loss' before the eval's 'Precision @ 1' and 'Recall @ 5').
 FIRST_GROUP = "Loss/"
 
 
@@ -36,11 +29,9 @@ def _summary_tag(name):
 
 
 def scalar_summary(name, value):
-    """Adds a scalar summary to the SUMMARIES collection.
-
-    The op lives in the current name scope (a tower's summaries can be picked
-    by it), while the tag leaves out the block and tower, so every tower and
-    trainer writes under the same tag, e.g. 'total_loss'.
+    """Adds a scalar summary to the SUMMARIES collection: the op in the
+    current name scope, its tag without block and tower (`without_blocks`),
+    so every tower and trainer writes 'total_loss'.
     """
     return _collect(
         tf.raw_ops.ScalarSummary(
@@ -76,13 +67,9 @@ def last_tower_summaries(scope):
 
 def split_histograms(summary_op=None):
     """(others, histograms): merged summaries (summary_op, or None for
-    the SUMMARIES collection) split, each a string scalar or None where there
-    are none; summary_op itself stands for the others when it holds no
-    histogram.
-
-    A histogram's kernel sorts every value into a bucket one at a time on one
-    thread: the tutorial net's 25 cost about as much CPU as a training step
-    (benchmarks/bench_hooks.py), so the trainers write them less often.
+    the SUMMARIES collection) split, each a string scalar or None; summary_op
+    stands for the others when it holds no histogram. The tutorial net's 25
+    histograms cost about a training step of CPU (benchmarks/bench_hooks.py).
     """
     if summary_op is None:
         parts = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
@@ -163,9 +150,9 @@ _LEADING_BLOCKS = re.compile("^(?:(?:%s)/)+" % "|".join(SAVED_WITHOUT))
 
 
 def without_blocks(name):
-    """name without its 'towers/tower_N/' and its leading blocks:
-    'model/conv1/activations', 'towers/tower_1/conv1/activations' and
-    'summaries/model/conv1/activations' all give 'conv1/activations'.
+    """name without its 'towers/tower_N/' and leading blocks:
+    'model/conv1/activations' and 'towers/tower_1/conv1/activations' both
+    give 'conv1/activations'.
     """
     return _LEADING_BLOCKS.sub("", towers.strip_tower_prefix(name))
 
@@ -175,18 +162,13 @@ LOSS_AVERAGE_DECAY = 0.9  # Decay of the loss averages in the summaries.
 
 def add_loss_summaries(total_loss, global_step, scope=None):
     """Summarises the losses (those of scope, and total_loss), raw and
-    as moving averages, in the summaries block.
+    as moving averages; returns the averages' update, which the global step
+    (their count of updates) must be incremented after.
 
-    The averages' variables are named after the losses
-    ('summaries/cross_entropy/avg', saved as the tutorial's
-    'cross_entropy/avg'), whichever block or tower the losses come from. They
-    start at 0, as the tutorial's do; their summaries are zero-debiased
-    (divided by 1 - decay^updates, as Adam's moments are), so a chart starts
-    at the first loss. A weight-decay term of wd 0 is not summarised.
-
-    Returns:
-      The op that updates the averages; the global step (int64 scalar
-      variable, their count of updates) must be incremented after it.
+    The averages' variables are named after the losses ('cross_entropy/avg'
+    saved, as the tutorial's), whichever block or tower they come from; they
+    start at 0, as the tutorial's, and their summaries are zero-debiased (as
+    Adam's moments are), so a chart starts at the first loss.
     """
     with tf.name_scope(SUMMARIES + "/"):
         averages = tf.compat.v1.train.ExponentialMovingAverage(

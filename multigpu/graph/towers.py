@@ -72,11 +72,9 @@ def regularization_losses(scope):
     """The model's regularization terms for one tower (scope, ''
     outside the towers), each counted once: list of float32 scalars.
 
-    A regularizer adds its term when the variable is made: with shared
-    variables once, in the first tower, which every tower then counts (as the
-    Inception trainer does). A tower that made its own term of a variable (its
-    copy's in replicated mode; a TF1 layer's in reduced precision,
-    `any_model`) counts that one instead.
+    A term is made once per variable, in the first tower, which every tower
+    then counts (as the Inception trainer does), unless the tower made its own
+    (its copy's; a TF1 layer's in reduced precision, `any_model`).
     """
     match = _TOWER_TAG.search(scope)
     index = match.group(3) if match else None
@@ -93,29 +91,21 @@ def regularization_losses(scope):
 
 def batch_norm_updates(scope):
     """The update ops (batch-norm moving statistics) built in scope
-    (None: all).
-
-    The trainers run the last tower's, as the Inception multi-GPU trainer
-    does: the statistics accumulate so fast that one tower's batches suffice,
-    and the others' updates would only race with them.
+    (None: all). The trainers run the last tower's, as the Inception trainer
+    does: one tower's batches suffice, and the others' would race.
     """
     return tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, scope)
 
 
 @contextlib.contextmanager
 def tower(variables, xla=False):
-    """Builds one tower (variables: its `variable_update.TowerVariables`)
-    under its device function, name scope and variable scope; yields the
-    scope, 'towers/tower_<index>/'.
+    """Builds one tower (its `variable_update.TowerVariables`) under its
+    device function, name scope and variable scope; yields the scope.
 
-    With xla the tower's forward and backward pass is built in its own
-    `jit_scope`, not the session's `global_jit_level`: auto-clustering skips
-    CPUs unless TF_XLA_FLAGS is set before TensorFlow loads, and it would
-    also cluster the averaging and the update, which belong to no tower. On a
-    CPU, Grappler fuses each convolution with its bias and ReLU before XLA
-    clusters the graph; the compiled step matches TensorFlow's to 1e-4 of
-    each update and is slower (0.84x, benchmarks/bench_options.py): XLA is
-    for GPUs.
+    With xla, in its own `jit_scope`: the session's auto-clustering skips CPUs
+    unless TF_XLA_FLAGS is set before TensorFlow loads, and would cluster the
+    averaging and the update too. On a CPU the compiled step matches
+    TensorFlow's to 1e-4 and is slower (0.84x, benchmarks/bench_options.py).
     """
     with (
         tf.compat.v1.device(
@@ -145,12 +135,10 @@ def stage_on_device(tensors):
     """Stages tensors on the current device, one step ahead:
     (staged tensors of the same dtypes and shapes, put_op).
 
-    The tower computes on the batch staged at the previous step while put_op
-    copies the next (tf_cnn_benchmarks' StagingArea), so on a GPU the copy
-    overlaps the compute. The area lives in the session's device memory: each
-    new session needs one put_op before its first step (`WarmUpHook`), and
-    only runs that also run put_op may fetch the staged tensors, or the next
-    step finds the area empty and waits forever.
+    The tower computes on the batch staged the step before while put_op copies
+    the next (tf_cnn_benchmarks' StagingArea). Each new session needs one
+    put_op before its first step (`WarmUpHook`), and only runs that run put_op
+    may fetch the staged tensors, or the next step waits forever.
     """
     # Stage and Unstage find their area on the device by its unique name.
     with tf.name_scope(STAGING_SCOPE) as shared_name:

@@ -1,14 +1,11 @@
 """Where the variables live, which copy each tower reads, and how the
 towers' gradients update them (tf_cnn_benchmarks' variable manager): a
-small table of functions per --variable_update mode, which the step calls.
+small table of functions per --variable_update mode.
 
-replicated: tower 0 holds the variables (the copy the Saver, the moving
-averages and the summaries see), tower i > 0 a copy 'replica_i/<name>',
-made by the model's own `get_variable` call under the copy's name (its
-regularizer and constraint with it). Copies are local variables, out of
-checkpoints, given their variable's value after a restore; updated alike,
-they stay equal. The statistics are the last tower's, committed to every
-copy.
+replicated: tower 0 holds the variables, tower i > 0 a local copy
+'replica_i/<name>', made by the model's own `get_variable` call (its
+regularizer and constraint with it), out of checkpoints, given its
+variable's value after a restore: updated alike, the copies stay equal.
 """
 
 import collections
@@ -41,20 +38,16 @@ devices: the tower device strings.
 variable_device: str, where the variables live (replicated: tower 0's copy).
 all_reduce: 'nccl', 'collective' or 'one_device' if replicated, else None.
 keys: the `all_reduce.CollectiveKeys` of the graph's collective ops.
-task, pack_bytes, transfer_dtype: ACROSS_WORKERS' `Workers` (the dtype a
-  `tf.DType`).
+task, pack_bytes, transfer_dtype: ACROSS_WORKERS' `Workers` (a DType).
 """
 
 TowerVariables = collections.namedtuple(
     "TowerVariables", "index device variable_device getter copies"
 )
-TowerVariables.__doc__ = """What one tower reads (`tower_plan`).
-
-index, device: the tower's index and device.
-variable_device: str, where the tower's variable ops go.
-getter: a custom getter that gives the tower its own copies, or None.
-copies: dict, variable name -> the tower's copy, filled as its model is
-  built.
+TowerVariables.__doc__ = """What one tower reads (`tower_plan`): its index and
+device, where its variable ops go, the custom getter of its own copies
+(or None) and copies, variable name -> its copy, filled as its model is
+built.
 """
 
 
@@ -332,14 +325,10 @@ _MODES = {
 
 def tower_gradients(opt, loss, tower):
     """The tower's gradient of each trainable variable, for its own
-    copy: list of (gradient or None, the copy the tower reads), in the order
-    of `tf.compat.v1.trainable_variables()`.
-
-    A tower's loss may read other copies than its own: a weight decay over
-    `trainable_variables()` (TensorFlow's official ResNet's) reads tower 0's
-    from every tower. The loss's gradient of a variable is the sum of its
-    gradients of every copy it reads; of its own copy only, the reduced
-    gradient would carry 1/N of that decay.
+    copy: list of (gradient or None, the copy it reads), in the order of
+    `trainable_variables()`. A weight decay over `trainable_variables()`
+    (TensorFlow's official ResNet's) reads tower 0's copy from every tower:
+    each copy's gradient counts, or the reduced decay would be 1/N of it.
     """
     trainable = tf.compat.v1.trainable_variables()
     names = [var.op.name for var in trainable]

@@ -1,12 +1,6 @@
 """The variables of a model: the tutorial models' helpers, and the checks of
-what a user's model asks for.
-
-`checked_variables` refuses, as it is asked for, any variable but a whole
-float global one made by `get_variable` under a name of the model's own:
-such a variable would else fail later, deep in TensorFlow, in a line that
-names neither the model nor the variable ('The variables must be half,
-float, or double', a KeyError of the replicated mode, 'No variables to
-optimize', ...).
+what a user's model asks for (`checked_variables`: else a line deep in
+TensorFlow that names neither the model nor the variable).
 """
 
 import contextlib
