@@ -416,9 +416,7 @@ def train(
     if batch_size is None:
         batch_size = _flags().batch_size
     # Update the loss averages before the gradients, as the tutorial does.
-    loss_averages_op = summaries.add_loss_summaries(
-        total_loss, global_step
-    )
+    loss_averages_op = summaries.add_loss_summaries(total_loss, global_step)
     with tf.name_scope(summaries.UPDATE + "/"):
         lr = learning_rate_fn(global_step, batch_size)
         opt = step_optimizer.wrap(optimizer_fn(lr), loss_scaling)

@@ -62,6 +62,7 @@ class Scoring(NamedTuple):
     init_op: tf.Operation  # Rewinds the input to its first example.
     summary_op: tf.Tensor  # The model's summaries, beside the precision.
 
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
     "eval_dir",
@@ -147,9 +148,7 @@ def eval_once(checkpoint, saver, event_file, scoring, config):
         print("%s: evaluating %s" % (datetime.datetime.now(), checkpoint))
         # The model's summaries come from the first batch.
         sess.run(scoring.init_op)
-        batch_hits, summary_bytes = sess.run(
-            [scoring.hits, scoring.summary_op]
-        )
+        batch_hits, summary_bytes = sess.run([scoring.hits, scoring.summary_op])
         counts, examples = np.sum(batch_hits, axis=1), batch_hits.shape[1]
         try:
             while True:

@@ -85,115 +85,85 @@ flags.adopt_module_key_flags(common_flags)
 flags.adopt_module_key_flags(cifar10)
 
 
+TowerInput = collections.namedtuple(
+    "TowerInput", "get_next batch_size prefetch", defaults=(False,)
+)
+TowerInput.__doc__ = """The towers' input: get_next() -> (float32
+[batch_size, 24, 24, 3] images, int32 [batch_size] labels), called once per
+tower; prefetch: each tower's next batch staged on its device."""
+
+StepOptions = collections.namedtuple(
+    "StepOptions", "clip_norm xla max_steps", defaults=(0.0, False, None)
+)
+StepOptions.__doc__ = """clip_norm: the gradients' global norm, 0 for no
+clipping; xla: each tower compiled by XLA; max_steps: int or None, the
+global step no step claims past."""
+
+
 def build_graph(
     *,
-    get_next,
-    batch_size,
-    devices,
-    compute_dtype,
-    clip_norm=0.0,
-    task=cluster.LOCAL_TASK,
-    update=None,
-    xla=False,
-    prefetch=False,
-    loss_scaling=None,
+    inputs,
+    update,
+    dtypes,
     model=registry.TUTORIAL,
-    max_steps=None,
+    task=cluster.LOCAL_TASK,
+    options=StepOptions(),
 ):
-    """Builds the towers, the gradients' reduction and the update.
-
-    Args:
-      get_next: callable() -> (float32 [batch_size, 24, 24, 3] images,
-        int32 [batch_size] labels), one call per tower for its own batch.
-      batch_size: int, examples per tower per step.
-      devices, compute_dtype: the towers' device strings; the layers' dtype.
-      clip_norm, task: float, 0 for no clipping; this process's ClusterTask.
-      update: the `variable_update.VariableUpdate`, or None: parameter_server.
-      xla, prefetch: bool, each tower compiled by XLA; its batch staged.
-      loss_scaling: a `step_optimizer.LossScaling` for float16, or None.
-      model: the `registry.Model` of every tower, and its recipe.
-      max_steps: int or None, the global step no step claims past.
-
-    Returns:
-      loss, train_op: float32 scalar, the towers' mean total loss; the step.
-      summary_op, hooks: the summaries of the last tower and of the update;
-        the session hooks the optimizer and the staging need.
-    """
-    update = update or variable_update.parameter_server(devices)
+    """Builds the towers (on update.devices), the gradients' reduction and
+    the update of the `registry.Model`, in the `step_optimizer.Dtypes`:
+    (loss, train_op, summary_op, hooks), the towers' mean total loss
+    (float32 scalar), the step, the last tower's and the update's summaries,
+    and the session hooks the optimizer and the staging need."""
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    examples = batch_size * len(devices) * task.replicas_per_step
-    step = _step_optimizer(
-        task, _optimizer(model, global_step, examples, loss_scaling), max_steps
+    examples = inputs.batch_size * len(update.devices) * task.replicas_per_step
+    with tf.name_scope(summaries.UPDATE + "/"):
+        lr = model.learning_rate(global_step, examples)
+        scaled = step_optimizer.wrap(model.optimizer(lr), dtypes.loss_scaling)
+    step = task.kind.step_optimizer(
+        scaled,
+        step_optimizer.Steps(
+            options.max_steps,
+            task.replicas_to_aggregate,
+            task.num_workers,
+            cifar10.MOVING_AVERAGE_DECAY,
+        ),
     )
     plan = variable_update.tower_plan(update)
     put_ops = []
-    next_batch = functools.partial(_tower_batch, get_next, prefetch, put_ops)
+    next_batch = functools.partial(_tower_batch, inputs, put_ops)
     tower_losses, tower_grads, scope = _build_towers(
-        plan, next_batch, step.scaled, model, compute_dtype, xla
+        plan, next_batch, step.scaled, model, dtypes.compute_dtype, options.xla
     )
     step_optimizer.refuse_sync_statistics(
         step, towers.batch_norm_updates(scope), model.name
     )
-    loss_averages, later = _loss_averages(
-        update, tower_losses[-1], global_step, scope
+    loss_averages, later = variable_update.update_waits(
+        update,
+        functools.partial(
+            summaries.add_loss_summaries, tower_losses[-1], global_step, scope
+        ),
     )
     with tf.name_scope(summaries.REDUCE + "/"):
-        reduced = _reduce(update, tower_grads, clip_norm, loss_averages)
+        reduced = _reduce(update, tower_grads, options.clip_norm, loss_averages)
         reduced = step_optimizer.skip_unless_finite(step.scaled, reduced)
         loss = tf.reduce_mean(tf.stack(tower_losses), name="mean_tower_loss")
     beside = _Beside([*loss_averages, *put_ops], later)
     train_op = _update(update, plan, step, reduced, scope, beside)
-    hooks = _session_hooks(step.sync, task, put_ops)
-    return loss, train_op, summaries.last_tower_summaries(scope), hooks
-
-
-def _session_hooks(sync, task, put_ops):
-    """The hooks a sync optimizer needs, and the first staging (put_ops)."""
-    hooks = cluster.sync_hooks(sync, task)
+    hooks = cluster.sync_hooks(step.sync, task)
     if put_ops:
         hooks.append(towers.WarmUpHook(put_ops))
-    return hooks
-
-
-def _step_optimizer(task, scaled, max_steps):
-    """The `step_optimizer.StepOptimizer` of the task's kind of run around
-    the loss-scaled optimizer the towers use (scaled); its steps claim no
-    global step past max_steps (int or None)."""
-    steps = step_optimizer.Steps(
-        max_steps,
-        task.replicas_to_aggregate,
-        task.num_workers,
-        cifar10.MOVING_AVERAGE_DECAY,
-    )
-    return task.kind.step_optimizer(scaled, steps)
+    return loss, train_op, summaries.last_tower_summaries(scope), hooks
 
 
 _Beside = collections.namedtuple("_Beside", "ops later")
 _Beside.__doc__ = """What the step runs beside its update: ops, the loss
-averages made now and the staging of the towers' next batches; later, None
-or the callable that makes the losses' averages behind the update's gate
-(a cluster of workers only: `_loss_averages`)."""
+averages and the staging; later, `variable_update.update_waits`'."""
 
 
 def _update(update, plan, step, reduced, scope, beside):
-    """The update block: the reduced gradients applied once, then the
-    moving averages (unless the step's optimizer moves them itself); the
-    step's op; and the histograms of the first copy's variables and
-    gradients.
-
-    Args:
-      update, plan: the `variable_update.VariableUpdate` and its towers.
-      step: the `step_optimizer.StepOptimizer`; its scaled optimizer says
-        whether the step is applied (`step_optimizer.step_applied`).
-      reduced: the reduced gradients, one list per copy.
-      scope: str, the last tower's name scope, whose batch-norm statistics
-        are committed (none with --sync_replicas:
-        `step_optimizer.refuse_sync_statistics`).
-      beside: the `_Beside` of the update.
-
-    Returns:
-      the step's op.
-    """
+    """The update block: the reduced gradients applied once, the last
+    tower's statistics, then the moving averages unless the step moves them;
+    returns the step's op."""
     global_step = tf.compat.v1.train.get_global_step()
     with tf.name_scope(summaries.UPDATE + "/"):
         applied = step_optimizer.step_applied(step.scaled)
@@ -216,23 +186,9 @@ def _update(update, plan, step, reduced, scope, beside):
     return train_op
 
 
-def _optimizer(model, global_step, examples_per_step, loss_scaling):
-    """The model's optimizer at its learning rate, in the update block,
-    wrapped for loss scaling."""
-    with tf.name_scope(summaries.UPDATE + "/"):
-        lr = model.learning_rate(global_step, examples_per_step)
-        return step_optimizer.wrap(model.optimizer(lr), loss_scaling)
-
-
 def _build_towers(plan, next_batch, opt, model, compute_dtype, xla):
-    """Each tower of the plan: its batch (next_batch(): `_tower_batch`),
-    model, loss and gradients.
-
-    Returns:
-      tower_losses: list of float32 scalars, each tower's total loss.
-      tower_grads: list (one per tower) of lists of (gradient, variable).
-      scope: str, the last tower's name scope, e.g. 'towers/tower_1/'.
-    """
+    """Each tower's batch, model, loss and gradients: (the float32 total
+    losses, the lists of (gradient, variable), the last tower's scope)."""
     tower_losses, tower_grads = [], []
     for tower in plan:
         with towers.tower(tower, xla) as scope:
@@ -246,41 +202,21 @@ def _build_towers(plan, next_batch, opt, model, compute_dtype, xla):
     return tower_losses, tower_grads, scope
 
 
-def _tower_batch(get_next, prefetch, put_ops):
+def _tower_batch(inputs, put_ops):
     """One tower's batch, read on the CPU (staged on its device: put_ops)."""
     with tf.device("/cpu:0"):
-        images, labels = get_next()
-    if prefetch:
-        # The step computes on the batch staged by the step before.
+        images, labels = inputs.get_next()
+    if inputs.prefetch:
         (images, labels), put_op = towers.stage_on_device([images, labels])
         put_ops.append(put_op)
     summaries.image_summary("images", images)
     return images, labels
 
 
-def _loss_averages(update, total_loss, global_step, scope):
-    """The losses' moving averages (`summaries.add_loss_summaries`),
-    made where the variable update makes them: always (made, later), a
-    list and None or a callable (`variable_update.update_waits`): [their
-    op], made now, and None; in a cluster of workers only [] and the
-    callable that makes them behind the update's gate."""
-    return variable_update.update_waits(
-        update,
-        functools.partial(
-            summaries.add_loss_summaries, total_loss, global_step, scope
-        ),
-    )
-
-
 def _reduce(update, tower_grads, clip_norm, loss_averages):
-    """The towers' gradients reduced (and clipped), one list per copy.
-
-    The update, which increments the global step, waits for the loss
-    averages (loss_averages: their op, or none when the update makes them
-    behind its gate), which read it. Only the gradients wait, through an
-    identity each: the optimizer's own ops (a sync optimizer's queues and
-    init ops) must not.
-    """
+    """The towers' gradients reduced (and clipped), one list per copy,
+    waiting (through an identity each: a sync optimizer's queues must not)
+    for the loss averages, which read the global step the update moves."""
     reduced = variable_update.reduce_gradients(update, tower_grads)
     if clip_norm > 0:
         reduced = [towers.clip_gradients(grads, clip_norm) for grads in reduced]
@@ -338,35 +274,28 @@ def main(argv):
     )
 
 
-def _build(graph, get_next, batch_size, task, plan, model, max_steps=None):
-    """`build_graph` of the `choices.TowerPlan` in graph (under the task's
-    device function), then the check of its bfloat16 kernels:
-    `build_graph`'s (loss, train_op, summary_op, hooks)."""
+def _build(get_next, batch_size, task, plan, model, max_steps=None):
+    """`build_graph`'s ops of the `choices.TowerPlan` in the default graph,
+    then the check of its bfloat16 kernels."""
     graph_ops = build_graph(
-        get_next=get_next,
-        batch_size=batch_size,
-        devices=plan.devices,
-        compute_dtype=plan.compute_dtype,
-        clip_norm=plan.options.clip_norm,
-        task=task,
+        inputs=TowerInput(get_next, batch_size, plan.options.prefetch),
         update=plan.update,
-        xla=plan.options.xla,
-        prefetch=plan.options.prefetch,
-        loss_scaling=plan.loss_scaling,
+        dtypes=step_optimizer.Dtypes(plan.compute_dtype, plan.loss_scaling),
         model=model,
-        max_steps=max_steps,
+        task=task,
+        options=StepOptions(
+            plan.options.clip_norm, plan.options.xla, max_steps
+        ),
     )
-    op_kernels.refuse_bfloat16_without_cpu_kernel(graph, plan.compute_dtype)
+    op_kernels.refuse_bfloat16_without_cpu_kernel(
+        tf.compat.v1.get_default_graph(), plan.compute_dtype
+    )
     return graph_ops
 
 
 def _check_plan(batch_size, task, plan, model):
     """--dry_run: builds the towers on synthetic batches, then checks and
-    prints the placement plan (`dry_run.check`).
-
-    Returns:
-      int, the exit code of the check.
-    """
+    prints the placement plan; returns the check's exit code."""
     batch_shapes = cifar10_batches.batch_shapes(batch_size)
     with (
         tf.Graph().as_default() as graph,
@@ -374,7 +303,7 @@ def _check_plan(batch_size, task, plan, model):
     ):
         with tf.device("/cpu:0"), tf.name_scope(summaries.INPUT):
             get_next = dry_run.synthetic_batches(batch_shapes)
-        _build(graph, get_next, batch_size, task, plan, model)
+        _build(get_next, batch_size, task, plan, model)
         return dry_run.check(
             graph,
             batch_shapes,
@@ -419,7 +348,7 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
     [data_dir] = folders.data_dirs
     examples_per_step = towers.batch_size * len(plan.devices)
     with (
-        tf.Graph().as_default() as graph,
+        tf.Graph().as_default(),
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         # One input pipeline on the CPU; each tower takes its own batches.
@@ -428,7 +357,6 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
                 data_dir, towers.batch_size
             )
         loss, train_op, summary_op, hooks = _build(
-            graph,
             get_next,
             towers.batch_size,
             task,

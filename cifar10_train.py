@@ -71,9 +71,7 @@ def build_graph(
         with tf.compat.v1.device(
             placement.device_function(device, placement.VARIABLE_DEVICE)
         ):
-            logits = registry.logits(
-                model, images, True, dtypes.compute_dtype
-            )
+            logits = registry.logits(model, images, True, dtypes.compute_dtype)
         loss = cifar10.loss(logits, labels)
     return loss, cifar10.train(
         loss,

@@ -200,13 +200,15 @@ def _bad_record(filename, check, index, value):
     where = "%s, record %s (from 0)" % (filename, index)
     if check == _BAD_IMAGE:
         what = "image_raw holds %s bytes, expected %d (28x28)" % (
-            value, IMAGE_PIXELS
+            value,
+            IMAGE_PIXELS,
         )
     elif int(value) == MISSING_LABEL:
         what = "has no label"
     else:
         what = "label %s is out of range, expected 0..%d" % (
-            value, NUM_CLASSES - 1
+            value,
+            NUM_CLASSES - 1,
         )
     return "%s: %s; make the file again with mnist_input.py" % (where, what)
 

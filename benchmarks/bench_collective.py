@@ -51,7 +51,12 @@ import cifar10_multi_gpu_train
 from benchmarks import common
 from cifar10_models import registry
 from multigpu.distributed import cluster, sessions
-from multigpu.graph import collectives, placement, variable_update
+from multigpu.graph import (
+    collectives,
+    placement,
+    step_optimizer,
+    variable_update,
+)
 from verification import processes
 
 NAME = "collective"
@@ -123,18 +128,21 @@ def worker_train_op(task, variant, batch_size, model):
     update = variable_update.variable_update(
         mode,
         devices,
-        task=task,
-        pack_bytes=pack_bytes,
-        transfer_dtype=(transfer_dtype or ["float32"])[0],
+        places_variables=task.kind.places_variables,
+        workers=variable_update.Workers(
+            task, pack_bytes, (transfer_dtype or ["float32"])[0]
+        )
+        if task.kind.all_reduce_across_workers
+        else None,
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next=common.synthetic_input(batch_size),
-        batch_size=batch_size,
-        devices=devices,
-        compute_dtype=tf.float32,
-        task=task,
+        inputs=cifar10_multi_gpu_train.TowerInput(
+            common.synthetic_input(batch_size), batch_size
+        ),
         update=update,
+        dtypes=step_optimizer.Dtypes(tf.float32, None),
         model=model,
+        task=task,
     )
     return train_op
 

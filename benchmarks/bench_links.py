@@ -28,7 +28,7 @@ trainers do.
 
 For each row: the measured step (the workers' mean seconds per step) and
 examples per second (the workers' sum), beside the step the scaling model
-predicts (`network_plan.cluster_step_secs`) for the same bytes, links and
+predicts (`link_model.cluster_step_secs`) for the same bytes, links and
 compute, all measured on this machine in the same run: the cluster's step
 on unshaped links (the step's work, the runtime's costs and the bytes at
 the veth's gigabytes per second) and the compute round (a ps row takes the
@@ -50,7 +50,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from benchmarks import bench_collective, common, shaped_links
+from benchmarks import bench_collective, common, link_model, shaped_links
 from cifar10_models import registry
 from multigpu.distributed import cluster
 from multigpu.graph import (
@@ -236,7 +236,7 @@ def model_secs(row):
         compute = (compute, row["before_reduce_secs"])
     elif row.get("before_reduce_secs") is not None:
         compute = row["before_reduce_secs"]
-    return network_plan.cluster_step_secs(
+    return link_model.cluster_step_secs(
         mode,
         planned,
         row["workers"],

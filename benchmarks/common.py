@@ -37,7 +37,7 @@ from benchmarks.machine import RESULTS_DIR
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
 from multigpu.distributed import sessions
-from multigpu.graph import placement, summaries, variable_update
+from multigpu.graph import placement, step_optimizer, summaries, variable_update
 from verification.machine import cpu_info
 
 CIFAR10_DATA_DIR = os.path.join(RESULTS_DIR, "cifar10_data")
@@ -390,16 +390,15 @@ def tower_graph(
     graph = tf.Graph()
     with graph.as_default():
         loss, train_op, summary_op, hooks = cifar10_multi_gpu_train.build_graph(
-            get_next=make_input(batch_size),
-            batch_size=batch_size,
-            devices=devices,
-            compute_dtype=compute_dtype,
+            inputs=cifar10_multi_gpu_train.TowerInput(
+                make_input(batch_size), batch_size, prefetch
+            ),
             update=variable_update.variable_update(
                 update_mode, devices, variable_device_choice=variable_device
             ),
-            xla=xla,
-            prefetch=prefetch,
+            dtypes=step_optimizer.Dtypes(compute_dtype, None),
             model=model,
+            options=cifar10_multi_gpu_train.StepOptions(xla=xla),
         )
         init_op = tf.compat.v1.global_variables_initializer()
     return TrainGraph(

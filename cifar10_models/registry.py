@@ -292,7 +292,9 @@ def _import(module_name, function_name, flag):
         folder, name = os.path.split(path)
         if os.path.isabs(path):
             example = "--model=%s:%s with PYTHONPATH=%s" % (
-                name, function_name, folder
+                name,
+                function_name,
+                folder,
             )
         else:
             dotted = path.replace("/", ".").lstrip(".")

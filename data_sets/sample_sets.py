@@ -141,9 +141,7 @@ def is_sample_set(folder, train_files=(), known_digest=None):
     return digest(fingerprint(train_files)) == known_digest
 
 
-def say_if_sample_set(
-    folder, data_set_name, train_files=(), known_digest=None
-):
+def say_if_sample_set(folder, data_set_name, train_files=(), known_digest=None):
     """Prints one line when folder (the record files a run reads) holds a
     sample set, not data_set_name (e.g. 'CIFAR-10'); True if it does.
     train_files, known_digest: as `is_sample_set`."""

@@ -50,7 +50,13 @@ def _digests(model, prefetch=False, task_index=None):
     ):
         zeros_step_graph(
             DEVICES,
-            variable_update.variable_update("replicated", DEVICES, task=task),
+            variable_update.variable_update(
+                "replicated",
+                DEVICES,
+                workers=None
+                if task_index is None
+                else variable_update.Workers(task),
+            ),
             task,
             prefetch=prefetch,
             model=model,

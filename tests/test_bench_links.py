@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 from conftest import REPO
 
-from benchmarks import bench_links, shaped_links
+from benchmarks import bench_links, link_model, shaped_links
 from multigpu.graph import dry_run, network_plan
 
 # The tutorial's gradients, float32 (1,068,298 parameters).
@@ -29,7 +29,7 @@ def test_a_packed_step_is_the_unshaped_step_and_the_ring_bytes_at_the_rate():
     # Mbit/s after the 0.2 s of compute, then the pack's own costs, the
     # unshaped step's 0.05 s beyond its compute (0.25 - 0.2).
     ring = 2 * 3 * TUTORIAL_BYTES // 4
-    assert network_plan.cluster_step_secs(
+    assert link_model.cluster_step_secs(
         "replicated", [TUTORIAL_BYTES], 4, 20, (0.25, 0.2)
     ) == pytest.approx(0.25 + ring * 8 / (20e6 * SHARE), rel=1e-12)
 
@@ -43,12 +43,12 @@ def test_an_all_reduces_own_costs_overlap_the_next_all_reduces_transfer():
     # costs one after the other). The ring's bytes are whole: within 1e-5 s.
     second = 1e6 * SHARE
     moved = [0.6 * second, 0.3 * second]
-    assert network_plan.cluster_step_secs(
+    assert link_model.cluster_step_secs(
         "replicated", moved, 2, 8, (0.6, 0.4)
     ) == pytest.approx(1.4, abs=1e-5)
     # A fast link (0.0006 s, then 0.0003 s): the worker's own costs bound
     # the step, 0.4 + 0.0006 + 0.1 + 0.1.
-    assert network_plan.cluster_step_secs(
+    assert link_model.cluster_step_secs(
         "replicated", moved, 2, 8000, (0.6, 0.4)
     ) == pytest.approx(0.6006, abs=1e-5)
 
@@ -80,17 +80,17 @@ def test_a_ps_step_is_a_cycle_of_workers_queueing_for_the_ps_link():
     reads = 8e6 * SHARE / 8
     moved = (reads, reads / 2)
     # One worker: compute, reads, gradients, one after the other.
-    assert network_plan.cluster_step_secs(
+    assert link_model.cluster_step_secs(
         "parameter_server", moved, 1, 8, 0.5
     ) == pytest.approx(2.0, rel=1e-12)
     # Two: mean value analysis. With one worker the reads' queue holds
     # 1 / 2 of a worker, the gradients' 0.5 / 2; with two each waits for
     # that share: 0.5 + 1 x 1.5 + 0.5 x 1.25 = 2.625 s.
-    assert network_plan.cluster_step_secs(
+    assert link_model.cluster_step_secs(
         "parameter_server", moved, 2, 8, 0.5
     ) == pytest.approx(2.625, rel=1e-12)
     # Many: the reads' way of the link bounds the cycle, 1 s a worker.
-    assert network_plan.cluster_step_secs(
+    assert link_model.cluster_step_secs(
         "parameter_server", moved, 40, 8, 0.5
     ) == pytest.approx(40.0, rel=1e-3)
 
@@ -212,7 +212,7 @@ def test_a_slice_on_shaped_links_reports_its_row_and_removes_its_hosts(
     assert row["planned_bytes"] == [half, half, 8]
     compute = (row["compute_secs"], row["before_reduce_secs"])
     assert row["predicted_secs"] == pytest.approx(
-        network_plan.cluster_step_secs(
+        link_model.cluster_step_secs(
             "replicated", [half, half, 8], 2, 50, compute
         ),
         abs=2e-4,

@@ -13,7 +13,7 @@ from conftest import SHADOW
 import cifar10_multi_gpu_train
 from cifar10_models import registry
 from multigpu.distributed import cluster, sessions
-from multigpu.graph import variable_update
+from multigpu.graph import step_optimizer, variable_update
 
 # ResNet-20's batch norms: one before the stages, two in each of 9 blocks.
 RESNET20_BATCH_NORMS = 1 + 2 * 9
@@ -43,18 +43,19 @@ def _worker_start(task_index):
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
         cifar10_multi_gpu_train.build_graph(
-            get_next=lambda: (
-                tf.zeros([2, 24, 24, 3]),
-                tf.zeros([2], tf.int32),
+            inputs=cifar10_multi_gpu_train.TowerInput(
+                lambda: (
+                    tf.zeros([2, 24, 24, 3]),
+                    tf.zeros([2], tf.int32),
+                ),
+                2,
             ),
-            batch_size=2,
-            devices=devices,
-            compute_dtype=tf.float32,
-            task=task,
             update=variable_update.variable_update(
-                "replicated", devices, task=task
+                "replicated", devices, workers=variable_update.Workers(task)
             ),
+            dtypes=step_optimizer.Dtypes(tf.float32, None),
             model=registry.model("resnet20"),
+            task=task,
         )
         sessions.local_init_op()
         take = graph.get_operation_by_name("update/take_chief_values")

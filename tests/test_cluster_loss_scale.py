@@ -45,12 +45,14 @@ def get_next():
     return tf.constant(images, tf.float32), tf.constant(labels, tf.int32)
 
 with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
-    update = variable_update.variable_update("replicated", devices, task=task)
+    update = variable_update.variable_update(
+        "replicated", devices, workers=variable_update.Workers(task)
+    )
     scaling = step_optimizer.LossScaling(float(sys.argv[4]), True, 1000)
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next=get_next, batch_size=2, devices=devices,
-        compute_dtype=tf.float32, task=task, update=update,
-        loss_scaling=scaling,
+        inputs=cifar10_multi_gpu_train.TowerInput(get_next, 2),
+        update=update, dtypes=step_optimizer.Dtypes(tf.float32, scaling),
+        task=task,
     )
     # All but the averages of the worker's own losses.
     variables = [

@@ -49,7 +49,7 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from verification import equivalence
 from multigpu.distributed import cluster
-from multigpu.graph import placement, variable_update
+from multigpu.graph import placement, step_optimizer, variable_update
 from multigpu.graph import towers as copy_names
 from multigpu.distributed import sessions
 
@@ -71,12 +71,15 @@ batches = iter(
 )
 with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
     update = variable_update.variable_update(
-        "replicated", devices, task=task, pack_bytes=int(data.pop("pack"))
+        "replicated", devices,
+        workers=variable_update.Workers(task, int(data.pop("pack"))),
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next=lambda: next(batches)(),
-        batch_size=equivalence.PER_TOWER_BATCH, devices=devices,
-        compute_dtype=tf.float32, task=task, update=update,
+        inputs=cifar10_multi_gpu_train.TowerInput(
+            lambda: next(batches)(), equivalence.PER_TOWER_BATCH
+        ),
+        update=update, dtypes=step_optimizer.Dtypes(tf.float32, None),
+        task=task,
     )
     # All but the averages of the worker's own losses, for its summaries.
     graph_variables = {

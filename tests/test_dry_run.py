@@ -18,7 +18,13 @@ from helpers.scripts import run_code
 import cifar10_multi_gpu_train
 import mnist_model
 from multigpu.distributed import cluster
-from multigpu.graph import dry_run, op_kernels, placement, variable_update
+from multigpu.graph import (
+    dry_run,
+    op_kernels,
+    placement,
+    step_optimizer,
+    variable_update,
+)
 
 # The MNIST model's parameters, layer by layer.
 MNIST_PARAMETERS = (
@@ -45,20 +51,32 @@ def cifar10_batch_shapes(batch):
 
 
 def cifar10_plan(
-    num_gpus, variable_device="cpu", task=cluster.LOCAL_TASK, **options
+    num_gpus,
+    variable_device="cpu",
+    task=cluster.LOCAL_TASK,
+    *,
+    compute_dtype,
+    prefetch=False,
+    xla=False,
 ):
     devices = dry_run.gpu_devices(num_gpus)
     with tf.Graph().as_default() as graph:
         with tf.compat.v1.device(cluster.device_setter(task)):
             cifar10_multi_gpu_train.build_graph(
-                get_next=dry_run.synthetic_batches(cifar10_batch_shapes(BATCH)),
-                batch_size=BATCH,
-                devices=devices,
-                task=task,
-                update=variable_update.variable_update(
-                    "parameter_server", devices, variable_device, task=task
+                inputs=cifar10_multi_gpu_train.TowerInput(
+                    dry_run.synthetic_batches(cifar10_batch_shapes(BATCH)),
+                    BATCH,
+                    prefetch,
                 ),
-                **options,
+                update=variable_update.variable_update(
+                    "parameter_server",
+                    devices,
+                    variable_device,
+                    task.kind.places_variables,
+                ),
+                dtypes=step_optimizer.Dtypes(compute_dtype, None),
+                task=task,
+                options=cifar10_multi_gpu_train.StepOptions(xla=xla),
             )
     return graph
 

@@ -242,14 +242,14 @@ def _summed(average_gradients):
 def _one_tower_rate(build_graph):
     """build_graph planted with a rate counted from one tower's batch."""
 
-    def planted(*, devices, model, **kwargs):
+    def planted(*, update, model, **kwargs):
         recipe = model.learning_rate
 
         def rate(global_step, examples):
-            return recipe(global_step, examples // len(devices))
+            return recipe(global_step, examples // len(update.devices))
 
         return build_graph(
-            devices=devices, model=model._replace(learning_rate=rate), **kwargs
+            update=update, model=model._replace(learning_rate=rate), **kwargs
         )
 
     return planted

@@ -95,8 +95,10 @@ def test_a_fifth_row_of_another_rows_functions_answers_through_the_task(
     # a module outside would branch on.
     for column in kinds.Kind._fields:
         value = getattr(fifth, column)
-        assert callable(value) or isinstance(value, (bool, tuple, dict)) or (
-            column in LINES
+        assert (
+            callable(value)
+            or isinstance(value, (bool, tuple, dict))
+            or (column in LINES)
         ), column
     assert task.replicas_per_step == 3
     assert task.kind.done_signals(task) == []

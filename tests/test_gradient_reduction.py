@@ -33,7 +33,8 @@ def _reductions(mode, task):
     """The reduction ops of two towers' gradients of one float32 [3]
     variable in the mode's row: (op type, device, group size) each."""
     devices = ["/cpu:0", "/cpu:1"]
-    update = variable_update.variable_update(mode, devices, task=task)
+    workers = None if task is None else variable_update.Workers(task)
+    update = variable_update.variable_update(mode, devices, workers=workers)
     with tf.Graph().as_default() as graph:
         var = tf.Variable(tf.zeros([3]))
         tower_grads = [[(tf.ones([3]), var)] for _ in devices]
@@ -137,7 +138,9 @@ def _resnet_step_across_workers():
         None, "127.0.0.1:2222,127.0.0.1:2223", "worker", 0
     )
     update = variable_update.variable_update(
-        "replicated", devices, task=task, pack_bytes=PACK_BYTES
+        "replicated",
+        devices,
+        workers=variable_update.Workers(task, PACK_BYTES),
     )
     with tf.Graph().as_default() as graph:
         train_op = zeros_step_graph(

@@ -111,7 +111,9 @@ def test_one_towers_overflow_in_the_mean_skips_the_step_of_every_copy():
             tf.compat.v1.train.GradientDescentOptimizer(1.0), dynamic
         )
         mean = tf.reduce_mean([[np.inf, 1.0], [1.0, 1.0]], axis=0)
-        copies = step_optimizer.skip_unless_finite(opt, [[(mean, w)], [(mean, w)]])
+        copies = step_optimizer.skip_unless_finite(
+            opt, [[(mean, w)], [(mean, w)]]
+        )
         train_op = opt.apply_gradients(copies[0], global_step)
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
@@ -151,12 +153,12 @@ def _replicated_float16_step(overflowing, initial_scale):
 
     with tf.Graph().as_default():
         _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-            get_next=get_next,
-            batch_size=2,
-            devices=devices,
-            compute_dtype=tf.float16,
+            inputs=cifar10_multi_gpu_train.TowerInput(get_next, 2),
             update=variable_update.variable_update("replicated", devices),
-            loss_scaling=step_optimizer.LossScaling(initial_scale, True, 1000),
+            dtypes=step_optimizer.Dtypes(
+                tf.float16,
+                step_optimizer.LossScaling(initial_scale, True, 1000),
+            ),
         )
         variables = [
             v
@@ -214,7 +216,8 @@ def test_the_dynamic_scale_halves_until_finite_then_doubles_after_n_steps():
 
 
 def test_loss_scaling_applies_to_float16_only():
-    assert step_optimizer.loss_scaling(tf.bfloat16, 128, True, 10, False) is None
+    scaling = step_optimizer.loss_scaling(tf.bfloat16, 128, True, 10, False)
+    assert scaling is None
     assert step_optimizer.loss_scaling(tf.float16, 128, True, 10, False) == (
         step_optimizer.LossScaling(128.0, True, 10)
     )

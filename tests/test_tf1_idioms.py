@@ -90,9 +90,12 @@ def test_a_getter_passing_every_argument_by_position_builds_every_copy(
 
 
 def test_a_getters_arguments_by_position_are_named_in_tf1s_order():
-    assert any_model.by_name(
-        ("w", [3], "float16"), {"trainable": False}
-    ) == {"name": "w", "shape": [3], "dtype": "float16", "trainable": False}
+    assert any_model.by_name(("w", [3], "float16"), {"trainable": False}) == {
+        "name": "w",
+        "shape": [3],
+        "dtype": "float16",
+        "trainable": False,
+    }
 
 
 def test_a_getter_argument_given_by_position_and_by_name_is_refused():

@@ -259,9 +259,10 @@ def test_variables_and_their_gradient_mean_live_on_the_variable_device():
 
 def test_variables_on_a_tower_are_an_error_in_cluster_mode():
     task = cluster.cluster_task("localhost:2222", "localhost:2223", "worker", 0)
-    assert placement.variable_device("cpu", ["/cpu:0"], task) == "/cpu:0"
+    places = task.kind.places_variables
+    assert placement.variable_device("cpu", ["/cpu:0"], places) == "/cpu:0"
     with pytest.raises(ValueError) as error:
-        placement.variable_device("tower", ["/cpu:0"], task)
+        placement.variable_device("tower", ["/cpu:0"], places)
     assert str(error.value) == (
         "--variable_device=tower does not apply in cluster mode: the "
         "variables live on the ps tasks"

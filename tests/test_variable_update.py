@@ -19,6 +19,7 @@ from multigpu.graph import (
     all_reduce,
     dry_run,
     placement,
+    step_optimizer,
     towers,
     variable_update,
 )
@@ -131,11 +132,11 @@ def _replicated_dry_run(num_gpus, spec, capsys):
     ]
     with tf.Graph().as_default() as graph:
         cifar10_multi_gpu_train.build_graph(
-            get_next=dry_run.synthetic_batches(batch_shapes),
-            batch_size=PER_TOWER_BATCH,
-            devices=devices,
-            compute_dtype=tf.float32,
+            inputs=cifar10_multi_gpu_train.TowerInput(
+                dry_run.synthetic_batches(batch_shapes), PER_TOWER_BATCH
+            ),
             update=update,
+            dtypes=step_optimizer.Dtypes(tf.float32, None),
         )
         capsys.readouterr()
         dry_run.check(graph, batch_shapes, "plan", update)

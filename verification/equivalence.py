@@ -68,7 +68,7 @@ import tensorflow as tf
 import cifar10
 import cifar10_multi_gpu_train
 from multigpu.distributed import sessions
-from multigpu.graph import placement, towers, variable_update
+from multigpu.graph import placement, step_optimizer, towers, variable_update
 from verification import (
     equivalence_cells,
     equivalence_reference,
@@ -171,14 +171,13 @@ def tower_graph(case, images, labels, devices):
         [steps_of(images[:, i], labels[:, i]) for i in range(case.towers)]
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next=lambda: next(per_tower)(),
-        batch_size=PER_TOWER_BATCH,
-        devices=devices,
-        compute_dtype=compute_dtype,
-        clip_norm=case.clip_norm,
+        inputs=cifar10_multi_gpu_train.TowerInput(
+            lambda: next(per_tower)(), PER_TOWER_BATCH
+        ),
         update=update,
-        loss_scaling=scaling,
+        dtypes=step_optimizer.Dtypes(compute_dtype, scaling),
         model=equivalence_cells.model_of(case.model),
+        options=cifar10_multi_gpu_train.StepOptions(case.clip_norm),
     )
     return train_op
 

@@ -33,7 +33,7 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from multigpu import errors
 from multigpu.distributed import agreement, cluster, sessions
-from multigpu.graph import placement, variable_update
+from multigpu.graph import placement, step_optimizer, variable_update
 from verification import (
     equivalence,
     equivalence_cells,
@@ -67,19 +67,19 @@ def build(case, task, images, labels, devices):
         "replicated",
         devices,
         all_reduce_spec="collective",
-        task=task,
-        transfer_dtype=equivalence_workers.transfer_dtype(case),
+        workers=variable_update.Workers(
+            task, transfer_dtype=equivalence_workers.transfer_dtype(case)
+        ),
     )
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next=lambda: next(per_tower)(),
-        batch_size=equivalence.PER_TOWER_BATCH,
-        devices=devices,
-        compute_dtype=compute_dtype,
-        clip_norm=case.clip_norm,
-        task=task,
+        inputs=cifar10_multi_gpu_train.TowerInput(
+            lambda: next(per_tower)(), equivalence.PER_TOWER_BATCH
+        ),
         update=update,
-        loss_scaling=scaling,
+        dtypes=step_optimizer.Dtypes(compute_dtype, scaling),
         model=equivalence_cells.model_of(case.model),
+        task=task,
+        options=cifar10_multi_gpu_train.StepOptions(case.clip_norm),
     )
     return train_op
 

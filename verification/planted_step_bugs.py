@@ -127,8 +127,9 @@ BUGS = [
     Bug(
         "rate_of_one_tower",
         "cifar10_multi_gpu_train.py",
-        "examples = batch_size * len(devices) * task.replicas_per_step",
-        "examples = batch_size * task.replicas_per_step",
+        "examples = inputs.batch_size * len(update.devices) * "
+        "task.replicas_per_step",
+        "examples = inputs.batch_size * task.replicas_per_step",
         "the learning rate scaled by one tower's batch, not the step's",
         (_CELL % "replicated-one_device-layers-float32-2-0.0",),
     ),
@@ -252,13 +253,13 @@ BUGS = [
     Bug(
         "skip_on_local_gradients",
         "cifar10_multi_gpu_train.py",
-        "        reduced = _reduce(update, tower_grads, clip_norm, "
+        "        reduced = _reduce(update, tower_grads, options.clip_norm, "
         "loss_averages)\n"
         "        reduced = step_optimizer.skip_unless_finite(step.scaled, "
         "reduced)\n",
         "        tower_grads = step_optimizer.skip_unless_finite(step.scaled, "
         "tower_grads)\n"
-        "        reduced = _reduce(update, tower_grads, clip_norm, "
+        "        reduced = _reduce(update, tower_grads, options.clip_norm, "
         "loss_averages)\n",
         "the loss-scale skip decided on tower 0's local gradients",
         (_OVERFLOW % 1,),

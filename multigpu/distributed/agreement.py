@@ -200,9 +200,7 @@ def _all_gather(target, task, codes, wait_secs):
                 ordering_token=[],
             )
         with (
-            ps.ends_after(
-                wait_secs, task, "the agreement on the settings"
-            ),
+            ps.ends_after(wait_secs, task, "the agreement on the settings"),
             tf.compat.v1.Session(target, graph=graph) as session,
         ):
             flat = session.run(gathered)

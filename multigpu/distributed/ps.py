@@ -99,9 +99,7 @@ def run_ps(task, config, timeout_secs=0):
     config = task.kind.session_config(config, task)
     # No operation timeout here: a ps waits as long as training lasts.
     config.operation_timeout_in_ms = 0
-    serve_until_done(
-        task, start_server(task, config), config, timeout_secs
-    )
+    serve_until_done(task, start_server(task, config), config, timeout_secs)
 
 
 def serve_until_done(task, server, config, timeout_secs):

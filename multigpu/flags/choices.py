@@ -206,9 +206,13 @@ def _check_variable_update(flag_values, task):
             % (_shown(flag_values, own_flag[other]), other, mode, other)
         )
     kinds.check_mode(mode, task)
-    if task.kind.all_reduce_across_workers and flag_values.all_reduce_spec not in (
-        "auto",
-        "collective",
+    if (
+        task.kind.all_reduce_across_workers
+        and flag_values.all_reduce_spec
+        not in (
+            "auto",
+            "collective",
+        )
     ):
         raise ValueError(
             "%s does not apply in a cluster of workers: every tower of every "
@@ -446,8 +450,7 @@ def describe_plan(plan):
     if plan.update.all_reduce is not None:
         lines.append(
             "--variable_update=replicated: a copy of the variables on each "
-            "tower, their gradients all-reduced by %s"
-            % plan.update.all_reduce
+            "tower, their gradients all-reduced by %s" % plan.update.all_reduce
         )
     return "\n".join(lines)
 
@@ -460,7 +463,10 @@ def update_of_choice(devices, task, choice):
         devices,
         variable_device_choice=choice.variable_device,
         all_reduce_spec=choice.all_reduce_spec,
-        task=task,
-        pack_bytes=choice.pack_bytes,
-        transfer_dtype=choice.transfer_dtype,
+        places_variables=task.kind.places_variables,
+        workers=variable_update.Workers(
+            task, choice.pack_bytes, choice.transfer_dtype
+        )
+        if task.kind.all_reduce_across_workers
+        else None,
     )

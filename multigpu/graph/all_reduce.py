@@ -1,21 +1,9 @@
 """All-reduce: every tower's gradients summed, the mean back on every tower.
 
-The replicated variable update (`variable_update`) all-reduces each
-variable's gradient between the towers on TensorFlow's own engines:
-
-  nccl        NVIDIA's NCCL (`NcclAllReduce`), GPUs only: a ring over the
-              GPU-to-GPU links, the usual choice on GPUs.
-  collective  TensorFlow's collective ops (`CollectiveReduceV2`) with the
-              ring algorithm, on CPU or GPU devices.
-  one_device  each tower sends its gradient to the first tower's device,
-              which sums them and sends the mean back (for comparison: the
-              first device's links carry everything).
-  auto        nccl when the towers are GPUs, collective otherwise.
-
-Bytes per step, for G bytes of gradients and N towers (`bytes_per_tower`):
-a ring sends and receives 2 (N - 1) / N * G per tower (a reduce-scatter,
-then an all-gather, of N pieces); one_device moves (N - 1) * G in and out of
-the first device and G in and out of each other one.
+The --all_reduce_spec engines: nccl (`NcclAllReduce`, GPUs only, a ring over
+the GPU-to-GPU links), collective (`CollectiveReduceV2`, the ring algorithm,
+CPU or GPU), one_device (the sum on the first tower's device, whose links
+carry everything: for comparison), auto (nccl on GPUs, else collective).
 """
 
 import itertools
@@ -26,12 +14,9 @@ ALL_REDUCE_CHOICES = ("auto", "nccl", "collective", "one_device")
 
 
 class CollectiveKeys:
-    """The keys of a graph's collective ops, all from this one allocator.
-
-    A collective op meets its peers by group key (the devices taking part)
-    and instance key (one all-reduce or broadcast): every process of a
-    cluster builds the same collectives in the same order, so counting
-    gives every process the same keys.
+    """The keys of a graph's collective ops, all from this allocator:
+    every process of a cluster builds the same collectives in the same order,
+    so counting gives it the same group and instance keys.
     """
 
     def __init__(self):
@@ -39,26 +24,15 @@ class CollectiveKeys:
         self._instances = itertools.count(1)
 
     def group_key(self, devices):
-        """The key of the group of devices (a sequence of device strings)."""
         return self._groups.setdefault(tuple(devices), len(self._groups) + 1)
 
     def instance_key(self):
-        """A new instance key."""
         return next(self._instances)
 
 
 def algorithm(choice, devices):
-    """The all-reduce that runs on devices for the --all_reduce_spec choice.
-
-    Args:
-      choice: one of ALL_REDUCE_CHOICES.
-      devices: the tower device strings.
-
-    Returns:
-      'nccl', 'collective' or 'one_device'.
-
-    Raises:
-      ValueError: an unknown choice, or nccl on CPU towers.
+    """'nccl', 'collective' or 'one_device': the all-reduce for the
+    --all_reduce_spec choice on devices.
     """
     if choice not in ALL_REDUCE_CHOICES:
         raise ValueError(
@@ -77,22 +51,9 @@ def algorithm(choice, devices):
 
 
 def all_reduce_mean(tower_grads, devices, method, keys):
-    """The mean of each variable's gradient over the towers, on every tower.
-
-    This is the synchronisation point of replicated towers: no copy is
-    updated before every tower has sent its gradients.
-
-    Args:
-      tower_grads: list (one per tower, on devices[i]) of lists of
-        (gradient, variable); the gradients of one index are of the same
-        shape and dtype on every tower.
-      devices: the tower device strings.
-      method: 'nccl', 'collective' or 'one_device' (from `algorithm`).
-      keys: the graph's `CollectiveKeys`.
-
-    Returns:
-      A list (one per tower) of lists of (mean gradient on that tower's
-      device, that tower's variable); a None gradient stays None.
+    """The mean of each variable's gradient over the towers, on every
+    tower: a list (one per tower) of lists of (mean on its device, its
+    variable); a None gradient stays None.
     """
     num_towers = len(tower_grads)
     reduced = [[] for _ in tower_grads]
@@ -164,15 +125,10 @@ _REDUCERS = {
 
 
 def bytes_per_tower(gradient_bytes, num_towers, method):
-    """The bytes each tower sends and receives per step.
-
-    Args:
-      gradient_bytes: int, the bytes of one tower's gradients.
-      num_towers: int >= 1.
-      method: 'nccl', 'collective' or 'one_device'.
-
-    Returns:
-      A list (one per tower) of (bytes sent, bytes received), ints.
+    """(bytes sent, bytes received) per step of each tower, for
+    gradient_bytes per tower: a ring sends and receives 2 (N - 1) / N of them
+    (a reduce-scatter, then an all-gather, of N pieces); one_device moves
+    (N - 1) of them in and out of the first device, one of each other.
     """
     if num_towers == 1:
         return [(0, 0)]

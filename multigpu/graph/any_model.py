@@ -1,25 +1,9 @@
-"""Calling any model `(images, is_training) -> logits` the way the towers do.
-
-A model knows nothing of devices or dtypes: the towers place its variables
-(`placement.device_function`), and `call_model` hands it its images in the
-compute dtype while its variables stay float32 (tf_cnn_benchmarks' custom
-getter), checks what it returns, and refuses what the towers cannot train
-correctly: variables made outside `tf.compat.v1.get_variable` (Keras 2 layer
-objects, `tf.Variable`), whose batch-norm updates and regularizers never
-reach the TF1 collections and which the towers could not share.
-
-A custom getter is called with keywords, but a model's own getter, nested
-inside the towers' scopes, may pass them on by position, as TF1 allows
-(TensorFlow's official ResNet calls `getter(name, shape, dtype, *args,
-**kwargs)`): the towers' getters take them all by name (`by_name`).
-
-Weight decay applies to the float32 variables, whichever layer made them
-(`layers_regularize_float32`): in reduced precision `get_variable`
-regularizes the float32 variable it made, but a TF1 layer object
-(`tf.compat.v1.layers`, tf-slim's conv2d and fully_connected) regularizes
-what `get_variable` returned, the 16-bit cast, whose square sum bfloat16
-rounds to 8 significant bits. tf_cnn_benchmarks decays the float32
-variables, and so do the towers.
+"""Calling any model `(images, is_training) -> logits` the way the towers do:
+in the compute dtype, its variables float32 (tf_cnn_benchmarks' custom
+getter), its logits checked, and refusing variables made outside
+`tf.compat.v1.get_variable` (Keras 2 layer objects, `tf.Variable`), whose
+batch-norm updates and regularizers never reach the TF1 collections and
+which the towers could not share.
 """
 
 import contextlib
@@ -37,11 +21,9 @@ REDUCED_DTYPES = (tf.float16, tf.bfloat16)
 # What to install for `tf.compat.v1.layers` on TensorFlow 2.16+ (Keras 2).
 LAYERS_EXTRA = 'pip install ".[layers]" (tf-keras~=2.21.0)'
 
-# TensorFlow's `tensorflow.python.layers.normalization` (tf-slim's
-# batch_norm) loads Keras 2's TF1 batch norm from this module, which tf-keras
-# ships as tf_keras.src.legacy_tf_layers: an upstream bug (seen on
-# TensorFlow 2.21 with tf-keras 2.21), which no install fixes;
-# tf.compat.v1.layers' batch norm is the same layer, where tf-keras has it.
+# `tensorflow.python.layers.normalization` (tf-slim's batch_norm) loads
+# Keras 2's TF1 batch norm from this module, which tf-keras ships elsewhere:
+# an upstream bug (TensorFlow 2.21, tf-keras 2.21) that no install fixes.
 MISSING_BATCH_NORM_MODULE = "tf_keras.legacy_tf_layers"
 BATCH_NORM_BUG = (
     "%s calls TensorFlow's TF1 batch norm (tf-slim's batch_norm is built "
@@ -63,33 +45,15 @@ def call_model(
     compute_dtype=tf.float32,
     name="the model",
 ):
-    """Builds a model on one tower's images, in the compute dtype.
+    """float32 [batch, num_classes] logits of model_fn on one tower's
+    images (float32 [batch, height, width, depth]), computed in compute_dtype.
 
-    Variables the model asks for in float16 or bfloat16 are made float32
-    and handed to its layers as a cast, so checkpoints hold float32 only;
-    batch-norm statistics, float32 in the layers, stay so. Weight decay
-    acts on the float32 variables, whatever made the regularizer
-    (`any_model`). The non-trainable variables the model creates
-    (batch-norm moving statistics) join the MOVING_AVERAGE_VARIABLES
-    collection, so that the weights' moving average covers them and the
-    eval restores their averages too.
-
-    Args:
-      model_fn: callable(images, is_training) -> logits.
-      images: float32 [batch, height, width, depth].
-      is_training: bool, passed on to the model (batch norm, dropout).
-      num_classes: int, the logits' width.
-      compute_dtype: tf.float32, tf.float16 or tf.bfloat16.
-      name: str, the model as the user names it, for the errors.
-
-    Returns:
-      logits: float32 [batch, num_classes].
-
-    Raises:
-      ValueError: the model calls `tf.compat.v1.layers` without tf-keras
-        or TensorFlow's TF1 batch norm (`BATCH_NORM_BUG`), creates
-        variables outside `tf.compat.v1.get_variable`, or returns no float
-        tensor of shape [batch, num_classes].
+    Variables asked for in float16 or bfloat16 are float32, handed to the
+    layers as a cast, so checkpoints hold float32 only; weight decay applies
+    to the float32 variable (`layers_regularize_float32`: a TF1 layer would
+    regularize the cast, whose square sum bfloat16 rounds to 8 bits). The
+    batch-norm statistics join MOVING_AVERAGE_VARIABLES, so the eval restores
+    their averages too. name: the model as the user names it, for the errors.
     """
     with (
         _float32_variables() as (created, got, float32_of),
@@ -117,7 +81,6 @@ def call_model(
 
 
 def _refuse_missing_layers(error, name):
-    """Raises one line for the TF1 layers that this install cannot build."""
     if needs_keras_2(error):
         raise ValueError(
             "%s calls tf.compat.v1.layers, which needs Keras 2 on "
@@ -129,16 +92,10 @@ def _refuse_missing_layers(error, name):
 
 @contextlib.contextmanager
 def _float32_variables():
-    """A scope whose get_variable keeps float32 in reduced precision.
-
-    tf_cnn_benchmarks' custom getter: a layer asking for a float16 or
-    bfloat16 variable gets a float32 one, cast. Every variable created in
-    the scope is recorded, and those made through get_variable.
-
-    Yields:
-      created: list, the variables created in the scope.
-      got: set, the op names of the variables get_variable returned.
-      float32_of: dict, each cast's `ref()` -> the float32 variable.
+    """A scope whose get_variable makes float32 variables for a
+    layer that asks for float16 or bfloat16, and hands it a cast; yields
+    (created: the variables created, got: the op names get_variable returned,
+    float32_of: each cast's `ref()` -> its float32 variable).
     """
     created, got, float32_of = [], set(), {}
 
@@ -179,11 +136,8 @@ class _KerasDeprecations(logging.Filter):
 
 @contextlib.contextmanager
 def _quiet_tf1_layers():
-    """Hides tf-keras' notices that the TF1 layers it supports are old.
-
-    It warns on each `tf.compat.v1.layers` call that tf.layers is
-    deprecated, and its batch norm logs that `_colocate_with` is: notices
-    about the calls TF1 models are made of, not about the user's run.
+    """Hides tf-keras' notices that the TF1 layers, which TF1 models are
+    made of, are deprecated.
     """
     quiet = _KerasDeprecations()
     with warnings.catch_warnings():
@@ -198,11 +152,9 @@ def _quiet_tf1_layers():
 
 
 def needs_keras_2(error):
-    """Whether an exception is tf.compat.v1.layers' missing Keras 2.
-
-    Without tf-keras, or with TF_USE_LEGACY_KERAS off, the layers raise
-    AttributeError "`conv2d` is not available with Keras 3." or
-    ImportError "Keras cannot be imported. Check that it is installed."
+    """Whether an exception is tf.compat.v1.layers' missing Keras 2:
+    AttributeError "`conv2d` is not available with Keras 3." or ImportError
+    "Keras cannot be imported. Check that it is installed."
     """
     return isinstance(error, (AttributeError, ImportError)) and (
         "Keras" in str(error)
@@ -253,10 +205,8 @@ def _describe(value):
 
 
 def moving_average_variables():
-    """The variables whose moving averages the eval restores.
-
-    The trainable variables and the model's batch-norm statistics (see
-    `call_model`), once each, in graph order.
+    """The trainable variables and the batch-norm statistics, once
+    each, in graph order: those whose moving averages the eval restores.
     """
     averaged = tf.compat.v1.trainable_variables()
     for var in tf.compat.v1.moving_average_variables():
@@ -265,38 +215,18 @@ def moving_average_variables():
     return averaged
 
 
-PARAMETERS = (
-    "name",
-    "shape",
-    "dtype",
-    "initializer",
-    "regularizer",
-    "reuse",
-    "trainable",
-    "collections",
-    "caching_device",
-    "partitioner",
-    "validate_shape",
-    "use_resource",
-    "constraint",
-    "synchronization",
-    "aggregation",
+# TF1's `get_variable` parameters, in its order.
+PARAMETERS = tuple(
+    "name shape dtype initializer regularizer reuse trainable collections "
+    "caching_device partitioner validate_shape use_resource constraint "
+    "synchronization aggregation".split()
 )
 
 
 def by_name(args, kwargs):
-    """A getter's arguments, every one by its name.
-
-    Args:
-      args: tuple, the arguments given by position, in PARAMETERS' order.
-      kwargs: dict, the arguments given by name.
-
-    Returns:
-      dict, parameter name -> value.
-
-    Raises:
-      TypeError: more arguments by position than TF1's getter takes, or
-        one given both by position and by name (as Python's own call).
+    """dict: a getter's arguments (args by position, in PARAMETERS'
+    order, and kwargs), every one by its name: a model's own getter may pass
+    them on by position, as TF1 allows (TensorFlow's official ResNet does).
     """
     if len(args) > len(PARAMETERS):
         raise TypeError(
@@ -327,16 +257,9 @@ _HOOK = "_handle_weight_regularization"
 
 @contextlib.contextmanager
 def layers_regularize_float32(float32_of):
-    """TF1 layers built in this scope regularize the float32 variables.
-
-    Args:
-      float32_of: dict, `cast.ref()` of a 16-bit cast -> the float32
-        variable it casts; the custom getter fills it while the scope is
-        open.
-
-    Yields:
-      Nothing; a layer regularizing a cast in the dict regularizes its
-      variable instead (a float32 term), any other weight as before.
+    """TF1 layers built in this scope regularize the float32
+    variable of a 16-bit cast in float32_of (`cast.ref()` -> the variable,
+    filled by the custom getter while the scope is open).
     """
     patched = []
     for layer_class in _tf1_layer_classes():
@@ -361,7 +284,6 @@ def layers_regularize_float32(float32_of):
 
 
 def _tf1_layer_classes():
-    """The TF1 layers' base classes installed here (tf-keras is an extra)."""
     classes = []
     for module_name in _TF1_LAYER_MODULES:
         try:

@@ -1,38 +1,15 @@
-"""Collective ops between the workers of a cluster: all-reduce, broadcast.
+"""Collective ops between the workers of a cluster of workers only, every
+tower of every worker holding a copy of the variables: the gradients'
+all-reduce, the chief's values and the last worker's statistics
+(`broadcast`), and every worker's stop signal.
 
-In a cluster of workers only (`kinds.WORKERS_ONLY`) every tower of every
-worker holds a copy of the variables. Three kinds of collective op join them,
-on TensorFlow's collective runtime over the workers' gRPC servers:
-
-  all_reduce_mean   each step: the gradients of all towers of all workers
-                    summed, the mean back on every tower (a ring);
-  broadcast         at the start: the chief's values of the variables to
-                    every other worker; each step: the last worker's
-                    batch-norm statistics;
-  stop_signals      each step: every worker's signal number, summed
-                    (`run/interrupts.py`).
-
-Every worker builds its graph on its own and runs it in its own session, so
-the collectives meet only by their keys: a group key per group of devices
-and an instance key per collective, from the graph's one allocator
-(`all_reduce.CollectiveKeys`). Every worker must build the same
-collectives, with the same keys, shapes and dtypes, in the same order, or
-they wait for each other until the operation timeout; the keys are counted
-in the order the graph is built, which is the same on every worker.
-
-Packing (tf_cnn_benchmarks' gradient repacking): one all-reduce per
-gradient pays a fixed cost per collective (a round of messages per ring
-step), which the many small biases pay more than once per byte. With
-pack_bytes > 0 the gradients of one dtype are flattened, concatenated and
-split again into pieces of about pack_bytes each (`pack_plan`), each
-piece all-reduced, and the result split back into the gradients.
-
-Half the bytes (tf_cnn_benchmarks' compact gradient transfer, Horovod's
-fp16 compression): with a transfer_dtype of float16 or bfloat16 each
-float32 piece is cast to it before its all-reduce and back after, so the
-ring carries 2 bytes a value. The collective runtime sums in the dtype it
-carries (its merge op has no wider accumulator), so the sum over the ring
-and its division by the group are rounded to that dtype at every hop.
+The collectives meet only by their keys (`all_reduce.CollectiveKeys`,
+counted as the graph is built): every worker must build the same ones, in
+the same order, or they wait for each other until the operation timeout.
+Packing (tf_cnn_benchmarks' gradient repacking) concatenates the gradients
+of a dtype into pieces of about pack_bytes, as each collective has a fixed
+cost; a 16-bit transfer_dtype halves the bytes (Horovod's fp16
+compression), the sum rounded to it at every hop.
 """
 
 import collections
@@ -52,15 +29,9 @@ RING = "ring"
 
 
 def cluster_devices(num_workers, devices):
-    """The full names of devices on every worker, worker by worker.
-
-    Args:
-      num_workers: int.
-      devices: device strings of one worker, e.g. ['/cpu:0', '/cpu:1'].
-
-    Returns:
-      A tuple of strings such as '/job:worker/replica:0/task:1/device:CPU:0':
-      a group's devices, the same on every worker.
+    """The full names of devices (one worker's) on every worker,
+    worker by worker, e.g. '/job:worker/replica:0/task:1/device:CPU:0': a
+    group's devices, the same on every worker.
     """
     return tuple(
         tf.DeviceSpec.from_string(device)
@@ -72,27 +43,17 @@ def cluster_devices(num_workers, devices):
 
 
 Pack = collections.namedtuple("Pack", "dtype indices sizes shapes pieces")
-Pack.__doc__ = """Gradients of one dtype all-reduced together.
-
-dtype: their `tf.DType`.
-indices: ints, their places in the list of gradients.
-sizes: ints, their numbers of elements; shapes: their `tf.TensorShape`s.
-pieces: ints, the numbers of elements of the pieces the concatenation is
-  split into, one all-reduce each (they add up to sum(sizes)).
+Pack.__doc__ = """Gradients of one dtype all-reduced together: their dtype,
+indices in the list of gradients, sizes (numbers of elements) and shapes;
+pieces, the sizes of the pieces their concatenation is split into, one
+all-reduce each.
 """
 
 
 def pack_plan(grads, pack_bytes):
-    """How the gradients travel: which are concatenated, in how many pieces.
-
-    Args:
-      grads: list of gradient tensors (None for a variable without one),
-        fully defined shapes; the same list on every tower of every worker.
-      pack_bytes: int, about the bytes of one all-reduce; 0 all-reduces
-        every gradient by itself.
-
-    Returns:
-      A list of `Pack`, in the order of the collectives to build.
+    """A list of `Pack`, in the order of the collectives to build, of
+    grads (None for none; the same list on every tower of every worker);
+    pack_bytes 0 for one all-reduce per gradient.
     """
     present = [i for i, g in enumerate(grads) if g is not None]
     if pack_bytes <= 0:
@@ -135,29 +96,13 @@ def all_reduce_mean(
     pack_bytes=0,
     transfer_dtype=tf.float32,
 ):
-    """The mean of each gradient over every tower of every worker.
-
-    The synchronisation point of the cluster: no copy anywhere is updated
-    before every tower of every worker has sent its gradients.
-
-    Args:
-      tower_grads: list (one per tower of this worker, on devices[i]) of
-        lists of (gradient, variable), the same variables in the same order
-        on every tower and every worker; fully defined shapes.
-      devices: this worker's tower device strings.
-      num_workers: int, the workers in the cluster, each with as many
-        towers as this one.
-      keys: the graph's `all_reduce.CollectiveKeys`.
-      pack_bytes: int, about the bytes of one all-reduce (`pack_plan`).
-      transfer_dtype: the `tf.DType` float32 gradients cross in (float32,
-        float16 or bfloat16); the means come back in float32.
-
-    Returns:
-      A list (one per tower) of lists of (mean gradient on that tower's
-      device, that tower's variable); a None gradient stays None.
+    """The mean of each gradient over every tower of every worker: a
+    list (one per tower, on devices[i]) of lists of (mean, the tower's
+    variable), a None gradient staying None; the means come back float32 from
+    their transfer_dtype (float32, float16 or bfloat16).
     """
     group = cluster_devices(num_workers, devices)
-    group_key = keys.group_key(group)
+    ring = _Ring(len(group), keys.group_key(group), transfer_dtype)
     plan = pack_plan([g for g, _ in tower_grads[0]], pack_bytes)
     piece_keys = [[keys.instance_key() for _ in p.pieces] for p in plan]
     reduced = []
@@ -166,43 +111,32 @@ def all_reduce_mean(
         with tf.device(device):
             for pack, instance_keys in zip(plan, piece_keys):
                 tensors = [means[i] for i in pack.indices]
-                collective = (
-                    len(group),
-                    group_key,
-                    instance_keys,
-                    transfer_dtype,
-                )
                 for i, mean in zip(
-                    pack.indices, _reduce_pack(tensors, pack, collective)
+                    pack.indices,
+                    _reduce_pack(tensors, pack, ring, instance_keys),
                 ):
                     means[i] = mean
         reduced.append([(m, v) for m, (_, v) in zip(means, grads_and_vars)])
     return reduced
 
 
-def _reduce_pack(grads, pack, collective):
-    """All-reduces one pack of gradients on the current device.
+_Ring = collections.namedtuple("_Ring", "size key transfer_dtype")
+_Ring.__doc__ = """A group of devices on a ring: its size, its group key and
+the dtype a float32 tensor crosses it in."""
 
-    Args:
-      grads: the pack's gradient tensors, in its order.
-      pack: the `Pack`.
-      collective: (group size, group key, an instance key per piece, the
-        transfer dtype).
 
-    Returns:
-      The mean gradients, of grads' shapes and dtypes.
-    """
-    group = collective[:2] + collective[3:]
-    instance_keys = collective[2]
+def _reduce_pack(grads, pack, ring, instance_keys):
+    """The mean gradients of one `Pack` (grads, in its order) over the ring,
+    on the current device; instance_keys: one per piece."""
     grads = [tf.convert_to_tensor(g) for g in grads]
     if len(grads) == 1 and len(pack.pieces) == 1:
-        return [_all_reduce(grads[0], group, instance_keys[0])]
+        return [_all_reduce(grads[0], ring, instance_keys[0])]
     # [sum(sizes)]: every gradient flattened, one after the other.
     flat = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
     pieces = tf.split(flat, pack.pieces) if len(pack.pieces) > 1 else [flat]
     flat = tf.concat(
         [
-            _all_reduce(piece, group, key)
+            _all_reduce(piece, ring, key)
             for piece, key in zip(pieces, instance_keys)
         ],
         axis=0,
@@ -213,25 +147,22 @@ def _reduce_pack(grads, pack, collective):
     ]
 
 
-def _all_reduce(tensor, group, instance_key):
-    """The mean of tensor over the group (size, key, transfer dtype); a
-    float32 tensor crosses in the transfer dtype."""
-    group_size, group_key, transfer_dtype = group
+def _all_reduce(tensor, ring, instance_key):
+    """The mean of tensor over the ring, crossing in its transfer dtype."""
     sent = tensor
-    if tensor.dtype == tf.float32 and transfer_dtype != tf.float32:
-        sent = tf.cast(tensor, transfer_dtype)
-    mean = _ring_sum(sent, (group_size, group_key), instance_key, "Div")
+    if tensor.dtype == tf.float32 and ring.transfer_dtype != tf.float32:
+        sent = tf.cast(tensor, ring.transfer_dtype)
+    mean = _ring_sum(sent, ring, instance_key, "Div")
     return tf.cast(mean, tensor.dtype) if sent is not tensor else mean
 
 
-def _ring_sum(tensor, group, instance_key, final_op):
-    """tensor summed over the group (size, key) on a ring, then final_op:
-    'Div' divides by the group size, 'Id' keeps the sum."""
-    group_size, group_key = group
+def _ring_sum(tensor, ring, instance_key, final_op):
+    """tensor summed over the ring, then final_op: 'Div' divides by the
+    group size, 'Id' keeps the sum."""
     return tf.raw_ops.CollectiveReduceV2(
         input=tensor,
-        group_size=group_size,
-        group_key=group_key,
+        group_size=ring.size,
+        group_key=ring.key,
         instance_key=instance_key,
         ordering_token=[],
         merge_op="Add",
@@ -241,20 +172,9 @@ def _ring_sum(tensor, group, instance_key, final_op):
 
 
 def broadcast(values, sender, task, keys, device):
-    """The sender worker's values, on every worker.
-
-    Args:
-      values: tensors, the same shapes and dtypes on every worker.
-      sender: int, the task index of the worker whose values every worker
-        takes.
-      task: this worker's `cluster.ClusterTask`.
-      keys: the graph's `all_reduce.CollectiveKeys`.
-      device: str, this worker's device of the collectives (the group has
-        one such device per worker).
-
-    Returns:
-      A list of tensors like values: on the sender, values themselves once
-      sent; on another worker, what it received.
+    """The sender worker's (task index) values (tensors of the same
+    shapes and dtypes everywhere), on every worker, through this worker's
+    device of the collectives.
     """
     num_workers = task.num_workers
     group_key = keys.group_key(cluster_devices(num_workers, [device]))
@@ -293,18 +213,9 @@ def broadcast(values, sender, task, keys, device):
 
 
 def chief_values(variables, task, keys, device):
-    """An op that gives every worker's variables the chief's values.
-
-    The start of a run: the chief (worker 0) restored or initialised its
-    variables; every other worker initialised its own.
-
-    Args:
-      variables: the variables, the same list on every worker.
-      task, keys, device: as `broadcast` takes them.
-
-    Returns:
-      An op: on the chief, the sends; on another worker, the assignments
-      of what it received.
+    """An op that gives every worker's variables the chief's values,
+    restored or initialised: on the chief the sends, elsewhere the
+    assignments.
     """
     values = [var.read_value() for var in variables]
     received = broadcast(values, 0, task, keys, device)
@@ -328,20 +239,10 @@ STOP_SIGNALS = "stop_signals"
 
 
 def stop_signals(task):
-    """The stop collective of this worker, in the STOP_SIGNALS collection.
-
-    A step of a cluster of workers only builds it: its update waits for it
-    (`gradient_reduction.all_or_none`).
-
-    Args:
-      task: the worker's `cluster.ClusterTask`, of a kind whose stop is
-        agreed.
-
-    Returns:
-      (received, signals): received, a float32 scalar placeholder (0 by
-      default), the number of the signal this worker received; signals,
-      float32 [num_workers], every worker's signal number, the same on
-      every worker.
+    """The stop collective of this worker, in the STOP_SIGNALS
+    collection: (received, a float32 scalar placeholder, 0 by default, the
+    signal this worker received; signals, float32 [num_workers], every
+    worker's, the same on every worker).
     """
     device = "/job:worker/replica:0/task:%d/device:CPU:0" % task.task_index
     with tf.device(device), tf.name_scope("stop_signals"):
@@ -350,9 +251,8 @@ def stop_signals(task):
         )
         # [num_workers]: the signal at this worker's place, 0 elsewhere.
         mine = received * tf.one_hot(task.task_index, task.num_workers)
-        signals = _ring_sum(
-            mine, (task.num_workers, STOP_GROUP_KEY), STOP_INSTANCE_KEY, "Id"
-        )
+        ring = _Ring(task.num_workers, STOP_GROUP_KEY, tf.float32)
+        signals = _ring_sum(mine, ring, STOP_INSTANCE_KEY, "Id")
     for each in (received, signals):
         tf.compat.v1.add_to_collection(STOP_SIGNALS, each)
     return received, signals

@@ -1,20 +1,6 @@
-"""The GPU path without a GPU: the placement plan of a graph built for GPUs.
-
-A trainer run with --dry_run builds its graph for --num_gpus GPUs whether or
-not they are visible, opens no session and prints:
-  - the ops and parameters of each device;
-  - the bytes that cross between devices per step (variables to each tower,
-    gradients back, the input batch) and their time at HOST_LINK_GB_PER_SEC;
-  - in a cluster of workers only, the bytes per worker over the network
-    beside the ps cluster's, and a scaling table (`network_plan`);
-  - the ops that run on the host by design (input, summaries, checkpoints,
-    queues), apart, with why;
-  - every op placed on a GPU that has no GPU kernel for its dtypes in this
-    TensorFlow build: soft placement would move it to the CPU and copy its
-    tensors every step. Finding one fails the dry run (`check`).
-
-The wheel carries the GPU kernels even on a machine without a GPU, and its
-kernel registry says, per op type and dtype, whether one exists.
+"""The GPU path without a GPU: the placement plan of a graph built for GPUs
+(--dry_run), from the wheel's kernel registry, which holds the GPU kernels
+even on a machine without a GPU.
 """
 
 import collections
@@ -43,66 +29,34 @@ NVLINK_GB_PER_SEC = 25.0
 # Op types that run on the host by design, wherever they are placed, and
 # why; soft placement puts them there without a copy per step that matters.
 HOST_OPS = {
-    "input pipeline (tf.data on the host; each batch is copied once)": (
-        "IteratorV2",
-        "AnonymousIteratorV3",
-        "OneShotIterator",
-        "IteratorGetNext",
-        "MakeIterator",
-        "RepeatDataset",
-        "TensorDataset",
-        "BatchDatasetV2",
-        "PrefetchDataset",
-        "ShuffleDatasetV3",
-        "MapDataset",
-        "ParallelMapDatasetV2",
+    "input pipeline (tf.data on the host; each batch is copied once)": tuple(
+        "IteratorV2 AnonymousIteratorV3 OneShotIterator IteratorGetNext "
+        "MakeIterator RepeatDataset TensorDataset BatchDatasetV2 "
+        "PrefetchDataset ShuffleDatasetV3 MapDataset ParallelMapDatasetV2".split()
     ),
-    "summaries (serialised and written by the host)": (
-        "ScalarSummary",
-        "HistogramSummary",
-        "ImageSummary",
-        "MergeSummary",
+    "summaries (serialised and written by the host)": tuple(
+        "ScalarSummary HistogramSummary ImageSummary MergeSummary".split()
     ),
-    "checkpoints (written and read by the host)": (
-        "SaveV2",
-        "RestoreV2",
-        "MergeV2Checkpoints",
-        "ShardedFilename",
+    "checkpoints (written and read by the host)": tuple(
+        "SaveV2 RestoreV2 MergeV2Checkpoints ShardedFilename".split()
     ),
-    "queues (host memory)": (
-        "FIFOQueueV2",
-        "QueueEnqueueV2",
-        "QueueDequeueV2",
-        "QueueDequeueManyV2",
-        "QueueSizeV2",
+    "queues (host memory)": tuple(
+        "FIFOQueueV2 QueueEnqueueV2 QueueDequeueV2 QueueDequeueManyV2 "
+        "QueueSizeV2".split()
     ),
 }
 
 
 def gpu_devices(num_gpus):
-    """The tower devices of num_gpus GPUs, visible or not.
-
-    Returns:
-      ['/gpu:0', ..., '/gpu:<num_gpus - 1>'].
-
-    Raises:
-      ValueError: num_gpus < 1.
-    """
+    """['/gpu:0', ..., '/gpu:<num_gpus - 1>'], visible or not."""
     if num_gpus < 1:
         raise ValueError("--num_gpus must be at least 1, got %d" % num_gpus)
     return ["/gpu:%d" % i for i in range(num_gpus)]
 
 
 def synthetic_batches(batch_shapes):
-    """A host input of constant batches, so a dry run needs no data files.
-
-    Args:
-      batch_shapes: list of (shape, dtype) of one tower's batch, e.g.
-        [([128, 24, 24, 3], tf.float32), ([128], tf.int32)].
-
-    Returns:
-      get_next: callable() -> tuple of tensors of those shapes and dtypes,
-        from a tf.data iterator on the CPU, like the trainers' input.
+    """get_next of constant batches of batch_shapes ((shape, dtype)
+    each) from a tf.data iterator on the CPU: a dry run needs no data.
     """
     with tf.device("/cpu:0"):
         batch = tuple(tf.zeros(shape, dtype) for shape, dtype in batch_shapes)
@@ -111,22 +65,12 @@ def synthetic_batches(batch_shapes):
 
 
 def check(graph, batch_shapes, title, update=None, config=None):
-    """Prints the placement plan of graph; fails on an unexpected fallback.
-
-    Args:
-      graph: the trainer's `tf.Graph`, built for GPU towers.
-      batch_shapes: the (shape, dtype) list of one tower's input batch.
-      title: str, the first line of the plan.
-      update: the graph's `variable_update.VariableUpdate`; None is
-        parameter_server.
-      config: the `ConfigProto` of the run's sessions: the ops Grappler's
-        rewrite adds under it are checked too (`op_kernels`); None
-        checks the graph as built only.
-
-    Raises:
-      errors.TrainingError: an op placed on a GPU has no GPU kernel for its
-        dtypes, or an op of Grappler's rewrite could not run (each named,
-        with its dtypes).
+    """Prints the placement plan of graph (built for GPU towers), with
+    the graph's `variable_update.VariableUpdate` (None: parameter_server) and
+    its Grappler rewrite under config (`op_kernels`; None: not checked).
+    Raises errors.TrainingError for an op on a GPU without a GPU kernel for
+    its dtypes (soft placement would copy its tensors every step), or an op
+    of the rewrite that could not run.
     """
     print(title)
     print(_device_table(graph))
@@ -161,7 +105,6 @@ def check(graph, batch_shapes, title, update=None, config=None):
 
 
 def _check_rewrites(graph, config):
-    """Prints or raises what `op_kernels` finds of the run's config."""
     unrunnable = op_kernels.unrunnable_rewrites(
         graph, config, op_kernels.has_gpu_kernel
     )
@@ -212,19 +155,9 @@ TowerTransfer.__doc__ = """Bytes one tower moves per step (ints)."""
 
 
 def transfer_plan(graph, batch_shapes):
-    """The bytes that cross between devices per step, tower by tower.
-
-    Each tower reads every trainable variable held on another device once,
-    sends one gradient per such variable back, and receives its input batch
-    from the host. A variable on the tower's own device
-    (--variable_device=tower, tower 0) crosses nothing.
-
-    Args:
-      graph: a graph of `towers.tower`s, tower i named 'towers/tower_i/'.
-      batch_shapes: the (shape, dtype) list of one tower's input batch.
-
-    Returns:
-      A list of `TowerTransfer`, one per tower.
+    """A `TowerTransfer` per tower: each reads every trainable variable
+    held on another device once, sends its gradient back, and receives its
+    batch from the host.
     """
     variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
     batch_bytes = _batch_bytes(batch_shapes)
@@ -256,8 +189,9 @@ def _batch_bytes(batch_shapes):
 
 
 def gradient_bytes(graph, transfer_dtype=tf.float32):
-    """The bytes of one tower's gradients: one per trainable parameter, a
-    float32 one in transfer_dtype (as they cross the workers)."""
+    """The bytes of one tower's gradients, a float32 one counted in
+    transfer_dtype (as they cross the workers).
+    """
     return sum(
         var.shape.num_elements()
         * (
@@ -272,7 +206,6 @@ def gradient_bytes(graph, transfer_dtype=tf.float32):
 
 
 def _replicated_table(graph, batch_shapes, update):
-    """Lines of the bytes per step of replicated towers, and their time."""
     batch_bytes = _batch_bytes(batch_shapes)
     peer = all_reduce.bytes_per_tower(
         gradient_bytes(graph), len(update.devices), update.all_reduce
@@ -380,10 +313,8 @@ def _transfer_table(plan, graph):
 
 
 def _host_reason(op):
-    """Why op runs on the host by design, or None.
-
-    An op without a GPU kernel whose outputs feed only such ops (e.g. a
-    summary's string tag) goes with them.
+    """Why op runs on the host by design, or None; an op without a GPU
+    kernel whose outputs feed only such ops (a summary's tag) goes with them.
     """
     for reason, op_types in HOST_OPS.items():
         if op.type in op_types:
@@ -398,7 +329,6 @@ def _host_reason(op):
 
 
 def _host_table(graph):
-    """Lines listing the graph's host-by-design ops, by reason."""
     found = collections.defaultdict(collections.Counter)
     for op in graph.get_operations():
         reason = _host_reason(op)
@@ -414,12 +344,8 @@ def _host_table(graph):
 
 
 def ops_without_gpu_kernel(graph):
-    """The ops placed on a GPU with no GPU kernel for their dtypes.
-
-    Ops that run on the host by design (`HOST_OPS`) are left out.
-
-    Returns:
-      A list of 'NAME (TYPE, ATTR=DTYPE, ...) on DEVICE' strings.
+    """'NAME (TYPE, ATTR=DTYPE, ...) on DEVICE' of each op placed
+    on a GPU with no GPU kernel for its dtypes, but `HOST_OPS`.
     """
     missing = []
     for op in graph.get_operations():
@@ -439,12 +365,6 @@ def ops_without_gpu_kernel(graph):
 
 
 def describe(devices, **settings):
-    """The plan's first lines: the devices and the settings of the graph.
-
-    Args:
-      devices: the tower device strings.
-      **settings: name=value pairs to state, e.g. compute_dtype='float16'.
-    """
     return (
         "Dry run for %d GPU(s), %s to %s; no session opened, nothing "
         "trained or saved.\n  %s"

@@ -1,21 +1,10 @@
 """The gradients' reduction, what the update waits for, and the statistics
 every copy takes after it: the `reduce`, `waits` and `gate` columns of
-`variable_update`'s table, one function per mode (tf_cnn_benchmarks'
-variable manager owns its mode's reduction the same way).
+`variable_update`'s table.
 
-The synchronisation point of a step: parameter_server averages the towers'
-gradients on the variable device (`on_variable_device`,
-`average_gradients`), replicated all-reduces them between the towers
-(`between_towers`, `all_reduce`), and across the workers of a cluster of
-workers only (`across_workers`, `collectives`), whose update waits for
-every collective of its step (`all_or_none`).
-
-Statistics (the non-trainable variables, such as batch-norm moving means):
-in both modes the last tower updates its own copy from its batch (the
-Inception trainer runs the last tower's updates only), and the step then
-commits that value to the variable and every copy, unless the step is not
-applied (`step_optimizer.step_applied`): a step skipped by loss scaling
-leaves every statistic as it was.
+The last tower's statistics (as the Inception trainer runs the last
+tower's updates only) are committed to the variable and every copy,
+unless the loss scale skips the step.
 """
 
 import functools
@@ -26,27 +15,13 @@ from multigpu.graph import all_reduce, collectives, placement
 
 
 def on_variable_device(update, tower_grads):
-    """parameter_server: the towers' mean on update.variable_device.
-
-    Args:
-      update: the `variable_update.VariableUpdate`.
-      tower_grads: list (one per tower) of lists of (gradient, variable),
-        in the same variable order.
-
-    Returns:
-      [list of (gradient, variable)]: one list, `average_gradients`'.
-    """
+    """parameter_server: [the towers' mean on the variable device]."""
     return [average_gradients(tower_grads, update.variable_device)]
 
 
 def between_towers(update, tower_grads):
-    """replicated: the towers' mean, all-reduced onto every tower's copy.
-
-    Args: as `on_variable_device`'s.
-
-    Returns:
-      A list (one per tower) of lists of (gradient, variable): the mean on
-      the tower's device, paired with the tower's own copy.
+    """replicated: the towers' mean, all-reduced: a list (one per
+    tower) of lists of (the mean on its device, its own copy).
     """
     return all_reduce.all_reduce_mean(
         tower_grads, update.devices, update.all_reduce, update.keys
@@ -54,12 +29,8 @@ def between_towers(update, tower_grads):
 
 
 def across_workers(update, tower_grads):
-    """replicated across the workers: the mean of every tower of every
-    worker, on each tower's copy; the update waits for it and for the
-    step's other collectives (`all_or_none`).
-
-    Args, Returns: as `between_towers`'s; update.task is the worker's
-    `cluster.ClusterTask`.
+    """replicated across the workers: the mean of every tower of
+    every worker, on each tower's copy.
     """
     return collectives.all_reduce_mean(
         tower_grads,
@@ -72,30 +43,11 @@ def across_workers(update, tower_grads):
 
 
 def all_or_none(update, reduced, statistics, later=None):
-    """The step's last collectives, then the gate of its update.
-
-    In a cluster of workers only every variable the step writes (each
-    copy, its slots, the global step, the loss scale, the statistics, the
-    moving averages and the losses' averages) waits for every collective
-    of the step: a step that a lost peer cuts short in any (the gradients'
-    all-reduces, the statistics' broadcast, the stop collective) changes
-    none, so the chief can save the last step it completed
-    (`run/failures.py`).
-
-    Args:
-      update: the `variable_update.VariableUpdate` of ACROSS_WORKERS.
-      reduced: lists of (gradient, variable), `across_workers`'.
-      statistics: the last tower's statistics, as the step leaves them on
-        this worker (tensors; empty for a model without).
-      later: None, or callable() -> the op of the losses' averages
-        (`variable_update.update_waits`), made here to run once every
-        collective has finished; the update waits for it, as the averages
-        read the global step it increments.
-
-    Returns:
-      (reduced, statistics): the same lists, and the last worker's
-      statistics, every tensor available only once every collective of the
-      step (and later's op) has finished (a None gradient stays None).
+    """The step's last collectives, then the gate of its update:
+    (reduced, the last worker's statistics), available only once every
+    collective (and later's op, the losses' averages) has finished, so a step
+    a lost peer cuts short changes no variable and the chief can save the last
+    step it completed (`run/failures.py`).
     """
     task = update.task
     received = collectives.broadcast(
@@ -116,19 +68,8 @@ def all_or_none(update, reduced, statistics, later=None):
 
 
 def average_gradients(tower_grads, device=placement.VARIABLE_DEVICE):
-    """Averages each variable's gradient over the towers.
-
-    This is the synchronisation point of the towers: no variable is updated
-    before every tower has computed its gradients.
-
-    Args:
-      tower_grads: list (one per tower) of lists of (gradient, variable),
-        all in the same variable order.
-      device: str, where to average: the variables' device.
-
-    Returns:
-      A list of (gradient, variable), the gradient the mean over the towers;
-      a variable that no tower has a gradient for keeps None.
+    """The towers' mean of each variable's gradient, on device: a
+    list of (gradient, variable); None where no tower has a gradient.
     """
     average_grads = []
     with tf.device(device):
@@ -140,11 +81,9 @@ def average_gradients(tower_grads, device=placement.VARIABLE_DEVICE):
 
 
 def _mean(grads):
-    """The mean of same-shaped gradients; None for none, one as it is.
-
-    A sum then one division: the tutorial's stack and reduce_mean first
-    copied every tower's gradient into one tensor, about 2 ms of CPU a
-    step of the tutorial net on 2 towers, 3.5 ms on 4.
+    """A sum then one division: the tutorial's stack and reduce_mean first
+    copied every tower's gradient into one tensor, about 2 ms of CPU a step
+    of the tutorial net on 2 towers, 3.5 ms on 4.
     """
     if len(grads) <= 1:
         return grads[0] if grads else None
@@ -153,28 +92,25 @@ def _mean(grads):
 
 def made_now(make):
     """One machine: the losses' averages, made before the gradients are
-    reduced, which wait for them (`variable_update.update_waits`)."""
+    reduced, which wait for them.
+    """
     return [make()], None
 
 
 def made_behind_the_gate(make):
-    """ACROSS_WORKERS: the losses' averages, left to `across_workers_gate`."""
     return [], make
 
 
 def no_gate(update, plan, reduced, statistics, later):
-    """One machine: (the gradients as they are, a callable() that reads
-    `_last_towers_values` after the update); later is None (`made_now`)."""
     return reduced, functools.partial(
         _last_towers_values, plan, statistics.applied
     )
 
 
 def across_workers_gate(update, plan, reduced, statistics, later):
-    """ACROSS_WORKERS: (the gradients, a callable() -> the statistics'
-    names and the last worker's values), read and sent before the update,
-    all waiting for every collective of the step, and for the losses'
-    averages later makes behind them (`all_or_none`)."""
+    """ACROSS_WORKERS: the statistics read and sent before the
+    update, all waiting for every collective (`all_or_none`).
+    """
     with tf.control_dependencies(statistics.updates):
         names, values = _last_towers_values(plan, statistics.applied)
     reduced, received = all_or_none(update, reduced, values, later)
@@ -182,9 +118,9 @@ def across_workers_gate(update, plan, reduced, statistics, later):
 
 
 def _last_towers_values(plan, applied):
-    """(names, values): the statistics' variable names, and the values of
-    the last tower's copies (after its statistics updates), or the
-    variables' own where the step is not applied, each on its device."""
+    """(names, values): the statistics' names and the last tower's
+    values of them, or the variables' own where the step is not applied.
+    """
     variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
     names = [name for name in plan[-1].copies if not variables[name].trainable]
     values = []
@@ -202,8 +138,6 @@ def _last_towers_values(plan, applied):
 
 
 def commit_statistics(plan, names, values):
-    """The statistics' values (`_last_towers_values`, or in ACROSS_WORKERS
-    the last worker's), to the variables and every copy."""
     variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
     assigns = []
     for name, value in zip(names, values):

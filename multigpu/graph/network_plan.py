@@ -1,46 +1,10 @@
 """The dry run's plan of a cluster: bytes per worker per step, and scaling.
 
-For W workers of T towers (N = W x T devices), G bytes of gradients and P
-bytes of variables per copy (G = P: a gradient per variable, of its dtype):
-
-  replicated (a cluster of workers only): TensorFlow's ring all-reduce of
-    N devices, which visits them worker by worker. Each device sends and
-    receives 2 (N - 1) / N x G (`all_reduce.bytes_per_tower`); of a
-    worker's T ring links one leaves the machine (none when W = 1), the
-    others join its own devices.
-  parameter_server (the ps cluster): each tower reads every variable from
-    the ps tasks (T x P in per worker), the worker's CPU averages its
-    towers' gradients and sends the mean (G out); inside the machine the
-    towers send their gradients to that CPU (T x G) and the variables reach
-    them over the same host links (T x P). In the scaling table each
-    machine runs a ps task with 1 / W of the variables: its network link
-    carries (T x P + G) x (W - 1) / W each way.
-
-Links are full duplex: a step's transfer takes the larger of in and out
-over the link's speed, with no overlap with the compute (an upper bound;
-TensorFlow starts an all-reduce once its gradients exist). The compute of a
-step is the graph's FLOPs per tower at ASSUMED_TFLOPS.
-
-The step of one-tower workers on links of a given rate (`cluster_step_secs`,
-held against measured steps by benchmarks/bench_links.py) starts from two
-steps measured with no link to wait for: the compute (the work before the
-all-reduces) and the unshaped step, whose remainder is the all-reduces'
-own costs on the worker (their messages and copies, CPU-bound on a veth).
-Replicated: after the compute, each all-reduce (a gradient, or a pack;
-`collective_bytes`) crosses the link in turn, its ring's bytes at
-PAYLOAD_SHARE of the rate, and then takes its share of the own costs,
-which overlap the next all-reduce's transfer (a flow shop of two stages,
-link then worker). One pack: the compute, the transfer and the costs one
-after the other; many all-reduces: the compute and the larger of the
-transfers and the costs. Every transfer starts after the compute: an
-overlap of the backward pass and the early gradients' transfers did not
-show in the measured steps (on 2 busy cores the sends wait for the CPU
-that computes). The ps cluster, a closed
-network of queues (`closed_cycle_secs`): every worker reads over the ps's
-one link, computes, and sends its gradients back over it (its
-congestion), the bytes counted in the worker's graph (`step_bytes`), which
-reads a variable once per use, not once per step; its think time is the
-compute alone, not an unshaped step, which also moves those bytes.
+For W workers of T towers (N = W x T devices) and G bytes of gradients per
+copy: replicated, the ring of N devices sends and receives 2 (N - 1) / N x
+G per device, one of a worker's T ring links leaving the machine;
+parameter_server, each tower reads every variable from the ps tasks. Links
+are full duplex and do not overlap the compute (an upper bound).
 """
 
 import tensorflow as tf
@@ -62,8 +26,9 @@ TABLE_GPUS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def replicated_bytes(gradient_bytes, num_workers, towers):
-    """(network out, network in, inside the machine) bytes per worker, each
-    way, per step of the ring all-reduce of every tower of every worker."""
+    """(network out, network in, inside the machine) bytes per
+    worker per step, each way, of the ring of every tower of every worker.
+    """
     ring = all_reduce.bytes_per_tower(
         gradient_bytes, num_workers * towers, "collective"
     )[0][0]
@@ -72,9 +37,9 @@ def replicated_bytes(gradient_bytes, num_workers, towers):
 
 
 def ps_bytes(gradient_bytes, variable_bytes, towers):
-    """(network out, network in, inside the machine) bytes per worker per
-    step of the ps cluster; inside: the towers' gradients to the worker's
-    CPU and the variables to the towers."""
+    """(network out, network in, inside the machine) bytes per worker
+    per step of the ps cluster.
+    """
     return (
         gradient_bytes,
         towers * variable_bytes,
@@ -88,12 +53,7 @@ def network_ms(out_bytes, in_bytes, gbits):
 
 
 def flops_per_tower(graph, num_towers):
-    """The FLOPs of one tower's step: the graph's registered FLOPs / towers.
-
-    Every op with FLOP statistics (the convolutions and matrix products
-    forward and back, the element-wise ops of the update) is counted; the
-    shapes must be fully defined.
-    """
+    """The graph's registered FLOPs (fully defined shapes) / towers."""
     options = (
         tf.compat.v1.profiler.ProfileOptionBuilder(
             tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
@@ -113,15 +73,8 @@ def flops_per_tower(graph, num_towers):
 
 
 def lines(gradient_bytes, num_workers, towers, tower_flops, sent_bytes=None):
-    """The plan's lines: this cluster's bytes and times, then the table.
-
-    Args:
-      gradient_bytes: int, one copy's gradients (= its variables' bytes).
-      num_workers: int, the cluster's workers.
-      towers: int, towers per worker.
-      tower_flops: int, FLOPs of one tower's step (`flops_per_tower`).
-      sent_bytes: int, the gradients as the ring carries them
-        (--gradient_transfer_dtype); None: gradient_bytes.
+    """The plan's lines: this cluster's bytes and times, then the table;
+    sent_bytes: the gradients as the ring carries them, None: gradient_bytes.
     """
     sent_bytes = gradient_bytes if sent_bytes is None else sent_bytes
     text = [
@@ -170,7 +123,7 @@ def _modes(gradient_bytes, sent_bytes, num_workers, towers):
     ]
 
 
-# What of the model was measured (`cluster_step_secs`, docs/cluster.md).
+# What of the model was measured (benchmarks/link_model.py, docs/cluster.md).
 CHECKED = (
     "  (the model of a step on links of a given rate was checked against "
     "measured steps by `python -m benchmarks.bench_links`, docs/cluster.md: "
@@ -182,10 +135,8 @@ CHECKED = (
 
 
 def scaling_table(gradient_bytes, tower_flops, sent_bytes=None):
-    """The step's communication against its compute, 1 to 64 GPUs.
-
-    sent_bytes: the gradients as the ring carries them; None:
-    gradient_bytes.
+    """The step's communication against its compute, 1 to 64 GPUs
+    (sent_bytes: as `lines` takes it).
     """
     sent_bytes = gradient_bytes if sent_bytes is None else sent_bytes
     compute_ms = tower_flops / (ASSUMED_TFLOPS * 1e12) * 1e3
@@ -241,7 +192,6 @@ def scaling_table(gradient_bytes, tower_flops, sent_bytes=None):
 
 
 def _times(out, into, inside_ms):
-    """[ms at each of NETWORK_GBITS..., inside_ms]."""
     return [network_ms(out, into, g) for g in NETWORK_GBITS] + [inside_ms]
 
 
@@ -253,34 +203,11 @@ def _n(count):
     return "{:,}".format(count)
 
 
-# The share of a link's rate that carries a message's bytes: a full TCP
-# segment holds 1,448 bytes of 1,514 on the wire (Ethernet, IPv4, and TCP
-# with timestamps). Through tbf at 20, 50 and 200 Mbit/s one TCP stream
-# moved 0.97, 0.96 and 0.95 of the rate.
-PAYLOAD_SHARE = 1448 / 1514
-
-
-def transfer_secs(num_bytes, mbits):
-    """Seconds of num_bytes of messages over a link of mbits Mbit/s."""
-    return num_bytes * 8 / (mbits * 1e6 * PAYLOAD_SHARE)
-
-
 def step_bytes(fetches):
-    """(in, out): the bytes a worker's step receives from and sends to the
-    other jobs' tasks (a ps cluster's worker: from and to the ps tasks).
-
-    Every tensor the step computes on one job and uses on another crosses
-    once (the runtime sends a tensor once to each task that uses it); an
-    op that reads or updates a variable runs beside it. A variable the
-    step reads several times (by the model's layer, its weight decay, the
-    moving averages) crosses as many times.
-
-    Args:
-      fetches: the ops of the step, e.g. [train_op], of a graph whose
-        shapes are fully defined.
-
-    Returns:
-      (bytes in, bytes out), ints.
+    """(in, out) ints: the bytes a worker's step (fetches) receives from
+    and sends to the other jobs' tasks, once per task that uses a tensor; a
+    variable read several times (its layer, its decay, the averages) crosses
+    as many times.
     """
     crossing = {}
     for op in _needed(fetches):
@@ -294,9 +221,9 @@ def step_bytes(fetches):
 
 
 def _job(op):
-    """The job op runs in: its resource's (the runtime puts an op that
-    reads or writes a variable beside it), else its device's, else, not
-    placed, its first input's."""
+    """The job op runs in: its resource's (an op that reads or writes a
+    variable runs beside it), else its device's, else its first input's.
+    """
     resources = [t for t in op.inputs if t.dtype == tf.resource]
     if resources:
         return _job(resources[0].op)
@@ -305,78 +232,9 @@ def _job(op):
     return tf.DeviceSpec.from_string(op.device).job
 
 
-def cluster_step_secs(mode, moved, num_workers, mbits, compute_secs):
-    """The step of one-tower workers, each host on its own link.
-
-    Args:
-      mode: 'replicated' (workers only) or 'parameter_server' (one ps
-        task on a host of its own, the workers asynchronous).
-      moved: for replicated, the bytes of each all-reduce of one worker's
-        step (`collective_bytes`); for parameter_server, (in, out) of a
-        worker's step (`step_bytes`).
-      num_workers: int.
-      mbits: float, every host's link, Mbit/s each way.
-      compute_secs: float, the step's work with no transfer (the ps
-        cluster's think time); for replicated, (the step on unshaped
-        links, its work before the all-reduces).
-
-    Returns:
-      float, seconds per step of each worker.
-    """
-    if mode == "replicated":
-        unshaped, before = compute_secs
-        own = (unshaped - before) / len(moved)
-        link = worker = before
-        for each in moved:
-            link += transfer_secs(
-                replicated_bytes(each, num_workers, 1)[0], mbits
-            )
-            worker = max(worker, link) + own
-        return worker
-    # Each worker reads, computes, sends, and again: its reads queue for
-    # the ps link's one way, its gradients for the other.
-    demands = [transfer_secs(each, mbits) for each in moved]
-    return closed_cycle_secs(demands, compute_secs, num_workers)
-
-
-def closed_cycle_secs(demands, think_secs, customers):
-    """A customer's cycle in a closed network of queues, by mean value
-    analysis (Reiser and Lavenberg, 1980).
-
-    The ps cluster is one: each asynchronous worker (a customer) in turn
-    reads the variables over the ps link's one way, computes on its own
-    (the think time) and sends its gradients over the other way, and a
-    way shared by several workers serves them in turn. One worker cycles
-    in think_secs + sum(demands); many, at most one per max(demands), and
-    the analysis gives the mean between.
-
-    Args:
-      demands: floats, the seconds of one customer's service at each
-        queue (a way of the ps link).
-      think_secs: float, the seconds a customer spends outside the queues.
-      customers: int >= 1.
-
-    Returns:
-      float, the mean seconds of one customer's cycle.
-    """
-    queues = [0.0] * len(demands)
-    for count in range(1, customers + 1):
-        residences = [d * (1 + q) for d, q in zip(demands, queues)]
-        cycle = think_secs + sum(residences)
-        queues = [count * r / cycle for r in residences]
-    return cycle
-
-
 def collective_bytes(fetches):
-    """The bytes of each all-reduce across workers (CollectiveReduceV2) of
-    a step, as its input holds them (a gradient, a pack, cast or not).
-
-    Args:
-      fetches: the ops of the step, of a graph whose shapes are fully
-        defined.
-
-    Returns:
-      A list of ints, in the order of the graph's ops.
+    """The bytes of each CollectiveReduceV2 input of a step (fetches,
+    fully defined shapes), in the order of the graph's ops.
     """
     needed = _needed(fetches)
     return [
@@ -387,7 +245,6 @@ def collective_bytes(fetches):
 
 
 def _needed(fetches):
-    """The set of ops fetches depend on, themselves included."""
     run, stack = set(), list(fetches)
     while stack:
         op = stack.pop()

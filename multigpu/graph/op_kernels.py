@@ -1,19 +1,11 @@
 """Which kernels this TensorFlow build registers, per op type and dtype, and
 the ops Grappler writes into a graph, checked before a session runs them.
 
-The wheel carries the GPU kernels even on a machine without a GPU, and its
-kernel registry says, per op type and dtype, whether one exists.
-
-A session hands its graph to Grappler, whose remapper fuses ops the graph
-never held (Conv2D + BiasAdd + Relu into _FusedConv2D, MatMul + BiasAdd into
-_FusedMatMul). A local session then lets oneDNN's pass rewrite those fused
-ops into its own; a cluster worker first checks each node of its partition
-against its op, and an op that allows not the node's dtype fails every
-step (bfloat16 _FusedConv2D on a CPU: `cluster.may_fuse_ops`). The dry run
-asks Grappler for the graph a session of the run's config would run, and
-names each op Grappler added that its op, or a GPU kernel for its dtypes,
-does not allow. Where the run's devices are not this machine's, Grappler
-decides from the device names alone, as it would on the real machine.
+Grappler's remapper fuses ops the graph never held (Conv2D + BiasAdd + Relu
+into _FusedConv2D), and a cluster worker's op that allows not the node's
+dtype fails every step (bfloat16 _FusedConv2D on a CPU). The dry run asks
+Grappler for the graph the run's config would run (from the device names
+alone, as on the real machine).
 """
 
 import functools
@@ -37,21 +29,9 @@ def has_gpu_kernel(node_def):
 
 
 def refuse_bfloat16_without_cpu_kernel(graph, compute_dtype):
-    """Refuses, before step 1, a bfloat16 op that the CPU cannot run.
-
-    TensorFlow would else end the first step with 'No OpKernel was
-    registered' and a long traceback.
-
-    Args:
-      graph: the train or eval graph, built.
-      compute_dtype: tf.DType the towers compute in; only bfloat16 is
-        checked (the CPU's reduced precision).
-
-    Returns:
-      int, the ops checked: those that compute in bfloat16.
-
-    Raises:
-      ValueError: one line naming each such op, its layer and what to do.
+    """Refuses before step 1 (TensorFlow would end it with 'No OpKernel
+    was registered' and a long traceback) a bfloat16 op of graph without a CPU
+    kernel; returns the number of ops that compute in bfloat16.
     """
     if compute_dtype != tf.bfloat16:
         return 0
@@ -99,8 +79,6 @@ def _layer(op_name):
 
 
 def _has_kernel(node_def, device_types):
-    """Whether a kernel of node_def's op for one of device_types accepts
-    its dtype attrs."""
     for kernel in _kernels(node_def.op, device_types):
         if all(_allows(node_def, c) for c in kernel.constraint):
             return True
@@ -138,10 +116,9 @@ def dtype_attrs(node_def):
 
 
 def rewritten_graph_def(graph, config):
-    """The `GraphDef` a session of config would run: Grappler's rewrite.
-
-    Every node that no other node reads is fetched, so that Grappler prunes
-    nothing the run could ask for.
+    """The `GraphDef` a session of config would run: Grappler's
+    rewrite, every node no other reads fetched, so nothing the run could ask
+    for is pruned.
     """
     with graph.as_default():
         meta = tf.compat.v1.train.export_meta_graph(graph=graph)
@@ -160,16 +137,9 @@ def rewritten_graph_def(graph, config):
 
 
 def unrunnable_rewrites(graph, config, has_gpu_kernel):
-    """The ops Grappler adds to graph that a worker could not run.
-
-    Args:
-      graph: the run's `tf.Graph`.
-      config: the `ConfigProto` of the run's sessions.
-      has_gpu_kernel: callable(node_def) -> bool, whether a GPU kernel
-        takes the node's dtypes.
-
-    Returns:
-      A list of 'NAME (TYPE, ATTR=DTYPE, ...) on DEVICE: WHY' strings.
+    """'NAME (TYPE, ATTR=DTYPE, ...) on DEVICE: WHY' of each op
+    Grappler adds to graph under config that a worker could not run
+    (has_gpu_kernel: callable(node_def) -> bool).
     """
     own_types = {op.type for op in graph.get_operations()}
     found = []
@@ -189,7 +159,6 @@ def unrunnable_rewrites(graph, config, has_gpu_kernel):
 
 
 def _disallowed(node):
-    """Why node's op allows not its dtypes, or None."""
     op_def = op_def_registry.get(node.op)
     for attr in op_def.attr if op_def else ():
         allowed = attr.allowed_values.list.type

@@ -17,22 +17,10 @@ VARIABLE_DEVICE_CHOICES = ("cpu", "tower", "gpu")
 
 
 def tower_devices(num_gpus, cpu_towers):
-    """Chooses the device of each tower.
-
-    Args:
-      num_gpus: int >= 1, the number of towers asked for.
-      cpu_towers: bool, whether towers may run on virtual CPU devices when
-        fewer than `num_gpus` GPUs are visible.
-
-    Returns:
-      A list of `num_gpus` device strings: '/gpu:i' when enough GPUs are
-      visible, otherwise '/cpu:i' (one virtual CPU device per tower). One
-      tower with no GPU visible runs on the CPU, so that the defaults run
-      anywhere.
-
-    Raises:
-      ValueError: `num_gpus` < 1, or more than one GPU asked for, more than
-        are visible, and `cpu_towers` is False.
+    """num_gpus device strings: '/gpu:i' when enough GPUs are
+    visible, else '/cpu:i' (one virtual CPU device per tower, with
+    cpu_towers). One tower with no GPU runs on the CPU, so the defaults run
+    anywhere.
     """
     if num_gpus < 1:
         raise ValueError("--num_gpus must be at least 1, got %d" % num_gpus)
@@ -47,27 +35,15 @@ def tower_devices(num_gpus, cpu_towers):
     return ["/cpu:%d" % i for i in range(num_gpus)]
 
 
-def variable_device(choice, devices, task=None):
+def variable_device(choice, devices, places_variables=True):
     """Where the variables live and the towers' gradients are averaged.
 
-    'cpu' is the classic TF1 design: one copy in host memory, each GPU
-    reads it over PCIe and sends its gradients back. 'tower' puts the
-    variables on the first tower's device (tf_cnn_benchmarks'
-    --local_parameter_device=gpu): tower 0 reads them in its own memory, the
-    other GPUs copy from it peer to peer and the mean is computed there,
-    which pays off when the GPUs talk to each other faster than to the host.
-
-    Args:
-      choice: one of VARIABLE_DEVICE_CHOICES ('gpu' is 'tower').
-      devices: the tower device strings from `tower_devices`.
-      task: the `cluster.ClusterTask`, or None outside a cluster.
-
-    Returns:
-      str, a device: VARIABLE_DEVICE or devices[0].
-
-    Raises:
-      ValueError: an unknown choice, or 'tower' in a cluster, where
-        `replica_device_setter` puts the variables on the ps tasks.
+    'cpu' is the classic TF1 design: one copy in host memory, each GPU reads
+    it over PCIe. 'tower' (or 'gpu', tf_cnn_benchmarks'
+    --local_parameter_device=gpu) puts them on the first tower's device, the
+    other GPUs copying peer to peer: it pays off when the GPUs talk to each
+    other faster than to the host. places_variables: False where the device
+    setter puts the variables on the ps tasks.
     """
     if choice not in VARIABLE_DEVICE_CHOICES:
         raise ValueError(
@@ -76,7 +52,7 @@ def variable_device(choice, devices, task=None):
         )
     if choice == "cpu":
         return VARIABLE_DEVICE
-    if task is not None and not task.kind.places_variables:
+    if not places_variables:
         raise ValueError(
             "--variable_device=%s does not apply in cluster mode: the "
             "variables live on the ps tasks" % choice
@@ -90,21 +66,10 @@ VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable", "AutoReloadVariable")
 
 
 def device_function(tower_device, variable_device):
-    """The one device function of a tower: variable ops apart, the rest local.
-
-    Every op that holds a variable goes to `variable_device`, whatever made
-    it (`tf.compat.v1.get_variable`, `tf.compat.v1.layers`, a helper with
-    its own `tf.device`): the answer to "layers created on the CPU but
-    executed on the GPU". Any other op keeps a device set inside the tower
-    (e.g. the input on the CPU) or runs on `tower_device`. Reads of a
-    variable are placed with it by TensorFlow; the tower receives the value.
-
-    Args:
-      tower_device: str, e.g. '/gpu:1'.
-      variable_device: str, from `variable_device`.
-
-    Returns:
-      callable(op) -> str, for `tf.compat.v1.device`.
+    """The one device function of a tower: every op that holds a
+    variable goes to variable_device, whatever made it (the answer to "layers
+    created on the CPU but executed on the GPU"); any other keeps a device
+    set inside the tower or runs on tower_device.
     """
 
     variable_device = tf.DeviceSpec.from_string(variable_device).to_string()
@@ -119,7 +84,6 @@ def device_function(tower_device, variable_device):
 
 
 def describe_devices(devices):
-    """Returns the log line that says where the towers run."""
     if devices == ["/cpu:0"]:
         return "No GPU visible: the one tower runs on the CPU (/cpu:0)"
     if devices[0].startswith("/cpu"):
@@ -136,13 +100,9 @@ class SessionOptions(
         "allow_growth gpu_memory_fraction num_intra_threads num_inter_threads",
     )
 ):
-    """The session options of the TF1 notes (0 = TensorFlow's choice).
-
-    allow_growth: bool, GPU memory is taken as needed, not all at start.
-    gpu_memory_fraction: float in [0, 1], the share of each GPU's memory the
-      process may take (per_process_gpu_memory_fraction).
-    num_intra_threads: int, threads inside one op (e.g. a matmul).
-    num_inter_threads: int, ops run at once.
+    """The session options of the TF1 notes (0 = TensorFlow's choice):
+    allow_growth, GPU memory taken as needed; gpu_memory_fraction,
+    per_process_gpu_memory_fraction; the intra-op and inter-op threads.
     """
 
 
@@ -157,21 +117,12 @@ def session_config(
     options=DEFAULT_SESSION_OPTIONS,
     fuse_ops=True,
 ):
-    """Returns the `ConfigProto` of every session of the suite.
+    """The `ConfigProto` of every session of the suite.
 
-    Soft placement lets ops without a GPU kernel fall back to the CPU. One
-    CPU device is created per tower that runs on a CPU, so that CPU towers
-    are separate devices exactly as GPU towers are.
-
-    Args:
-      devices: the tower device strings from `tower_devices`.
-      log_device_placement: bool, whether TensorFlow logs each op's device.
-      operation_timeout_secs: int, an op waiting longer fails with
-        DeadlineExceededError (a dead cluster peer); 0 waits forever.
-      options: the `SessionOptions` of the GPU memory and thread pools.
-      fuse_ops: bool, whether Grappler's remapper may fuse ops (e.g.
-        Conv2D + BiasAdd + Relu into _FusedConv2D); see
-        `cluster.may_fuse_ops`.
+    Soft placement lets ops without a GPU kernel fall back to the CPU; one
+    CPU device per CPU tower makes them separate devices as GPU towers are.
+    operation_timeout_secs: 0 waits forever (else a dead peer fails the op);
+    fuse_ops: whether Grappler's remapper may fuse (`cluster.may_fuse_ops`).
     """
     num_cpu_devices = max(1, sum(d.startswith("/cpu") for d in devices))
     config = tf.compat.v1.ConfigProto(
@@ -211,27 +162,11 @@ def cpu_has_bfloat16(cpuinfo_path="/proc/cpuinfo"):
 def compute_dtype(
     use_fp16, devices, force_cpu_bfloat16=False, cpu_bfloat16=None
 ):
-    """The dtype the layers compute in (variables stay float32).
-
-    Without bfloat16 instructions a CPU emulates bfloat16 about ten times
-    slower than float32, so there --use_fp16 computes in float32 (and says
-    so on stderr) unless force_cpu_bfloat16. With use_fp16 one line says
-    which dtype is chosen, and why.
-
-    Args:
-      use_fp16: bool, whether to compute in reduced precision.
-      devices: the tower device strings.
-      force_cpu_bfloat16: bool, use bfloat16 on a CPU without the
-        instructions.
-      cpu_bfloat16: bool, whether the CPU has them; None reads
-        `cpu_has_bfloat16()`.
-
-    Returns:
-      tf.float32; with use_fp16, tf.float16 on GPUs and tf.bfloat16 on CPUs
-      that have bfloat16 instructions (CPUs have no fast float16 kernels).
-
-    Raises:
-      ValueError: force_cpu_bfloat16 with GPU devices (one line).
+    """The dtype the layers compute in (variables stay float32):
+    float32, or with use_fp16 float16 on GPUs and bfloat16 on CPUs that have
+    its instructions (cpu_bfloat16, None: `cpu_has_bfloat16()`); emulated, it
+    runs about ten times slower than float32, so only with
+    force_cpu_bfloat16. One line says which, and why.
     """
     if not use_fp16:
         return tf.float32

@@ -1,30 +1,11 @@
 """The step's optimizer: the model's, in the wrappers of the step
 (`_Wrapper`), chosen once by the kind of run (`StepOptimizer`).
 
-Loss scaling for float16 compute, as tf_cnn_benchmarks does it: float16
-has 5 exponent bits, and gradients below about 6e-8 round to zero in the
-backward pass. The loss times a scale S (a power of two: both
-multiplications are exact) shifts every gradient up by S; the float32
-gradients divided by S are the true values. A fixed scale can overflow
-float16 (65504) instead: the dynamic scale starts at the fixed one, skips
-the update and halves the scale when a gradient is not finite, and doubles
-it after `inc_every_n` good steps in a row. It lives in non-trainable
-variables, so a resumed run keeps it.
-
-In a ps cluster each worker applies its own steps to the one global step
-on the ps tasks, and stops once it reads the global step at --max_steps
-(`StopAtStepHook`), but a step it or another worker began before then
-still lands after it: two workers that each start a step at step 5 of 6
-would leave the global step at 7, a checkpoint past --max_steps. There
-each step claims its global step in one atomic op once its gradients are
-made, and one whose claim would pass --max_steps writes nothing
-(`claiming`).
-
-Every trainer moves the moving averages of the weights and statistics,
-which the eval reads, with its step (`average_variables`), but for the ps
-cluster with --sync_replicas, where every worker's step only sends
-gradients and the chief moves the averages once per global step after
-applying them (`AveragedOptimizer`).
+Loss scaling for float16, as tf_cnn_benchmarks does it: gradients below
+about 6e-8 round to zero in float16; the loss times a power of two shifts
+them up (exactly). The dynamic scale halves on a non-finite gradient
+(float16 overflows at 65504), skipping the step, and doubles after
+`inc_every_n` good steps.
 """
 
 import collections
@@ -61,18 +42,9 @@ Dtypes.__doc__ = """What a step computes in: compute_dtype, the layers'
 
 
 def loss_scaling(compute_dtype, scale, dynamic, inc_every_n, sync_replicas):
-    """The loss scaling of a run, or None when it computes not in float16.
-
-    Args:
-      compute_dtype: the towers' compute dtype.
-      scale, dynamic, inc_every_n: the --fp16_* flags.
-      sync_replicas: bool, whether the kind of run aggregates the workers'
-        gradients (`kinds.Kind.sync`).
-
-    Raises:
-      ValueError: a scale below 1, or the dynamic scale with --sync_replicas
-        (whose chief applies the gradients in a run of its own, without
-        the workers' finite checks).
+    """The `LossScaling` of the --fp16_* flags, None unless float16;
+    the dynamic scale is refused with sync_replicas, whose chief applies the
+    gradients without the workers' finite checks.
     """
     if compute_dtype != tf.float16:
         return None
@@ -94,12 +66,11 @@ def wrap(optimizer, scaling):
 
 
 class _Wrapper(tf.compat.v1.train.Optimizer):
-    """An optimizer around another, the one way the step wraps one: its
-    gradients are the wrapped one's (the loss scale changes what it asks
-    of them), its `apply_gradients` does more around the wrapped one's."""
+    """An optimizer around another, the one way the step wraps one:
+    the wrapped one's gradients, more around its `apply_gradients`.
+    """
 
     def __init__(self, optimizer, name):
-        """optimizer: the `Optimizer` to wrap; name: str, the wrapper's."""
         super().__init__(use_locking=False, name=name)
         self._optimizer = optimizer
 
@@ -108,13 +79,8 @@ class _Wrapper(tf.compat.v1.train.Optimizer):
 
 
 class LossScaleOptimizer(_Wrapper):
-    """Scales the loss, unscales the gradients, skips non-finite steps.
-
-    `compute_gradients` may be called once per tower; `apply_gradients`
-    once with the reduced gradients. With the dynamic scale, the reduced
-    gradients are checked once (`skip_unless_finite`): not all finite, the
-    step applies nothing; with a fixed scale they are kept, and the NaN
-    check of the loop ends the run.
+    """Scales the loss, unscales the gradients, skips non-finite steps
+    (dynamic scale); with a fixed scale the loop's NaN check ends the run.
     """
 
     def __init__(self, optimizer, scaling):
@@ -153,10 +119,8 @@ class LossScaleOptimizer(_Wrapper):
         ]
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        """Applies the gradients; the dynamic scale skips non-finite steps.
-
-        The global step counts skipped steps too, so --max_steps bounds the
-        run whatever the scale does; `skipped_steps` counts the skipped.
+        """The global step counts skipped steps too, so --max_steps
+        bounds the run whatever the scale does.
         """
         if not self._scaling.dynamic:
             return self._optimizer.apply_gradients(
@@ -186,7 +150,6 @@ class LossScaleOptimizer(_Wrapper):
             return tf.constant(True)
 
     def _update_scale(self, finite):
-        """Halves the scale on a non-finite step, doubles it after a run."""
         good_steps = tf.where(finite, self.good_steps + 1, 0)
         grow = good_steps >= self._scaling.inc_every_n
         new_scale = tf.where(
@@ -206,8 +169,7 @@ class LossScaleOptimizer(_Wrapper):
 
 
 def _all_finite(grads_and_vars):
-    """bool scalar: whether every gradient is finite (each checked on its
-    own device)."""
+    """bool scalar, each gradient checked on its own device."""
     checks = []
     for g, _ in grads_and_vars:
         if g is not None:
@@ -217,7 +179,6 @@ def _all_finite(grads_and_vars):
 
 
 def _zeros_unless(finite, grad):
-    """grad, or zeros of its shape where not finite; on grad's device."""
     if grad is None:
         return None
     with tf.device(grad.device):
@@ -225,20 +186,10 @@ def _zeros_unless(finite, grad):
 
 
 def skip_unless_finite(optimizer, copies):
-    """The reduced gradients, zeroed where the dynamic scale skips the step.
-
-    The check is taken once, on the gradients as reduced (and clipped), as
-    tf_cnn_benchmarks does: a tower's overflow makes the mean non-finite,
-    and in a cluster of workers only every worker holds the same mean, so
-    every copy on every worker skips or applies together. Zeros keep the
-    histograms and averages of a skipped step finite. Call it once, before
-    `step_applied` and `apply_gradients`.
-
-    Args:
-      optimizer: the optimizer of `wrap`.
-      copies: list (one per copy of the variables) of lists of (gradient,
-        variable), every copy's of the same values; returned as they are
-        but for the dynamic scale, zeros on a skipped step.
+    """The reduced gradients (one list per copy), zeroed where the
+    dynamic scale skips the step (zeros keep the histograms finite). Checked
+    once, on the gradients as reduced and clipped, as tf_cnn_benchmarks does:
+    every copy on every worker skips together. Call it before `step_applied`.
     """
     if not _is_dynamic(optimizer):
         return copies
@@ -250,10 +201,9 @@ def skip_unless_finite(optimizer, copies):
 
 
 def step_applied(optimizer):
-    """bool scalar: whether the step's update is applied: False where the
-    dynamic loss scale (optimizer, of `wrap`) skips the step (non-finite
-    gradients), when no weight, statistic or moving average may change.
-    Call it after `skip_unless_finite`."""
+    """bool scalar: False where the dynamic loss scale skips the
+    step, when no weight, statistic or moving average may change.
+    """
     if not _is_dynamic(optimizer):
         return tf.constant(True)
     assert optimizer.finite is not None, "skip_unless_finite comes first"
@@ -261,19 +211,17 @@ def step_applied(optimizer):
 
 
 def skipped_steps(optimizer):
-    """The int64 variable that counts the skipped steps, or None."""
     return optimizer.skipped_steps if _is_dynamic(optimizer) else None
 
 
 def _is_dynamic(optimizer):
-    """Whether optimizer (of `wrap`) scales its loss dynamically."""
     return isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic
 
 
 def find_skipped_steps(graph):
-    """(int64 variable, float32 variable): the graph's count of skipped
-    steps and its loss scale where it scales its loss dynamically, else
-    None."""
+    """(int64 skipped steps, float32 loss scale) variables of a
+    graph that scales its loss dynamically, else None.
+    """
     found = {
         var.op.name: var
         for var in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
@@ -299,40 +247,33 @@ def describe(scaling):
 Steps = collections.namedtuple(
     "Steps", "max_steps replicas_to_aggregate num_workers decay"
 )
-Steps.__doc__ = """What the step's optimizer counts, of the run and its trainer.
-
-max_steps: int, the global step no step claims past; None for no bound
-  (or a trainer whose steps claim nothing).
-replicas_to_aggregate, num_workers: ints, the worker steps a sync global
-  step averages and the workers of the cluster.
-decay: float, the moving averages' (e.g. 0.9999) that a sync chief moves
-  after its update; None for a trainer without moving averages.
+Steps.__doc__ = """What the step's optimizer counts: max_steps, the global
+step no step claims past, or None; replicas_to_aggregate and num_workers,
+of a sync cluster; decay, the moving averages' that a sync chief moves, or
+None.
 """
 
 StepOptimizer = collections.namedtuple(
     "StepOptimizer", "optimizer scaled sync moves_averages"
 )
 StepOptimizer.__doc__ = """The step's optimizer, chosen once by the kind of
-run (its `kinds.Kind.step_optimizer`, one of `plain`, `claiming`,
-`sync_replicas`).
+run (`kinds.Kind.step_optimizer`: `plain`, `claiming`, `sync_replicas`).
 
 optimizer: the `Optimizer` whose `apply_gradients` makes the step.
-scaled: the loss-scaled optimizer it wraps (`wrap`), whose gradients the
-  towers compute and which says whether the step is applied.
-sync: the `SyncReplicasOptimizer` whose session hooks every worker needs
-  (`cluster.sync_hooks`), or None.
+scaled: the loss-scaled optimizer it wraps (`wrap`), of the towers.
+sync: the `SyncReplicasOptimizer` whose hooks every worker needs, or None.
 moves_averages: bool, its update moves the moving averages itself.
 """
 
 
 def plain(optimizer, steps):
-    """One process, a cluster of workers only: the optimizer as it is."""
     return StepOptimizer(optimizer, optimizer, None, False)
 
 
 def claiming(optimizer, steps):
-    """A ps cluster: each step claims its global step before it writes,
-    where steps.max_steps bounds the run (`_ClaimingOptimizer`)."""
+    """A ps cluster: each step claims its global step before it writes
+    (`_ClaimingOptimizer`).
+    """
     if steps.max_steps is None:
         return plain(optimizer, steps)
     claiming_optimizer = _ClaimingOptimizer(optimizer, steps.max_steps)
@@ -340,9 +281,9 @@ def claiming(optimizer, steps):
 
 
 def sync_replicas(optimizer, steps):
-    """A ps cluster with --sync_replicas: each worker's step only sends its
-    gradients; the chief applies those of a global step, then (steps.decay
-    given) the moving averages, once (`AveragedOptimizer`)."""
+    """A ps cluster with --sync_replicas: the chief applies a global
+    step's gradients, then the moving averages, once.
+    """
     averaged = optimizer
     if steps.decay is not None:
         averaged = AveragedOptimizer(optimizer, steps.decay)
@@ -355,22 +296,13 @@ def sync_replicas(optimizer, steps):
 
 
 class _SyncReplicasOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
-    """A `SyncReplicasOptimizer` whose chief's queue runner ends quietly
-    when the chief's session closes.
-
-    After the last step no worker sends gradients, so the session's close
-    cancels the runner's sync step (CancelledError). TensorFlow's runner
-    ends quietly only on OutOfRangeError and hands any other error to its
-    coordinator, which raised it in the thread: 'Exception in thread
-    QueueRunnerThread-sync_token_q-...' and a traceback before the chief's
-    report. A cancelled sync step is this thread's end, as a closed queue
-    is (the runner's `cancel_op` ends a pending enqueue the same way).
+    """A `SyncReplicasOptimizer` whose chief's queue runner takes the
+    cancelled sync step of the session's close for its end: TensorFlow's
+    printed a traceback ('Exception in thread QueueRunnerThread-...') before
+    the chief's report.
     """
 
     def get_chief_queue_runner(self):
-        """The optimizer's queue runner, its ops the same, taking
-        CancelledError for its end. Called once, as the chief's session
-        begins (by the hook of `make_session_run_hook`)."""
         runner = super().get_chief_queue_runner()
         return tf.compat.v1.train.QueueRunner(
             runner.queue,
@@ -385,11 +317,10 @@ class _SyncReplicasOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
 
 
 def refuse_sync_statistics(step, statistics_updates, model_name):
-    """Refuses --sync_replicas (a step, the `StepOptimizer`, with a sync)
-    for a model (model_name: --model) with batch-norm statistics (the ops
-    statistics_updates): a sync worker's step sends its gradients and
-    ends; every worker's step would commit its own batch's statistics,
-    several times per global step."""
+    """Refuses --sync_replicas for a model with batch-norm
+    statistics: every worker would commit its own batch's, several times per
+    global step.
+    """
     if step.sync is not None and statistics_updates:
         raise ValueError(
             "--sync_replicas: --model=%s has batch-norm statistics, which "
@@ -402,26 +333,17 @@ def refuse_sync_statistics(step, statistics_updates, model_name):
 
 class _ClaimingOptimizer(_Wrapper):
     """An optimizer whose update runs once its step claimed its global
-    step, which then counts the step: the optimizer it wraps increments
-    nothing.
-
-    The claim is one atomic op on the global step's device (the placer
-    puts it there): of the steps that workers run at once, each gets its
-    own global step, and none gets one past last_step, whatever their
-    order; one at last_step raises `tf.errors.OutOfRangeError`, which ends
-    a `MonitoredSession` as the end of its input does. It waits for every
-    gradient, so the step's reads of the global step (its learning rate)
-    come before it.
+    step (a ps cluster, where a step begun before another worker reached
+    --max_steps would land after it). The claim is one atomic op, after every
+    gradient; one at last_step raises `tf.errors.OutOfRangeError`, which ends
+    a `MonitoredSession`.
     """
 
     def __init__(self, optimizer, last_step):
-        """optimizer: the `Optimizer` to wrap; last_step: int."""
         super().__init__(optimizer, "ClaimingOptimizer")
         self._last_step = last_step
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        """Claims global_step (int64 scalar variable), then applies the
-        gradients (list of (gradient, variable)); name: of the update."""
         grads_and_vars = list(grads_and_vars)
         made = [grad.op for grad, _ in grads_and_vars if grad is not None]
         with tf.control_dependencies(made):
@@ -437,19 +359,9 @@ class _ClaimingOptimizer(_Wrapper):
 
 
 def average_variables(update_ops, global_step, applied, decay):
-    """The op that updates the moving averages of the weights and
-    statistics, after update_ops (the step's, whose values they take).
-
-    The decay is lower while the global step is small (the num_updates rule
-    of `ExponentialMovingAverage`: min(decay, (1 + step) / (10 + step))), and
-    1 on a step that is not applied, so that a step skipped by loss scaling
-    moves no average.
-
-    Args:
-      global_step: int64 scalar, the step the update makes (the global
-        step variable, incremented by update_ops).
-      applied: bool scalar, `step_applied`.
-      decay: float, e.g. the tutorial's 0.9999.
+    """The moving averages' update of the weights and statistics,
+    after update_ops, at min(decay, (1 + step) / (10 + step)) (the num_updates
+    rule of `ExponentialMovingAverage`), 1 on a step not applied.
     """
     # One block of the graph in TensorBoard (its initial-value conds were
     # ten nodes at the top level); the shadows' names keep no scope.
@@ -466,26 +378,17 @@ def average_variables(update_ops, global_step, applied, decay):
 
 
 class AveragedOptimizer(_Wrapper):
-    """An optimizer whose update then moves the moving averages, once.
-
-    Inside `SyncReplicasOptimizer`, which runs it once per global step in
-    its chief's queue runner: the averages move once per global step, after
-    the weights, as Inception's distributed trainer moves them. Unlike its
-    `variable_averages` argument, which the chief applies after it hands
-    out the next step's tokens, the global step is incremented after the
-    averages: a worker (and the chief's saver) that sees step N sees its
-    averages too.
+    """An optimizer whose update then moves the moving averages, once
+    per global step in `SyncReplicasOptimizer`'s chief (as Inception's
+    distributed trainer), before the global step moves: whoever sees step N
+    sees its averages.
     """
 
     def __init__(self, optimizer, decay):
-        """optimizer: the `Optimizer` to wrap; decay: float, e.g. 0.9999."""
         super().__init__(optimizer, "AveragedOptimizer")
         self._decay = decay
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        """Applies the gradients (list of (gradient, variable)), the
-        averages, then increments global_step (int64 scalar variable) once;
-        name: str or None, of the update op."""
         apply_op = self._optimizer.apply_gradients(grads_and_vars, name=name)
         # Nothing else increments the step: this reads it before the
         # increment below, which waits for the averages.

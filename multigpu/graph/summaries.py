@@ -1,15 +1,6 @@
-"""Summaries: the graph's blocks, the tags every trainer writes, the losses'
+"""Summaries: the graph's blocks (its top-level name scopes, which
+TensorBoard draws first), the tags every trainer writes, the losses'
 averages and the eval's hits.
-
-The blocks of a train graph are the name scopes at its top level, which
-TensorBoard's Graphs page draws first: `global_step` and INPUT, MODEL, ...,
-the towers' block being `towers.TOWERS_SCOPE`. The model's variables are in
-the model block ('model/conv1/weights'); the checkpoints and the summaries
-name them without it ('conv1/weights', as the tutorial's checkpoints do),
-and without the 'tower_N/' scope (`without_blocks`). The losses are
-summarised raw and as moving averages that start at the first loss
-(`add_loss_summaries`); the eval counts each example's label the top
-prediction, or in the top 5 (`top_k_hits`).
 """
 
 import re
@@ -18,11 +9,9 @@ import tensorflow as tf
 
 from multigpu.graph import towers
 
-# The group of the charts a person looks for first (the loss, the learning
-# rate): TensorBoard groups the charts by the tag's first '/' component, puts
-# the groups in code-point order (capitals before the layers' lowercase
-# names) and opens the first two. 'Loss' comes before the eval's 'Precision
-# @ 1' and 'Recall @ 5', which come second.
+# The charts a person looks for first: TensorBoard groups the tags by
+# their first component, in code-point order, and opens the first two
+# ('Loss' before the eval's 'Precision @ 1' and 'Recall @ 5').
 FIRST_GROUP = "Loss/"
 
 
@@ -39,16 +28,9 @@ def _summary_tag(name):
 
 
 def scalar_summary(name, value):
-    """Adds a scalar summary to the SUMMARIES collection.
-
-    The op lives in the current name scope (so a tower's summaries can be
-    picked by its scope) while the tag leaves out the block and 'tower_N/'
-    (`without_blocks`), so that every tower and trainer writes under
-    the same tag, e.g. 'total_loss'.
-
-    Args:
-      name: str, the tag below the current name scope.
-      value: a scalar tensor of a real dtype.
+    """Adds a scalar summary to the SUMMARIES collection: the op in the
+    current name scope, its tag without block and tower (`without_blocks`),
+    so every tower and trainer writes 'total_loss'.
     """
     return _collect(
         tf.raw_ops.ScalarSummary(
@@ -58,12 +40,7 @@ def scalar_summary(name, value):
 
 
 def histogram_summary(name, values):
-    """Adds a histogram summary tagged like `scalar_summary`.
-
-    Args:
-      name: str, the tag below the current name scope.
-      values: a tensor of a real dtype, any shape.
-    """
+    """Adds a histogram summary tagged like `scalar_summary`."""
     return _collect(
         tf.raw_ops.HistogramSummary(
             tag=_summary_tag(name), values=values, name=_op_name(name)
@@ -72,18 +49,8 @@ def histogram_summary(name, values):
 
 
 def last_tower_summaries(scope):
-    """Merges the graph's summaries but those of all towers except one.
-
-    Every tower creates the same summaries under the same tags; merging them
-    all would repeat each tag, so only the last tower's are kept, with every
-    summary made outside the towers (learning rate, histograms, ...).
-
-    Args:
-      scope: str, the name scope of the tower to keep, e.g.
-        'towers/tower_1/'.
-
-    Returns:
-      A string scalar, the merged `Summary` protocol buffer.
+    """The graph's summaries merged (a string scalar), of the towers
+    only the one of scope's: every tower makes the same tags.
     """
     tower = re.compile(
         "(%s/)?%s_[0-9]+/" % (towers.TOWERS_SCOPE, towers.TOWER_NAME)
@@ -98,23 +65,10 @@ def last_tower_summaries(scope):
 
 
 def split_histograms(summary_op=None):
-    """Splits merged summaries into the histograms and all the others.
-
-    A histogram is the dearest summary by far: its kernel sorts every value
-    of an activation, a weight or a gradient into a bucket one at a time,
-    on one thread. The tutorial net's 25 histograms cost about as much CPU
-    as a training step (benchmarks/bench_hooks.py), so the trainers write
-    them less often than the scalars (`loop_hooks.SummarySaverHook`).
-
-    Args:
-      summary_op: string scalar, merged summaries (a `MergeSummary`,
-        nested or not) or one summary; None for the graph's SUMMARIES
-        collection, as TensorFlow's scaffold merges them.
-
-    Returns:
-      (others, histograms): each a string scalar merging those summaries,
-      or None where there are none. summary_op itself stands for the
-      others when it holds no histogram.
+    """(others, histograms): merged summaries (summary_op, or None for
+    the SUMMARIES collection) split, each a string scalar or None; summary_op
+    stands for the others when it holds no histogram. The tutorial net's 25
+    histograms cost about a training step of CPU (benchmarks/bench_hooks.py).
     """
     if summary_op is None:
         parts = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
@@ -139,12 +93,8 @@ def _merged_parts(summary):
 
 
 def add_histograms(grads_and_vars):
-    """Histograms of every trainable variable and of its gradient, in the
-    graph's summaries block.
-
-    Args:
-      grads_and_vars: list of (gradient, variable); only the model's
-        variables are summarised, not the towers' copies of them.
+    """Histograms of every trainable variable and of its gradient
+    (not of the towers' copies), in the summaries block.
     """
     trainable = tf.compat.v1.trainable_variables()
     with tf.name_scope(SUMMARIES + "/"):
@@ -156,12 +106,8 @@ def add_histograms(grads_and_vars):
 
 
 def image_summary(name, images, max_images=3):
-    """Adds an image summary of the first images, tagged like the others.
-
-    Args:
-      name: str, the tag below the current name scope.
-      images: float32 [batch, height, width, 1 or 3].
-      max_images: int, how many images of the batch to show.
+    """Adds an image summary of the first max_images images (float32
+    [batch, height, width, 1 or 3]), tagged like the others.
     """
     return _collect(
         tf.raw_ops.ImageSummary(
@@ -203,10 +149,10 @@ _LEADING_BLOCKS = re.compile("^(?:(?:%s)/)+" % "|".join(SAVED_WITHOUT))
 
 
 def without_blocks(name):
-    """Returns name without its 'towers/tower_N/' and its leading blocks:
+    """name without its 'towers/tower_N/' and leading blocks:
     'model/conv1/activations' and 'towers/tower_1/conv1/activations' both
-    give 'conv1/activations', the tag every trainer writes, and
-    'summaries/model/conv1/weights' gives 'conv1/weights'."""
+    give 'conv1/activations'.
+    """
     return _LEADING_BLOCKS.sub("", towers.strip_tower_prefix(name))
 
 
@@ -214,29 +160,14 @@ LOSS_AVERAGE_DECAY = 0.9  # Decay of the loss averages in the summaries.
 
 
 def add_loss_summaries(total_loss, global_step, scope=None):
-    """Summarises the losses, raw and as moving averages.
+    """Summarises the losses (those of scope, and total_loss), raw and
+    as moving averages; returns the averages' update, which the global step
+    (their count of updates) must be incremented after.
 
-    Everything it makes is in the graph's summaries block: the tags are
-    'Loss/cross_entropy', 'local3/weight_loss', ..., and
-    'Loss/total_loss' (`FIRST_GROUP`), each also with ' (raw)'.
-    The averages' variables are named after the losses
-    ('summaries/cross_entropy/avg', saved as the tutorial's
-    'cross_entropy/avg'), whichever block or tower the losses come from, so
-    that every trainer's checkpoint holds the same names. The averages
-    start at 0, as the tutorial's do; their summaries are zero-debiased
-    (divided by 1 - decay^updates, as Adam's moments are), so that a chart
-    starts at the first loss. A weight-decay term of wd 0 is averaged but
-    not summarised (a flat 0).
-
-    Args:
-      total_loss: float32 scalar, e.g. cifar10's `loss` or a tower's total.
-      global_step: the global step variable (int64 scalar), which counts
-        the updates of the averages.
-      scope: str or None, only the `losses` of this name scope (a tower).
-
-    Returns:
-      The op that updates the moving averages of the losses; the global
-      step must be incremented after it (apply the gradients after it).
+    The averages' variables are named after the losses ('cross_entropy/avg'
+    saved, as the tutorial's), whichever block or tower they come from; they
+    start at 0, as the tutorial's, and their summaries are zero-debiased (as
+    Adam's moments are), so a chart starts at the first loss.
     """
     with tf.name_scope(SUMMARIES + "/"):
         averages = tf.compat.v1.train.ExponentialMovingAverage(
@@ -266,7 +197,6 @@ def add_loss_summaries(total_loss, global_step, scope=None):
 
 
 def _is_zero_weight_decay(loss):
-    """Whether loss is `variables.variable_with_weight_decay`'s wd-0 term."""
     return loss.op.type == "Mul" and tf.get_static_value(loss.op.inputs[1]) == 0
 
 
@@ -277,18 +207,10 @@ RECALL_K = 5
 
 
 def top_k_hits(logits, labels):
-    """Whether each example's label is the top prediction and in the top 5.
-
-    A label counts among the top k when fewer than k logits exceed its own
-    (`tf.nn.in_top_k`: a tie at the k-th place is a hit).
-
-    Args:
-      logits: float32 [batch, num_classes].
-      labels: int32 [batch], each in [0, num_classes).
-
-    Returns:
-      bool [2, batch]: row 0 the hits of precision @ 1 (PRECISION_K), row 1
-      those of recall @ 5 (RECALL_K).
+    """bool [2, batch]: whether each label (int32 [batch]) is the top
+    prediction of logits (float32 [batch, num_classes]) (row 0, precision @
+    1), and among the top 5 (row 1, recall @ 5; `tf.nn.in_top_k`: a tie at
+    the k-th place is a hit).
     """
     hits = [
         tf.nn.in_top_k(predictions=logits, targets=labels, k=k)

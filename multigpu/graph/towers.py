@@ -1,11 +1,6 @@
 """Building the towers, their losses and gradients, and the names of their
-copies of the variables.
-
-Tower i's copy of a variable is named towers/replica_i/<the variable's
-name> (`replica_name`), made by `variable_update`'s tower plan;
-`primary_name` reads the variable's name back from a copy's, and
-`model_variables_with_copies` finds a graph's trainable variables with
-their copies.
+copies of the variables (towers/replica_i/<name>: `replica_name`,
+`primary_name`).
 """
 
 import contextlib
@@ -17,14 +12,11 @@ from multigpu.graph import placement
 
 # Prefix of the name scope of each tower, as in the TF1 tutorial: tower_0, ...
 TOWER_NAME = "tower"
-# The name scope that holds the towers' ('towers/tower_0/', ...): one block
-# of TensorBoard's graph.
+# The name scope of the towers: one block of TensorBoard's graph.
 TOWERS_SCOPE = "towers"
-# Tower i's copies of the variables are named TOWERS_SCOPE/REPLICA_SCOPE_i/
-# <name>.
+# Tower i's copies of the variables are TOWERS_SCOPE/REPLICA_SCOPE_i/<name>.
 REPLICA_SCOPE = "replica"
-# The name scope, inside a tower's, of the staging of its batch
-# (`stage_on_device`).
+# The name scope, in a tower's, of its batch's staging.
 STAGING_SCOPE = "staging_area"
 
 
@@ -46,16 +38,9 @@ PREFETCH_TO_DEVICE_DEFAULT = True
 
 
 def add_cross_entropy(logits, labels):
-    """Adds the mean cross-entropy of a batch to the `losses` collection.
-
-    A tower's loss is then `tower_total_loss` of its scope.
-
-    Args:
-      logits: float32 [batch, num_classes].
-      labels: int32 [batch] in 0..num_classes - 1.
-
-    Returns:
-      float32 scalar named 'cross_entropy'.
+    """Adds the mean cross-entropy of a batch (logits: float32
+    [batch, num_classes], labels: int32 [batch]) to the `losses` collection;
+    returns it, a float32 scalar named 'cross_entropy'.
     """
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.cast(labels, tf.int64), logits=logits
@@ -66,19 +51,8 @@ def add_cross_entropy(logits, labels):
 
 
 def tower_total_loss(scope):
-    """Sums one tower's `losses` and the model's regularization terms.
-
-    The model's loss function adds the cross-entropy of the tower's batch
-    and, per weight, a weight-decay term; filtering by the tower's scope
-    keeps the other towers' terms out. The layers' regularizers are in
-    another collection (see `regularization_losses`).
-
-    Args:
-      scope: str, the tower's name scope, e.g. 'towers/tower_1/'.
-
-    Returns:
-      A float32 scalar tensor named '<scope>total_loss': the loss the
-      tower's gradients are taken of.
+    """float32 scalar '<scope>total_loss': one tower's `losses` (its
+    scope's only) and its regularization terms (`regularization_losses`).
     """
     return tf.add_n(
         tf.compat.v1.get_collection("losses", scope)
@@ -94,23 +68,12 @@ _TOWER_TAG = re.compile(
 
 
 def regularization_losses(scope):
-    """The model's regularization terms for one tower, each counted once.
+    """The model's regularization terms for one tower (scope, ''
+    outside the towers), each counted once: list of float32 scalars.
 
-    A variable's regularizer adds its term to REGULARIZATION_LOSSES when
-    the variable (or a tower's copy of it) is made: with the towers sharing
-    the variables, once, in the first tower, which the other towers then
-    count too (the Inception trainer adds them to every tower's loss). A
-    tower that made its own term of a variable (its copy's, in replicated
-    mode; a TF1 layer's, which takes it again in every tower in reduced
-    precision, of the float32 variable: `any_model`) counts that one
-    instead.
-
-    Args:
-      scope: str, the tower's name scope, e.g. 'towers/tower_1/'; '' for a
-        model built outside the towers.
-
-    Returns:
-      A list of float32 scalars (empty for a model without regularizers).
+    A term is made once per variable, in the first tower, which every tower
+    then counts (as the Inception trainer does), unless the tower made its own
+    (its copy's; a TF1 layer's in reduced precision, `any_model`).
     """
     match = _TOWER_TAG.search(scope)
     index = match.group(3) if match else None
@@ -126,51 +89,22 @@ def regularization_losses(scope):
 
 
 def batch_norm_updates(scope):
-    """The update ops (batch-norm moving statistics) built in one scope.
-
-    The trainers run those of the last tower with every step, as the
-    Inception multi-GPU trainer does: the statistics accumulate so fast
-    that one tower's batches suffice, and the others' updates would only
-    race with them.
-
-    Args:
-      scope: str, a tower's name scope; None for every update op.
-
-    Returns:
-      A list of ops (empty for a model without batch norm).
+    """The update ops (batch-norm moving statistics) built in scope
+    (None: all). The trainers run the last tower's, as the Inception trainer
+    does: one tower's batches suffice, and the others' would race.
     """
     return tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS, scope)
 
 
 @contextlib.contextmanager
 def tower(variables, xla=False):
-    """Builds one tower: its devices, name scope and variables.
+    """Builds one tower (its `variable_update.TowerVariables`) under its
+    device function, name scope and variable scope; yields the scope.
 
-    Inside, a model creates or reads its variables, and their ops go to the
-    tower's variable device, whatever library the model's layers come from
-    (`placement.device_function`); every other op runs on the tower's
-    device unless it sets its own (e.g. the input, on the CPU). Tower 0
-    creates the variables, every other tower reuses them, or its own
-    copies (`variables.getter`).
-
-    With xla, the tower (its forward and backward pass) is built inside its
-    own `tf.xla.experimental.jit_scope`, so XLA compiles the ops of that
-    scope that it can and leaves the rest (input, staging, summaries) to
-    TensorFlow. An explicit scope is used rather than the session's
-    `global_jit_level`: auto-clustering skips CPUs unless TF_XLA_FLAGS is set
-    before TensorFlow loads, and it would also cluster the gradient
-    averaging and the update, which belong to no tower. On a CPU, Grappler
-    fuses each forward convolution with its bias and ReLU (_FusedConv2D)
-    before XLA clusters the graph, so those stay in TensorFlow too; there
-    the compiled step matches TensorFlow's to 1e-4 of each update and is
-    slower (0.84x, benchmarks/bench_options.py): XLA is for GPUs.
-
-    Args:
-      variables: the tower's `variable_update.TowerVariables`.
-      xla: bool, compile the tower with XLA.
-
-    Yields:
-      str, the tower's name scope, 'towers/tower_<index>/'.
+    With xla, in its own `jit_scope`: the session's auto-clustering skips CPUs
+    unless TF_XLA_FLAGS is set before TensorFlow loads, and would cluster the
+    averaging and the update too. On a CPU the compiled step matches
+    TensorFlow's to 1e-4 and is slower (0.84x, benchmarks/bench_options.py).
     """
     with (
         tf.compat.v1.device(
@@ -197,24 +131,13 @@ def _jit_scope(xla):
 
 
 def stage_on_device(tensors):
-    """Stages tensors on the current device, one step ahead.
+    """Stages tensors on the current device, one step ahead:
+    (staged tensors of the same dtypes and shapes, put_op).
 
-    Call it inside a tower's device and name scope, with the batch the tower
-    would take from the shared CPU input. The tower computes on the batch
-    staged at the previous step, while `put_op` takes the next batch from
-    the input and copies it to the device: on a GPU the host-to-device copy
-    overlaps the compute (tf_cnn_benchmarks' StagingArea). The area lives
-    in the session's device memory: each new session needs one `put_op`
-    before its first step (`WarmUpHook`), and only runs that also run
-    `put_op` (the train op) may fetch the staged tensors, or the next step
-    finds the area empty and waits forever.
-
-    Args:
-      tensors: list of tensors, e.g. [images, labels] from the iterator.
-
-    Returns:
-      staged: list of tensors of the same dtypes and shapes, on the device.
-      put_op: the op that stages `tensors`; run it with every step.
+    The tower computes on the batch staged the step before while put_op copies
+    the next (tf_cnn_benchmarks' StagingArea). Each new session needs one
+    put_op before its first step (`WarmUpHook`), and only runs that run put_op
+    may fetch the staged tensors, or the next step waits forever.
     """
     # Stage and Unstage find their area on the device by its unique name.
     with tf.name_scope(STAGING_SCOPE) as shared_name:
@@ -232,14 +155,8 @@ def stage_on_device(tensors):
 
 
 def clip_gradients(grads_and_vars, clip_norm):
-    """Scales the gradients so that their global norm is at most clip_norm.
-
-    Args:
-      grads_and_vars: list of (gradient, variable).
-      clip_norm: float > 0.
-
-    Returns:
-      The list of (clipped gradient, variable), None gradients kept.
+    """The (gradient, variable) pairs, scaled to a global norm of at
+    most clip_norm (float > 0); None gradients kept.
     """
     grads, variables = zip(*grads_and_vars)
     clipped, _ = tf.clip_by_global_norm(list(grads), clip_norm)
@@ -247,10 +164,8 @@ def clip_gradients(grads_and_vars, clip_norm):
 
 
 class WarmUpHook(tf.compat.v1.train.SessionRunHook):
-    """Runs ops once in every new session, before its first step.
-
-    E.g. the first `put_op` of `stage_on_device`. A resumed run makes a new
-    session, so it stages its first batch again.
+    """Runs ops once in every new session (a resumed run's too),
+    before its first step: e.g. the first put_op of `stage_on_device`.
     """
 
     def __init__(self, ops):
@@ -269,8 +184,7 @@ def identity_beside(grad):
 
 
 def replica_name(index, name):
-    """'towers/replica_<index>/<name>': the name of tower index's copy of
-    name, in the graph's towers block."""
+    """'towers/replica_<index>/<name>': tower index's copy of name."""
     return "%s/%s_%d/%s" % (TOWERS_SCOPE, REPLICA_SCOPE, index, name)
 
 

@@ -1,21 +1,6 @@
 """The variables of a model: the tutorial models' helpers, and the checks of
-what a user's model asks for.
-
-`variable_on_cpu` pins the tutorial's variables to the CPU, as the tutorial
-does, for its calls outside the towers; inside them the towers' device
-function (`placement.device_function`) decides. `variable_with_weight_decay`
-adds a weight-decay term to the `losses` collection; `fully_connected` is
-the layer both models build from them.
-
-The towers train float variables made whole by `tf.compat.v1.get_variable`,
-global, under names of the model's own; `checked_variables` refuses any
-other as it is asked for, which would else fail later, deep in TensorFlow,
-in a line that names neither the model nor the variable: an int32 variable
-in the optimizer or the moving averages ('The variables must be half,
-float, or double'), a partitioned one as 'made without get_variable', a
-name the suite gives its own variables as a reuse or duplicate-node error,
-a copy's name or a local variable as a KeyError of the replicated mode, a
-model without variables as 'No variables to optimize'.
+what a user's model asks for (`checked_variables`: else a line deep in
+TensorFlow that names neither the model nor the variable).
 """
 
 import contextlib
@@ -34,17 +19,9 @@ def variable_on_cpu(name, shape, initializer):
 
 
 def variable_with_weight_decay(name, shape, stddev, wd):
-    """Creates a truncated-normal variable and adds its weight decay.
-
-    Args:
-      name: str.
-      shape: list of ints.
-      stddev: float, stddev of the truncated normal initialiser.
-      wd: float or None; when not None, wd * l2_loss(var) joins the `losses`
-        collection (in the current name scope, so per tower).
-
-    Returns:
-      The float32 variable.
+    """A float32 truncated-normal variable; with wd not None,
+    wd * l2_loss(var) joins the `losses` collection (in the current name
+    scope, so per tower).
     """
     var = variable_on_cpu(
         name, shape, tf.compat.v1.truncated_normal_initializer(stddev=stddev)
@@ -56,10 +33,8 @@ def variable_with_weight_decay(name, shape, stddev, wd):
 
 
 def fully_connected(inputs, units, stddev, wd, bias_init):
-    """Fully connected layer: inputs [batch, n] -> [batch, units].
-
-    It computes in the inputs' dtype (float32, float16 or bfloat16), the
-    variables staying float32.
+    """Fully connected layer: inputs [batch, n] -> [batch, units], in
+    the inputs' dtype (float32, float16 or bfloat16), the variables float32.
     """
     dim = inputs.shape[1]
     weights = variable_with_weight_decay(
@@ -87,14 +62,9 @@ class ModelVariableError(ValueError):
 
 @contextlib.contextmanager
 def checked_variables(model_name):
-    """A scope that refuses, as they are asked for, what the towers refuse.
-
-    Args:
-      model_name: str, the model as the user names it ('--model=m:f').
-
-    Raises:
-      ModelVariableError: naming the model and the variable, or a model
-        that made no variable at all.
+    """A scope that refuses, as they are asked for, what the towers
+    refuse: `ModelVariableError` naming the model (--model) and the variable,
+    or a model that made no variable at all.
     """
     asked = []
 
@@ -126,7 +96,6 @@ def checked_variables(model_name):
 
 
 def _problem(name, kwargs):
-    """What is wrong with a variable asked for, or None."""
     if kwargs.get("partitioner") is not None:
         return (
             "is partitioned: partitioned variables are not supported; "

@@ -166,9 +166,7 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
         rows = [
             row
             for trace in traces
-            for row in op_rows(
-                os.path.join(self.path, trace), self._devices
-            )
+            for row in op_rows(os.path.join(self.path, trace), self._devices)
         ]
         title = (
             "Ops of steps %d to %d by their own time, per device, from %s"

@@ -294,9 +294,7 @@ def _train_owned(train_op, train_dir, session, start, watched):
         session.scaffold,
         config,
         train_dir,
-        sessions.ChiefStart(
-            session.pretrained, newest, session.joins_held_job
-        ),
+        sessions.ChiefStart(session.pretrained, newest, session.joins_held_job),
     )
     _train_loop(train_op, hooks, creator)
     if server:
@@ -309,9 +307,7 @@ def _train_owned(train_op, train_dir, session, start, watched):
             start.max_steps,
         )
     if watched.preemption and watched.preemption.signals:
-        raise interrupts.preempted(
-            watched.preemption, train_dir, task.is_chief
-        )
+        raise interrupts.preempted(watched.preemption, train_dir, task.is_chief)
     if watched.interrupt.signum is not None:
         raise interrupts.interrupted(
             watched.interrupt, train_dir, task, watched.logger.runs

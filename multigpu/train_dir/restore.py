@@ -344,7 +344,8 @@ def describe(shapes):
     logits = shapes.get("softmax_linear/weights")
     if kernel is None or logits is None or len(kernel) != 4:
         return "no model of this suite (%d variables, e.g. %s)" % (
-            len(shapes), _listed(sorted(shapes))
+            len(shapes),
+            _listed(sorted(shapes)),
         )
     return (
         "a model of %d-channel images and %d classes (conv1/weights %s, "

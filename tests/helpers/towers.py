@@ -8,7 +8,7 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from cifar10_models import registry
 from multigpu.distributed import cluster, sessions
-from multigpu.graph import placement, variable_update
+from multigpu.graph import placement, step_optimizer, variable_update
 from multigpu.train_dir import checkpoints
 
 
@@ -55,19 +55,21 @@ def cifar10_step_graph(
         return tf.constant(tower_images), tf.constant(tower_labels)
 
     loss, train_op, _, hooks = cifar10_multi_gpu_train.build_graph(
-        get_next=get_next,
-        batch_size=len(images) // num_towers,
-        devices=devices,
-        compute_dtype=compute_dtype,
-        task=task,
+        inputs=cifar10_multi_gpu_train.TowerInput(
+            get_next, len(images) // num_towers
+        ),
         update=variable_update.parameter_server(devices, variable_device),
-        xla=xla,
+        dtypes=step_optimizer.Dtypes(compute_dtype, None),
         model=model,
+        task=task,
+        options=cifar10_multi_gpu_train.StepOptions(xla=xla),
     )
     return loss, train_op, hooks
 
 
-def zeros_step_graph(devices, update, task=cluster.LOCAL_TASK, **options):
+def zeros_step_graph(
+    devices, update, task=cluster.LOCAL_TASK, prefetch=False, **options
+):
     """Builds cifar10_multi_gpu_train.py's step on batches of 2 zero
     images per tower, in the default graph.
 
@@ -75,18 +77,21 @@ def zeros_step_graph(devices, update, task=cluster.LOCAL_TASK, **options):
       devices: the towers' device strings.
       update: the `variable_update.VariableUpdate`.
       task: a `cluster.ClusterTask`.
-      **options: prefetch, model, loss_scaling of `build_graph`.
+      prefetch: bool, `build_graph`'s `TowerInput.prefetch`.
+      **options: model of `build_graph`.
 
     Returns:
       The train op.
     """
     _, train_op, _, _ = cifar10_multi_gpu_train.build_graph(
-        get_next=lambda: (tf.zeros([2, 24, 24, 3]), tf.zeros([2], tf.int32)),
-        batch_size=2,
-        devices=devices,
-        compute_dtype=tf.float32,
-        task=task,
+        inputs=cifar10_multi_gpu_train.TowerInput(
+            lambda: (tf.zeros([2, 24, 24, 3]), tf.zeros([2], tf.int32)),
+            2,
+            prefetch,
+        ),
         update=update,
+        dtypes=step_optimizer.Dtypes(tf.float32, None),
+        task=task,
         **options,
     )
     return train_op
