@@ -98,7 +98,7 @@ def task_of(hosts, sync_replicas=False, replicas_to_aggregate=0, from_env=None):
     cluster = tf.train.ClusterSpec(jobs)
     _check_job_name(job_name, bool(ps_hosts))
     addresses = [a for job in sorted(jobs) for a in jobs[job]]
-    _check_addresses_apart(addresses, _lists_of(jobs, from_env))
+    _check_addresses_apart(addresses, jobs, from_env)
     _check_task_index(cluster, job_name, task_index)
     _warn_of_public_addresses(addresses)
     num_workers = cluster.num_tasks("worker")
@@ -111,22 +111,19 @@ def task_of(hosts, sync_replicas=False, replicas_to_aggregate=0, from_env=None):
     )
 
 
-def _lists_of(jobs, hosts_from):
-    """What lists the hosts, e.g. '--worker_hosts lists'."""
-    if hosts_from is not None:
-        return "%s's cluster lists" % hosts_from
-    if "ps" in jobs:
-        return "--ps_hosts and --worker_hosts list"
-    return "--worker_hosts lists"
-
-
-def _check_addresses_apart(addresses, lists):
+def _check_addresses_apart(addresses, jobs, hosts_from):
     shared = sorted({a for a in addresses if addresses.count(a) > 1})
-    if shared:
-        raise ValueError(
-            "%s %s more than once; every task needs a HOST:PORT of its own"
-            % (lists, ", ".join(shared))
-        )
+    if not shared:
+        return
+    lists = "--worker_hosts lists"
+    if hosts_from is not None:
+        lists = "%s's cluster lists" % hosts_from
+    elif "ps" in jobs:
+        lists = "--ps_hosts and --worker_hosts list"
+    raise ValueError(
+        "%s %s more than once; every task needs a HOST:PORT of its own"
+        % (lists, ", ".join(shared))
+    )
 
 
 def _check_task_index(cluster, job_name, task_index):
