@@ -77,10 +77,6 @@ class Kind(NamedTuple):
     refused_flags: dict
 
 
-def _no_device_setter(task):
-    return None
-
-
 def _ps_device_setter(task):
     """Variables to the ps tasks in turn, every other op to this worker,
     keeping the tower device ('/gpu:1') given inside it."""
@@ -88,10 +84,6 @@ def _ps_device_setter(task):
         worker_device="/job:worker/task:%d" % task.task_index,
         cluster=task.cluster,
     )
-
-
-def _worker_device_setter(task):
-    return "/job:worker/task:%d" % task.task_index
 
 
 def _local_config(config, task):
@@ -116,14 +108,6 @@ def _ps_config(config, task):
 
 def _one(task):
     return 1
-
-
-def _aggregated(task):
-    return task.replicas_to_aggregate
-
-
-def _every_worker(task):
-    return task.num_workers
 
 
 # The task that resolves the collectives' groups.
@@ -222,10 +206,6 @@ def _ends_in_session(checkpoint, max_steps):
     return False
 
 
-def _no_finished_hooks(max_steps, task):
-    return []
-
-
 def _finished_hooks(max_steps, task):
     if max_steps is None:
         return []
@@ -301,7 +281,7 @@ _PS_REFUSED = {
 LOCAL = Kind(
     name="one process",
     serves=False,
-    device_setter=_no_device_setter,
+    device_setter=lambda task: None,
     session_config=_local_config,
     replicas_per_step=_one,
     sync=False,
@@ -312,7 +292,7 @@ LOCAL = Kind(
     watchdog=_no_watchdog,
     start=_start_alone,
     ends_finished=_ends_saying_so,
-    finished_hooks=_no_finished_hooks,
+    finished_hooks=lambda max_steps, task: [],
     claims_steps=False,
     step_optimizer=step_optimizer.plain,
     agreed_stop=False,
@@ -346,7 +326,7 @@ PS = Kind(
 )
 PS_SYNC = PS._replace(
     name="ps cluster with sync replicas",
-    replicas_per_step=_aggregated,
+    replicas_per_step=lambda task: task.replicas_to_aggregate,
     sync=True,
     claims_steps=False,
     step_optimizer=step_optimizer.sync_replicas,
@@ -354,9 +334,9 @@ PS_SYNC = PS._replace(
 WORKERS_ONLY = Kind(
     name="cluster of workers only",
     serves=True,
-    device_setter=_worker_device_setter,
+    device_setter=lambda task: "/job:worker/task:%d" % task.task_index,
     session_config=session_config,
-    replicas_per_step=_every_worker,
+    replicas_per_step=lambda task: task.num_workers,
     sync=False,
     all_reduce_across_workers=True,
     places_variables=False,
