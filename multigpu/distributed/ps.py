@@ -135,7 +135,11 @@ def _wait_for_start(task, sess, tokens, timeout_secs):
     deadline = time.time() + timeout_secs
     while True:
         started |= done
-        started |= answering_workers(task.cluster, started)
+        started |= {
+            i
+            for i, address in enumerate(task.cluster.job_tasks("worker"))
+            if i not in started and answers(address)
+        }
         if len(started) == task.num_workers:
             return done
         if timeout_secs and time.time() > deadline:
@@ -309,15 +313,6 @@ def unreachable_tasks(cluster):
     if silent:
         return "not responding (stopped or stuck): " + ", ".join(silent)
     return "every task answers; a peer may be stuck or too slow"
-
-
-def answering_workers(cluster, known):
-    """The worker task indices not in known whose port answers."""
-    return {
-        i
-        for i, address in enumerate(cluster.job_tasks("worker"))
-        if i not in known and answers(address)
-    }
 
 
 def not_started(cluster, started, timeout_secs):
