@@ -1,30 +1,24 @@
 """Agreement before step 1: the workers of a cluster compare their settings.
 
-In a cluster of workers only every worker builds its own graph from its own
-flags. Workers started with different flags would train apart (another
-learning rate) or wait for each other forever (another tower count, other
-collectives). Before the first step each worker sends its settings (a dict
-of name -> JSON value: the flags that change the numbers, the model's
-variables and ops) to every other, by one all-gather over the workers'
-servers, and compares: a difference ends every worker with the same line,
-naming the setting and each task's value.
+Each worker builds its graph from its own flags: one started with another
+learning rate would train apart, one with another tower count or other
+collectives would wait forever. The settings are a dict of name -> JSON
+value (the flags that change the numbers, the digests of the model's
+variables and ops); a difference ends the worker with one line naming each
+setting and each task's value.
 
-Every wait is bounded: first the peers' ports (a worker whose graph failed
-to build, or that never started, never opens its port), then the all-gather
-itself (`ps.ends_after`).
+In a cluster of workers only every worker all-gathers every other's
+settings over the servers (`agree`), each wait bounded: first the peers'
+ports (a worker whose graph failed to build never opens its port), then
+the all-gather itself (`ps.ends_after`).
 
-In the ps cluster each worker compares with its chief. The workers share the
-variables on the ps, but each builds its own graph from its own flags: a
-worker started with another --learning_rate or --batch_size would move the
-shared variables its own way, silently. Once its session is made, the chief
-publishes its settings (JSON) in a string variable on ps task 0; every other
-worker, once its own session is made and before its first step, reads them
-(waiting for the chief at most the start-up wait) and compares them with its
-own. A worker that differs tells the ps it is done and ends with
-`difference`'s line, exit 1; the chief and the workers that agree train on,
-as they would without it (asynchronous training needs no one worker). The
-variable is in no collection: no checkpoint holds it, no init op sets it,
-and a chief that starts again publishes its settings again.
+In the ps cluster each worker compares with its chief. The chief publishes
+its settings in a string variable on ps task 0 once its session is made;
+every other worker reads them before its first step (waiting for the chief
+at most the start-up wait). One that differs tells the ps it is done and
+ends, exit 1; the others train on (asynchronous training needs no one
+worker). The variable is in no collection: no checkpoint holds it, no init
+op sets it, and a chief that starts again publishes again.
 """
 
 import hashlib
@@ -38,30 +32,19 @@ from multigpu import errors
 from multigpu.distributed import ps, sessions
 from multigpu.graph import summaries, towers
 
-# The bytes of one worker's settings, as JSON, padded to this length: the
-# all-gather takes the same shape from every worker.
+# The all-gather takes one shape from every worker: the JSON padded to this.
 SETTINGS_BYTES = 16384
-# The agreement's collective keys: apart from the training graph's, which
-# count up from 1 (`all_reduce.CollectiveKeys`).
+# Apart from the training graph's collective keys, which count up from 1.
 GROUP_KEY = 2**30
 INSTANCE_KEY = 2**30
-# Seconds between two looks at the peers' ports while they start.
 PORT_POLL_SECS = 0.5
-# The settings that stand for the model's code: its variables, and the
-# ops of its first tower.
+# The settings that stand for the model's code.
 VARIABLES = "the model's variables"
 OPS = "the model's ops"
 
 
 def variables_digest(variables):
-    """A short digest of the variables' names, shapes and dtypes.
-
-    Args:
-      variables: `tf.Variable`s, e.g. a graph's global variables.
-
-    Returns:
-      str, e.g. '24 variables, sha1 0a1b2c3d4e5f'.
-    """
+    """'24 variables, sha1 0a1b2c3d4e5f': their names, shapes and dtypes."""
     described = sorted(
         "%s %s %s" % (v.op.name, v.shape, v.dtype.base_dtype.name)
         for v in variables
@@ -71,21 +54,13 @@ def variables_digest(variables):
 
 
 def ops_digest(graph):
-    """A short digest of the first tower's ops, by no name or device.
+    """'260 ops, sha1 0a1b2c3d4e5f': tower 0's ops, by no name or device.
 
-    The ops of tower 0's name scope (the model, its loss and gradients),
-    but the staging of its batch (--prefetch_to_device, a worker's own),
-    each by its type, its inputs' and outputs' dtypes and shapes and, for
-    a number constant, its value: the names and devices, which differ
-    between processes (a model's own scopes, each worker's task), are left
-    out. Two model modules of the same variables but other ops (ReLU, or
-    tanh times 3) differ.
-
-    Args:
-      graph: a `tf.Graph` built by `towers.tower`.
-
-    Returns:
-      str, e.g. '260 ops, sha1 0a1b2c3d4e5f'.
+    The model, its loss and gradients, but the staging of its batch (a
+    worker's own --prefetch_to_device): each op by its type, its tensors'
+    dtypes and shapes and a number constant's value. Names and devices
+    differ between processes and are left out; two models of the same
+    variables but other ops (ReLU, or tanh times 3) differ.
     """
     scope = towers.tower_scope(0)
     staging = scope + towers.STAGING_SCOPE + "/"
@@ -99,8 +74,7 @@ def ops_digest(graph):
 
 
 def with_model(settings):
-    """settings (a dict, or None) and the digests of the model's variables
-    and ops."""
+    """settings (a dict, or None) with the model's digests."""
     settings = dict(settings or {})
     settings[VARIABLES] = variables_digest(tf.compat.v1.global_variables())
     settings[OPS] = ops_digest(tf.compat.v1.get_default_graph())
@@ -126,14 +100,9 @@ def _describe_tensors(tensors):
 
 
 def agree(target, task, settings, wait_secs):
-    """Returns once every worker of a cluster of workers only has the same
-    settings (dict of str -> JSON value), or raises `difference`'s
-    ValueError.
-
-    wait_secs: float, the start-up wait, for the peers' ports (past it an
-    `errors.TrainingError`), then for the all-gather (past it the process
-    ends with one line); 0 waits forever.
-    """
+    """Returns once every worker has the same settings, else `difference`'s
+    ValueError. wait_secs (0: forever) bounds the wait for the peers' ports,
+    then the all-gather."""
     wait_for_peers(task, wait_secs)
     gathered = _all_gather(target, task, encode(settings), wait_secs)
     line = difference([decode(codes) for codes in gathered])
@@ -142,11 +111,7 @@ def agree(target, task, settings, wait_secs):
 
 
 def wait_for_peers(task, wait_secs):
-    """Waits until every other worker's port answers, at most wait_secs.
-
-    Raises:
-      errors.TrainingError: naming the workers whose port never answered.
-    """
+    """Waits until every other worker's port answers, at most wait_secs."""
     addresses = task.cluster.job_tasks("worker")
     waiting = set(range(len(addresses))) - {task.task_index}
     deadline = time.time() + wait_secs
@@ -182,12 +147,10 @@ def encode(settings):
 
 
 def decode(codes):
-    """The settings dict of `encode`'s int32 codes."""
     return json.loads(bytes(codes[codes > 0].astype(np.uint8)).decode())
 
 
 def _all_gather(target, task, codes, wait_secs):
-    """Every worker's codes, in task order: a list of int32 arrays."""
     num_workers = task.num_workers
     with tf.Graph().as_default() as graph:
         device = "/job:worker/replica:0/task:%d/device:CPU:0" % task.task_index
@@ -212,15 +175,13 @@ _MEANINGS = {("learning_rate", "0.0"): "0 (the model's own recipe)"}
 
 
 def said(name, value):
-    """A setting's value as a line says it: its JSON, or the meaning its
-    flag gives that value (`_MEANINGS`)."""
+    """A setting's value as a line says it: its JSON, or its meaning."""
     text = json.dumps(value)
     return _MEANINGS.get((name, text), text)
 
 
 def differing_names(settings_of_tasks):
-    """The names whose values (as JSON) differ between the settings dicts,
-    sorted; a name one dict lacks differs from one it holds."""
+    """The sorted names whose JSON differs; a missing name differs too."""
     return [
         name
         for name in sorted(set().union(*settings_of_tasks))
@@ -229,23 +190,11 @@ def differing_names(settings_of_tasks):
 
 
 def difference(settings_of_tasks, tasks=None):
-    """The line naming every flag that differs between workers.
+    """The line naming every flag that differs between workers, or None.
 
     The model's code is named only when every flag agrees (a different
-    --model or model flag changes it too, and the flags are what to fix):
-    its variables, or else its ops.
-
-    Args:
-      settings_of_tasks: list of dicts, worker task by worker task.
-      tasks: the worker task index of each dict; None for 0, 1, ...
-
-    Returns:
-      str, e.g. "--learning_rate differs between the workers: worker task
-      0 has 0.1, worker task 1 has 0.01; start every worker with the same
-      --learning_rate (docs/cluster.md)", or for several flags "2 flags
-      differ between the workers: --batch_size (worker task 0 has 4, ...),
-      --learning_rate (...); start every worker with the same flags
-      (docs/cluster.md)"; None when all agree.
+    --model or model flag changes it too, and the flags are what to fix).
+    tasks: the worker task index of each dict; None for 0, 1, ...
     """
     tasks = range(len(settings_of_tasks)) if tasks is None else tasks
     differing = {}
@@ -282,8 +231,7 @@ def difference(settings_of_tasks, tasks=None):
     return None
 
 
-# What a worker's refusal adds: the chief's settings it read may be those
-# of an earlier job whose ps tasks were left running.
+# The chief's settings a worker read may be an earlier job's, left on the ps.
 STALE_PS_NOTE = (
     "; worker task 0's are those published on ps task 0: if it now runs "
     "with other flags, the ps tasks are left from an earlier job, and "
@@ -291,25 +239,17 @@ STALE_PS_NOTE = (
 )
 # What a restarted chief may change: where it stops, not what it learns.
 RESTART_MAY_CHANGE = ("max_steps",)
-# Seconds between two looks at the chief's settings while it starts.
 POLL_SECS = 0.5
-# The name of the chief's settings on ps task 0, under an absolute scope:
-# the session block's, where the hook's `begin` runs.
+# An absolute scope: the session block's, where the hook's `begin` runs.
 VARIABLE_SCOPE = summaries.SESSION + "/"
 VARIABLE_NAME = "chief_settings"
 
 
 def _published_variable(text=""):
-    """The chief's settings on ps task 0, and whether any chief set them.
-
-    Args:
-      text: str, the JSON its initializer sets.
-
-    Returns:
-      (string scalar variable, bool scalar tensor): the variable, under the
-      same absolute name in every graph, so that any session on the
-      cluster reads the one the ps holds.
-    """
+    """(string scalar variable, bool scalar tensor): the chief's settings
+    on ps task 0 (text: the JSON its initializer sets), and whether any
+    chief set them. One absolute name in every graph: any session on the
+    cluster reads the one the ps holds."""
     with tf.device("/job:ps/task:0"), tf.name_scope(VARIABLE_SCOPE):
         published = tf.compat.v1.Variable(
             text,
@@ -326,12 +266,8 @@ def _published_variable(text=""):
 
 
 def held_job(target, task, config, wait_secs):
-    """The settings of the job the ps tasks hold: those its chief published
-    on ps task 0 (a dict), or None when no chief did (a new ps).
-
-    wait_secs: float, how long to wait for ps task 0 to start (0: no
-    bound; past it an `errors.TrainingError`).
-    """
+    """The settings dict the ps tasks' chief published, or None (a new ps);
+    waits at most wait_secs (0: no bound) for ps task 0 to start."""
     address = task.cluster.task_address("ps", 0)
     deadline = time.time() + wait_secs
     while not ps.answers(address):
@@ -353,13 +289,11 @@ def held_job(target, task, config, wait_secs):
 
 
 def refuse_other_job(held, settings):
-    """Refuses a chief whose ps tasks hold a job of other settings.
+    """ValueError when the ps tasks hold a job of other settings.
 
     A chief restarted with other flags under running workers would train
     at other settings; the ps tasks of an earlier job, left running, would
-    hand that job's settings to the new job's workers. It may change where
-    it stops (RESTART_MAY_CHANGE). The ValueError names each setting that
-    differs, both values, and what to do.
+    hand that job's settings to the new job's workers.
     """
     names = [
         name
@@ -388,11 +322,9 @@ def refuse_other_job(held, settings):
 def joins_held_job(target, task, config, settings):
     """Whether the chief joins the job the ps tasks hold.
 
-    A chief that finds the ps tasks holding a job of its own settings (it
-    was restarted under running workers, or the ps tasks outlived their
-    workers) takes the variables as they are, newer than any checkpoint,
-    restoring nothing; one of other settings is refused before it restores
-    anything (`refuse_other_job`).
+    A chief restarted under running workers, or whose ps tasks outlived
+    their workers, takes their variables as they are, newer than any
+    checkpoint; one of other settings is refused before it restores.
     """
     held = held_job(target, task, config, sessions.timeout_secs(config))
     if held is None:
@@ -409,13 +341,8 @@ def joins_held_job(target, task, config, settings):
 class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
     """Publishes the chief's settings; checks another worker's against them.
 
-    Args:
-      task: the worker's `cluster.ClusterTask`, in a cluster with ps tasks.
-      settings: dict of str -> JSON value (`agree`'s).
-      wait_secs: float, how long a worker waits for the chief's settings
-        (0: no bound, as --operation_timeout_secs=0).
-      done_ops: the worker's enqueue ops, one per ps task, that tell the ps
-        it is done (`ps.done_signals`); a worker that differs runs them.
+    wait_secs: how long a worker waits for the chief's settings (0: no
+    bound); done_ops (`ps.done_signals`): run by a worker that differs.
     """
 
     def __init__(self, task, settings, wait_secs, done_ops):
@@ -445,7 +372,6 @@ class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
             raise ValueError(line + STALE_PS_NOTE)
 
     def _wait_for_chief(self, session):
-        """The chief's settings, bytes of JSON, once it has published them."""
         deadline = time.time() + self._wait_secs
         while not session.run(self._ready):
             if self._wait_secs and time.time() > deadline:

@@ -1,10 +1,7 @@
 """Beyond one machine: between-graph replication on TensorFlow's gRPC runtime.
 
-Every task runs the same script; worker 0 is the chief. In the ps cluster
-(--variable_update=parameter_server) `ps` tasks hold the variables and
-`worker` tasks build the towers and train; in a cluster of workers only
-(--variable_update=replicated, `kinds.WORKERS_ONLY`) every worker holds
-its own copies and the gradients are all-reduced between the workers.
+Every task runs the same script; worker 0 is the chief. The kinds of
+cluster are `kinds`' rows.
 """
 
 import collections
@@ -27,8 +24,7 @@ class ClusterTask(
 ):
     """This process's place in the cluster (cluster None: no cluster).
 
-    hosts_from: str, where the cluster's addresses came from, for errors:
-    'flags', or 'TF_CONFIG'.
+    hosts_from: 'flags' or 'TF_CONFIG', for errors.
     """
 
     @property
@@ -37,7 +33,6 @@ class ClusterTask(
 
     @property
     def kind(self):
-        """The task's row of `kinds`: what its kind of run does."""
         return kinds.of(self.cluster, self.sync_replicas)
 
     @property
@@ -54,7 +49,6 @@ LOCAL_TASK = ClusterTask(None, "worker", 0, False, 1)
 
 
 def _parse_hosts(flag, hosts):
-    """Splits 'h1:p1,h2:p2' and checks each HOST:PORT."""
     parsed = [h.strip() for h in hosts.split(",") if h.strip()]
     for host in parsed:
         name, _, port = host.rpartition(":")
@@ -82,24 +76,11 @@ def cluster_task(
 
 
 def task_of(hosts, sync_replicas=False, replicas_to_aggregate=0, from_env=None):
-    """Validates the cluster flags.
+    """The `ClusterTask` of the cluster flags (hosts: `tf_config.
+    ClusterFlags`), or ValueError; `LOCAL_TASK` when no hosts are given.
 
-    Args:
-      hosts: a `tf_config.ClusterFlags`: ps_hosts and worker_hosts, str,
-        comma-separated HOST:PORT lists (both empty means no cluster,
-        ps_hosts alone empty a cluster of workers only); job_name, 'ps' or
-        'worker'; task_index, int, this task's index in its job.
-      sync_replicas: bool, aggregate the workers' gradients every step.
-      replicas_to_aggregate: int, gradients per step in sync mode; 0 for
-        one from every worker.
-      from_env: str, where the hosts came from, for the errors: None for
-        the flags, `tf_config.TF_CONFIG` for that variable.
-
-    Returns:
-      A `ClusterTask`; `LOCAL_TASK` when no hosts are given.
-
-    Raises:
-      ValueError: a bad job name, host list or task index.
+    replicas_to_aggregate: 0 for one from every worker; from_env: None for
+    the flags, `tf_config.TF_CONFIG` when the hosts came from it.
     """
     ps_hosts, worker_hosts = hosts.ps_hosts, hosts.worker_hosts
     job_name, task_index = hosts.job_name, hosts.task_index
@@ -117,7 +98,7 @@ def task_of(hosts, sync_replicas=False, replicas_to_aggregate=0, from_env=None):
     cluster = tf.train.ClusterSpec(jobs)
     _check_job_name(job_name, bool(ps_hosts))
     addresses = [a for job in sorted(jobs) for a in jobs[job]]
-    _check_addresses_apart(addresses, _lists_of(jobs, from_env))
+    _check_addresses_apart(addresses, jobs, from_env)
     _check_task_index(cluster, job_name, task_index)
     _warn_of_public_addresses(addresses)
     num_workers = cluster.num_tasks("worker")
@@ -130,31 +111,22 @@ def task_of(hosts, sync_replicas=False, replicas_to_aggregate=0, from_env=None):
     )
 
 
-def _lists_of(jobs, hosts_from):
-    """What lists the hosts, as an error names it: 'TF_CONFIG's cluster
-    lists', '--worker_hosts lists', '--ps_hosts and --worker_hosts list'."""
-    if hosts_from is not None:
-        return "%s's cluster lists" % hosts_from
-    if "ps" in jobs:
-        return "--ps_hosts and --worker_hosts list"
-    return "--worker_hosts lists"
-
-
-def _check_addresses_apart(addresses, lists):
-    """Raises ValueError when two tasks share a HOST:PORT.
-
-    lists: str, what lists the addresses (`_lists_of`).
-    """
+def _check_addresses_apart(addresses, jobs, hosts_from):
     shared = sorted({a for a in addresses if addresses.count(a) > 1})
-    if shared:
-        raise ValueError(
-            "%s %s more than once; every task needs a HOST:PORT of its own"
-            % (lists, ", ".join(shared))
-        )
+    if not shared:
+        return
+    lists = "--worker_hosts lists"
+    if hosts_from is not None:
+        lists = "%s's cluster lists" % hosts_from
+    elif "ps" in jobs:
+        lists = "--ps_hosts and --worker_hosts list"
+    raise ValueError(
+        "%s %s more than once; every task needs a HOST:PORT of its own"
+        % (lists, ", ".join(shared))
+    )
 
 
 def _check_task_index(cluster, job_name, task_index):
-    """Raises ValueError when task_index is not a task of job_name."""
     num_tasks = cluster.num_tasks(job_name)
     if not 0 <= task_index < num_tasks:
         raise ValueError(
@@ -164,7 +136,6 @@ def _check_task_index(cluster, job_name, task_index):
 
 
 def _warn_of_public_addresses(addresses):
-    """Warns on stderr of each HOST:PORT off loopback and private networks."""
     for address in addresses:
         if not _is_private(address.rpartition(":")[0]):
             print(
@@ -198,24 +169,13 @@ def _is_private(host):
 
 
 def device_setter(task):
-    """The device function of a task's graph (None when not in a cluster).
-
-    Variables go to the ps tasks in turn (in a cluster of workers only, to
-    this worker); every other op to this worker, keeping the tower device
-    ('/gpu:1', '/cpu:1') given inside it.
-    """
+    """The device function of a task's graph (None when not in a cluster)."""
     return task.kind.device_setter(task)
 
 
 def sync_hooks(opt, task):
-    """The session hooks a `SyncReplicasOptimizer` needs on every worker.
-
-    Args:
-      opt: the `step_optimizer.StepOptimizer`'s sync, or None (no hooks).
-      task: the `ClusterTask`.
-
-    Call it after the step's `apply_gradients`.
-    """
+    """The session hooks a `SyncReplicasOptimizer` (opt; None: no hooks)
+    needs on every worker, after the step's `apply_gradients`."""
     if opt is None:
         return []
     # Read by the optimizer's hook as the session starts. A worker that ends
@@ -283,9 +243,8 @@ class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
         self._watcher.stop()
 
     def _look(self, session, seen, lost):
-        """One look at the ports of the workers not yet lost; one that
-        answered once (seen) and no longer does is lost. True once the
-        session ended or failed: no step waits."""
+        """A worker that answered once (seen) and no longer does is lost.
+        True once the session ended or failed: no step waits."""
         for address in set(self._addresses) - lost:
             if ps.answers(address):
                 seen.add(address)
@@ -308,18 +267,12 @@ def may_fuse_ops(task, compute_dtype):
     optimised; a worker first reads its partition of the graph back from
     the master and checks every node against its op, and fails each step.
     Unfused, oneDNN's pass still merges Conv2D and BiasAdd.
-
-    Args:
-      task: the `ClusterTask`.
-      compute_dtype: the towers' compute dtype.
     """
     return not task.kind.serves or compute_dtype != tf.bfloat16
 
 
 def task_config(config, task):
-    """The session config of a task (its kind's `session_config`): in a
-    cluster it talks to its peers, bounded by the operation timeout; in
-    one process no operation timeout applies."""
+    """The session config of a task, as its kind makes it."""
     return task.kind.session_config(config, task)
 
 

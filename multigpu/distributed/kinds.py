@@ -1,37 +1,25 @@
 """The kinds of run, one row each; what differs between them, a column each.
 
-A run is one of four kinds: one process; a ps cluster (the TF1 way: ps
-tasks hold the variables, each worker applies its own gradients); a ps
-cluster with --sync_replicas (every global step averages the gradients of
---replicas_to_aggregate worker steps); a cluster of workers only
-(--variable_update=replicated: a copy of the variables on every worker,
-the gradients all-reduced between them). `of` is the one place that tells
-them apart. Code elsewhere asks the task's row (`ClusterTask.kind`) what to
-do, never which kind it is in, so a new behaviour is a new column that
-every kind answers.
+One process; a ps cluster (the TF1 way: ps tasks hold the variables, each
+worker applies its own gradients); a ps cluster with --sync_replicas (each
+global step averages --replicas_to_aggregate worker steps); a cluster of
+workers only (--variable_update=replicated: every worker holds a copy of
+the variables, the gradients all-reduced between them). `of` alone tells
+them apart; code elsewhere asks the task's row (`ClusterTask.kind`) what
+to do, so a new behaviour is a column every kind answers.
 
-Columns that are code take the `cluster.ClusterTask` of the process.
-
-In a cluster of workers only (--worker_hosts and no --ps_hosts, or a
-TF_CONFIG of a chief and workers, no ps) every tower of every worker holds a
-copy of the variables, the gradients of all of them are all-reduced every
-step (`collectives.all_reduce_mean`) and every copy takes the same update.
-The chief (worker 0) restores the newest checkpoint or initialises; every
-other worker initialises its own variables, then takes the chief's values
-(`collectives.chief_values`: the weights, the optimizer's slots, the
-statistics, the global step), all in the local init op of its session. The
-moving averages, made after the update, start from each worker's own values
-and are the chief's only in its checkpoints, which only the chief writes,
-with the summaries. The batch-norm statistics of the step are the last
-worker's last tower's, on every worker. What TensorFlow's collective runtime
-needs, and gets here:
-- the group leader (worker 0's task) in the config the server starts with,
-  as well as the sessions' (in the session's config alone both workers
-  wait forever); the server's config holds the CPU device count too;
+In a cluster of workers only the chief (worker 0) restores or initialises;
+every other worker initialises its own variables, then its local init op
+takes the chief's values (`collectives.chief_values`). The moving averages
+start from each worker's own values and are the chief's only in its
+checkpoints; the batch-norm statistics of the step are the last worker's
+last tower's. TensorFlow's collective runtime needs:
+- the group leader in the server's config as well as the sessions' (in the
+  session's alone both workers wait forever);
 - every worker in its own session on its own server, seeing only its own
   devices (the collectives reach the others through the servers);
-- a bound on every step: a killed peer fails the others' step at once, a
-  stopped (frozen) one would hold it forever without the operation timeout.
+- a bound on every step: a stopped (frozen) peer would hold it forever
+  without the operation timeout.
 """
 
 import contextlib
@@ -46,89 +34,56 @@ from multigpu.train_dir import checkpoints
 
 
 class Kind(NamedTuple):
-    """One kind of run."""
+    """One kind of run; the columns that are code take the task."""
 
     name: str  # as the lines print it
-    # A gRPC server per task; the session's device filters and operation
-    # timeout; the tasks named when one is lost.
+    # A gRPC server per task; device filters and an operation timeout.
     serves: bool
-    # task -> the device function of the graph: where the variables go.
-    device_setter: Callable
-    # (ConfigProto, task) -> the ConfigProto of the task's server and
-    # sessions.
-    session_config: Callable
-    # task -> the worker batches that make one global step.
-    replicas_per_step: Callable
-    # A SyncReplicasOptimizer aggregates the workers' gradients.
-    sync: bool
-    # The replicated towers' all-reduce spans every worker.
+    device_setter: Callable  # task -> where the variables go
+    session_config: Callable  # (ConfigProto, task) -> ConfigProto
+    replicas_per_step: Callable  # task -> worker batches per global step
+    sync: bool  # a SyncReplicasOptimizer aggregates the gradients
     all_reduce_across_workers: bool
-    # The run places its variables itself (--variable_device applies).
-    places_variables: bool
-    # The --variable_update values this kind runs.
-    variable_updates: tuple
-    # task -> the ops that tell each ps task this worker is done
-    # (`ps.done_signals`; [] where no ps task waits for them).
+    places_variables: bool  # --variable_device applies
+    variable_updates: tuple  # the --variable_update values it runs
+    # task -> the ops that tell each ps task this worker is done.
     done_signals: Callable
-    # (task, timeout_secs) -> a context manager that watches the peers
-    # while the run trains (`ps.PsWatchdog` ends a worker whose ps went
-    # silent).
+    # (task, timeout_secs) -> a context manager watching the peers.
     watchdog: Callable
-    # (task, config, settings, done_ops, signals) -> `Started`: the task's
-    # server, and the workers' agreement on settings before step 1 (signals:
-    # the run's signal handlers, a context manager not yet entered).
+    # (task, config, settings, done_ops, signals) -> `Started`; signals:
+    # the run's signal handlers, a context manager not yet entered.
     start: Callable
     # (checkpoint, max_steps) -> whether a run whose newest checkpoint is at
-    # --max_steps already ends before its session, saying so (else the
-    # chief writes nothing, and every worker stops as its session starts at
-    # that step: `finished_hooks`).
+    # --max_steps ends before its session, saying so (else every worker
+    # stops as its session starts: `finished_hooks`).
     ends_finished: Callable
-    # (max_steps, task) -> the hooks that end a worker's run before step 1
-    # when its session starts at max_steps (`sessions.FinishedHook`).
-    finished_hooks: Callable
-    # Workers apply their steps to one global step each on its own, so a
-    # step claims its global step before it writes anything, and one past
-    # --max_steps ends its worker's run (`step_optimizer.claiming`);
-    # elsewhere one process, one agreed step or the sync chief moves the
-    # global step, and the stop at --max_steps holds alone.
+    finished_hooks: Callable  # (max_steps, task) -> hooks
+    # Workers move the global step each on its own, so a step claims its
+    # global step before it writes anything, and one past --max_steps ends
+    # its worker's run; elsewhere the stop at --max_steps holds alone.
     claims_steps: bool
-    # (optimizer, `step_optimizer.Steps`) -> the step's
-    # `step_optimizer.StepOptimizer`: `plain`, `claiming` (the claims above)
-    # or `sync_replicas`.
+    # (optimizer, `step_optimizer.Steps`) -> `step_optimizer.StepOptimizer`.
     step_optimizer: Callable
-    # A signal to one process stops every worker at one agreed step (False:
-    # the process that took it stops alone).
+    # A signal to one process stops every worker at one agreed step.
     agreed_stop: bool
-    # (chief, scaffold, target, config, task) -> the task's
-    # `SessionCreator`: the chief's restoring one (None on the other
-    # workers), or how another worker gets its variables' values.
+    # (chief, scaffold, target, config, task) -> the task's `SessionCreator`
+    # (chief: the chief's restoring one, None on the other workers).
     session: Callable
-    # (server, config, saver, train_dir) -> the checkpoint of the last step
-    # the chief completed, saved when a peer is lost after a step
-    # (`sessions.save_reached`), or None.
+    # (server, config, saver, train_dir) -> the checkpoint of the chief's
+    # last completed step, saved when a peer is lost, or None.
     lost_peer_save: Callable
-    # What a worker that lost the cluster is told to do, after the cause.
-    lost_peer_advice: str
+    lost_peer_advice: str  # told after the cause
     # {flag: why this kind refuses it, '%s' for the flag as given}.
     refused_flags: dict
 
 
-def _no_device_setter(task):
-    return None
-
-
 def _ps_device_setter(task):
     """Variables to the ps tasks in turn, every other op to this worker,
-    keeping the tower device ('/gpu:1', '/cpu:1') given inside it."""
+    keeping the tower device ('/gpu:1') given inside it."""
     return tf.compat.v1.train.replica_device_setter(
         worker_device="/job:worker/task:%d" % task.task_index,
         cluster=task.cluster,
     )
-
-
-def _worker_device_setter(task):
-    """Every variable and op on this worker; the towers' devices inside."""
-    return "/job:worker/task:%d" % task.task_index
 
 
 def _local_config(config, task):
@@ -142,9 +97,8 @@ def _local_config(config, task):
 
 
 def _ps_config(config, task):
-    """Device filters: the worker talks to the ps tasks and itself, so its
-    session neither waits for every other worker to be up nor fails when
-    one goes away."""
+    """Device filters: the worker's session neither waits for every other
+    worker to be up nor fails when one goes away."""
     config = copy.deepcopy(config)
     config.device_filters.extend(
         ["/job:ps", "/job:%s/task:%d" % (task.job_name, task.task_index)]
@@ -156,21 +110,12 @@ def _one(task):
     return 1
 
 
-def _aggregated(task):
-    return task.replicas_to_aggregate
-
-
-def _every_worker(task):
-    return task.num_workers
-
-
-# The task that resolves the collectives' groups: the chief, worker 0.
+# The task that resolves the collectives' groups.
 GROUP_LEADER = "/job:worker/replica:0/task:0"
 
 
 def check_mode(variable_update, task):
-    """Refuses (ValueError) a --variable_update that the task's cluster
-    cannot run: replicated with ps tasks, parameter_server without."""
+    """ValueError for a --variable_update the task's cluster cannot run."""
     kind = task.kind
     if variable_update not in kind.variable_updates:
         if kind.all_reduce_across_workers:
@@ -189,11 +134,8 @@ def check_mode(variable_update, task):
 
 
 def session_config(config, task):
-    """The config of a worker's server and sessions in a cluster of workers
-    only: a copy of config (`placement.session_config`'s, whose device
-    count gives the CPU towers their devices) with the group leader set, and
-    the devices seen by the session limited to the worker's own (its
-    collectives reach the others through the servers)."""
+    """A copy of config (whose device count gives the CPU towers their
+    devices) with the group leader set and the worker's own devices only."""
     config = copy.deepcopy(config)
     config.experimental.collective_group_leader = GROUP_LEADER
     del config.device_filters[:]
@@ -218,21 +160,16 @@ class Started(NamedTuple):
 
     server: object  # its `tf.distribute.Server`; None in one process
     hooks: list  # to lead the session's hooks
-    # The chief takes the variables the ps tasks hold (`agreement.held_job`).
-    joins_held_job: bool
+    joins_held_job: bool  # the chief takes the variables the ps tasks hold
 
 
 def _start_alone(task, config, settings, done_ops, signals):
-    """One process: no server, nothing to agree on."""
     return Started(None, [], False)
 
 
 def _start_against_chief(task, config, settings, done_ops, signals):
-    """The ps cluster: the chief joins the job the ps tasks hold, if they
-    hold one of its settings (`agreement.joins_held_job`); each other worker
-    compares its settings with the chief's before step 1
-    (`agreement.PsAgreementHook`), and one that differs runs done_ops."""
-    # What the workers compare, the model's digests too, made once.
+    """The chief joins the job the ps tasks hold, if it is of its settings;
+    each other worker compares its settings with the chief's."""
     settings = agreement.with_model(settings)
     server = ps.start_server(task, config)
     wait_secs = sessions.timeout_secs(config)
@@ -244,8 +181,6 @@ def _start_against_chief(task, config, settings, done_ops, signals):
 
 
 def _start_agreeing_all(task, config, settings, done_ops, signals):
-    """A cluster of workers only: every worker's settings and model equal
-    (`agreement.agree`), or an error."""
     settings = agreement.with_model(settings)
     # A signal from the server's start on (its peers may reach it from
     # then) is kept, and stops every worker after step 1.
@@ -271,10 +206,6 @@ def _ends_in_session(checkpoint, max_steps):
     return False
 
 
-def _no_finished_hooks(max_steps, task):
-    return []
-
-
 def _finished_hooks(max_steps, task):
     if max_steps is None:
         return []
@@ -286,8 +217,7 @@ def _saves_nothing(server, config, saver, train_dir):
 
 
 def _wait_for_chief(chief, scaffold, target, config, task):
-    """The chief's creator; another worker waits for the chief to
-    initialise the model."""
+    """Another worker waits for the chief to initialise the model."""
     if chief is not None:
         return chief
     return sessions.PromptWorkerSessionCreator(scaffold, target, config)
@@ -295,8 +225,7 @@ def _wait_for_chief(chief, scaffold, target, config, task):
 
 def _own_start(chief, scaffold, target, config, task):
     """Every worker initialises its own variables, and its local init op
-    takes the chief's values, all within the operation timeout
-    (`sessions.StartUpBoundSessionCreator`)."""
+    takes the chief's values, within the operation timeout."""
     creator = chief
     if creator is None:
         creator = tf.compat.v1.train.ChiefSessionCreator(
@@ -312,7 +241,6 @@ _NO_CLUSTER = (
     "none is given: in one process the towers average their gradients every"
     " step; drop --{flag}"
 )
-# A flag of the all-reduce across workers on a run without it.
 _ACROSS_WORKERS = (
     "%s applies only in a cluster of workers (--worker_hosts or TF_CONFIG "
     "without ps tasks, --variable_update=replicated), whose workers "
@@ -322,7 +250,6 @@ _ACROSS_WORKERS = (
 
 
 def _across_workers(what):
-    """{flag: why} of the flags of the all-reduce across workers."""
     return {
         flag: _ACROSS_WORKERS.format(how=how, what=what, flag=flag)
         for flag, how in (
@@ -354,7 +281,7 @@ _PS_REFUSED = {
 LOCAL = Kind(
     name="one process",
     serves=False,
-    device_setter=_no_device_setter,
+    device_setter=lambda task: None,
     session_config=_local_config,
     replicas_per_step=_one,
     sync=False,
@@ -365,7 +292,7 @@ LOCAL = Kind(
     watchdog=_no_watchdog,
     start=_start_alone,
     ends_finished=_ends_saying_so,
-    finished_hooks=_no_finished_hooks,
+    finished_hooks=lambda max_steps, task: [],
     claims_steps=False,
     step_optimizer=step_optimizer.plain,
     agreed_stop=False,
@@ -399,7 +326,7 @@ PS = Kind(
 )
 PS_SYNC = PS._replace(
     name="ps cluster with sync replicas",
-    replicas_per_step=_aggregated,
+    replicas_per_step=lambda task: task.replicas_to_aggregate,
     sync=True,
     claims_steps=False,
     step_optimizer=step_optimizer.sync_replicas,
@@ -407,9 +334,9 @@ PS_SYNC = PS._replace(
 WORKERS_ONLY = Kind(
     name="cluster of workers only",
     serves=True,
-    device_setter=_worker_device_setter,
+    device_setter=lambda task: "/job:worker/task:%d" % task.task_index,
     session_config=session_config,
-    replicas_per_step=_every_worker,
+    replicas_per_step=lambda task: task.num_workers,
     sync=False,
     all_reduce_across_workers=True,
     places_variables=False,
@@ -441,8 +368,8 @@ KINDS = (LOCAL, PS, PS_SYNC, WORKERS_ONLY)
 
 
 def of(cluster, sync_replicas):
-    """The kind of a run: its `tf.train.ClusterSpec` (None: no cluster) and
-    --sync_replicas; the one place that tells the kinds apart."""
+    """The kind of a run of this `tf.train.ClusterSpec` (None: no cluster)
+    and --sync_replicas."""
     if cluster is None:
         return LOCAL
     if "ps" not in cluster.jobs:

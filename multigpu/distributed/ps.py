@@ -1,14 +1,9 @@
-"""The cluster's servers: each task's gRPC server (`start_server`); the ps
-task, which serves the variables until every worker is done and says which
-worker did not start or went silent; lost tasks noticed by their ports, and
-waits no timeout bounds.
+"""The cluster's servers, the ps task, and the waits no timeout bounds.
 
-A worker checks its ps tasks' ports while it trains (`PsWatchdog`), a sync
-chief its workers' (`cluster.sync_hooks`), each on a `Watcher`'s thread; a
-ps counts a worker as started once its port answers (`answering_workers`)
-or its done token arrives, and gives up on those it never heard from
-(`not_started`). A worker of a cluster of workers only ends itself when a
-start-up wait outlasts its bound (`ends_after`).
+A ps task serves the variables until every worker is done, and names the
+workers that never started or went silent. Lost tasks are noticed by their
+ports, on a `Watcher`'s thread: a worker's ps tasks (`PsWatchdog`), a sync
+chief's workers (`cluster.sync_hooks`).
 """
 
 import contextlib
@@ -24,17 +19,13 @@ import tensorflow as tf
 from multigpu import errors
 from multigpu.distributed import tf_config
 
-# Seconds between two looks of a ps at the number of done tokens it holds.
 TOKEN_LOOK_SECS = 0.1
 
 
 def start_server(task, config):
-    """Starts the task's gRPC server and says where it listens.
-
-    TensorFlow's server listens on all interfaces, whatever host the
-    cluster spec names, with no authentication. A port that cannot be taken
-    (in use, say) is a ValueError.
-    """
+    """Starts the task's gRPC server and says where it listens: on all
+    interfaces, whatever host the cluster spec names, with no
+    authentication. A port that cannot be taken is a ValueError."""
     address = task.cluster.task_address(task.job_name, task.task_index)
     port = address.rpartition(":")[2]
     try:
@@ -68,11 +59,8 @@ def start_server(task, config):
 
 
 def done_signals(task):
-    """One queue per ps task into which each worker puts a token at its end.
-
-    Returns the enqueue ops of a worker; for a ps, the queues
-    (`tf.queue.FIFOQueue`), whose tokens are int32, the worker's task index.
-    """
+    """One queue per ps task into which each worker puts a token at its end
+    (int32, its task index): a worker's enqueue ops, or a ps's queues."""
     ops = []
     for i in range(task.cluster.num_tasks("ps")):
         with tf.device("/job:ps/task:%d" % i):
@@ -92,9 +80,8 @@ def done_signals(task):
 def run_ps(task, config, timeout_secs=0):
     """Serves the variables of a ps task until every worker has finished.
 
-    timeout_secs: int, how long every worker may take to start, and how
-    long the ps waits for the others once the chief is done or gone; 0
-    waits forever. Past it, `errors.TrainingError` names the workers.
+    timeout_secs: how long every worker may take to start, and how long the
+    ps waits for the others once the chief is done or gone (0: forever).
     """
     config = task.kind.session_config(config, task)
     # No operation timeout here: a ps waits as long as training lasts.
@@ -103,8 +90,6 @@ def run_ps(task, config, timeout_secs=0):
 
 
 def serve_until_done(task, server, config, timeout_secs):
-    """Serves on the ps task's started server until every worker's done
-    token has arrived, or raises as `run_ps`."""
     with tf.Graph().as_default():
         tokens = DoneTokens(done_signals(task)[task.task_index])
         with tf.compat.v1.Session(server.target, config=config) as sess:
@@ -127,19 +112,11 @@ class DoneTokens:
     """
 
     def __init__(self, queue):
-        """queue: the ps task's `tf.queue.FIFOQueue` of done tokens."""
         self._held = queue.dequeue_up_to(queue.size())
 
     def take(self, sess, wait_secs):
-        """The tokens the queue holds, waiting up to wait_secs for one.
-
-        Args:
-          sess: a `tf.compat.v1.Session` on the ps task's server.
-          wait_secs: float, how long to wait for a first token.
-
-        Returns:
-          set of int, the worker task indices whose token was taken.
-        """
+        """The worker task indices whose token the queue holds, waiting up
+        to wait_secs for one."""
         deadline = time.monotonic() + wait_secs
         while True:
             held = sess.run(self._held)
@@ -149,17 +126,20 @@ class DoneTokens:
 
 
 def _wait_for_start(task, sess, tokens, timeout_secs):
-    """Waits until every worker has started, or said it is done.
+    """Waits until every worker has started; returns those already done.
 
-    A worker counts as started once its port answers or its done token
-    arrives: a short run may end between two looks at its port. Returns the
-    worker task indices whose done token arrived.
+    A done token counts as a start: a short run may end between two looks
+    at its port.
     """
     done, started = set(), set()
     deadline = time.time() + timeout_secs
     while True:
         started |= done
-        started |= answering_workers(task.cluster, started)
+        started |= {
+            i
+            for i, address in enumerate(task.cluster.job_tasks("worker"))
+            if i not in started and answers(address)
+        }
         if len(started) == task.num_workers:
             return done
         if timeout_secs and time.time() > deadline:
@@ -168,12 +148,8 @@ def _wait_for_start(task, sess, tokens, timeout_secs):
 
 
 def _wait_for_done(task, sess, tokens, timeout_secs, done=()):
-    """Takes each worker's done token; gives up once the chief is not there.
-
-    Once the chief (worker task 0) is done, or its port stops answering,
-    the other workers have timeout_secs to say they are done (done: those
-    whose token arrived before).
-    """
+    """Takes each worker's done token. Once the chief is done or its port
+    stops answering, the others have timeout_secs to say they are done."""
     done = set(done)
     chief_address = task.cluster.task_address("worker", 0)
     chief_away_since = None
@@ -190,8 +166,6 @@ def _wait_for_done(task, sess, tokens, timeout_secs, done=()):
 
 
 def _gave_up(task, done, timeout_secs):
-    """The ps's error once its chief is done or gone and others are silent
-    (done: the worker task indices that said they were done)."""
     silent = ", ".join(
         "worker task %d (%s)" % (i, task.cluster.task_address("worker", i))
         for i in range(1, task.num_workers)
@@ -215,26 +189,21 @@ def _gave_up(task, done, timeout_secs):
     )
 
 
-# Seconds between two looks of a worker at its ps tasks' ports.
 WATCHDOG_INTERVAL_SECS = 2
-# Seconds a port may take to accept a connection before it counts as silent.
 CONNECT_TIMEOUT_SECS = 2
 
 
 class Watcher:
-    """A thread per `start` that looks (at ports) every
-    WATCHDOG_INTERVAL_SECS, until `stop` or until its look says it is done.
-    """
+    """A thread per `start` that runs look() every WATCHDOG_INTERVAL_SECS
+    until `stop` or until look returns True."""
 
     def __init__(self):
         self._stop = threading.Event()
 
     def start(self, look):
-        """look: callable() -> bool, one look; True ends this thread."""
         threading.Thread(target=self._watch, args=(look,), daemon=True).start()
 
     def stop(self):
-        """Ends every thread at its next look."""
         self._stop.set()
 
     def _watch(self, look):
@@ -245,10 +214,7 @@ class Watcher:
 
 class PsWatchdog:
     """Ends the process when a ps task stops answering for timeout_secs
-    (0: never, as --operation_timeout_secs=0 says).
-
-    Only where there are ps tasks (`kinds.Kind.watchdog`): in a cluster of
-    workers only a lost worker fails the step of every other.
+    (0: never).
 
     After a ps dies, TensorFlow's own recovery closes the session, and that
     close can wait forever for the dead ps. A ps answers until every worker
@@ -272,9 +238,6 @@ class PsWatchdog:
         self._watcher.stop()
 
     def _look(self, ps):
-        """One look at the ports of the ps tasks (ps: their
-        `tf.train.ClusterSpec`); exits once some have not answered for
-        timeout_secs."""
         lost = unreachable_tasks(ps)
         if not lost.startswith("unreachable"):
             self._silent_since = None
@@ -293,15 +256,12 @@ class PsWatchdog:
 
 @contextlib.contextmanager
 def ends_after(wait_secs, task, what):
-    """Ends the process with one line if the block outlasts wait_secs.
+    """Ends the process with one line if the block outlasts wait_secs (0:
+    no bound); what names the wait, e.g. 'the agreement on the settings'.
 
     For the waits no operation timeout bounds: TensorFlow's collective
     runtime resolves a group (the first collective of a run) without one,
     so a peer lost then would hold the worker forever.
-
-    wait_secs 0 bounds nothing (the block may wait forever, as
-    --operation_timeout_secs=0 says); what: the wait, for the line, e.g.
-    'the agreement on the settings'.
     """
     if not wait_secs:
         yield
@@ -333,15 +293,11 @@ def _end(wait_secs, task, what):
 
 
 def unreachable_tasks(cluster):
-    """Names the tasks of the cluster whose port or server does not answer.
+    """Names the tasks whose port or server does not answer, e.g.
+    'unreachable: worker task 1 (localhost:2224)'.
 
     A killed task's port refuses connections; a stopped (frozen) task's
     port still accepts them (the kernel does), but its server says nothing.
-
-    Returns:
-      str, e.g. 'unreachable: worker task 1 (localhost:2224)', 'not
-      responding (stopped or stuck): worker task 1 (localhost:2224)', or a
-      note that every task answered.
     """
     if cluster is None:
         return "not in a cluster"
@@ -359,22 +315,9 @@ def unreachable_tasks(cluster):
     return "every task answers; a peer may be stuck or too slow"
 
 
-def answering_workers(cluster, known):
-    """The worker task indices whose port accepts a connection, but those
-    in known (heard from already, not probed)."""
-    return {
-        i
-        for i, address in enumerate(cluster.job_tasks("worker"))
-        if i not in known and answers(address)
-    }
-
-
 def not_started(cluster, started, timeout_secs):
-    """The ps's error for the workers never heard from within timeout_secs.
-
-    A ps serves until every worker is done: a worker that never starts
-    would keep it waiting forever.
-    """
+    """The ps's error for the workers never heard from within timeout_secs:
+    a worker that never starts would keep it waiting forever."""
     return errors.TrainingError(
         "no connection from %s within --operation_timeout_secs=%d; start "
         "every worker task, or raise the timeout"
@@ -407,7 +350,7 @@ def answers(address):
 _HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(
     [0, 0, 0, 4, 0, 0, 0, 0, 0]
 )
-# The bytes of an HTTP/2 frame header: what a live server sends at least.
+# What a live server sends at least.
 _HTTP2_FRAME_HEADER_BYTES = 9
 
 

@@ -1,19 +1,14 @@
 """Session creators: the chief restores, workers wait, both bounded; the
 finished job's check as a worker's session starts.
 
-And a plain `Session` initialised as theirs are (`initialise`,
-`local_init_op`), for tests and benchmarks.
-
 A cluster of workers only, lost, first saves the chief's last completed step
-(`save_reached`). Every worker holds its own copies of the variables, equal
-after every step. When a peer, or the link to it, is lost, the step in
+(`save_reached`). When a peer, or the link to it, is lost, the step in
 flight fails in one of its collectives before any saved variable is written
-(the update waits for every collective of the step,
-`gradient_reduction.all_or_none`), so the chief's variables are still those
-of the last step it completed: it saves them, and the same commands resume
-from that step once the cluster is whole again. Without this a link that
-goes down costs every step since the last periodic checkpoint (up to
---save_checkpoint_steps).
+(the update waits for every collective of the step), so the chief's
+variables are still those of the last step it completed: it saves them, and
+the same commands resume from that step once the cluster is whole again.
+Without this a link that goes down costs every step since the last periodic
+checkpoint.
 """
 
 import os
@@ -29,25 +24,20 @@ from multigpu.train_dir import checkpoints, restore
 class ChiefStart(NamedTuple):
     """How the chief's session starts (`ResumingSessionCreator`)."""
 
-    # (--pretrained_model_checkpoint_path, --fine_tune), for a new run's
-    # warm start (`restore.restore_fn`).
+    # (--pretrained_model_checkpoint_path, --fine_tune), for a warm start.
     pretrained: tuple = ("", False)
     newest: str | None = None  # its newest checkpoint, if found already
-    # The ps tasks hold the job's variables already: the chief takes them
-    # as the other workers do.
     joins_held_job: bool = False
 
 
-# A chief's first start: no warm start, the checkpoint not looked for yet.
 FIRST_START = ChiefStart()
 
 
 def session_creator(
     task, server, scaffold, config, train_dir, start=FIRST_START
 ):
-    """The chief restores or initialises (start: a `ChiefStart`); the other
-    workers make their sessions as their kind of run does
-    (`kinds.Kind.session`); none waits past the operation timeout."""
+    """The chief restores or initialises; the other workers make their
+    sessions as their kind of run does; none waits past the timeout."""
     target = server.target if server else ""
     chief = None
     if task.is_chief and not start.joins_held_job:
@@ -63,8 +53,7 @@ class StartUpBoundSessionCreator(tf.compat.v1.train.SessionCreator):
 
     Its local init op copies the chief's values to every worker by
     collective ops, whose first run waits for every peer with no operation
-    timeout: a peer lost then would hold the worker forever. Past
-    timeout_secs the process ends with one line (`ps.ends_after`).
+    timeout: a peer lost then would hold the worker forever.
     """
 
     def __init__(self, creator, task, timeout_secs):
@@ -82,15 +71,13 @@ class StartUpBoundSessionCreator(tf.compat.v1.train.SessionCreator):
 
 
 class ResumingSessionCreator(tf.compat.v1.train.SessionCreator):
-    """The chief's session, restored from `checkpoints.newest_valid_checkpoint`.
+    """The chief's session, restored from its newest valid checkpoint, or
+    warm started from a pretrained one.
 
-    The checkpoint is chosen whenever a session is made (the first one may
-    be given, found already), so that a session made again after a lost
-    peer resumes from the newest one. It is restored by `restore.resume`
-    (weights required, other state when present), or, with no checkpoint,
-    the weights come from a pretrained checkpoint (`restore.warm_start`).
-    The restore runs before the model is ready, so no worker steps on
-    variables not yet restored.
+    The checkpoint is chosen whenever a session is made, so that a session
+    made again after a lost peer resumes from the newest one. The restore
+    runs before the model is ready, so no worker steps on variables not yet
+    restored.
     """
 
     def __init__(
@@ -148,10 +135,8 @@ class PromptWorkerSessionCreator(tf.compat.v1.train.SessionCreator):
 
 class FinishedHook(tf.compat.v1.train.SessionRunHook):
     """Ends a cluster worker's run before step 1 when its session starts at
-    max_steps or past it: a finished job started again trains nothing, as
-    one process does (`kinds.Kind.ends_finished`).
-
-    Run it before the step logger, which then says nothing of training.
+    max_steps or past it, as one process does. Run it before the step
+    logger, which then says nothing of training.
     """
 
     def __init__(self, max_steps, task_index):
@@ -176,22 +161,12 @@ class FinishedHook(tf.compat.v1.train.SessionRunHook):
 
 
 def save_reached(server, config, saver, train_dir):
-    """Saves the chief's variables at its global step, unless saved already.
+    """The checkpoint of the chief's global step, saved unless it is
+    train_dir's newest already; None when it could not be written (the
+    error is the run's, not this save's).
 
     The session talks to the chief's own server only (config's device
-    filters), so it waits on no lost peer; config's operation timeout
-    bounds it.
-
-    Args:
-      server: the chief's `tf.distribute.Server`.
-      config: the session's `ConfigProto` (`cluster.task_config`).
-      saver: the run's `Saver` (its scaffold's).
-      train_dir: str.
-
-    Returns:
-      str, the checkpoint of the chief's global step (train_dir's newest
-      when it is of that step already), or None when it could not be
-      written (the error is the run's, not this save's).
+    filters), so it waits on no lost peer; the operation timeout bounds it.
     """
     global_step = tf.compat.v1.train.get_global_step()
     try:
@@ -219,14 +194,12 @@ def session_manager(scaffold):
 
 
 class BoundedSessionCreator(tf.compat.v1.train.SessionCreator):
-    """Creates the one session of a run, waiting at most the timeout.
+    """Creates the one session of a run, waiting at most timeout_secs (0: no
+    bound) for the cluster to come up.
 
     A `MonitoredSession` re-creates its session, forever, whenever a peer is
     unavailable (TF1's recovery from a restarted ps). Here a lost peer ends
-    the run instead, with an error: the first session may wait for the
-    cluster to come up for at most timeout_secs (0: no bound); a second one
-    is refused.
-    Restarting the task resumes from the chief's newest checkpoint.
+    the run instead: a second session is refused.
     """
 
     def __init__(self, creator, timeout_secs):
@@ -258,23 +231,20 @@ class BoundedSessionCreator(tf.compat.v1.train.SessionCreator):
 
 
 def timeout_secs(config):
-    """The session's --operation_timeout_secs: float seconds, 0 for no
-    bound (every wait that takes it waits forever then, as its help says)."""
+    """The session's --operation_timeout_secs: float seconds, 0 for none."""
     timeout_ms = config.operation_timeout_in_ms if config else 0
     return max(timeout_ms, 0) / 1000
 
 
 def initialise(session):
     """Initialises the variables as a `MonitoredSession` does, in a plain
-    `Session` (tests, benchmarks): the global variables, then the local init
-    op (which gives the copies the variables' values).
-    """
+    `Session`: the global variables, then the local init op."""
     session.run(tf.compat.v1.global_variables_initializer())
     session.run(local_init_op())
 
 
 def local_init_op():
-    """The op a `Scaffold` runs as its local init op, as it would choose."""
+    """The op a `Scaffold` would choose as its local init op."""
     return tf.compat.v1.train.Scaffold.get_or_default(
         "local_init_op",
         tf.compat.v1.GraphKeys.LOCAL_INIT_OP,

@@ -16,11 +16,8 @@ without ps tasks (a chief and workers) is a cluster of workers only, for
 import collections
 import json
 
-# The environment variable cluster schedulers set (the name TensorFlow's
-# TFConfigClusterResolver reads).
+# The name TensorFlow's TFConfigClusterResolver reads.
 TF_CONFIG = "TF_CONFIG"
-
-# Job names of TF_CONFIG that the suite's cluster mode maps to its own.
 KNOWN_JOBS = ("ps", "worker", "chief")
 
 
@@ -31,20 +28,8 @@ ClusterFlags.__doc__ = """The cluster flags' values: str, str, str, int."""
 
 
 def parse(text):
-    """Reads the cluster and this task's role from TF_CONFIG's text.
-
-    Args:
-      text: str, the value of TF_CONFIG; '' when it is not set.
-
-    Returns:
-      A `ClusterFlags` as the cluster flags would give it (comma-separated
-      HOST:PORT lists), or None when TF_CONFIG names no cluster.
-
-    Raises:
-      ValueError: TF_CONFIG is not JSON, lacks a worker, names a
-        job or task type the suite does not run, or a task index out of its
-        job's range.
-    """
+    """The `ClusterFlags` of TF_CONFIG's text ('' when not set), as the
+    cluster flags would give them; None when it names no cluster."""
     if not text.strip():
         return None
     config = _json_object(text)
@@ -66,7 +51,6 @@ def parse(text):
 
 
 def _json_object(text):
-    """TF_CONFIG's text read as a JSON object (a dict); else ValueError."""
     try:
         config = json.loads(text)
     except ValueError as e:
@@ -80,15 +64,8 @@ def _json_object(text):
 
 
 def _workers(cluster):
-    """Checks TF_CONFIG's cluster: known jobs, each a list of "HOST:PORT".
-
-    Returns:
-      list of str, the suite's workers: the chief, then the workers.
-
-    Raises:
-      ValueError: an unknown job, a job not a list of strs, more than
-        one chief, or no worker.
-    """
+    """The suite's workers, the chief then the workers, of TF_CONFIG's
+    cluster: known jobs, each a list of "HOST:PORT"."""
     unknown = sorted(set(cluster) - set(KNOWN_JOBS))
     if unknown:
         raise ValueError(
@@ -121,11 +98,7 @@ def _workers(cluster):
 
 
 def _task(task, cluster):
-    """TF_CONFIG's task: (str, int), its type and its index in that job.
-
-    Raises:
-      ValueError: an unknown type, or an index out of its job's range.
-    """
+    """TF_CONFIG's task: (str, int), its type and its index in that job."""
     job_type, index = task.get("type"), task.get("index", 0)
     if job_type not in KNOWN_JOBS:
         raise ValueError(
@@ -142,28 +115,20 @@ def _task(task, cluster):
 
 
 def resolve(from_flags, text):
-    """The cluster of a task: from its flags, or from TF_CONFIG.
-
-    Args:
-      from_flags: the `ClusterFlags` of the command line; its hosts both ''
-        when no cluster flag was given.
-      text: str, the value of TF_CONFIG ('' when not set).
-
-    Returns:
-      The `ClusterFlags` to use: TF_CONFIG's when the flags name no
-      cluster, otherwise the flags'.
-
-    Raises:
-      ValueError: TF_CONFIG is bad (see `parse`), or the flags and TF_CONFIG
-        both name a cluster and disagree on a value.
-    """
+    """The `ClusterFlags` of a task: TF_CONFIG's (text) when the flags
+    name no cluster, otherwise the flags', which must agree with it."""
     from_env = parse(text)
     if from_env is None:
         return from_flags
     if not from_flags.ps_hosts and not from_flags.worker_hosts:
         return from_env
+    # The flags' host lists written as `parse` writes them.
+    normalised = from_flags._replace(
+        ps_hosts=_hosts(from_flags.ps_hosts),
+        worker_hosts=_hosts(from_flags.worker_hosts),
+    )
     for field, flag_value, env_value in zip(
-        ClusterFlags._fields, _normalised(from_flags), from_env
+        ClusterFlags._fields, normalised, from_env
     ):
         if flag_value != env_value:
             raise ValueError(
@@ -172,14 +137,6 @@ def resolve(from_flags, text):
                 % (field, flag_value, env_value)
             )
     return from_flags
-
-
-def _normalised(from_flags):
-    """The flags with their host lists written as `parse` writes them."""
-    return from_flags._replace(
-        ps_hosts=_hosts(from_flags.ps_hosts),
-        worker_hosts=_hosts(from_flags.worker_hosts),
-    )
 
 
 def _hosts(hosts):
