@@ -210,7 +210,17 @@ def as_invoked(texts):
     """texts (strs), their 'python NAME.py' commands named as the user ran
     this one: under an installed command, python cifar10_eval.py becomes
     cifar10-eval."""
-    commands = _installed_commands()
+    try:
+        entry_points = importlib.metadata.distribution(
+            DISTRIBUTION
+        ).entry_points
+    except importlib.metadata.PackageNotFoundError:
+        entry_points = []
+    commands = {
+        entry.value.split(":")[0]: entry.name
+        for entry in entry_points
+        if entry.group == "console_scripts"
+    }
     if os.path.basename(sys.argv[0]) not in commands.values():
         return list(texts)
 
@@ -225,20 +235,6 @@ def as_invoked(texts):
         return (command + flags).ljust(len(found.group(0)) - 1) + "#"
 
     return [_SCRIPT_COMMAND.sub(renamed, text) for text in texts]
-
-
-def _installed_commands():
-    try:
-        entry_points = importlib.metadata.distribution(
-            DISTRIBUTION
-        ).entry_points
-    except importlib.metadata.PackageNotFoundError:
-        return {}
-    return {
-        entry.value.split(":")[0]: entry.name
-        for entry in entry_points
-        if entry.group == "console_scripts"
-    }
 
 
 class RememberingParser(argparse.ArgumentParser):

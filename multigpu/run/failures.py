@@ -28,7 +28,11 @@ def failure(error, watched, task, train_dir, saved=None):
         if found is None:
             return None, None
         return _diverged(logger.step + 1, found.group(0), train_dir), error
-    if lost_cluster(error) or cancelled_at_start(error, logger.runs):
+    # A peer that ended before step 1 cancels the collectives of the
+    # start-up copy of the chief's values in every other worker of a
+    # cluster of workers only.
+    cancelled = isinstance(error, tf.errors.CancelledError) and not logger.runs
+    if lost_cluster(error) or cancelled:
         return _lost_cluster(error, logger.runs, task, saved), error
     events.cut_back()
     if isinstance(error, tf.errors.OpError):
@@ -49,13 +53,6 @@ def lost_cluster(error):
     return isinstance(
         error, (tf.errors.DeadlineExceededError, tf.errors.UnavailableError)
     )
-
-
-def cancelled_at_start(error, runs):
-    """Whether error cancelled an op before step 1: a peer that ended then
-    cancels the collectives of the start-up copy of the chief's values in
-    every other worker of a cluster of workers only."""
-    return isinstance(error, tf.errors.CancelledError) and runs == 0
 
 
 def _lost_cluster(error, runs, task, saved):

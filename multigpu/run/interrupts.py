@@ -134,7 +134,13 @@ class _Handlers:
 def interrupted(hook, train_dir, task, runs):
     """The `errors.Interrupted` of a run the hook stopped."""
     if task.is_chief and runs == 0:
-        return before_step_1(hook, train_dir)
+        # The run takes back what it wrote in train_dir (`put_back`).
+        return errors.Interrupted(
+            "interrupted (%s) before step 1; nothing was trained, and what "
+            "the run wrote in %s is removed; run the same command to start"
+            % (hook.signal_name(), train_dir),
+            hook.exit_code(),
+        )
     if not task.is_chief and task.kind.agreed_stop:
         # The job's last step ended before the signal went with a step.
         return errors.Interrupted(
@@ -169,16 +175,6 @@ def interrupted(hook, train_dir, task, runs):
             hook.step,
             checkpoints.latest_checkpoint(train_dir),
         ),
-        hook.exit_code(),
-    )
-
-
-def before_step_1(hook, train_dir):
-    """The `errors.Interrupted` of a chief stopped before its first step."""
-    return errors.Interrupted(
-        "interrupted (%s) before step 1; nothing was trained, and what "
-        "the run wrote in %s is removed; run the same command to start"
-        % (hook.signal_name(), train_dir),
         hook.exit_code(),
     )
 

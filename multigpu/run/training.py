@@ -122,7 +122,20 @@ def _watched(step, schedule, train_dir, task):
 def _scaffold_and_hooks(step, schedule, train_dir, task, watched):
     """The session's scaffold, every task's hooks, and the chief's."""
     scaffold, histograms = _scaffold(step.summary_op)
-    hooks = _session_hooks(watched, step, schedule.max_steps, task)
+    # The logger runs first, so its step is the step that made the NaN; the
+    # NaN hook runs before the checkpoint saver, so that step is never saved.
+    hooks = [
+        *task.kind.finished_hooks(schedule.max_steps, task),
+        watched.logger,
+        loop_hooks.NanLossHook(step.loss),
+        watched.interrupt,
+        *([watched.preemption] if watched.preemption else []),
+        *step.hooks,
+    ]
+    if schedule.max_steps is not None:
+        hooks.append(
+            tf.compat.v1.train.StopAtStepHook(last_step=schedule.max_steps)
+        )
     if not task.is_chief:
         return scaffold, hooks, []
     return (
@@ -148,23 +161,6 @@ def _scaffold(summary_op):
     return scaffold, histograms
 
 
-def _session_hooks(watched, step, max_steps, task):
-    finished = task.kind.finished_hooks(max_steps, task)
-    # The logger runs first, so its step is the step that made the NaN; the
-    # NaN hook runs before the checkpoint saver, so that step is never saved.
-    hooks = [
-        *finished,
-        watched.logger,
-        loop_hooks.NanLossHook(step.loss),
-        watched.interrupt,
-        *([watched.preemption] if watched.preemption else []),
-        *step.hooks,
-    ]
-    if max_steps is not None:
-        hooks.append(tf.compat.v1.train.StopAtStepHook(last_step=max_steps))
-    return hooks
-
-
 class _Session(NamedTuple):
     """What the `MonitoredSession` is made of."""
 
@@ -176,7 +172,7 @@ class _Session(NamedTuple):
     pretrained: tuple  # (str, bool): `restore.warm_start`'s arguments
     settings: dict | None
     joins_held_job: bool = False  # `kinds.Started`
-    server: tf.distribute.Server | None = None
+    server: tf.distribute.Server | None = None  # None in one process
     done_ops: list | tuple = ()
 
 
@@ -207,19 +203,6 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         raise
 
 
-def _save_reached(error, session, train_dir, watched):
-    """The chief's checkpoint of its last step, when a peer is lost after a
-    step and the kind of run saves it, else None."""
-    task = session.task
-    if not (
-        task.is_chief and watched.logger.runs and failures.lost_cluster(error)
-    ):
-        return None
-    return task.kind.lost_peer_save(
-        session.server, session.config, session.scaffold.saver, train_dir
-    )
-
-
 def _train(train_op, train_dir, session, start, watched):
     """Trains while the chief owns train_dir and the ps tasks are watched;
     a failure raises one line, after the chief saved what it reached."""
@@ -234,7 +217,14 @@ def _train(train_op, train_dir, session, start, watched):
         try:
             _train_owned(train_op, train_dir, session, start, watched)
         except (tf.errors.OpError, RuntimeError) as e:
-            saved = _save_reached(e, session, train_dir, watched)
+            saved = None
+            # The chief's checkpoint of its last step, when a peer is lost
+            # after a step and the kind of run saves it.
+            lost = failures.lost_cluster(e)
+            if task.is_chief and watched.logger.runs and lost:
+                saved = task.kind.lost_peer_save(
+                    session.server, config, session.scaffold.saver, train_dir
+                )
             failed, cause = failures.failure(e, watched, task, train_dir, saved)
             if failed is None:
                 raise
@@ -257,7 +247,20 @@ def _train_owned(train_op, train_dir, session, start, watched):
             session.pretrained, newest, session.joins_held_job
         ),
     )
-    _train_loop(train_op, hooks, creator)
+    # The ops the session and its hooks add (initialisers, readiness
+    # checks, the saver) make the graph's session block.
+    with (
+        tf.name_scope(summaries.SESSION + "/"),
+        tf.compat.v1.train.MonitoredSession(
+            session_creator=creator,
+            hooks=hooks,
+            # A sync chief's queue runner waits for gradients that no worker
+            # sends after the last step; do not wait for it.
+            stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
+        ) as sess,
+    ):
+        while not sess.should_stop():
+            sess.run(train_op)
     if server:
         cluster.report_done(
             server,
@@ -291,35 +294,16 @@ def _prepare(train_dir, task, start):
         return None, False
     # Read once here: a damaged newest checkpoint is named once.
     newest = checkpoints.newest_valid_checkpoint(train_dir)
-    if _finished(newest, start.max_steps):
+    # At max_steps or past it, the session itself would still train one
+    # step, save it and write events.
+    if (
+        start.max_steps is not None
+        and newest is not None
+        and checkpoints.global_step(newest) >= start.max_steps
+    ):
         return newest, True
     # Under the lock, what an earlier run's interrupted saves left (a kill
     # -9 mid-save: model.ckpt-STEP_temp/) is no run's any more.
     train_dirs.remove_interrupted_writes(train_dir)
     event_files.own_writer(train_dir)
     return newest, False
-
-
-def _finished(checkpoint, max_steps):
-    """Whether checkpoint (or None) is at max_steps or past it: the
-    session itself would still train one step, save it and write events."""
-    if max_steps is None or checkpoint is None:
-        return False
-    return checkpoints.global_step(checkpoint) >= max_steps
-
-
-def _train_loop(train_op, hooks, session_creator):
-    # The ops the session and its hooks add (initialisers, readiness
-    # checks, the saver) make the graph's session block.
-    with (
-        tf.name_scope(summaries.SESSION + "/"),
-        tf.compat.v1.train.MonitoredSession(
-            session_creator=session_creator,
-            hooks=hooks,
-            # A sync chief's queue runner waits for gradients that no worker
-            # sends after the last step; do not wait for it.
-            stop_grace_period_secs=STOP_GRACE_PERIOD_SECS,
-        ) as sess,
-    ):
-        while not sess.should_stop():
-            sess.run(train_op)
