@@ -49,7 +49,7 @@ class Watch(NamedTuple):
     """Which checkpoints are scored, and when."""
 
     run_once: bool  # Score the newest and return (ValueError if none).
-    interval_secs: int  # Seconds between looks for a new checkpoint.
+    interval_secs: int
     last_step: int  # Return once this global step or later is scored; 0 never.
 
 
@@ -60,7 +60,8 @@ class Scoring(NamedTuple):
     # prediction (row 0) or among the top 5 (row 1): `summaries.top_k_hits`.
     hits: tf.Tensor
     init_op: tf.Operation  # Rewinds the input to its first example.
-    summary_op: tf.Tensor  # The model's summaries, beside the precision.
+    summary_op: tf.Tensor
+
 
 
 FLAGS = flags.FLAGS
@@ -118,13 +119,8 @@ def build_graph(
     compute_dtype=tf.float32,
     model=registry.TUTORIAL,
 ):
-    """Builds the eval input, the model and its top-1 and top-5 hits: the
-    `hits` and `init_op` of `Scoring`.
-
-    compute_dtype: the dtype the layers compute in (--use_fp16).
-    model: the `registry.Model` the checkpoints hold, built with
-      is_training=False (batch norm on its moving statistics).
-    """
+    """Builds the eval input, the model (is_training=False: batch norm on
+    its moving statistics) and the `hits` and `init_op` of `Scoring`."""
     with tf.device("/cpu:0"):
         images, labels, init_op = cifar10_batches.eval_inputs(
             eval_data, data_dir, batch_size, num_examples
@@ -134,12 +130,9 @@ def build_graph(
 
 
 def eval_once(checkpoint, saver, event_file, scoring, config):
-    """Scores one checkpoint on every example of the input, once.
-
-    saver restores the shadow variables into the model's variables;
-    event_file (an `event_files.EventFile`) takes the summaries at the
-    checkpoint's global step, which is returned (int); None when the
-    checkpoint (its path prefix) went away before it was restored.
+    """Scores one checkpoint on every example of the input, once; returns
+    its global step (int), or None when it went away before it was restored.
+    saver restores the shadow variables into the model's variables.
     """
     with tf.compat.v1.Session(config=config) as sess:
         global_step = _restore(sess, saver, checkpoint)
@@ -168,9 +161,6 @@ def eval_once(checkpoint, saver, event_file, scoring, config):
 
 
 def _restore(sess, saver, checkpoint):
-    """Restores checkpoint into sess with saver: its global step (int); None
-    when the checkpoint went away before it was restored (a warning on
-    stderr says so)."""
     try:
         saver.restore(sess, checkpoint)
         # Its own step: a checkpoint's name need not end in -STEP.
@@ -178,8 +168,7 @@ def _restore(sess, saver, checkpoint):
     except (ValueError, tf.errors.NotFoundError, tf.errors.DataLossError) as e:
         # The trainer deletes its oldest checkpoints (max_to_keep), the
         # index file first, so one may go between being chosen and being
-        # opened. Any other failure (e.g. another model's checkpoint) is
-        # an error.
+        # opened.
         if tf.io.gfile.exists(checkpoint + ".index"):
             raise
         print(
@@ -191,13 +180,8 @@ def _restore(sess, saver, checkpoint):
 
 
 def evaluate(checkpoint_dir, eval_dir, watch, config=None, **data):
-    """Scores the checkpoints of checkpoint_dir that watch (a `Watch`)
-    names, into event logs in eval_dir.
-
-    config: the sessions' `ConfigProto`, default `placement.session_config()`.
-    **data: eval_data, data_dir, batch_size, num_examples, compute_dtype,
-      model for `build_graph`.
-    """
+    """Scores the checkpoints of checkpoint_dir that watch names, into
+    event logs in eval_dir; **data: `build_graph`'s arguments."""
     config = config or placement.session_config()
     with tf.Graph().as_default():
         hits, init_op = build_graph(**data)
@@ -228,10 +212,8 @@ def evaluate(checkpoint_dir, eval_dir, watch, config=None, **data):
 
 
 def _say_waiting(checkpoint_dir, scored_step, said_at):
-    """Says what the eval waits for, once per WAITING_LINE_SECS at most:
-    the `time.monotonic()` of the last line said (said_at before, or None).
-    scored_step: the global step of the newest scored checkpoint, or None.
-    """
+    """Says what the eval waits for, once per WAITING_LINE_SECS at most;
+    returns the `time.monotonic()` of the last line said."""
     now = time.monotonic()
     if said_at is not None and now - said_at < WAITING_LINE_SECS:
         return said_at
@@ -245,9 +227,8 @@ def _say_waiting(checkpoint_dir, scored_step, said_at):
 
 
 def _newest_checkpoint(checkpoint_dir, run_once):
-    """The newest checkpoint that reads, or None (after saying why); with
-    run_once, ValueError when there is none, errors.TrainingError when
-    none reads."""
+    """The newest checkpoint that reads, or None; with run_once, an error
+    when there is none or none reads."""
     try:
         checkpoint = checkpoints.newest_valid_checkpoint(checkpoint_dir)
     except errors.TrainingError as e:
@@ -264,11 +245,8 @@ def _newest_checkpoint(checkpoint_dir, run_once):
 
 
 def _refuse_checkpoint_file(checkpoint_dir):
-    """Refuses a --checkpoint_dir that names a file or a checkpoint.
-
-    A checkpoint's path prefix ('.../model.ckpt-1000') is no folder: the
-    eval would wait forever for a checkpoint to appear in it.
-    """
+    """Refuses a --checkpoint_dir that names a file or a checkpoint's
+    path prefix, in which the eval would wait forever for a checkpoint."""
     if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
         raise ValueError(
             "--checkpoint_dir=%s is a file, not a folder; pass the folder of "

@@ -1,14 +1,7 @@
 """The MNIST convolutional model of the multi-GPU tutorial.
 
-  inference(images) -> logits           the network
-  loss(logits, labels) -> total_loss    cross-entropy plus weight decay
-  train(next_batch, devices, lr)        the multi-tower training step
-  evaluation(logits, labels) -> hits    correct predictions of a batch
-  evaluate(checkpoint_dir, ...)         test accuracy of a checkpoint
-
 Every variable is created by the tutorial's variable helpers; the towers
-place them (`placement.device_function`, the CPU), so that they share one
-copy.
+place them, so that they share one copy.
 """
 
 import tensorflow as tf
@@ -41,16 +34,9 @@ MOMENTUM = 0.9
 
 
 def _conv_relu(images, kernel_shape, bias_init):
-    """5x5 convolution, stride 1, and a ReLU, in the current variable scope.
-
-    Args:
-      images: float32 [batch, height, width, kernel_shape[2]].
-      kernel_shape: [5, 5, in_depth, out_depth].
-      bias_init: float, the biases' initial value.
-
-    Returns:
-      float32 [batch, height, width, out_depth].
-    """
+    """5x5 convolution, stride 1, and a ReLU, in the current variable scope:
+    float32 [batch, h, w, in_depth] -> [batch, h, w, out_depth], for
+    kernel_shape [5, 5, in_depth, out_depth]."""
     kernel = variables.variable_with_weight_decay(
         "weights", kernel_shape, stddev=CONV_STDDEV, wd=None
     )
@@ -61,11 +47,6 @@ def _conv_relu(images, kernel_shape, bias_init):
     return tf.nn.relu(tf.nn.bias_add(conv, biases))
 
 
-def _local(inputs, units, stddev, wd, bias_init):
-    """Fully connected layer: float32 [batch, n] -> float32 [batch, units]."""
-    return variables.fully_connected(inputs, units, stddev, wd, bias_init)
-
-
 def _max_pool(x, name):
     """2x2 max-pooling, stride 2: [batch, h, w, c] -> [batch, h/2, w/2, c]."""
     return tf.nn.max_pool2d(
@@ -74,16 +55,11 @@ def _max_pool(x, name):
 
 
 def inference(images):
-    """Builds the MNIST network.
+    """Builds the MNIST network: conv1 -> pool1 -> conv2 -> pool2 -> local3
+    -> local4 -> softmax_linear, a ReLU after every layer but the last.
 
-    conv1 -> pool1 -> conv2 -> pool2 -> local3 -> local4 -> softmax_linear,
-    with a ReLU after every layer but the last.
-
-    Args:
-      images: float32 [batch, 784], the pixels row by row, in [-0.5, 0.5].
-
-    Returns:
-      logits: float32 [batch, 10], unnormalised (softmax is in the loss).
+    images: float32 [batch, 784], the pixels row by row, in [-0.5, 0.5].
+    Returns logits: float32 [batch, 10], unnormalised.
     """
     # [batch, 784] -> [batch, 28, 28, 1]: the images, one channel.
     x = tf.reshape(images, [-1, HEIGHT, WIDTH, DEPTH])
@@ -97,29 +73,28 @@ def inference(images):
         # [batch, 7, 7, 64] -> [batch, 3136]: one vector per image.
         flat = tf.reshape(pool2, [-1, 7 * 7 * CONV2_FILTERS])
         local3 = tf.nn.relu(
-            _local(flat, LOCAL3_UNITS, LOCAL_STDDEV, LOCAL_WEIGHT_DECAY, 0.1)
+            variables.fully_connected(
+                flat, LOCAL3_UNITS, LOCAL_STDDEV, LOCAL_WEIGHT_DECAY, 0.1
+            )
         )
     with tf.compat.v1.variable_scope("local4"):
         local4 = tf.nn.relu(
-            _local(local3, NUM_CLASSES, LOCAL_STDDEV, LOCAL_WEIGHT_DECAY, 0.1)
+            variables.fully_connected(
+                local3, NUM_CLASSES, LOCAL_STDDEV, LOCAL_WEIGHT_DECAY, 0.1
+            )
         )
     with tf.compat.v1.variable_scope("softmax_linear"):
-        return _local(local4, NUM_CLASSES, SOFTMAX_STDDEV, None, 0.0)
+        return variables.fully_connected(
+            local4, NUM_CLASSES, SOFTMAX_STDDEV, None, 0.0
+        )
 
 
 def loss(logits, labels):
-    """Adds the mean cross-entropy of a batch to the `losses` collection.
+    """Adds the mean cross-entropy of a batch to the `losses` collection,
+    which holds the weight decay of local3 and local4 already.
 
-    The collection already holds the weight decay of local3 and local4
-    (added by `inference`); a tower sums only its own terms with
-    `towers.tower_total_loss`.
-
-    Args:
-      logits: float32 [batch, 10] from `inference`.
-      labels: int32 [batch] in 0..9.
-
-    Returns:
-      total_loss: float32 scalar, the sum of the `losses` collection.
+    logits: float32 [batch, 10]; labels: int32 [batch] in 0..9.
+    Returns total_loss: float32 scalar, the sum of the collection.
     """
     towers.add_cross_entropy(logits, labels)
     return tf.add_n(tf.compat.v1.get_collection("losses"), name="total_loss")
@@ -135,21 +110,12 @@ def optimizer(learning_rate):
 def train(
     next_batch, devices, learning_rate, task=cluster.LOCAL_TASK, update=None
 ):
-    """Builds one training step of the towers on `devices`.
+    """Builds one training step of the towers on devices (strs), each tower
+    on its own batch; the global step is incremented once.
 
-    Each tower takes its own batch, so a step trains on as many batches as
-    there are towers. The towers' gradients are averaged on the CPU and
-    applied once, or all-reduced and applied to every tower's copy
-    (`variable_update`), incrementing the global step once.
-
-    Args:
-      next_batch: callable() -> (float32 [batch, 784], int32 [batch]), the
-        next batch of a shared input; called once per tower, on the CPU.
-      devices: list of the towers' device strings.
-      learning_rate: float.
-      task: the `cluster.ClusterTask` (its kind's `step_optimizer`).
-      update: the `variable_update.VariableUpdate`; None is
-        parameter_server on the CPU.
+    next_batch: callable() -> (float32 [batch, 784], int32 [batch]), called
+    once per tower, on the CPU. update: the `variable_update.VariableUpdate`
+    (None: parameter_server on the CPU).
 
     Returns:
       loss: float32 scalar, the mean of the towers' total losses.
@@ -204,15 +170,8 @@ def _tower_loss_with_summaries(scope):
 
 
 def evaluation(logits, labels):
-    """The number of examples whose highest logit is their label.
-
-    Args:
-      logits: float32 [batch, 10].
-      labels: int32 [batch].
-
-    Returns:
-      int32 scalar.
-    """
+    """int32 scalar, the number of examples whose highest logit (float32
+    [batch, 10]) is their label (int32 [batch])."""
     correct = tf.nn.in_top_k(predictions=logits, targets=labels, k=1)
     return tf.reduce_sum(tf.cast(correct, tf.int32))
 
@@ -220,18 +179,8 @@ def evaluation(logits, labels):
 def evaluate(checkpoint_dir, data_dir, batch_size):
     """Scores the newest checkpoint on every example of the test split.
 
-    Args:
-      checkpoint_dir: str, where the trainer wrote its checkpoints.
-      data_dir: str, the folder that holds test.tfrecords.
-      batch_size: int, examples per batch.
-
-    Returns:
-      accuracy: float, the fraction of test examples classified correctly.
-      num_examples: int, the test examples counted.
-      global_step: int, the checkpoint's step.
-
-    Raises:
-      ValueError: no checkpoint in checkpoint_dir, or a bad test file.
+    Returns (accuracy: float, num_examples: int, global_step: int); a
+    ValueError when there is no checkpoint or a bad test file.
     """
     checkpoint = checkpoints.latest_checkpoint(checkpoint_dir)
     if checkpoint is None:

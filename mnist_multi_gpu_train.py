@@ -126,10 +126,7 @@ def build_graph(
 
 
 def plan_dry_run(task, num_gpus, batch_size, learning_rate, update_choice):
-    """Prints the placement plan of the towers on num_gpus GPUs.
-
-    update_choice: the `choices.UpdateChoice` of the flags.
-    """
+    """Prints the placement plan of the towers on num_gpus GPUs."""
     dry_run.refuse_ps(task)
     devices = dry_run.gpu_devices(num_gpus)
     # One tower's batch: images and labels.
@@ -172,20 +169,6 @@ def report_accuracy(train_dir, data_dir, batch_size):
     print(
         "%s: test accuracy = %.4f (%d examples, step %d)"
         % (datetime.datetime.now(), accuracy, num_examples, step)
-    )
-
-
-def _no_step(train_file, batch_size, num_gpus):
-    """Raises the error of an input that ended before the first step."""
-    raise ValueError(
-        "%s holds %d example(s), fewer than one step takes (--batch_size=%d "
-        "x %d tower(s)); nothing was trained"
-        % (
-            train_file,
-            mnist_input.count_records(train_file),
-            batch_size,
-            num_gpus,
-        )
     )
 
 
@@ -238,32 +221,21 @@ def main(argv):
     )
 
 
-# What the towers train on, and how (`build_graph`): --data_dir,
-# --batch_size (per tower), --num_epochs, --learning_rate and the
-# `choices.UpdateChoice` of the flags.
+# What the towers train on, and how (`build_graph`); update: the
+# `choices.UpdateChoice`.
 _Recipe = collections.namedtuple(
     "_Recipe", "data_dir batch_size num_epochs learning_rate update"
 )
 
 
-# What the run writes, and its closing report names: --train_dir,
-# --profile_steps (`profile.profile_hooks`) and --tb_logging.
+# What the run writes, and its closing report names.
 _Output = collections.namedtuple(
     "_Output", "train_dir profile_steps tb_logging"
 )
 
 
 def _train_and_score(recipe, devices, process, output, schedule, start):
-    """Trains in train_dir until the input ends; the chief then scores.
-
-    Args:
-      recipe: the `_Recipe`.
-      devices: strs, one tower's device each.
-      process: the `training.Process`: the task, the session's
-        `ConfigProto`, what the workers of a cluster must share.
-      output: the `_Output`.
-      schedule, start: the flags' `choices.Schedule` and `choices.Start`.
-    """
+    """Trains in train_dir until the input ends; the chief then scores."""
     task, train_dir = process.task, output.train_dir
     train_file = mnist_input.data_file(recipe.data_dir, "train")
     if task.is_chief:
@@ -291,7 +263,16 @@ def _train_and_score(recipe, devices, process, output, schedule, start):
                 process,
             )
     if steps == 0 and not task.kind.serves:
-        _no_step(train_file, recipe.batch_size, len(devices))
+        raise ValueError(
+            "%s holds %d example(s), fewer than one step takes (--batch_size="
+            "%d x %d tower(s)); nothing was trained"
+            % (
+                train_file,
+                mnist_input.count_records(train_file),
+                recipe.batch_size,
+                len(devices),
+            )
+        )
     print("Done training for %d epochs, %d steps." % (recipe.num_epochs, steps))
     if task.is_chief:
         report_accuracy(train_dir, recipe.data_dir, recipe.batch_size)
@@ -307,18 +288,14 @@ def _train_and_score(recipe, devices, process, output, schedule, start):
 
 
 def _log_frequency(train_file, recipe, log_frequency, num_towers):
-    """log_frequency, or a tenth of the run's steps if fewer: each tower
-    takes one of floor(records * num_epochs / batch_size) batches per
-    step."""
+    """log_frequency, or a tenth of the run's steps if fewer."""
     records = mnist_data.count_framed_records(train_file)
     batches = records * recipe.num_epochs // recipe.batch_size
     return loop_hooks.every_tenth(log_frequency, batches // num_towers)
 
 
 def _step(recipe, devices, task, profiling):
-    """The towers' graph: its `training.Step`, led by the run's
-    `report.RunReportHook` and ending with the profiling hooks, and that
-    report hook."""
+    """The towers' `training.Step` and its `report.RunReportHook`."""
     loss, train_op, summary_op, hooks = build_graph(
         data_dir=recipe.data_dir,
         batch_size=recipe.batch_size,

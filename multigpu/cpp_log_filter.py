@@ -1,37 +1,25 @@
 """The filter of TensorFlow's C++ stderr lines, a process of its own.
 
-`quiet_cpp_logs` starts it as `python -I -S cpp_log_filter.py`, reading a
-pipe that takes the script's file descriptor 2; it passes each line on to
-the terminal but the dropped ones, and ends when the pipe closes: at the
-script's exit, or at its death by an abort or a fatal signal, after
-passing on the lines written just before (which a thread of the dying
-script would lose). It imports only the standard library.
+`quiet_cpp_logs` starts it as `python -I -S cpp_log_filter.py` on a pipe
+that takes the script's file descriptor 2; it ends when the pipe closes,
+also at the script's death by a signal, after passing on the lines written
+just before (which a thread of the dying script would lose). Standard
+library only.
 """
 
 import os
 import re
 
-# The C++ lines the filter drops: INFO lines ('I1123 18:03:47.603 ...' or
-# 'I0000 00:00:...'), the notice of logs written before absl::InitializeLog
-# and the second line of the CPU-instructions notice; oneDNN's notice that
-# its uint8 kernels fall back to Eigen (an E line, printed even on CPUs with
-# AVX-512, and the results are the same); and the lines that echo a failure
-# the script reports itself in one line: a failed step (a NaN histogram
-# aborts the step's rendezvous, then cancels the input), an allocation that
-# does not fit (the allocator's map of its memory), a port in use. A ps
-# looks for its chief between the waits for its workers' done tokens, and
-# each wait it ends is a queue warning. A worker that loses a ps or a peer
-# cancels the tensors it was receiving from it (a warning each), echoes the
-# gRPC status of the last one, and its master logs the step's UNAVAILABLE
-# and that of the step's cleanup; in a cluster of workers only, its
-# collective ops log their abort (the task reports the loss in one line).
-# An error's continuation lines (the '\t [[NODE]]' it struck in, the
-# remote task's gRPC status, a hint, a blank line) go with it. Grappler's
-# notice that it leaves a cond's Merge with a control input unoptimised,
-# which the dry run's audit of the rewritten graph prints (the graph is the
-# same). Grappler's notice, with its kernel list, that it leaves a float16
-# batch norm and its ReLU unfused on the CPU, which has no fused kernel for
-# them (the graph computes as written).
+# The C++ lines the filter drops: INFO lines and the start-up notices;
+# oneDNN's notice that its uint8 kernels fall back to Eigen (an E line,
+# even on CPUs with AVX-512; the results are the same); the lines that echo
+# a failure the script reports itself in one line (a failed step's
+# rendezvous and cancelled input, an allocation that does not fit, a port
+# in use, a lost ps or peer and its gRPC status, collectives' aborts) with
+# their continuation lines; a ps's queue warning for each wait for its
+# workers' done tokens it ends; Grappler's notices of a cond's Merge left
+# unoptimised (the dry run's audit) and of a float16 batch norm left
+# unfused on the CPU, which has no fused kernel (the graph is the same).
 _DROPPED_LINE = re.compile(
     rb"^(I\d{4} \d\d:\d\d:\d\d"
     rb"|WARNING: All log messages before absl::InitializeLog"
@@ -66,38 +54,27 @@ _DROPPED_LINE = re.compile(
     rb"|\t \[\["
     rb"|\s*$)"
 )
-# cuInit's failure, an E line on every machine without NVIDIA's driver
-# (TensorFlow then uses the CPU, as the script says); with the driver it is
-# a real CUDA error and is shown.
+# cuInit's failure, an E line on every machine without NVIDIA's driver;
+# with the driver it is a real CUDA error and is shown.
 _NO_DRIVER_LINE = re.compile(rb"^E\d{4} [^]]*\] failed call to cuInit: ")
-# Present on a Linux machine whose NVIDIA kernel driver is loaded.
 NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"
 
 
 def is_dropped(line, gpu_driver):
-    """Whether the filter drops a C++ stderr line.
-
-    Args:
-      line: bytes, one line as TensorFlow's C++ side writes it.
-      gpu_driver: bool, whether the machine has NVIDIA's driver.
-    """
+    """Whether the filter drops a C++ stderr line (bytes)."""
     if _DROPPED_LINE.match(line):
         return True
     return not gpu_driver and bool(_NO_DRIVER_LINE.match(line))
 
 
-def pass_on(read_fd, write_fd, gpu_driver):
-    """Copies the lines of read_fd to write_fd, but the dropped ones."""
-    with os.fdopen(read_fd, "rb") as pipe, os.fdopen(write_fd, "wb") as out:
+def main():
+    """Copies stdin's lines to stderr, but the dropped ones, until EOF."""
+    gpu_driver = os.path.exists(NVIDIA_DRIVER_FILE)
+    with os.fdopen(0, "rb") as pipe, os.fdopen(2, "wb") as out:
         for line in pipe:
             if not is_dropped(line, gpu_driver):
                 out.write(line)
                 out.flush()
-
-
-def main():
-    """Passes stdin's lines on to stderr, but the dropped ones, until EOF."""
-    pass_on(0, 2, os.path.exists(NVIDIA_DRIVER_FILE))
 
 
 if __name__ == "__main__":

@@ -6,16 +6,13 @@ class TrainingError(RuntimeError):
 
 
 class Interrupted(Exception):
-    """A signal stopped the run, after saving it.
-
-    Attributes:
-      exit_code: int, the shell's status of the signal (130 for SIGINT).
-    """
+    """A signal stopped the run, after saving it; exit_code: the shell's
+    status of the signal (130 for SIGINT)."""
 
     def __init__(self, message, exit_code):
         super().__init__(message)
         self.exit_code = exit_code
 
 
-# The shell's exit status of a Ctrl-C (SIGINT, 2): 128 + 2.
+# 128 + SIGINT.
 CTRL_C_EXIT_CODE = 130

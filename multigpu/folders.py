@@ -9,15 +9,8 @@ NAMED_FILES = 5
 
 
 def make_folder(path, flag):
-    """Creates the folder path, the value of --flag, if it is missing.
-
-    Args:
-      path: str, e.g. the value of --train_dir.
-      flag: str, the flag's name without dashes, for the message.
-
-    Raises:
-      ValueError: path is a file, or under a file, or cannot be written.
-    """
+    """Creates the folder path, the value of --flag, if it is missing;
+    ValueError if it is or is under a file, or cannot be written."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError("--%s=%s is a file, not a folder" % (flag, path))
     parent = os.path.dirname(os.path.abspath(path))
@@ -44,16 +37,9 @@ def make_folder(path, flag):
 
 
 def why_unwritable(path):
-    """Why this process could not write files under path, or None.
-
-    Nothing is created: the nearest folder of path that exists is looked
-    at, as the one the first write would make a folder in.
-
-    Returns:
-      str, e.g. 'is on a read-only file system', 'is not writable by this
-      user' or 'is under FILE, which is a file'; None when path can be
-      written.
-    """
+    """Why this process could not write files under path (e.g. 'is on a
+    read-only file system'), or None; the nearest existing folder is looked
+    at, and nothing is created."""
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
@@ -76,21 +62,11 @@ def listing(names):
 
 @contextlib.contextmanager
 def written_aside(filename):
-    """Yields a name to write filename's content to; renames it when done.
+    """Yields 'FILENAME.PID.tmp' to write in full; renames it when done.
 
     A crash or a full disk never leaves a short file under filename, and
     processes writing the same file at once (cluster tasks) do not mix.
-    Whatever fails, the part written is removed.
-
-    Args:
-      filename: str, the file to write.
-
-    Yields:
-      str, 'FILENAME.PID.tmp', for the caller to write in full.
-
-    Raises:
-      ValueError: the file could not be written (the OS's reason, the space
-        left).
+    Whatever fails, the part written is removed; an OSError is a ValueError.
     """
     part = "%s.%d.tmp" % (filename, os.getpid())
     try:
@@ -107,12 +83,7 @@ def written_aside(filename):
 
 
 def not_written(filename, error):
-    """'could not write FILE (REASON; M MB free on its disk)'.
-
-    Args:
-      filename: str, the file whose write failed.
-      error: the `OSError` of the write, e.g. ENOSPC.
-    """
+    """'could not write FILE (REASON; M MB free on its disk)'."""
     return "could not write %s (%s; %.1f MB free on its disk)" % (
         filename,
         error.strerror or str(error),

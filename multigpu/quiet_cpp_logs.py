@@ -1,28 +1,19 @@
 """Hides TensorFlow's known harmless C++ notices; import it before TensorFlow.
 
-TensorFlow's C++ libraries log notices as they load (oneDNN is on, no CUDA
-driver, which CPU instructions were compiled in), before TF_CPP_MIN_LOG_LEVEL
-is read, so the variable alone cannot hide them. Every script imports this
-module first: unless the user set TF_CPP_MIN_LOG_LEVEL or asked for absl's
---verbosity, it sets the variable to 1 (no INFO) and passes the C++ side of
-stderr through a filter. The filter drops the INFO lines, the two error
-lines every run on a machine without a GPU prints although nothing failed
-(cuInit finds no driver; oneDNN's uint8 ops fall back to Eigen), and the
-warnings that repeat a failure the script reports in one line; it keeps
-every other warning and error, and cuInit's on a machine with NVIDIA's
-driver. Python's own stderr (tracebacks, our one-line errors) is written
-directly, never through the filter.
+TensorFlow's C++ libraries log notices as they load, before
+TF_CPP_MIN_LOG_LEVEL is read, so the variable alone cannot hide them.
+Unless the user set TF_CPP_MIN_LOG_LEVEL or asked for absl's --verbosity,
+this sets it to 1 (no INFO) and passes the C++ side of stderr through a
+filter (`cpp_log_filter`); Python's own stderr is written directly.
 
-The filter is a small process of its own (`cpp_log_filter`), not a thread
-of the script, so that the script's exit code, or its death by a signal, is
-its own. At a normal exit the script waits for it after Python's exit
-handlers, so no process is left behind; what the C++ side writes later,
-as the interpreter ends, goes to the terminal as it is, so no line is lost.
+The filter is a process of its own, not a thread, so that the script's
+exit code, or its death by a signal, is its own. At a normal exit the
+script waits for it after Python's exit handlers; what the C++ side writes
+later goes to the terminal as it is, so no line is lost.
 
-A Ctrl-C while TensorFlow loads (the first seconds) ends the script with
-one line and exit code 130, not a traceback from inside `import
-tensorflow`; `flags.script.run_script` hands Ctrl-C back to Python's own
-handler once the script's main starts.
+A Ctrl-C while TensorFlow loads ends the script with one line and exit
+code 130, not a traceback from inside `import tensorflow`;
+`flags.script.run_script` hands Ctrl-C back to Python once main starts.
 """
 
 import atexit
@@ -39,27 +30,20 @@ _DRAIN_SECS = 2
 
 
 def wants_tensorflow_logs(argv):
-    """Whether the command line asks for absl's --verbosity (or -v).
-
-    Then TensorFlow's own lines are shown as TensorFlow prints them.
-    """
+    """Whether the command line asks for absl's --verbosity (or -v)."""
     return any(
         arg.startswith("-") and arg.lstrip("-").split("=")[0] in _VERBOSITY
         for arg in argv[1:]
     )
 
 
-# absl's flag of the log level, and its short name.
 _VERBOSITY = ("verbosity", "v")
 
 
 def _install():
-    """Filters the C++ side of stderr, unless the user asked otherwise.
-
-    Returns:
-      A function that puts stderr back and waits for the filter to pass on
-      the last lines and end; None if stderr is left as it is.
-    """
+    """Filters the C++ side of stderr, unless the user asked otherwise;
+    returns the function that puts it back and waits for the filter, or
+    None."""
     if "TF_CPP_MIN_LOG_LEVEL" in os.environ or wants_tensorflow_logs(sys.argv):
         return None
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
@@ -108,9 +92,8 @@ def _exit_on_ctrl_c(drain, signum, frame):
     os._exit(128 + signal.SIGINT)
 
 
-# The scripts that import this module first (as files or as the installed
-# commands, e.g. cifar10-train); a test or a benchmark that imports one
-# keeps Python's own Ctrl-C.
+# The scripts that import this module first; a test that imports one keeps
+# Python's own Ctrl-C.
 SCRIPTS = (
     "cifar10_train",
     "cifar10_multi_gpu_train",
@@ -119,12 +102,10 @@ SCRIPTS = (
 )
 
 
-def _started_as_script():
-    name = os.path.splitext(os.path.basename(sys.argv[0]))[0]
-    return name.replace("-", "_") in SCRIPTS
-
-
-_as_script = _started_as_script()
+_as_script = (
+    os.path.splitext(os.path.basename(sys.argv[0]))[0].replace("-", "_")
+    in SCRIPTS
+)
 if _as_script:
     # Held from before the filter starts until the handler is set: a Ctrl-C
     # at any moment from the filter's start on is the handler's one line

@@ -1,12 +1,10 @@
 """The flags checked together, then turned into plain values, in `main`.
 
-Every script's `main` calls `check_flags` first, before it builds a graph
-or writes a file, so that a mistake costs seconds, not the hours of a run
-that reaches a learning-rate boundary. Every task of a cluster takes the
-same command line, so a ps refuses what its workers would refuse, instead
-of waiting for workers that never come. The other functions return the
-plain value of one concern, which `main` passes down: the code below the
-scripts never sees a flags object.
+`check_flags` comes first, before a graph or a file, so that a mistake
+costs seconds, not the hours of a run that reaches a learning-rate
+boundary. Every task of a cluster takes the same command line, so a ps
+refuses what its workers would refuse, instead of waiting for workers that
+never come.
 """
 
 import os
@@ -16,28 +14,21 @@ from typing import NamedTuple
 from multigpu.distributed import cluster, kinds, tf_config
 from multigpu.graph import placement, step_optimizer, variable_update
 
-# The flags of float16's loss scaling, which do nothing in other dtypes.
 LOSS_SCALE_FLAGS = (
     "fp16_loss_scale fp16_enable_auto_loss_scale fp16_inc_loss_scale_every_n"
 ).split()
-# The flags of reduced precision, which do nothing without --use_fp16.
 FP16_FLAGS = ("force_cpu_bfloat16", *LOSS_SCALE_FLAGS)
-# The flags of what a run writes and prints as it trains.
 _TRAINING_OUTPUT = (
     "clear_train_dir log_frequency log_device_placement save_checkpoint_steps"
     " save_summaries_steps tb_logging profile_steps"
     " pretrained_model_checkpoint_path fine_tune"
 ).split()
-# The flags of a run that trains, which --dry_run (it builds the graph and
-# prints its plan, with no session, data or files) would ignore. Its
-# folders (--train_dir, --data_dir) are taken, as a command line that is
-# planned before it is run names them.
+# What --dry_run ignores. Its folders (--train_dir, --data_dir) are taken,
+# as a command line that is planned before it is run names them.
 DRY_RUN_UNUSED = (
     "max_steps num_epochs eval_only cpu_towers fake_data data_url"
 ).split() + _TRAINING_OUTPUT
-# The flags of MNIST's training, its session and its cluster, which
-# --eval_only (it scores the newest checkpoint of --train_dir on the test
-# set, in a session of its own) would ignore.
+# What MNIST's --eval_only ignores: its training, session and cluster.
 EVAL_ONLY_UNUSED = (
     "num_gpus cpu_towers variable_update all_reduce_spec "
     "gradient_pack_bytes gradient_transfer_dtype learning_rate num_epochs "
@@ -49,8 +40,8 @@ EVAL_ONLY_UNUSED = (
 
 def check_flags(flag_values, task=cluster.LOCAL_TASK):
     """Raises ValueError on flags that cannot work together or would be
-    ignored; task: the `cluster.ClusterTask` of a multi-tower trainer (from
-    its flags or TF_CONFIG); one process for a script without cluster mode."""
+    ignored; task: the `cluster.ClusterTask`, one process's for a script
+    without cluster mode."""
     _refuse_unused(
         flag_values,
         "dry_run",
@@ -72,7 +63,6 @@ def check_flags(flag_values, task=cluster.LOCAL_TASK):
             "drop --data_url (or --fake_data)" % _shown(flag_values, "data_url")
         )
     _check_recipe(flag_values)
-    # The --fp16_* flags and --force_cpu_bfloat16 need --use_fp16.
     for name in FP16_FLAGS:
         _check_needs(flag_values, name, "use_fp16")
     _check_needs(
@@ -81,7 +71,6 @@ def check_flags(flag_values, task=cluster.LOCAL_TASK):
         "fp16_enable_auto_loss_scale",
     )
     _check_variable_update(flag_values, task)
-    # The flags the task's kind of run refuses, and those of sync mode.
     for name, why in task.kind.refused_flags.items():
         if _given(flag_values, name):
             raise ValueError(why % _shown(flag_values, name))
@@ -103,7 +92,6 @@ def check_flags(flag_values, task=cluster.LOCAL_TASK):
 
 
 def _given(flag_values, name):
-    """Whether the script defines flag name and the command line sets it."""
     return name in flag_values and flag_values[name].present
 
 
@@ -118,7 +106,6 @@ def _shown(flag_values, name):
 
 
 def _check_needs(flag_values, name, needed):
-    """Refuses flag name, when given, unless flag needed is set too."""
     if needed not in flag_values:
         return
     if _given(flag_values, name) and not flag_values[needed].value:
@@ -131,7 +118,7 @@ def _check_needs(flag_values, name, needed):
 
 def _refuse_unused(flag_values, mode, unused, what_it_does):
     """Refuses the flags unused that boolean flag mode, when set, would
-    ignore; what_it_does: what mode does instead, for the error."""
+    ignore."""
     if not (_given(flag_values, mode) and flag_values[mode].value):
         return
     for name in unused:
@@ -144,7 +131,6 @@ def _refuse_unused(flag_values, mode, unused, what_it_does):
 
 
 def _check_recipe(flag_values):
-    """--momentum and --learning_rate_boundaries need --learning_rate."""
     if "learning_rate_boundaries" not in flag_values:
         return  # The MNIST trainer: --learning_rate alone.
     for name in ("momentum", "learning_rate_boundaries"):
@@ -162,8 +148,7 @@ def _check_recipe(flag_values):
 
 
 def check_boundaries(boundaries):
-    """Raises ValueError unless the steps (ints) are positive and
-    increasing."""
+    """Raises ValueError unless the steps are positive and increasing."""
     shown = "--learning_rate_boundaries=%s" % ",".join(map(str, boundaries))
     if 0 in boundaries:
         raise ValueError(
@@ -190,7 +175,6 @@ def check_boundaries(boundaries):
 
 
 def _check_variable_update(flag_values, task):
-    """Each --variable_update takes its own flags, and its own cluster."""
     if "variable_update" not in flag_values:
         return
     mode = flag_values.variable_update
@@ -222,10 +206,8 @@ def _check_variable_update(flag_values, task):
         )
 
 
-# The flags a worker of a cluster may set on its own: its folders, its
-# output, its session's resources, where it is in the cluster, and what only
-# the chief acts on. Every other flag of a trainer changes the numbers and
-# must be the same on every worker (`agreement`, docs/cluster.md).
+# The flags a worker of a cluster may set on its own. Every other flag of a
+# trainer changes the numbers and must be the same on every worker.
 LOCAL_FLAGS = (
     "train_dir data_dir data_url clear_train_dir log_frequency"
     " log_device_placement save_checkpoint_steps save_summaries_steps"
@@ -237,13 +219,8 @@ LOCAL_FLAGS = (
 
 
 def cluster_task_from_flags(flag_values, environ=os.environ):
-    """The `cluster.ClusterTask` of the cluster flags.
-
-    Without cluster flags, the cluster and the task's role come from the
-    TF_CONFIG environment variable of environ when it names one
-    (`tf_config.resolve`). Raises ValueError on bad flags, a bad TF_CONFIG,
-    or both naming a cluster and disagreeing.
-    """
+    """The `cluster.ClusterTask` of the cluster flags, else of TF_CONFIG
+    in environ when it names one (`tf_config.resolve`)."""
     hosts = tf_config.resolve(
         tf_config.ClusterFlags(
             flag_values.ps_hosts,
@@ -266,24 +243,17 @@ def cluster_task_from_flags(flag_values, environ=os.environ):
 
 
 def _named_by_flags(value_type, flag_values):
-    """The NamedTuple value_type of the flags its fields name."""
     return value_type(*(flag_values[name].value for name in value_type._fields))
 
 
 def session_options_from_flags(flag_values):
-    """The `placement.SessionOptions` of the session flags."""
     return _named_by_flags(placement.SessionOptions, flag_values)
 
 
 def dtypes(flag_values, devices, sync_replicas=False):
-    """(compute_dtype, loss_scaling): the towers' dtype on devices (strs)
-    as --use_fp16 chooses and, for float16, its `step_optimizer.LossScaling`
-    of the loss-scale flags, else None.
-
-    Raises ValueError on a loss-scale flag given for a run that computes
-    not in float16: bfloat16 (a CPU) or float32 (a CPU without bfloat16
-    instructions) are not scaled.
-    """
+    """(compute_dtype, loss_scaling): the towers' tf.DType on devices
+    (strs) and, for float16, its `step_optimizer.LossScaling`, else None.
+    bfloat16 and float32 are not scaled: a loss-scale flag is refused."""
     compute_dtype = placement.compute_dtype(
         flag_values.use_fp16, devices, flag_values.force_cpu_bfloat16
     )
@@ -305,9 +275,8 @@ def dtypes(flag_values, devices, sync_replicas=False):
 
 
 def cluster_settings(flag_values):
-    """The settings every worker of a cluster must share, {name: value}:
-    every flag the trainer defines (not absl's or TensorFlow's own) but
-    `LOCAL_FLAGS`."""
+    """{name: value} of every flag the trainer defines (not absl's or
+    TensorFlow's own) but `LOCAL_FLAGS`."""
     return {
         flag.name: flag.value
         for module, module_flags in flag_values.flags_by_module_dict().items()
@@ -327,7 +296,6 @@ class Recipe(NamedTuple):
 
 
 def recipe_from_flags(flag_values):
-    """The `Recipe` of --model and its recipe's flags."""
     return _named_by_flags(Recipe, flag_values)
 
 
@@ -335,15 +303,13 @@ class UpdateChoice(NamedTuple):
     """--variable_update and its options, for `variable_update`."""
 
     mode: str
-    # --variable_device; 'cpu' (the TF1 design) for a trainer without it.
-    variable_device: str
+    variable_device: str  # 'cpu' (the TF1 design) for a trainer without it
     all_reduce_spec: str
     pack_bytes: int  # --gradient_pack_bytes
     transfer_dtype: str  # --gradient_transfer_dtype
 
 
 def update_choice_from_flags(flag_values):
-    """The `UpdateChoice` of the variable-update flags."""
     return UpdateChoice(
         flag_values.variable_update,
         (
@@ -362,22 +328,19 @@ class TowerOptions(NamedTuple):
 
     clip_norm: float  # --clip_gradients, 0 for no clipping
     xla: bool
-    prefetch: bool  # --prefetch_to_device
+    prefetch: bool
 
 
 class Schedule(NamedTuple):
     """When a trainer logs, saves and stops (`training.run_training`)."""
 
-    log_frequency: int  # steps between progress lines
-    max_steps: int  # the global step to stop at; None: the input's end
+    log_frequency: int
+    max_steps: int  # None: the input's end
     save_checkpoint_steps: int
     save_summaries_steps: int  # None: no summaries (MNIST's --tb_logging)
 
 
 def schedule_from_flags(flag_values):
-    """The `Schedule` of the flags. A trainer without --max_steps (MNIST)
-    trains until its input ends; one with --tb_logging writes summaries only
-    with it."""
     summaries = "tb_logging" not in flag_values or flag_values.tb_logging
     return Schedule(
         flag_values.log_frequency,
@@ -391,13 +354,11 @@ class Start(NamedTuple):
     """How a trainer starts in its train_dir (`training.run_training`)."""
 
     clear_train_dir: bool
-    # (--pretrained_model_checkpoint_path, --fine_tune), for a train_dir
-    # without checkpoints.
+    # (--pretrained_model_checkpoint_path, --fine_tune)
     pretrained: tuple
 
 
 def start_from_flags(flag_values):
-    """The `Start` of --clear_train_dir and the warm-start flags."""
     return Start(
         flag_values.clear_train_dir,
         (
@@ -408,20 +369,18 @@ def start_from_flags(flag_values):
 
 
 class TowerPlan(NamedTuple):
-    """How the towers compute and share their variables, as the flags
-    choose for the devices."""
+    """How the towers compute and share their variables."""
 
     devices: list  # strs, one tower's device each
     update: object  # the `variable_update.VariableUpdate`
-    compute_dtype: object  # tf.DType the layers compute in (--use_fp16)
+    compute_dtype: object  # tf.DType the layers compute in
     config: object  # the session's `ConfigProto`
     loss_scaling: object  # float16's `step_optimizer.LossScaling`, or None
     options: TowerOptions
 
 
 def tower_plan(flag_values, devices, task):
-    """The `TowerPlan` of the flags for devices (strs) and the task's
-    `cluster.ClusterTask`; `describe_plan` says what it chose."""
+    """The `TowerPlan` of the flags for devices (strs) and the task."""
     update = update_of_choice(
         devices, task, update_choice_from_flags(flag_values)
     )
@@ -444,8 +403,7 @@ def tower_plan(flag_values, devices, task):
 
 
 def describe_plan(plan):
-    """The lines a trainer prints of its `TowerPlan`: where the towers run
-    and, for --variable_update=replicated, the all-reduce."""
+    """The lines a trainer prints of its `TowerPlan`."""
     lines = [placement.describe_devices(plan.devices)]
     if plan.update.all_reduce is not None:
         lines.append(
@@ -456,8 +414,7 @@ def describe_plan(plan):
 
 
 def update_of_choice(devices, task, choice):
-    """The towers' `variable_update.VariableUpdate` of a
-    `choices.UpdateChoice` (--variable_update and its options)."""
+    """The towers' `variable_update.VariableUpdate` of an `UpdateChoice`."""
     return variable_update.variable_update(
         choice.mode,
         devices,

@@ -1,10 +1,8 @@
 """The flags the scripts share, defined once: name, default, bounds, help.
 
-Each script calls the `define_*` groups it takes at its top and adopts this
-module's key flags, so that its `--help` lists them (`tower_flags` defines
-its flags here too, through `define_once`). Importing two scripts into one
-process (a test, a notebook) defines each flag once: a flag the other
-script defined is kept as it is.
+Each script calls the `define_*` groups it takes and adopts this module's
+key flags, so that its `--help` lists them. Importing two scripts into one
+process (a test, a notebook) defines each flag once.
 """
 
 import math
@@ -30,23 +28,14 @@ def define_finite_float(name, default, help_text, **bounds):
 
 
 def refuse_non_finite(name):
-    """Refuses NaN and infinities for float flag name, at parsing.
-
-    nan passes any bound (every comparison with nan is false), and an
-    infinity a lower one.
-    """
+    """Refuses NaN and infinities for float flag name, at parsing: nan
+    passes any bound, and an infinity a lower one."""
     flags.register_validator(name, math.isfinite, "--%s must be finite" % name)
 
 
 def define_trainer_flags(train_dir, log_frequency, train_dir_note=""):
-    """The groups every trainer takes: its folder, output and checkpoints,
-    the sample set, warm start, the session options and the profile.
-
-    Args:
-      train_dir: str, the trainer's default --train_dir.
-      log_frequency: int, its default steps between progress lines.
-      train_dir_note: str, what --help adds on the default of --train_dir.
-    """
+    """The groups every trainer takes; train_dir_note: what --help adds on
+    the default of --train_dir."""
     _define_output_flags(train_dir, log_frequency, train_dir_note)
     define_fake_data_flag()
     _define_warm_start_flags()
@@ -55,14 +44,8 @@ def define_trainer_flags(train_dir, log_frequency, train_dir_note=""):
 
 
 def define_cifar10_trainer_flags(data_url, train_dir):
-    """The groups both CIFAR-10 trainers take: every trainer's, the steps,
-    the download, float16, the model and its recipe.
-
-    Args:
-      data_url: str, the default --data_url: the official archive.
-      train_dir: str, the tutorial net's --train_dir; another --model's is
-        TRAIN_DIR_NAME (the flag's default is '': the script chooses).
-    """
+    """The groups both CIFAR-10 trainers take; train_dir: the tutorial
+    net's --train_dir (the flag's default is '': the script chooses)."""
     define_trainer_flags(
         "",
         log_frequency=10,
@@ -97,7 +80,6 @@ def define_cifar10_trainer_flags(data_url, train_dir):
 
 
 def define_model_flag():
-    """--model: the CIFAR-10 network of the trainers and the eval."""
     define_once(
         flags.DEFINE_string,
         "model",
@@ -199,7 +181,6 @@ def _define_output_flags(train_dir, log_frequency, train_dir_note):
 
 
 def define_fake_data_flag():
-    """--fake_data, the built-in sample set in the dataset's real format."""
     define_once(
         flags.DEFINE_boolean,
         "fake_data",
@@ -232,8 +213,7 @@ def _define_warm_start_flags():
 
 
 def define_session_flags():
-    """The session options of the TF1 notes, for every script
-    (`placement.session_config`)."""
+    """The session options of the TF1 notes (`placement.session_config`)."""
     define_once(
         flags.DEFINE_boolean,
         "allow_growth",
@@ -269,9 +249,8 @@ def define_session_flags():
 
 
 def _define_profile_flags():
-    """The retired --trace_step, refused naming --profile_steps (scripts and
-    notes of older releases pass it, and absl would refuse it as unknown
-    without naming what replaces it), and --profile_steps (`profile`)."""
+    """--profile_steps, and the retired --trace_step, refused naming it
+    (absl would refuse it as unknown without naming what replaces it)."""
     if "trace_step" not in flags.FLAGS:
         flags.DEFINE_integer(
             "trace_step",
@@ -293,7 +272,6 @@ def _define_profile_flags():
 
 
 def _refuse_trace_step(value):
-    """absl's validator of --trace_step: only its default, 0, passes."""
     if value:
         raise flags.ValidationError(
             "--trace_step is retired (the Chrome trace through TensorFlow's "
@@ -304,7 +282,6 @@ def _refuse_trace_step(value):
 
 
 def _check_profile_steps(value):
-    """absl's validator of --profile_steps: `profile.parse_steps`."""
     try:
         profile.parse_steps(value)
     except ValueError as e:
@@ -313,7 +290,6 @@ def _check_profile_steps(value):
 
 
 def _define_fp16_flags():
-    """The reduced-precision flags of a trainer with --use_fp16."""
     define_force_cpu_bfloat16_flag()
     define_finite_float(
         "fp16_loss_scale",
@@ -342,7 +318,6 @@ def _define_fp16_flags():
 
 
 def define_force_cpu_bfloat16_flag():
-    """--force_cpu_bfloat16, of the trainers and the eval."""
     define_once(
         flags.DEFINE_boolean,
         "force_cpu_bfloat16",

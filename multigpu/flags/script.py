@@ -2,19 +2,14 @@
 every log line once; its `--help`, its flags grouped by purpose.
 
 absl's own `--help` lists a script's flags in one alphabetical list under
-the path of the file that ran (an installed command's wrapper in a virtual
-environment); ours prints the script's docstring and its flags in the
-groups below, whether the script runs as a file or as an installed command.
-absl's `--helpfull` still lists every flag, absl's own included.
+the path of the file that ran (an installed command's wrapper); ours prints
+the script's docstring and its flags in the groups below. absl's
+`--helpfull` still lists every flag.
 
-The argparse era of the TF1 tutorials (Sept. 2017 to Jan. 2018): then
-`cifar10.py` held an `argparse.ArgumentParser`; a script did `parser =
-cifar10.parser`, added its own arguments, `FLAGS = parser.parse_args()` in
-`__main__`, then `tf.app.run()`, whose absl parse of the same command line
-tolerates the flags absl does not know. The original module also parsed at
-import, before a script could add its arguments, so every flag a script
-added was unrecognized (tensorflow/models#2481). `RememberingParser` parses
-when the script does and keeps what it parsed for the module's calls.
+For the argparse era of the TF1 tutorials (Sept. 2017 to Jan. 2018), when
+`cifar10.py` held an `argparse.ArgumentParser` that parsed at import, before
+a script could add its arguments (tensorflow/models#2481):
+`RememberingParser` parses when the script does and keeps what it parsed.
 """
 
 import argparse
@@ -35,14 +30,9 @@ from multigpu import errors
 def run_script(main):
     """Runs an absl main; bad input or a failed run exits 1 with one line.
 
-    A `ValueError` (bad flag, file or data) or a `TrainingError` prints
-    'SCRIPT: error: MESSAGE' on stderr instead of a traceback. An
-    `Interrupted` run prints 'SCRIPT: MESSAGE' and exits with its code; a
-    Ctrl-C outside the training loop exits 130 with one line.
-
-    Args:
-      main: callable(argv), the script's main, defined in the script's
-        module (whose flags `--help` lists).
+    An `Interrupted` run exits with its code; a Ctrl-C outside the training
+    loop exits 130 with one line. main: the script's, defined in the module
+    whose flags `--help` lists.
     """
     _list_flags_in_help(main.__module__)
 
@@ -58,9 +48,8 @@ def run_script(main):
         # TensorFlow's logger prints each line itself ('INFO:tensorflow:
         # ...'); passed on to absl's handler it would be printed again.
         tf.get_logger().propagate = False
-        # TensorFlow's INFO lines ('Graph was finalized.', 'Saving
-        # checkpoints for ...') are replaced by our own line per event;
-        # absl's --verbosity brings them back.
+        # Our own lines replace TensorFlow's INFO lines ('Graph was
+        # finalized.'); absl's --verbosity brings them back.
         if not flags.FLAGS["verbosity"].present:
             tf.get_logger().setLevel(logging.WARNING)
         script = os.path.basename(sys.argv[0])
@@ -89,21 +78,15 @@ def run_script(main):
     app.run(main_with_errors, flags_parser=parse_flags)
 
 
-# What pybind11 says of a Ctrl-C that replaced a C++ exception.
 _PYBIND_CTRL_C = "REPLACED BY KeyboardInterrupt"
-# The help flags that print the script's grouped help (`_script_help`).
 _GROUPED_HELP_FLAGS = ("-?", "-h", "--help", "--helpshort")
 # absl's help flags: each prints the help, then exits with code 1.
 _HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 
 def _parse_flags(argv):
-    """absl's flag parsing: a bad flag is one line, asked-for help exit 0.
-
-    absl itself prints a bad flag in two lines of its own ('FATAL Flags
-    parsing error: ...', 'Pass --helpshort ...') and ends --help with exit
-    code 1.
-    """
+    """absl's flag parsing, but a bad flag is one line (absl's are two),
+    and asked-for help exits 0 (absl's 1)."""
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
@@ -117,21 +100,16 @@ def _parse_flags(argv):
 
 
 def _list_flags_in_help(module_name):
-    """Makes `--help` of an installed command list the script's flags.
-
-    absl's `--help` lists the key flags of the module named sys.argv[0]:
-    the script itself under `python cifar10_train.py`, but the generated
-    wrapper under an installed command (`cifar10-train`), which imports
-    the script as a module.
-    """
+    """Makes `--help` of an installed command list the script's flags:
+    absl lists the key flags of the module named sys.argv[0], the command's
+    generated wrapper, which imports the script as a module."""
     if module_name == "__main__":
         return
     for flag in flags.FLAGS.get_key_flags_for_module(module_name):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
 
-# The groups of --help, in this order, and the flags each holds (of any of
-# the scripts; a script lists the ones it takes).
+# The groups of --help, in this order (a script lists the flags it takes).
 GROUPS = (
     ("Data and batches", "data_dir fake_data data_url eval_data batch_size"),
     ("Model", "model"),
@@ -170,11 +148,9 @@ GROUPS = (
 )
 # The group of a flag no group names (a test keeps it empty).
 OTHER = "Other"
-# The closing line: where absl's own flags are.
 ABSL_FLAGS = (
     "absl's own flags (--verbosity=0 shows TensorFlow's log lines): --helpfull."
 )
-# The installed package, whose commands (cifar10-train, ...) run the scripts.
 DISTRIBUTION = "tf1-multi-gpu"
 # A script's command line in a docstring or a report: 'python NAME.py', and
 # its flags up to an aligned comment, if any.
@@ -182,14 +158,9 @@ _SCRIPT_COMMAND = re.compile(r"\bpython (\w+)\.py\b([^\n#]*? {2,}#)?")
 
 
 def _script_help(module_name):
-    """The grouped --help of the script whose main is in module_name: its
-    docstring, the groups that hold any of its flags (each flag with its
-    default and its help), and the line on absl's flags.
-
-    The same text whether the script runs as a file (its module is
-    '__main__', its flags registered under sys.argv[0]) or as an installed
-    command, which imports it as a module.
-    """
+    """The grouped --help of the script whose main is in module_name, the
+    same whether it runs as a file ('__main__', its flags registered under
+    sys.argv[0]) or as an installed command."""
     registered = sys.argv[0] if module_name == "__main__" else module_name
     by_name = {
         flag.name: flag
@@ -237,11 +208,19 @@ def _default(flag):
 
 def as_invoked(texts):
     """texts (strs), their 'python NAME.py' commands named as the user ran
-    this one: under an installed command (cifar10-train) every script the
-    package installs is named by its command (python cifar10_eval.py becomes
-    cifar10-eval); run as a file, texts are returned as they are.
-    """
-    commands = _installed_commands()
+    this one: under an installed command, python cifar10_eval.py becomes
+    cifar10-eval."""
+    try:
+        entry_points = importlib.metadata.distribution(
+            DISTRIBUTION
+        ).entry_points
+    except importlib.metadata.PackageNotFoundError:
+        entry_points = []
+    commands = {
+        entry.value.split(":")[0]: entry.name
+        for entry in entry_points
+        if entry.group == "console_scripts"
+    }
     if os.path.basename(sys.argv[0]) not in commands.values():
         return list(texts)
 
@@ -258,29 +237,9 @@ def as_invoked(texts):
     return [_SCRIPT_COMMAND.sub(renamed, text) for text in texts]
 
 
-def _installed_commands():
-    """{module: command} of the package's installed commands, if any."""
-    try:
-        entry_points = importlib.metadata.distribution(
-            DISTRIBUTION
-        ).entry_points
-    except importlib.metadata.PackageNotFoundError:
-        return {}
-    return {
-        entry.value.split(":")[0]: entry.name
-        for entry in entry_points
-        if entry.group == "console_scripts"
-    }
-
-
 class RememberingParser(argparse.ArgumentParser):
-    """An `ArgumentParser` that keeps the values it parsed last.
-
-    `values` is None until a script parses; then the `argparse.Namespace`
-    that `parse_args` (or `parse_known_args`) returned. A bad argument is
-    one line on stderr and exit 1, naming it, instead of the usage and
-    exit 2.
-    """
+    """An `ArgumentParser` that keeps the values it parsed last (None
+    before); a bad argument is one line and exit 1, not the usage and 2."""
 
     values = None
 
@@ -302,12 +261,9 @@ def positive_int(text):
 
 
 def boolean(text):
-    """An argparse type: absl's spellings of a boolean, any case.
-
-    The same as absl's, so that `tf.app.run()`, which parses the command
-    line with absl after the script's `parse_args()`, accepts what this
-    accepted (the era's `type=bool` made 'False' True).
-    """
+    """An argparse type: absl's spellings of a boolean, any case, as
+    `tf.app.run()` parses the same command line again with absl (the era's
+    `type=bool` made 'False' True)."""
     if text.lower() in ("true", "t", "1"):
         return True
     if text.lower() in ("false", "f", "0"):

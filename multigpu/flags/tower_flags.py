@@ -1,9 +1,5 @@
-"""The flags of the multi-tower trainers, defined once.
-
-Towers, their variables, the devices, the cluster and the dry run, through
-`common_flags.define_once`, so that they are `common_flags`' key flags,
-which the trainers adopt for their `--help`.
-"""
+"""The flags of the multi-tower trainers, defined once, as `common_flags`'
+key flags, which the trainers adopt for their `--help`."""
 
 from absl import flags
 
@@ -18,8 +14,6 @@ from multigpu.graph import (
 
 
 def define_multi_tower_flags():
-    """The groups of a multi-tower trainer: towers, their variables,
-    cluster, dry run."""
     common_flags.define_once(
         flags.DEFINE_integer,
         "num_gpus",
@@ -53,7 +47,6 @@ def define_multi_tower_flags():
 
 
 def _define_cluster_flags():
-    """The cluster mode's flags (`choices.cluster_task_from_flags`)."""
     common_flags.define_once(
         flags.DEFINE_string,
         "ps_hosts",
@@ -160,9 +153,6 @@ def _define_variable_update_flags():
 
 
 def define_device_flags():
-    """A multi-tower trainer's device and speed flags
-    (`placement.variable_device`, `towers.build_towers`,
-    `towers.stage_on_device`)."""
     common_flags.define_once(
         flags.DEFINE_enum,
         "variable_device",

@@ -12,19 +12,11 @@ from multigpu.train_dir import checkpoints, train_dirs
 
 
 def failure(error, watched, task, train_dir, saved=None):
-    """The run's error for an error of its session, or None to raise it.
+    """The run's `errors.TrainingError` for an error of its session, and
+    its cause (or None); (None, None) to raise the error itself.
 
-    error is the `tf.errors.OpError` or `RuntimeError` the session raised;
-    watched, the run's `training._Watched` hooks; saved, the checkpoint the
-    chief of a lost cluster saved (`kinds.Kind.lost_peer_save`), or None.
-
-    Returns:
-      (exception or None, exception or None): the error to raise, and its
-      cause (None: raised alone). `errors.TrainingError` when the loss
-      became NaN, or a summarised tensor NaN or infinite (no checkpoint of
-      that step is written); a checkpoint or another file of train_dir
-      could not be written (e.g. the disk is full); a tensor did not fit
-      in memory; the event file failed; the cluster was lost.
+    watched: the run's `training._Watched` hooks; saved: the checkpoint
+    the chief of a lost cluster saved, or None.
     """
     logger, events = watched.logger, watched.events
     if isinstance(error, tf.compat.v1.train.NanLossDuringTrainingError):
@@ -36,7 +28,11 @@ def failure(error, watched, task, train_dir, saved=None):
         if found is None:
             return None, None
         return _diverged(logger.step + 1, found.group(0), train_dir), error
-    if lost_cluster(error) or cancelled_at_start(error, logger.runs):
+    # A peer that ended before step 1 cancels the collectives of the
+    # start-up copy of the chief's values in every other worker of a
+    # cluster of workers only.
+    cancelled = isinstance(error, tf.errors.CancelledError) and not logger.runs
+    if lost_cluster(error) or cancelled:
         return _lost_cluster(error, logger.runs, task, saved), error
     events.cut_back()
     if isinstance(error, tf.errors.OpError):
@@ -57,19 +53,6 @@ def lost_cluster(error):
     return isinstance(
         error, (tf.errors.DeadlineExceededError, tf.errors.UnavailableError)
     )
-
-
-def cancelled_at_start(error, runs):
-    """Whether error cancelled an op before step 1: a peer that ended then
-    (its train_dir unwritable, say) cancels the collectives of the start-up
-    copy of the chief's values in every other worker of a cluster of workers
-    only (no op of a run in one process is cancelled before step 1).
-
-    Args:
-      error: the session's error.
-      runs: int, the steps this process ran.
-    """
-    return isinstance(error, tf.errors.CancelledError) and runs == 0
 
 
 def _lost_cluster(error, runs, task, saved):
@@ -117,11 +100,8 @@ def save_failed(step, train_dir, error):
 
 
 def write_failed(train_dir, error):
-    """The run's error when a file of train_dir could not be written.
-
-    Returns:
-      `errors.TrainingError`, or None when error is not of such a file.
-    """
+    """The run's error when a file of train_dir could not be written,
+    else None."""
     found = _FILE_ERROR.search(error.message)
     if found is None or os.path.normpath(
         os.path.dirname(found.group(1))

@@ -1,37 +1,20 @@
 """Ctrl-C and SIGTERM: finish the step, save it, say so and exit 130 / 143.
 
-A scheduler preempts a job with SIGTERM; a user stops it with Ctrl-C
-(SIGINT). Either used to lose every step since the last periodic save and
-print a long traceback (or nothing). Here the first signal only sets a flag:
-the step running ends, the session stops, the chief's checkpoint saver
-writes the step reached (its `end`), and `run_training` raises
-`errors.Interrupted`, which `script.run_script` turns into one line and the
-shell's exit status of that signal. A second signal ends the process at
-once, even in the middle of that save (the newest complete checkpoint stays
-the one the state file names).
+The first signal only sets a flag: the step running ends, the session
+stops, the chief's checkpoint saver writes the step reached (its `end`),
+and `run_training` raises `errors.Interrupted`. A second signal ends the
+process at once, even mid-save (the state file still names the newest
+complete checkpoint). A signal before the run's handlers are set is held
+(`hold`) and taken as they are set: the run stops before step 1.
 
-A signal before the run's handlers are set (while a training script reads
-its data and builds its graph, seconds) is held (`hold`) and taken by the
-handler as it is set: the run stops before step 1 as for any signal then.
-
-In a cluster of workers only, one agreed step, one checkpoint
-(`PreemptionHook`): a scheduler preempts one worker with SIGTERM (a user
-stops one with Ctrl-C); the others cannot see that signal. Each worker's
-step carries one more collective: a float32 [num_workers] vector, zero but
-for this worker's place, which holds the number of the signal it received (0
-while none came), summed over the workers (`collectives.stop_signals`; the
-update waits for it, as for the step's other collectives). Every worker gets
-the same sum from the same step, so every worker stops after that step, the
-chief's checkpoint saver writes it (its `end`), and each process exits with
-one line naming the worker(s) and the signal, with the shell's exit status
-of that signal: 128 + N, which schedulers such as Kubeflow's (restart policy
-`ExitCode`) treat as a retryable failure. A signal that comes while a step
-runs is sent with the next step, so the checkpoint is at most one step after
-the one in flight when the signal came.
-
-As `tf.distribute.experimental.PreemptionCheckpointHandler` does for
-MultiWorkerMirroredStrategy, but without the coordination service, which
-this graph mode does not start (docs/cluster.md).
+In a cluster of workers only, the others cannot see one worker's signal:
+each step carries one more collective (`collectives.stop_signals`), a
+float32 [num_workers] vector, zero but for this worker's signal number,
+summed over the workers. Every worker gets the same sum from the same step
+and stops after it; each exits 128 + N, which schedulers such as
+Kubeflow's (restart policy `ExitCode`) retry. As
+`tf.distribute.experimental.PreemptionCheckpointHandler` does, but without
+the coordination service, which this graph mode does not start.
 """
 
 import signal
@@ -43,25 +26,18 @@ from multigpu import errors
 from multigpu.graph import collectives
 from multigpu.train_dir import checkpoints
 
-# The signals that stop a run with a save: Ctrl-C and a scheduler's stop.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-# A shell reports a process ended by signal N as exit status 128 + N
-# (130 for SIGINT, 143 for SIGTERM); an interrupted run exits with it.
+# A shell's exit status of a process ended by signal N.
 SHELL_SIGNAL_BASE = 128
 
 
 class InterruptHook(tf.compat.v1.train.SessionRunHook):
     """Asks the session to stop after a SIGINT or SIGTERM; then knows the step.
 
-    Install it with `installed()` around the session, in the main thread
-    (Python runs signal handlers there only). With stops_itself=False it
-    only remembers the signal: in a cluster of workers only the
-    `PreemptionHook` stops every worker at one step.
-
-    Attributes:
-      signum: int, the signal received, None while none came.
-      step: int, the global step at the end of the session (set by `end`).
+    Install it with `installed()` in the main thread (Python runs signal
+    handlers there only). With stops_itself=False it only remembers the
+    signal, for the `PreemptionHook`.
     """
 
     def __init__(self, stops_itself=True):
@@ -73,7 +49,6 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
         self._global_step = tf.compat.v1.train.get_global_step()
 
     def handle(self, signum, frame):
-        """The signal handler: remember, and let a second signal kill."""
         del frame
         self.signum = signum
         for other in SIGNALS:
@@ -92,47 +67,31 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
         self.step = int(session.run(self._global_step))
 
     def installed(self):
-        """A context manager: the handlers of this hook, then the old ones
-        (those before `hold`); a signal `hold` held is taken on entry."""
         return _Handlers(self.handle)
 
     def exit_code(self):
-        """int, the shell's exit status of the signal received."""
         return SHELL_SIGNAL_BASE + self.signum
 
     def signal_name(self):
-        """str, e.g. 'SIGINT'."""
         return signal.Signals(self.signum).name
 
 
 def hold():
-    """Holds a SIGINT or SIGTERM from now until a run's handlers are set.
-
-    A training script calls it before it reads its data: else a signal in
-    the seconds before its `InterruptHook` is installed ends it with no
-    line (SIGTERM) or as one outside the training loop (SIGINT). Held, the
-    signal is the hook's as it is installed (`_Handlers`), and the run
-    stops before step 1; a second one ends the process at once, as after
-    the hook's handler.
-    """
+    """Holds a SIGINT or SIGTERM from now until a run's handlers are set,
+    which a script does before it reads its data: else such a signal ends
+    it with no line (SIGTERM) or outside the training loop (SIGINT)."""
     for signum in SIGNALS:
         _HELD.before[signum] = signal.signal(signum, _hold_signal)
 
 
 class _Held:
-    """What `hold` keeps until a run's handlers are set.
-
-    Attributes:
-      before: {signum: the handler `hold` replaced}; empty when not held.
-      signum: int, the signal held, None while none came.
-    """
+    """What `hold` keeps: the handlers it replaced, the signal held."""
 
     def __init__(self):
         self.before = {}
         self.signum = None
 
     def take(self):
-        """(before, signum), once: then nothing is held."""
         taken = dict(self.before), self.signum
         self.before.clear()
         self.signum = None
@@ -150,8 +109,7 @@ def _hold_signal(signum, frame):
 
 
 class _Handlers:
-    """Sets a handler of SIGNALS on entry, the previous ones on exit, and
-    hands it the signal `hold` held, if one came."""
+    """Sets a handler of SIGNALS on entry, the previous ones on exit."""
 
     def __init__(self, handler):
         self._handler = handler
@@ -174,15 +132,15 @@ class _Handlers:
 
 
 def interrupted(hook, train_dir, task, runs):
-    """The `errors.Interrupted` of a run the hook stopped.
-
-    The chief saved the step reached (none yet after 0 runs:
-    `before_step_1`); another worker of the ps cluster leaves it, and the
-    others train on without it (the ps holds the variables); where the stop
-    is agreed, a signal that no step carried came in the last.
-    """
+    """The `errors.Interrupted` of a run the hook stopped."""
     if task.is_chief and runs == 0:
-        return before_step_1(hook, train_dir)
+        # The run takes back what it wrote in train_dir (`put_back`).
+        return errors.Interrupted(
+            "interrupted (%s) before step 1; nothing was trained, and what "
+            "the run wrote in %s is removed; run the same command to start"
+            % (hook.signal_name(), train_dir),
+            hook.exit_code(),
+        )
     if not task.is_chief and task.kind.agreed_stop:
         # The job's last step ended before the signal went with a step.
         return errors.Interrupted(
@@ -221,31 +179,11 @@ def interrupted(hook, train_dir, task, runs):
     )
 
 
-def before_step_1(hook, train_dir):
-    """The `errors.Interrupted` of a chief stopped before its first step.
-
-    Nothing was trained: the run takes back what it wrote in train_dir
-    (`train_dirs.put_back`), so no checkpoint says it saved anything.
-    """
-    return errors.Interrupted(
-        "interrupted (%s) before step 1; nothing was trained, and what "
-        "the run wrote in %s is removed; run the same command to start"
-        % (hook.signal_name(), train_dir),
-        hook.exit_code(),
-    )
-
-
 class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     """Sends this worker's signal with each step; stops on anyone's.
 
-    Give it the run's `InterruptHook`, made with
-    stops_itself=False, and place it after that hook; the step's graph
-    holds the stop collective (`collectives.stop_signals`).
-
-    Attributes:
-      signals: dict {task index: signal number} of the workers that
-        received one, empty until every worker stops.
-      step: int, the global step every worker stopped at (set by `end`).
+    Give it the run's `InterruptHook` made with stops_itself=False, and
+    place it after that hook. signals: {task index: signal number}.
     """
 
     def __init__(self, interrupt):
@@ -279,9 +217,8 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
 
 
 def preempted(hook, train_dir, is_chief):
-    """The `errors.Interrupted` of every worker after an agreed stop (the
-    `PreemptionHook` ended with signals): each worker that received one and
-    the chief's checkpoint, with the exit status of the first one's."""
+    """The `errors.Interrupted` of every worker after an agreed stop, with
+    the exit status of the first signal."""
     received = ", ".join(
         "worker task %d got %s" % (index, signal.Signals(signum).name)
         for index, signum in sorted(hook.signals.items())

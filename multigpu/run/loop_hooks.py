@@ -1,6 +1,5 @@
 """The training loop's own hooks: the step log, the NaN check, the chief's
-summaries (how often) and checkpoints, and the watch on what each save
-writes."""
+summaries and checkpoints."""
 
 import datetime
 import math
@@ -19,25 +18,21 @@ PROGRESS_FRACTION = 10
 
 
 def every_tenth(log_frequency, steps):
-    """Steps between progress lines: log_frequency, or a tenth of steps
-    (the steps of the run, at least 1) when that is fewer."""
+    """Steps between progress lines: log_frequency, or a tenth of the run's
+    steps (at least 1) when that is fewer."""
     return min(log_frequency, max(1, math.ceil(steps / PROGRESS_FRACTION)))
 
 
 class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
     """Prints `DATE: step N, loss = L (E examples/sec; S sec/batch)`.
 
-    N is the global step reached; E counts the examples of all towers; S is
-    the mean over the steps since the last line. A line comes every
-    log_frequency steps, or every tenth of the run when that is fewer
-    steps, or after the step that ends PROGRESS_SECS without one.
+    E counts the examples of all towers; S is the mean since the last
+    line. A line comes every `every_tenth` steps, or after the step that
+    ends PROGRESS_SECS without one.
     """
 
     def __init__(self, loss, examples_per_step, log_frequency, last_step):
-        """loss: float32 scalar; log_frequency: a line every this many
-        steps at most (a trainer whose input ends gives a tenth of its
-        steps, if fewer: `every_tenth`); last_step: the global step the run
-        stops at, or None."""
+        """loss: float32 scalar; last_step: the run's last, or None."""
         self._loss = loss
         self._examples_per_step = examples_per_step
         self._log_frequency = log_frequency
@@ -60,7 +55,6 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
         self._every = self._steps_between_lines()
 
     def _steps_between_lines(self):
-        """log_frequency, or a tenth of the steps the run will train."""
         if self._last_step is None or self._last_step <= self.step:
             return self._log_frequency
         return every_tenth(self._log_frequency, self._last_step - self.step)
@@ -93,13 +87,11 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
 class NanLossHook(tf.compat.v1.train.SessionRunHook):
     """Stops training at the first step whose loss is NaN.
 
-    As `tf.compat.v1.train.NanTensorHook` with `fail_on_nan_loss`, without
-    its "Model diverged" ERROR line: the trainer's own error line says it
-    once, with the step and the newest checkpoint (`failures`).
+    As `NanTensorHook` with `fail_on_nan_loss`, without its "Model
+    diverged" ERROR line: the trainer's own error line says it once.
     """
 
     def __init__(self, loss):
-        """loss: float32 scalar, the step's loss."""
         self._loss = loss
 
     def before_run(self, run_context):
@@ -115,17 +107,13 @@ class SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
     the histograms at a pace of their own.
 
     TensorFlow's writes at the first step and every save_steps after it, so
-    a run of 300 steps had no summary past step 201. The histograms (see
-    `summaries.split_histograms`) go with the summaries of the first step,
-    of the last, and of the first summary step at least histogram_steps
-    after the last histograms: every summary step when histogram_steps is
-    save_steps.
+    a run of 300 steps had no summary past step 201. The histograms go with
+    the summaries of the first step, of the last, and of the first summary
+    step at least histogram_steps after the last histograms.
     """
 
     def __init__(self, last_step, histograms, histogram_steps, **kwargs):
-        """last_step: --max_steps or None; histograms: string scalar, the
-        merged histograms, or None; histogram_steps: the least steps between
-        two histograms; kwargs: TensorFlow's hook's."""
+        """histograms: string scalar, or None."""
         super().__init__(**kwargs)
         self._last_step = last_step
         self._histograms = histograms
@@ -147,8 +135,6 @@ class SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
         return args
 
     def _histograms_due(self):
-        """Whether the summaries requested for the next step take the
-        histograms too."""
         if self._histograms is None or not self._request_summary:
             return False
         return (
@@ -169,17 +155,17 @@ class SummarySaverHook(tf.compat.v1.train.SummarySaverHook):
 class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
     """TensorFlow's checkpoint saver, which adds the graph to a run once.
 
-    TensorFlow's adds the graph to the event log at every start: each
-    restart added one more, and TensorBoard warned of more than one graph
-    event per run. Here a train_dir that already holds an event file keeps
-    the graph it has.
+    TensorFlow's adds the graph to the event log at every start, and
+    TensorBoard warns of more than one graph event per run.
     """
 
     def __init__(self, checkpoint_dir, **kwargs):
         super().__init__(checkpoint_dir, **kwargs)
+        listing = []
+        if os.path.isdir(checkpoint_dir):
+            listing = os.listdir(checkpoint_dir)
         self._graph_written = any(
-            name.startswith(event_files.EVENT_FILE_PREFIX)
-            for name in _listing(checkpoint_dir)
+            name.startswith(event_files.EVENT_FILE_PREFIX) for name in listing
         )
 
     def after_create_session(self, session, coord):
@@ -192,17 +178,9 @@ class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
         self._timer.update_last_triggered_step(global_step)
 
 
-def _listing(folder):
-    """The names in folder; none when it is missing."""
-    return os.listdir(folder) if os.path.isdir(folder) else []
-
-
 class SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
-    """Knows the step of the checkpoint being written, if any; says each save.
-
-    An error raised while `step` is set comes from writing that checkpoint.
-    A save prints `DATE: saved the checkpoint of step N: PATH`.
-    """
+    """Knows the step of the checkpoint being written, if any (an error
+    raised meanwhile comes from writing it); prints each save."""
 
     def __init__(self, train_dir):
         self.step = None
@@ -231,27 +209,21 @@ class SaveWatcher(tf.compat.v1.train.CheckpointSaverListener):
 
 # Steps between summaries by default, as the tutorial's trainers write them.
 SUMMARY_STEPS = 100
-# The points a chart of a shorter run has at least, by default.
+# The points a shorter run's charts have at least, by default.
 SUMMARY_POINTS = 20
 
 
 def summary_steps(max_steps):
-    """The default steps between summaries, SUMMARY_STEPS, or fewer (at
-    least 1) so that a short run's charts have SUMMARY_POINTS points."""
     if max_steps is None:
         return SUMMARY_STEPS
     return max(1, min(SUMMARY_STEPS, max_steps // SUMMARY_POINTS))
 
 
 def chief_hooks(train_dir, scaffold, schedule, watched, histograms):
-    """The chief's step counter, summary writer, checkpoint saver (which
-    tells watched.saves when it writes) and event file watcher.
-
-    The summaries of schedule (a `choices.Schedule`) are also written at
-    the first step and at max_steps; its save_summaries_steps 0 is
-    `summary_steps(max_steps)`, with the histograms (string scalar, or
-    None) every SUMMARY_STEPS; None writes no summaries at all, not even
-    the step counter's global_step/sec.
+    """The chief's step counter, summary writer, checkpoint saver and event
+    file watcher. save_summaries_steps 0 is `summary_steps`, with the
+    histograms every SUMMARY_STEPS; None writes no summaries at all, not
+    even the step counter's global_step/sec.
     """
     save_summaries_steps = schedule.save_summaries_steps
     hooks = []

@@ -1,26 +1,16 @@
 """--profile_steps=A,B: steps A to B under TensorFlow's public profiler.
 
 The profile (TRAIN_DIR/plugins/profile/RUN/HOST.xplane.pb) is what
-TensorBoard's Profile tab reads (the `tensorboard-plugin-profile` package,
-the suite's `profile` extra): the overview of the steps, the ops' times,
-the trace viewer's time line of every thread and device. Each profiled
-step is marked with its global step, so the tab counts steps as the
-trainer does.
-
-The tab's charts load from the internet; beside the trace, the ops by
-their own time as text (op_profile.txt), the table TF1's `tfprof` printed
-in its op view, read from the same trace with TensorFlow's own protobuf:
-per device, each op type with how many times it ran, its own time (its
-span on its thread, less the ops run inside it) and its share of all the
-ops' time, the most expensive first; the closing report prints its first
-lines.
+TensorBoard's Profile tab reads (the `tensorboard-plugin-profile` package);
+each profiled step is marked with its global step. The tab's charts load
+from the internet, so beside the trace goes op_profile.txt, the table TF1's
+`tfprof` printed in its op view: per device, each op type by its own time
+(its span on its thread, less the ops run inside it), most first.
 
 The trace names each op 'NAME:TYPE' but not its device: that comes from
-the session's partition graphs (`RunMetadata.partition_graphs`), which
-place every node the step ran. Ops run outside them (tf.data's functions
-on their own threads) are counted under `OUTSIDE`. The times are the
-host's: on a GPU an op's host span is its launch, and the Profile tab has
-its kernels' times.
+the session's partition graphs. Ops run outside them (tf.data's functions)
+are counted under `OUTSIDE`. The times are the host's: on a GPU an op's
+host span is its launch.
 """
 
 import collections
@@ -45,8 +35,8 @@ PLUGIN_INSTALL = 'pip install "tf1-multi-gpu[profile]"'
 
 
 def parse_steps(value):
-    """The (first, last) global steps of --profile_steps 'A,B' (or 'A' for
-    one step); None for ''; else a ValueError naming the value."""
+    """The (first, last) global steps of --profile_steps 'A,B' (or 'A');
+    None for ''."""
     if not value:
         return None
     parts = value.split(",")
@@ -62,12 +52,8 @@ def parse_steps(value):
 
 
 def profile_hooks(profile_steps, train_dir):
-    """The hooks of --profile_steps: [] for '', else one `ProfileHook`.
-
-    A train_dir the profile cannot be written to (say, a cluster worker's
-    read-only --train_dir) is a ValueError before step 1, not at the
-    profile's last step.
-    """
+    """The hooks of --profile_steps: [] for '', else one `ProfileHook`; a
+    train_dir it cannot write is a ValueError before step 1."""
     steps = parse_steps(profile_steps)
     if steps is None:
         return []
@@ -82,8 +68,7 @@ def profile_hooks(profile_steps, train_dir):
 
 
 def closing_lines(hooks, logdir):
-    """The closing report's lines of `profile_hooks`' hooks; logdir: the
-    --logdir of TensorBoard that shows the profile."""
+    """The closing report's lines of `profile_hooks`' hooks."""
     return [line for hook in hooks for line in hook.report_lines(logdir)]
 
 
@@ -92,13 +77,10 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
 
     The profiler starts before the first run of the range this run reaches
     (a resumed run may start inside it) and stops after step last, or when
-    the run ends. Steps are read from the global step after each run, so
-    they are the trainer's, resumed or in a cluster.
+    the run ends. Steps are read from the global step after each run.
     """
 
     def __init__(self, first, last, train_dir):
-        """first, last: ints, the global steps to profile, 1 <= first <=
-        last; train_dir: str, the logdir of the profile."""
         self.first, self.last = first, last
         self._train_dir = train_dir
         self._start_step = self._end_step = self._next_step = None
@@ -181,8 +163,6 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
         self._top_lines = top_lines(rows, TOP_OPS)
 
     def report_lines(self, tensorboard_logdir):
-        """The closing report's line on the profile, which
-        tensorboard_logdir (str, a --logdir) shows."""
         wanted = "--profile_steps=%d,%d" % (self.first, self.last)
         if not self._profiled:
             return [
@@ -215,22 +195,18 @@ class ProfileHook(tf.compat.v1.train.SessionRunHook):
 
 
 def _profile_runs(train_dir):
-    """The names of the profiler's run folders in train_dir, a set."""
     try:
         return set(os.listdir(os.path.join(train_dir, PROFILE_FOLDER)))
     except FileNotFoundError:
         return set()
 
 
-# The table's file, beside the profile's HOST.xplane.pb.
 FILE_NAME = "op_profile.txt"
-# The 'device' of the ops that no partition graph holds.
 OUTSIDE = "host threads outside the step's graph (tf.data, functions)"
 # An op's event in the trace: 'NAME:TYPE'.
 _OP_EVENT = re.compile(r"^([^:]+):([A-Za-z_][A-Za-z0-9_]*)$")
-# The prefix of oneDNN's kernels' types (_MklNativeConv2DBackpropFilter on
-# a CPU with AVX-512), dropped so that a row names its op as a graph does
-# on any CPU.
+# oneDNN's kernels' prefix (_MklNativeConv2DBackpropFilter on a CPU with
+# AVX-512), dropped so that a row names its op as a graph does on any CPU.
 _ONEDNN_PREFIX = re.compile(r"^_Mkl(Native)?")
 
 Row = collections.namedtuple("Row", "device op_type count micros share")
@@ -246,10 +222,8 @@ def node_devices(run_metadata):
 
 
 def op_rows(xplane_path, devices):
-    """The `Row`s of the ops of a trace (xplane_path: the profiler's
-    HOST.xplane.pb) by own time, per device (devices: `node_devices`), most
-    own time first: micros a float, share the fraction (0 to 1) of all the
-    ops' own time."""
+    """The `Row`s of a trace's ops by own time, per device (devices:
+    `node_devices`), most first: share the fraction of all the ops'."""
     with open(xplane_path, "rb") as f:
         space = xplane_pb2.XSpace.FromString(f.read())
     counts, micros = collections.Counter(), collections.Counter()
@@ -269,8 +243,6 @@ def op_rows(xplane_path, devices):
 
 
 def op_type_of(kernel_type):
-    """An op's type from its event's: 'Conv2DBackpropFilter' for oneDNN's
-    '_MklNativeConv2DBackpropFilter', the same for any other."""
     return _ONEDNN_PREFIX.sub("", kernel_type)
 
 
@@ -294,8 +266,7 @@ def _own_times(line, names):
 
 
 def table_text(rows, title):
-    """The table of `op_rows`' rows under its title, one block per device,
-    as lines of text."""
+    """The table of `op_rows`' rows, one block per device."""
     lines = [title]
     for device in dict.fromkeys(row.device for row in rows):
         mine = [row for row in rows if row.device == device]
@@ -319,7 +290,6 @@ def table_text(rows, title):
 
 
 def top_lines(rows, count):
-    """The first count rows, one line each, for the closing report."""
     return [
         "  %s on %s: %d run(s), %s, %.2f%%"
         % (

@@ -1,11 +1,6 @@
 """The closing report of a training run: what was trained, how fast, where
-it is, and what to run next.
-
-A `RunReportHook` keeps the run's figures while it trains; `closing_report`
-turns them into the lines a trainer prints when its run ends normally (an
-interrupted or diverged run, or one with nothing to train, ends with its
-own one line instead).
-"""
+it is, and what to run next (an interrupted or failed run ends with its own
+one line instead)."""
 
 import datetime
 import time
@@ -20,13 +15,12 @@ class RunReportHook(tf.compat.v1.train.SessionRunHook):
     """Keeps the steps, the wall time and the last losses of a run.
 
     The cross-entropy is the mean of the towers' 'cross_entropy' terms in
-    the `losses` collection (the last batch's, not an average). With the
-    dynamic loss scale it prints a line for each step the scale skips, and
-    keeps their count.
+    the `losses` collection (the last batch's). With the dynamic loss scale
+    it prints a line for each step the scale skips.
     """
 
     def __init__(self, total_loss):
-        """total_loss: float32 scalar, the loss the step lines print."""
+        """total_loss: float32 scalar."""
         self._total_loss = total_loss
         self.first_step = None
         self.last_step = None
@@ -91,8 +85,7 @@ def print_closing_report(
     hook, examples_per_step, train_dir, next_commands, notes=()
 ):
     """Prints `closing_report` if the run trained a step, or the job went
-    on during it (a ps cluster's other workers ran every step this one's
-    claims missed, `step_optimizer`); see there."""
+    on during it (a ps cluster's other workers ran every step)."""
     if hook.runs or hook.last_step != hook.first_step:
         print(
             closing_report(
@@ -103,11 +96,8 @@ def print_closing_report(
 
 
 def closing_report(hook, examples_per_step, train_dir, next_commands, notes=()):
-    """The report, one line per fact, from a finished run's `RunReportHook`.
-
-    train_dir is None on a cluster's other workers, which write no
-    checkpoints (the chief does); next_commands (eval, tensorboard) and
-    notes (what else the run wrote: its profile) are strs.
+    """The report, one line per fact, from a finished run's `RunReportHook`;
+    train_dir None on a cluster's other workers, which write no checkpoints.
     """
     secs = max(hook.wall_secs, 1e-9)
     losses = ", ".join(
@@ -146,7 +136,6 @@ def closing_report(hook, examples_per_step, train_dir, next_commands, notes=()):
 
 
 def _skipped_line(hook):
-    """The dynamic loss scale's line of the report, if the run has one."""
     if hook.skipped is None:
         return []
     return [
