@@ -36,7 +36,28 @@ def newest_valid_checkpoint(checkpoint_dir):
     is tried first, then the others, highest step first, each read in full
     (checksums checked).
     """
-    candidates = _checkpoint_candidates(checkpoint_dir)
+    state = checkpoint_state(checkpoint_dir)
+    named = [state.model_checkpoint_path] if state else []
+    state_file = os.path.join(checkpoint_dir, "checkpoint")
+    if not named and os.path.exists(state_file):
+        print(
+            "WARNING: %s names no checkpoint; looking for the newest one"
+            % state_file,
+            file=sys.stderr,
+        )
+    found = []
+    if os.path.isdir(checkpoint_dir):
+        for name in os.listdir(checkpoint_dir):
+            match = _CHECKPOINT_INDEX.match(name)
+            if match:
+                path = os.path.join(checkpoint_dir, match.group(1))
+                found.append((int(match.group(2)), path))
+    named_paths = {os.path.abspath(p) for p in named}
+    candidates = named + [
+        path
+        for _, path in sorted(found, reverse=True)
+        if os.path.abspath(path) not in named_paths
+    ]
     for checkpoint in candidates:
         error = read_error(checkpoint)
         if error is None:
@@ -208,31 +229,6 @@ class ExactSaver(tf.compat.v1.train.Saver):
                     (checkpoint, os.stat(checkpoint + ".index").st_mtime)
                 )
         self.set_last_checkpoints_with_time(listed)
-
-
-def _checkpoint_candidates(checkpoint_dir):
-    state = checkpoint_state(checkpoint_dir)
-    named = [state.model_checkpoint_path] if state else []
-    state_file = os.path.join(checkpoint_dir, "checkpoint")
-    if not named and os.path.exists(state_file):
-        print(
-            "WARNING: %s names no checkpoint; looking for the newest one"
-            % state_file,
-            file=sys.stderr,
-        )
-    found = []
-    if os.path.isdir(checkpoint_dir):
-        for name in os.listdir(checkpoint_dir):
-            match = _CHECKPOINT_INDEX.match(name)
-            if match:
-                path = os.path.join(checkpoint_dir, match.group(1))
-                found.append((int(match.group(2)), path))
-    named_paths = {os.path.abspath(p) for p in named}
-    return named + [
-        path
-        for _, path in sorted(found, reverse=True)
-        if os.path.abspath(path) not in named_paths
-    ]
 
 
 def read_error(checkpoint):

@@ -107,7 +107,6 @@ class ForeignWriter(RuntimeError):
 
 
 class EventFile:
-    """A writer's event file, its records read back after each flush."""
 
     def __init__(self, writer):
         self.writer = writer
@@ -209,7 +208,6 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
         self._file = None
 
     def begin(self):
-        # The summary and checkpoint hooks write to this same writer.
         self._file = EventFile(
             tf.compat.v1.summary.FileWriterCache.get(self._train_dir)
         )

@@ -276,12 +276,8 @@ def model_name(shapes):
     blocks = [name for name in blocks if name.startswith("stage1/block")]
     if blocks:
         return "resnet%d" % (6 * len(blocks) + 2)
-    if (
-        shapes.get("conv1/weights") == TUTORIAL_SHAPES["conv1/weights"]
-        and shapes.get("softmax_linear/weights")
-        == TUTORIAL_SHAPES["softmax_linear/weights"]
-        and "local3/weights" in shapes
-    ):
+    tutorial = all(shapes.get(n) == s for n, s in TUTORIAL_SHAPES.items())
+    if tutorial and "local3/weights" in shapes:
         return "tutorial"
     return None
 
@@ -333,8 +329,7 @@ def _check_fits(checkpoint, shapes, variables, required):
 
 
 def _initialise(session, variables):
-    """Runs the initialisers, the weights first: a moving average's shadow
-    starts from its weight's value."""
+    # The weights first: a moving average's shadow starts from their value.
     trainable = set(_names(tf.compat.v1.trainable_variables()))
     for is_weight in (True, False):
         group = [

@@ -54,8 +54,7 @@ _TEMP_PART = re.compile(
     r"^part-[0-9]+-of-[0-9]+(\.index|\.data-[0-9]+-of-[0-9]+)"
     r"(\.tempstate[0-9]+)?$"
 )
-# The eval's default folder inside the train_dir it scores: its event files
-# sit beside the training's, so that TensorBoard shows both runs.
+# The eval's default folder in the train_dir it scores, for TensorBoard.
 EVAL_FOLDER = "eval"
 # --profile_steps' folder: plugins/profile/RUN/HOST.xplane.pb and
 # op_profile.txt.
@@ -150,7 +149,6 @@ def with_setting(settings, data):
 
 
 def recorded_data(train_dir):
-    """(description, files) of train_dir's data record, or None."""
     try:
         with open(os.path.join(train_dir, DATA_RECORD)) as f:
             lines = f.read().splitlines()
@@ -304,7 +302,6 @@ def _holds_only_profiles(folder):
 
 
 def _removed(train_dir, names):
-    """'--clear_train_dir: removed N checkpoint(s), ... from DIR'."""
     names = [name for name in names if name != LOCK_NAME]
     if not names:
         return "--clear_train_dir: %s held nothing to remove" % train_dir
@@ -393,7 +390,7 @@ def owned(train_dir, is_chief=True):
 
 
 class InUse(ValueError):
-    """train_dir's lock is held by another trainer: nothing in it is ours."""
+    """train_dir's lock is held by another trainer."""
 
 
 def _open_lock_file(train_dir, path):
