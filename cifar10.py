@@ -42,8 +42,7 @@ flags.DEFINE_boolean(
 )
 
 # The same three flags for scripts of the argparse era (Sept. 2017 to Jan.
-# 2018): `parser = cifar10.parser`, add their own, `FLAGS =
-# parser.parse_args()`; the no-argument calls then read what it parsed.
+# 2018), which call `cifar10.parser.parse_args()`.
 parser = script.RememberingParser()
 for _name, _parsing in (
     ("batch_size", dict(type=script.positive_int)),
@@ -69,9 +68,7 @@ NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = (
     cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
 )
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL
-# The tutorial's prefix of the towers' name scopes: tower_0, tower_1, ...
 TOWER_NAME = towers.TOWER_NAME
-# The binary archive that `maybe_download_and_extract` fetches.
 DATA_URL = cifar10_input.DATA_URL
 
 # Published training constants of the tutorial.
@@ -134,7 +131,6 @@ def maybe_download_and_extract():
 
 
 def _activation_summary(x):
-    """Adds x's histogram and sparsity, tagged 'conv1/activations', ..."""
     summaries.histogram_summary("activations", x)
     summaries.scalar_summary("sparsity", tf.nn.zero_fraction(x))
 
@@ -251,7 +247,6 @@ def inference(images, is_training=True):
         local4 = tf.nn.relu(local4, name=scope.name)
         _activation_summary(local4)
 
-    # The softmax is applied in the loss, which takes unscaled logits.
     with tf.compat.v1.variable_scope("softmax_linear") as scope:
         # Weight decay 0.0: the tutorial's zero term.
         logits = variables.fully_connected(
@@ -290,7 +285,6 @@ def learning_rate(global_step, examples_per_step):
 
 
 def optimizer(lr):
-    """Plain gradient descent, as in the tutorial."""
     return tf.compat.v1.train.GradientDescentOptimizer(lr)
 
 

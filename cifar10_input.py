@@ -4,11 +4,7 @@ The binary version of CIFAR-10 (cifar-10-binary.tar.gz) extracts to
 `cifar-10-batches-bin/` with five training files `data_batch_{1..5}.bin`
 (10,000 records each) and `test_batch.bin` (10,000). A record is one label
 byte followed by 3,072 image bytes, depth-major: the 1,024 red values, then
-green, then blue, each 32 rows of 32.
-
-Stages, one function each, run on whole batches: read -> decode -> distort
-or crop -> batch. The trainers' tf.data batches are
-`data_sets/cifar10_batches.py`.
+green, then blue, each 32 rows of 32. Each stage runs on whole batches.
 """
 
 import logging
@@ -105,7 +101,6 @@ def missing_files_message(missing):
 
 
 def read_records(filenames):
-    """The files' records in order: string scalars of 3,073 bytes."""
     return tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES)
 
 

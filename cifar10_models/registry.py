@@ -1,11 +1,5 @@
 """What --model names, and the recipe each model trains with.
 
-  tutorial           cifar10.inference, the tutorial's recipe
-  resnet20, resnet56 the ResNets of He et al. 2016 with their recipe
-  MODULE:FUNCTION    a user's `(images, is_training) -> logits`, imported
-                     from the current folder or PYTHONPATH, trained with
-                     the tutorial's recipe unless flags give its own
-
 A recipe is two functions: `learning_rate(global_step, examples_per_step)`
 and `optimizer(learning_rate)`.
 """

@@ -100,7 +100,6 @@ def holds_sample_set(data_dir):
 
 
 def training_data(data_dir):
-    """The `sample_sets.Data` a run on data_dir trains on."""
     return sample_sets.Data(
         description(data_dir),
         sample_sets.fingerprint(cifar10_input.data_files(data_dir)),

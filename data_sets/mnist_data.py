@@ -209,7 +209,6 @@ def convert(
 
 
 def _say_replaced(data_dir, overwrite):
-    """Refuses to replace other data's split files, or names them."""
     present = [
         name
         for name in sorted(SPLIT_FILES.values())
@@ -299,7 +298,6 @@ def say_if_sample_set(data_dir):
 
 
 def training_data(data_dir):
-    """The `sample_sets.Data` a run on data_dir trains on."""
     train_file = _train_file(data_dir)
     sample_set = sample_sets.is_sample_set(
         data_dir, [train_file], FAKE_TRAIN_DIGEST
