@@ -68,7 +68,9 @@ NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = (
     cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
 )
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL
+# The tutorial's prefix of the towers' name scopes: tower_0, tower_1, ...
 TOWER_NAME = towers.TOWER_NAME
+# The binary archive that `maybe_download_and_extract` fetches.
 DATA_URL = cifar10_input.DATA_URL
 
 # Published training constants of the tutorial.
