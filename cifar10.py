@@ -1,26 +1,10 @@
 """The CIFAR-10 tutorial model: inference, loss and the training op.
 
-  distorted_inputs(), inputs(eval_data)  the tutorial's input calls
-  inference(images) -> logits            the network
-  loss(logits, labels) -> total_loss     cross-entropy plus weight decay
-  train(total_loss, global_step, ...)    one-device training op
-
 The public surface is the 2017 tutorial's (its flags, constants and calls),
 so that scripts written against it run here; the no-argument calls read
-the flags, our scripts pass plain arguments. Both of the tutorial's flag
-eras run: `tf.app.flags` (absl), and `parser` (argparse, Sept. 2017 to
-Jan. 2018), whose parsed values the no-argument calls read once a script
-parsed them.
-
-The multi-tower trainer builds `inference` and `loss` once per tower and
-shares `learning_rate`, `optimizer`, the loss summaries and
-`apply_gradients` with `train`, so the schedule, the update and the moving
-averages are written once.
-
-`inference(images, is_training)` is a model as the towers take any model:
-it computes in its images' dtype, its variables float32 on the CPU
-(`variables.variable_on_cpu`); inside the towers their device function
-decides where the variables live.
+the flags (absl's, or `parser`'s of the argparse era), our scripts pass
+plain arguments. The multi-tower trainer shares `learning_rate`,
+`optimizer` and `apply_gradients` with `train`.
 """
 
 import os
@@ -35,8 +19,7 @@ from multigpu.graph import step_optimizer, summaries, towers, variables
 
 # The tutorial's three flags, defined here as the tutorial did: scripts
 # written against it read FLAGS.batch_size after importing cifar10, and our
-# CIFAR-10 scripts adopt these instead of defining their own. Only the
-# tutorial's no-argument calls below read them (or `parser`'s values).
+# CIFAR-10 scripts adopt these instead of defining their own.
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
     "batch_size",
@@ -59,8 +42,7 @@ flags.DEFINE_boolean(
 )
 
 # The same three flags for scripts of the argparse era (Sept. 2017 to Jan.
-# 2018): `parser = cifar10.parser`, add their own, `FLAGS =
-# parser.parse_args()`; the no-argument calls then read what it parsed.
+# 2018), which call `cifar10.parser.parse_args()`.
 parser = script.RememberingParser()
 for _name, _parsing in (
     ("batch_size", dict(type=script.positive_int)),
@@ -77,7 +59,6 @@ del _name, _parsing
 
 
 def _flags():
-    """The tutorial's flags: what `parser` parsed, else absl's FLAGS."""
     return FLAGS if parser.values is None else parser.values
 
 
@@ -113,16 +94,9 @@ LOCAL_WEIGHT_DECAY = 0.004
 
 
 def distorted_inputs():
-    """The tutorial's training input: distorted batches of --batch_size.
-
-    Reads --data_dir, --batch_size and --use_fp16. Needs the queue runners
-    started (`MonitoredTrainingSession` starts them). ValueError when
-    --data_dir is empty, or its record files are bad.
-
-    Returns:
-      images: float32 [batch_size, 24, 24, 3]; float16 with --use_fp16.
-      labels: int32 [batch_size].
-    """
+    """The tutorial's training input, from queues: images float32
+    [batch_size, 24, 24, 3] (float16 with --use_fp16), labels int32
+    [batch_size]."""
     images, labels = cifar10_input.distorted_inputs(
         _batches_dir(), _flags().batch_size
     )
@@ -130,12 +104,8 @@ def distorted_inputs():
 
 
 def inputs(eval_data):
-    """The tutorial's eval input: central crops, batches of --batch_size.
-
-    Reads the flags, returns the shapes and dtypes and raises the errors of
-    `distorted_inputs`, and needs the queue runners started as it does.
-    eval_data: bool, True reads the test file, False the training files.
-    """
+    """The tutorial's eval input: central crops, as `distorted_inputs`'s;
+    eval_data: bool, True reads the test file, False the training files."""
     images, labels = cifar10_input.inputs(
         eval_data, _batches_dir(), _flags().batch_size
     )
@@ -158,22 +128,17 @@ def _input_dtype(images):
 
 
 def maybe_download_and_extract():
-    """Downloads and extracts CIFAR-10 into --data_dir unless it is there;
-    ValueError, saying what to download and where to put it, when the
-    download failed or the archive is broken."""
+    """Downloads and extracts CIFAR-10 into --data_dir unless it is there."""
     cifar10_data.maybe_download_and_extract(_flags().data_dir)
 
 
 def _activation_summary(x):
-    """Adds the histogram and the sparsity (fraction of zeros) of x, in the
-    layer's scope, so the tags read 'conv1/activations'."""
     summaries.histogram_summary("activations", x)
     summaries.scalar_summary("sparsity", tf.nn.zero_fraction(x))
 
 
 def _conv_relu(images, in_depth, bias_init):
-    """5x5 convolution with stride 1 and a ReLU, in the current scope:
-    float32, float16 or bfloat16 images [batch, height, width, in_depth]
+    """5x5 convolution and a ReLU: images [batch, height, width, in_depth]
     -> [batch, height, width, 64], in the images' dtype."""
     kernel = variables.variable_with_weight_decay(
         "weights",
@@ -199,13 +164,8 @@ def _max_pool(x, name):
 
 
 def _lrn(x, name):
-    """Local response normalisation of the tutorial, in float32.
-
-    x: float32, float16 or bfloat16 [batch, height, width, depth] -> the
-    same shape in x's dtype: x / (LRN_BIAS + LRN_ALPHA * sqr_sum) **
-    LRN_BETA, sqr_sum the sum of x ** 2 over the channels within
-    LRN_DEPTH_RADIUS of each channel.
-    """
+    """The tutorial's local response normalisation, computed in float32: x
+    [batch, height, width, depth] -> the same shape in x's dtype."""
     # Not tf.nn.local_response_normalization: its CPU gradient kernel is a
     # scalar loop (LRNGrad 14.7% of a float32 step's op time, LRN 7.5%),
     # and reduced precision has no LRN kernel on every device. The same
@@ -218,15 +178,13 @@ def _lrn(x, name):
 
 @tf.custom_gradient
 def _lrn_float32(x):
-    """`_lrn` of float32 x, and its gradient in closed form.
+    """`_lrn` of float32 x [batch, height, width, depth], and its gradient.
 
-    With denominator = LRN_BIAS + LRN_ALPHA * sqr_sum and outputs =
-    x * denominator ** -LRN_BETA, the gradient of upstream g (float32, x's
-    shape) is g * denominator ** -LRN_BETA - 2 * LRN_ALPHA * LRN_BETA * x *
-    (the sum over the same channel window of g * outputs / denominator):
-    half the elementwise ops of the chain rule through every op.
-    x: float32 [batch, height, width, depth]; returns the outputs (the same
-    shape) and the gradient function.
+    With denominator = LRN_BIAS + LRN_ALPHA * sqr_sum (sqr_sum: of x ** 2
+    over the channels within LRN_DEPTH_RADIUS) and outputs = x *
+    denominator ** -LRN_BETA, the gradient of upstream g is g * denominator
+    ** -LRN_BETA - 2 * LRN_ALPHA * LRN_BETA * x * (the window's sum of g *
+    outputs / denominator): half the ops of the chain rule through each op.
     """
     channels = tf.range(x.shape[-1])
     window = tf.abs(channels[:, None] - channels[None, :])
@@ -252,20 +210,13 @@ def _lrn_float32(x):
 
 
 def inference(images, is_training=True):
-    """Builds the CIFAR-10 network.
+    """Builds the CIFAR-10 network: conv1 -> pool1 -> norm1 -> conv2 ->
+    norm2 -> pool2 -> local3 -> local4 -> softmax_linear.
 
-    conv1 -> pool1 -> norm1 -> conv2 -> norm2 -> pool2 -> local3 -> local4
-    -> softmax_linear. Variables are float32; the layers compute in the
-    images' dtype and the logits are float32.
-
-    Args:
-      images: [batch, 24, 24, 3], standardised; float32, or the towers'
-        compute dtype (float16, bfloat16; the tutorial's with --use_fp16).
-      is_training: bool, unused: the net has neither batch norm nor
-        dropout (the second argument of every model the towers take).
-
-    Returns:
-      logits: float32 [batch, 10], unnormalised (softmax is in the loss).
+    images [batch, 24, 24, 3], standardised, float32 or the compute dtype
+    (float16, bfloat16) the layers compute in -> logits float32 [batch,
+    10]. Variables are float32. is_training: unused (no batch norm nor
+    dropout), the second argument of every model the towers take.
     """
     del is_training
     with tf.compat.v1.variable_scope("conv1") as scope:
@@ -298,7 +249,6 @@ def inference(images, is_training=True):
         local4 = tf.nn.relu(local4, name=scope.name)
         _activation_summary(local4)
 
-    # The softmax is applied in the loss, which takes unscaled logits.
     with tf.compat.v1.variable_scope("softmax_linear") as scope:
         # Weight decay 0.0: the tutorial's zero term.
         logits = variables.fully_connected(
@@ -310,17 +260,9 @@ def inference(images, is_training=True):
 
 
 def loss(logits, labels):
-    """Adds the cross-entropy of a batch to the `losses` collection.
-
-    Args:
-      logits: float32 [batch, 10] from `inference` (or any model).
-      labels: int32 [batch] in 0..9.
-
-    Returns:
-      total_loss: float32 scalar, the mean cross-entropy plus every weight
-      decay term in the `losses` collection and the layers' regularization
-      terms (none in the tutorial's net).
-    """
+    """The total loss, float32 scalar, of logits float32 [batch, 10] and
+    labels int32 [batch]: the mean cross-entropy, added to the `losses`
+    collection, plus its weight decay and regularization terms."""
     towers.add_cross_entropy(logits, labels)
     return tf.add_n(
         tf.compat.v1.get_collection("losses")
@@ -330,12 +272,8 @@ def loss(logits, labels):
 
 
 def learning_rate(global_step, examples_per_step):
-    """The tutorial's schedule: 0.1, times 0.1 every 350 epochs (staircase).
-
-    global_step: int64 scalar variable; examples_per_step: int, examples of
-    all towers per step. Returns float32 scalar, also summarised as
-    'Loss/learning_rate'.
-    """
+    """The tutorial's schedule: 0.1, times 0.1 every 350 epochs (staircase);
+    float32 scalar, summarised as 'Loss/learning_rate'."""
     steps_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
     lr = tf.compat.v1.train.exponential_decay(
         INITIAL_LEARNING_RATE,
@@ -349,23 +287,12 @@ def learning_rate(global_step, examples_per_step):
 
 
 def optimizer(lr):
-    """Plain gradient descent, as in the tutorial."""
     return tf.compat.v1.train.GradientDescentOptimizer(lr)
 
 
 def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
-    """Applies gradients once and updates the variables' moving averages.
-
-    Args:
-      opt: the optimizer from `optimizer` (maybe `step_optimizer.wrap`ped).
-      grads_and_vars: list of (gradient, variable).
-      global_step: int64 scalar variable, incremented once.
-      update_ops: ops to run with every step: the batch-norm updates
-        (`towers.batch_norm_updates`); ValueError with the dynamic loss
-        scale, as this one-device op would run them on a skipped step.
-
-    Returns the training op.
-    """
+    """The training op: applies gradients once and updates the variables'
+    moving averages; update_ops (the batch-norm updates) run with it."""
     if update_ops and step_optimizer.skipped_steps(opt) is not None:
         raise ValueError(
             "--fp16_enable_auto_loss_scale skips the steps whose gradients "
@@ -395,23 +322,10 @@ def train(
     learning_rate_fn=learning_rate,
     optimizer_fn=optimizer,
 ):
-    """The one-device training op, in the graph's update block (and the
-    loss averages in its summaries block).
+    """The one-device training op, in the graph's update block.
 
-    Args:
-      total_loss: float32 scalar from `loss`.
-      global_step: int64 scalar variable.
-      batch_size: int, examples per step; None reads --batch_size, as the
-        tutorial's two-argument call does.
-      clip_norm: float; if > 0, the gradients are scaled to at most this
-        global norm.
-      loss_scaling: a `step_optimizer.LossScaling` for float16, or None.
-      learning_rate_fn: callable(global_step, examples_per_step), the
-        schedule; the tutorial's by default.
-      optimizer_fn: callable(learning_rate) -> optimizer; the tutorial's by
-        default.
-
-    Returns the op that runs one step of training.
+    batch_size None reads --batch_size, as the tutorial's two-argument call
+    does; clip_norm > 0 scales the gradients to at most that global norm.
     """
     if batch_size is None:
         batch_size = _flags().batch_size
@@ -430,8 +344,7 @@ def train(
 
 
 def variables_to_restore():
-    """Maps the shadows' (moving averages') names in the checkpoints, which
-    leave out the graph's blocks, to the model's variables."""
+    """The moving averages' names in the checkpoints -> the variables."""
     averages = tf.compat.v1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY)
     return {
         summaries.without_blocks(name): var

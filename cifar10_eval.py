@@ -63,7 +63,6 @@ class Scoring(NamedTuple):
     summary_op: tf.Tensor
 
 
-
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
     "eval_dir",

@@ -4,18 +4,7 @@ The binary version of CIFAR-10 (cifar-10-binary.tar.gz) extracts to
 `cifar-10-batches-bin/` with five training files `data_batch_{1..5}.bin`
 (10,000 records each) and `test_batch.bin` (10,000). A record is one label
 byte followed by 3,072 image bytes, depth-major: the 1,024 red values, then
-green, then blue, each 32 rows of 32.
-
-Stages, one function each, run on whole batches (one op per batch, not
-per image): read (`read_records`) -> decode (`decode_record`) -> distort
-(`distortion_parameters` drawn per image, applied by `distort_batch`) or
-crop (`eval_image`) -> batch (the tutorial's `distorted_inputs` and
-`inputs`, on queues).
-
-The trainers' and the eval's batches (tf.data: the training split held in
-memory, a permutation per epoch) are `data_sets/cifar10_batches.py`;
-writing the files (the built-in sample set, the download) is
-`data_sets/cifar10_data.py`.
+green, then blue, each 32 rows of 32. Each stage runs on whole batches.
 """
 
 import logging
@@ -40,13 +29,10 @@ BATCHES_DIR = "cifar-10-batches-bin"
 # The official archive (data_sets/cifar10_data.py downloads it).
 DATA_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
 
-# The tutorial's default folder: the trainers' --train_dir (the eval's
-# --checkpoint_dir) for --model=tutorial, in $TMPDIR (/tmp unless set);
-# another model's default is TRAIN_DIR_NAME, e.g. /tmp/cifar10_train_resnet20
-# (`registry.default_train_dir`).
+# The tutorial's default --train_dir (and the eval's --checkpoint_dir) for
+# --model=tutorial, in $TMPDIR (/tmp unless set).
 TRAIN_DIR = os.path.join(tempfile.gettempdir(), "cifar10_train")
-# The eval of a trainer's newest checkpoint, as the trainers' closing
-# report prints it (`registry.next_commands`).
+# The eval of a trainer's newest checkpoint, as its closing report prints.
 EVAL_COMMAND = (
     "python cifar10_eval.py --run_once --checkpoint_dir={train_dir} "
     "--data_dir={data_dir}"
@@ -66,10 +52,8 @@ MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
 
 
 def data_files(data_dir, eval_data=None):
-    """The paths of the record files of one split in data_dir (the folder
-    that holds `cifar-10-batches-bin/`): eval_data None for the training
-    files, 'test' for the test file, 'train' for the training files read as
-    evaluation data."""
+    """The record files of one split under data_dir: eval_data None or
+    'train' for the training files, 'test' for the test file."""
     if eval_data not in (None, "train", "test"):
         raise ValueError(
             "--eval_data must be 'test' or 'train', got %r" % eval_data
@@ -79,13 +63,9 @@ def data_files(data_dir, eval_data=None):
 
 
 def check_files(filenames):
-    """Checks that the record files exist and hold whole, valid records.
-
-    Reads the label bytes only (every 3,073rd byte), so a full training set
-    takes well under a second. Returns the total number of records (int);
-    ValueError naming the file when one is missing, its size is not a
-    multiple of 3,073 bytes, or a label is outside 0..9.
-    """
+    """The number of records of the files, checked whole and labelled 0..9
+    (ValueError naming the file). Reads the label bytes only: a full
+    training set takes well under a second."""
     missing = [f for f in filenames if not os.path.isfile(f)]
     if missing:
         raise ValueError(missing_files_message(missing))
@@ -121,15 +101,12 @@ def missing_files_message(missing):
 
 
 def read_records(filenames):
-    """A `tf.data.Dataset` of the files' (checked by `check_files`)
-    records, in order: string scalars of 3,073 bytes each."""
     return tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES)
 
 
 def decode_record(record):
-    """Decodes one record, or a batch of them in one op: string [...] of
-    3,073 bytes each (a scalar or [batch]) -> image: uint8 [..., 32, 32, 3],
-    height x width x depth; label: int32 [...] in 0..9."""
+    """Decodes records, one or a batch in one op: string [...] -> image
+    uint8 [..., 32, 32, 3], label int32 [...] in 0..9."""
     raw = tf.io.decode_raw(record, tf.uint8)  # [..., 3073]
     shape = tf.concat([tf.shape(raw)[:-1], [DEPTH, HEIGHT, WIDTH]], 0)
     depth_major = tf.reshape(raw[..., LABEL_BYTES:], shape)
@@ -138,15 +115,9 @@ def decode_record(record):
 
 
 def distortion_parameters(batch_size):
-    """Draws the tutorial's random distortions, independently per image
-    (batch_size: int or int32 scalar tensor).
-
-    Returns:
-      offsets: int32 [batch_size, 2], each crop's (row, column) in 0..8.
-      flips: bool [batch_size], True (probability 0.5) to flip left-right.
-      brightness: float32 [batch_size], deltas uniform in [-63, 63).
-      contrast: float32 [batch_size], factors uniform in [0.2, 1.8).
-    """
+    """The tutorial's random distortions, drawn per image: offsets int32
+    [batch_size, 2], flips bool [batch_size], brightness deltas and contrast
+    factors float32 [batch_size]."""
     shape, delta = [batch_size], MAX_BRIGHTNESS_DELTA
     offsets = tf.random.uniform(shape + [2], 0, MAX_CROP_OFFSET + 1, tf.int32)
     flips = tf.random.uniform(shape) < 0.5
@@ -156,18 +127,8 @@ def distortion_parameters(batch_size):
 
 
 def distort_batch(images, offsets, flips, brightness, contrast):
-    """Applies the tutorial's distortions, in its order, to each image.
-
-    Args:
-      images: uint8 [batch, 32, 32, 3].
-      offsets: int32 [batch, 2], each crop's (row, column) in 0..8.
-      flips: bool [batch], whether to flip each crop left-right.
-      brightness: float32 [batch], the delta added to each crop.
-      contrast: float32 [batch], factors: x -> (x - mean) * factor + mean.
-
-    Returns:
-      float32 [batch, 24, 24, 3], each image with mean 0 and stddev 1.
-    """
+    """Applies the tutorial's distortions, in its order: images uint8
+    [batch, 32, 32, 3] -> float32 [batch, 24, 24, 3], standardised."""
     steps = tf.range(IMAGE_SIZE)
     image_rows = tf.range(tf.shape(images)[0])[:, None] * HEIGHT
     # Each crop row's first pixel among the batch's [batch * 32 * 32].
@@ -187,41 +148,29 @@ def distort_batch(images, offsets, flips, brightness, contrast):
 
 
 def eval_image(image):
-    """Prepares images for evaluation: uint8 [..., 32, 32, 3], one image or
-    a batch -> float32 [..., 24, 24, 3], the central crop, standardised."""
+    """uint8 [..., 32, 32, 3] -> float32 [..., 24, 24, 3], the central
+    crop, standardised."""
     image = tf.image.resize_with_crop_or_pad(image, IMAGE_SIZE, IMAGE_SIZE)
     return tf.image.per_image_standardization(image)
 
 
-# The tutorial's API: queue-based readers for scripts written against the
-# 2017 `cifar10_input`. Here `data_dir` is the folder of the .bin files, as
-# in the tutorial; our scripts use `data_sets/cifar10_batches.py`.
+# The tutorial's queue-based readers. Here `data_dir` is the folder of the
+# .bin files, as in the tutorial.
 
 # The tutorial's reading threads per batching queue.
 NUM_PREPROCESS_THREADS = 16
 
 
 class CIFAR10Record:
-    """One record read by `read_cifar10`, with the tutorial's attributes.
-
-    Attributes:
-      height, width, depth: int, 32, 32 and 3.
-      key: string scalar, 'FILENAME:INDEX' of the record.
-      label: int32 [1], the class in 0..9.
-      uint8image: uint8 [32, 32, 3], height x width x depth.
+    """One record read by `read_cifar10`, with the tutorial's attributes:
+    key ('FILENAME:INDEX'), label int32 [1], uint8image uint8 [32, 32, 3].
     """
 
     height, width, depth = HEIGHT, WIDTH, DEPTH
 
 
 def read_cifar10(filename_queue):
-    """Reads the next record from the files of a queue, as the tutorial did.
-
-    Each evaluation of the returned tensors reads one more record; the
-    reader takes the next file name from the queue when a file ends.
-    filename_queue: a `tf.compat.v1` queue of string file names, e.g. of
-    `tf.compat.v1.train.string_input_producer`. Returns a `CIFAR10Record`.
-    """
+    """The next record of the files of filename_queue, a `CIFAR10Record`."""
     _tensorflow_warnings_once()
     reader = tf.compat.v1.FixedLengthRecordReader(record_bytes=RECORD_BYTES)
     result = CIFAR10Record()
@@ -232,19 +181,8 @@ def read_cifar10(filename_queue):
 
 
 def distorted_inputs(data_dir, batch_size):
-    """Shuffled, distorted training batches from queues (the tutorial's).
-
-    Needs the queue runners started, by `MonitoredTrainingSession` or
-    `tf.compat.v1.train.start_queue_runners`. data_dir: str, the folder
-    that holds `data_batch_{1..5}.bin` (ValueError when a file is missing
-    or holds partial records). Each image is a random crop, randomly
-    flipped left-right, with random brightness and contrast, standardised
-    to mean 0 and stddev 1.
-
-    Returns:
-      images: float32 [batch_size, 24, 24, 3].
-      labels: int32 [batch_size].
-    """
+    """Shuffled, distorted training batches from queues (the tutorial's):
+    images float32 [batch_size, 24, 24, 3], labels int32 [batch_size]."""
     _tensorflow_warnings_once()
     filenames = [os.path.join(data_dir, name) for name in TRAIN_FILES]
     num_records = check_files(filenames)
@@ -257,19 +195,10 @@ def distorted_inputs(data_dir, batch_size):
 
 
 def inputs(eval_data, data_dir, batch_size):
-    """Evaluation batches from queues (the tutorial's), in file order.
-
-    The input cycles through the files in order, so that n examples in a
-    row are n different records while n <= the records of the files (the
-    tutorial's eval runs ceil(num_examples / batch_size) batches). Needs
-    the queue runners started. eval_data: bool, True reads
-    `test_batch.bin`, False the training files (ValueError when it is not a
-    bool, or a file is missing or holds partial records).
-
-    Returns:
-      images: float32 [batch_size, 24, 24, 3], central crops, standardised.
-      labels: int32 [batch_size].
-    """
+    """Evaluation batches from queues (the tutorial's), in file order, so
+    that n examples in a row are n different records: images float32
+    [batch_size, 24, 24, 3], labels int32 [batch_size]. eval_data: bool,
+    True reads the test file."""
     _tensorflow_warnings_once()
     if isinstance(eval_data, str):
         # Our eval_inputs takes 'test' or 'train'; here 'train' would be true.
@@ -303,15 +232,8 @@ def _tensorflow_warnings_once():
 
 
 def _queue_batches(image, label, num_records, batch_size, shuffle):
-    """Batches single examples through a queue, as the tutorial did.
-
-    The queue holds 40% of an epoch before the first batch (the tutorial's
-    MIN_FRACTION_OF_EXAMPLES_IN_QUEUE), counted from the records the files
-    hold (50,000 for the training set, as the tutorial counts), so that a
-    shuffled batch mixes many files. image: float32 [24, 24, 3]; label:
-    int32 [1] -> images float32 [batch_size, 24, 24, 3], labels int32
-    [batch_size]. shuffle False keeps the file order with one thread.
-    """
+    """Batches single examples (image float32 [24, 24, 3], label int32
+    [1]) through a queue, as the tutorial did."""
     min_queue_examples = int(num_records * MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
     capacity = min_queue_examples + 3 * batch_size
     if shuffle:

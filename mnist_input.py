@@ -9,22 +9,13 @@ rows of 28 pixels), `label` (int64, 0..9), `height`, `width` and `depth`.
 
 Make them once (the IDX files are at SOURCE_URL):
   python mnist_input.py --idx_dir=/tmp/mnist_idx --data_dir=/tmp/mnist_data
-
-Stages: read -> decode (`decode_example`) -> batch, in `dataset`, which
-the tutorial's `inputs` iterates.
-
-The converter's reading and writing and the built-in sample set
-(`--fake_data`) are `data_sets/mnist_data.py`; this module's `main` is the
-converter's command line.
 """
 
 import os
 import sys
 
-# Run as the converter (python mnist_input.py, or the installed
-# mnist-convert), hide TensorFlow's C++ start-up notices before it loads:
-# see multigpu/quiet_cpp_logs.py. Imported as a library, stderr is left as
-# it is.
+# Run as the converter (or the installed mnist-convert), hide TensorFlow's
+# C++ start-up notices before it loads; imported, stderr is left as it is.
 if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "mnist-convert":
     from multigpu import quiet_cpp_logs  # noqa: F401
 
@@ -57,8 +48,7 @@ SHUFFLE_BUFFER = 10000
 
 
 def data_file(data_dir, split):
-    """The path of one split's ('train', 'validation' or 'test') TFRecord
-    file in data_dir; ValueError for an unknown split or a missing file."""
+    """The TFRecord file of split ('train', 'validation' or 'test')."""
     if split not in SPLIT_FILES:
         raise ValueError(
             "unknown split %r, expected one of %s"
@@ -87,17 +77,10 @@ _FAILED_CHECK = re.compile(
 
 
 def decode_example(index, serialized):
-    """Decodes one example (serialized: string scalar, a serialized
-    `tf.train.Example`; index: int64 scalar, its place in its file from 0),
-    checking it.
-
-    Returns:
-      image: float32 [784], the 28x28 pixels row by row, in [-0.5, 0.5].
-      label: int32 scalar in 0..9.
-
-    A record whose image is not 784 bytes, or whose label is missing or
-    out of range, fails the step with an assertion naming the record;
-    `reading` turns it into a `ValueError` naming the file too.
+    """Decodes and checks one serialized `tf.train.Example` (string scalar;
+    index, int64 scalar, its place in its file): image float32 [784] in
+    [-0.5, 0.5], label int32 scalar in 0..9. A bad record fails the step
+    with an assertion naming it, which `reading` turns into a ValueError.
     """
     features = tf.io.parse_single_example(
         serialized,
@@ -126,15 +109,9 @@ def decode_example(index, serialized):
 
 
 def dataset(data_dir, split, batch_size, num_epochs, training):
-    """The batches of one split of data_dir (`data_file`), decoded: a
-    `tf.data.Dataset` of (float32 [batch_size, 784], int32 [batch_size]).
-
-    num_epochs: int, passes over the records; None repeats forever.
-    training: bool. True: each epoch is shuffled and the last partial batch
-    is dropped, so that every batch holds batch_size examples and the input
-    yields floor(num_records * num_epochs / batch_size) batches. False:
-    file order, and the last batch may be smaller.
-    """
+    """The decoded batches of one split: a `tf.data.Dataset` of (float32
+    [batch_size, 784], int32 [batch_size]), num_epochs times (None:
+    forever). training: shuffled, and every batch whole."""
     # Every record's checksum is verified as it is read; a corrupt record
     # raises `tf.errors.DataLossError` when it is reached (see `reading`).
     records = tf.data.TFRecordDataset(data_file(data_dir, split))
@@ -148,14 +125,9 @@ def dataset(data_dir, split, batch_size, num_epochs, training):
 
 
 def inputs(train, batch_size, num_epochs, data_dir=DEFAULT_DATA_DIR):
-    """Shuffled batches from a one-shot iterator, as the tutorial's `inputs`,
-    of the training split (train True) or the validation split, num_epochs
-    times before `tf.errors.OutOfRangeError` (None: forever).
-
-    Returns:
-      images: float32 [batch_size, 784] in [-0.5, 0.5].
-      labels: int32 [batch_size] in 0..9.
-    """
+    """The tutorial's `inputs`: shuffled batches of the training split (or
+    the validation split), images float32 [batch_size, 784] in [-0.5, 0.5]
+    and labels int32 [batch_size]."""
     split = "train" if train else "validation"
     batches = dataset(data_dir, split, batch_size, num_epochs, training=True)
     return tf.compat.v1.data.make_one_shot_iterator(batches).get_next()
@@ -163,13 +135,8 @@ def inputs(train, batch_size, num_epochs, data_dir=DEFAULT_DATA_DIR):
 
 @contextlib.contextmanager
 def reading(filename):
-    """Reports a corrupt record or a lost file, read in the block, by name.
-
-    TensorFlow's checksum error (`tf.errors.DataLossError`, 'corrupted
-    record at OFFSET' among the locations of the op) says neither the file
-    nor what to do; it becomes a `ValueError` that says both. So does a
-    record that fails a check of `decode_example`, named by its index.
-    """
+    """Reports a corrupt record or a lost file, read in the block, by name:
+    TensorFlow's errors say neither the file nor what to do."""
     try:
         yield
     except tf.errors.InvalidArgumentError as e:
@@ -196,7 +163,6 @@ def reading(filename):
 
 
 def _bad_record(filename, check, index, value):
-    """The message of a record that fails a check of `decode_example`."""
     where = "%s, record %s (from 0)" % (filename, index)
     if check == _BAD_IMAGE:
         what = "image_raw holds %s bytes, expected %d (28x28)" % (
@@ -214,7 +180,6 @@ def _bad_record(filename, check, index, value):
 
 
 def main(argv=None):
-    """The converter's command line: IDX .gz files -> TFRecord files."""
     parser = argparse.ArgumentParser(
         prog="mnist_input.py",
         description="Converts the four MNIST IDX .gz files (from %s) into "

@@ -1,11 +1,5 @@
 """What --model names, and the recipe each model trains with.
 
-  tutorial           cifar10.inference, the tutorial's recipe
-  resnet20, resnet56 the ResNets of He et al. 2016 with their recipe
-  MODULE:FUNCTION    a user's `(images, is_training) -> logits`, imported
-                     from the current folder or PYTHONPATH, trained with
-                     the tutorial's recipe unless flags give its own
-
 A recipe is two functions: `learning_rate(global_step, examples_per_step)`
 and `optimizer(learning_rate)`.
 """
@@ -25,9 +19,7 @@ from cifar10_models import resnet
 from multigpu.graph import any_model, summaries, variables
 from multigpu.train_dir import checkpoints, restore, train_dirs
 
-# A model (name: as --model names it; build: callable(images, is_training)
-# -> logits) and its recipe (learning_rate -> float32; optimizer -> a
-# tf.compat.v1.train.Optimizer).
+# A model (build: callable(images, is_training) -> logits) and its recipe.
 Model = collections.namedtuple("Model", "name build learning_rate optimizer")
 
 # The examples per step that a piecewise recipe's learning rate and steps
@@ -40,18 +32,9 @@ PIECEWISE_DECAY_FACTOR = 0.1
 def piecewise_learning_rate(
     global_step, examples_per_step, initial, boundaries
 ):
-    """initial, divided by 10 at each boundary, for any examples per step.
-
-    Args:
-      global_step: int64 scalar variable.
-      examples_per_step: int, examples of all towers per step.
-      initial: float, the learning rate for 128 examples per step, scaled
-        linearly with the examples per step.
-      boundaries: sequence of int, steps of 128 examples (scaled to steps of
-        examples_per_step), increasing; none: a constant rate.
-
-    Returns float32 scalar, also summarised as 'Loss/learning_rate'.
-    """
+    """initial, divided by 10 at each boundary: float32 scalar, summarised
+    as 'Loss/learning_rate'. initial and boundaries are given for 128
+    examples per step and scaled linearly to examples_per_step."""
     scale = examples_per_step / REFERENCE_EXAMPLES_PER_STEP
     steps = [max(1, round(b / scale)) for b in boundaries]
     values = [
@@ -70,7 +53,6 @@ def piecewise_learning_rate(
 
 
 def momentum_optimizer(lr, momentum):
-    """SGD with momentum; plain gradient descent when momentum is 0."""
     if momentum == 0:
         return tf.compat.v1.train.GradientDescentOptimizer(lr)
     return tf.compat.v1.train.MomentumOptimizer(lr, momentum)
@@ -82,8 +64,6 @@ TUTORIAL = Model(
 
 
 def _piecewise(chosen, initial, boundaries, momentum):
-    """chosen (a `Model`) with the recipe of `piecewise_learning_rate` and
-    `momentum_optimizer`."""
     return chosen._replace(
         learning_rate=functools.partial(
             piecewise_learning_rate, initial=initial, boundaries=boundaries
@@ -93,7 +73,6 @@ def _piecewise(chosen, initial, boundaries, momentum):
 
 
 def _resnet(name, build):
-    """A ResNet with the paper's recipe."""
     return _piecewise(
         TUTORIAL._replace(name=name, build=build),
         resnet.INITIAL_LEARNING_RATE,
@@ -116,19 +95,8 @@ MAX_BOUNDARIES = 38
 
 
 def model(name, learning_rate=0.0, boundaries=(), momentum=0.0):
-    """The model --model names, with its recipe or the flags' own.
-
-    Args:
-      name: str, a key of MODELS or 'MODULE:FUNCTION'.
-      learning_rate: float; > 0 replaces the model's recipe by this rate for
-        128 examples per step (scaled), divided by 10 at `boundaries` (steps
-        of 128 examples), with `momentum` (0: plain gradient descent).
-      boundaries: sequence of int (or of their digits, as the flag gives).
-      momentum: float in [0, 1).
-
-    Returns a `Model`; ValueError (one line) when there is no such model,
-    module or function, or more than MAX_BOUNDARIES boundaries.
-    """
+    """The `Model` --model names (a key of MODELS or 'MODULE:FUNCTION'),
+    with its recipe, or the flags' own when learning_rate > 0."""
     if len(boundaries) > MAX_BOUNDARIES:
         raise ValueError(
             "--learning_rate_boundaries lists %d steps; at most %d: each "
@@ -144,15 +112,9 @@ def model(name, learning_rate=0.0, boundaries=(), momentum=0.0):
 
 
 def logits(model, images, is_training, compute_dtype):
-    """Builds the model's logits (float32 [batch, NUM_CLASSES]) on one
-    tower's images (float32 [batch, 24, 24, 3]), in the compute dtype
-    (tf.float32, tf.float16 or tf.bfloat16); is_training: True for the
-    trainers, False for the eval.
-
-    The model's variables are made in the graph's model block
-    ('model/conv1/weights'); its ops in the current name scope. ValueError
-    naming --model for what `any_model.call_model` refuses.
-    """
+    """The model's logits (float32 [batch, 10]) of one tower's images
+    (float32 [batch, 24, 24, 3]), computed in compute_dtype; its variables
+    in the graph's model block ('model/conv1/weights')."""
     with tf.compat.v1.variable_scope(
         summaries.MODEL, auxiliary_name_scope=False
     ):
@@ -167,12 +129,8 @@ def logits(model, images, is_training, compute_dtype):
 
 
 def default_train_dir(model_name):
-    """The default --train_dir of a model: no two models share one.
-
-    /tmp/cifar10_train for the tutorial (the tutorial's own folder),
-    /tmp/cifar10_train_NAME for another, e.g. /tmp/cifar10_train_resnet20
-    or /tmp/cifar10_train_my_models_net for my_models:net.
-    """
+    """The default --train_dir of a model: no two models share one, e.g.
+    /tmp/cifar10_train_my_models_net for my_models:net."""
     if model_name == TUTORIAL.name:
         return cifar10_input.TRAIN_DIR
     return "%s_%s" % (
@@ -182,14 +140,9 @@ def default_train_dir(model_name):
 
 
 def refuse_other_model(model, folder, flag):
-    """Refuses a folder of checkpoints of another model, before any work.
-
-    The model is the folder's record (`train_dirs.recorded_model`) or, in a
-    folder written before the record was kept, the one its newest
-    checkpoint's variables name (`restore.model_name`). ValueError, one
-    line naming it and the flags to pass, when folder (the --train_dir or
-    --checkpoint_dir, as flag names it) holds another model's checkpoints.
-    """
+    """ValueError when folder (of --flag) holds checkpoints of another
+    model, by its record or, in an older folder, by its newest
+    checkpoint's variables."""
     held = train_dirs.recorded_model(folder) or _checkpoints_model(folder)
     if held is None or held == model.name:
         return
@@ -207,12 +160,8 @@ def model_and_train_dir(
 ):
     """(Model, str): a trainer's model and the folder it trains in.
 
-    Args:
-      name, learning_rate, boundaries, momentum: as `model`.
-      train_dir: str, --train_dir; '' for the model's `default_train_dir`.
-      check_train_dir: bool, refuse a train_dir of another model's
-        checkpoints (`refuse_other_model`); False for a train_dir cleared
-        first or not trained in (a dry run).
+    check_train_dir False for a train_dir cleared first or not trained in
+    (a dry run).
     """
     chosen = model(name, learning_rate, boundaries, momentum)
     train_dir = train_dir or default_train_dir(chosen.name)
@@ -222,7 +171,6 @@ def model_and_train_dir(
 
 
 def _checkpoints_model(folder):
-    """The model of folder's newest checkpoint, None if none or unknown."""
     checkpoint = checkpoints.latest_checkpoint(folder)
     if checkpoint is None:
         return None
@@ -234,13 +182,8 @@ def _checkpoints_model(folder):
 
 
 def next_commands(model, train_dir, data_dir):
-    """The commands a CIFAR-10 trainer's closing report prints.
-
-    The eval names --model when it is not the tutorial's (the eval's
-    default), so that it builds the model the checkpoints hold; it writes
-    beside them, in train_dir/eval, where TensorBoard on train_dir shows
-    both runs. Returns [eval command, tensorboard command], two strs.
-    """
+    """[eval command, tensorboard command], as a CIFAR-10 trainer's closing
+    report prints them."""
     model_flag = "" if model.name == TUTORIAL.name else " --model=" + model.name
     eval_command = cifar10_input.EVAL_COMMAND.format(
         train_dir=train_dir, data_dir=data_dir
@@ -252,13 +195,9 @@ def next_commands(model, train_dir, data_dir):
 
 
 def user_model(name):
-    """Imports a user's 'MODULE:FUNCTION', with the tutorial's recipe.
-
-    The current folder is searched first, then PYTHONPATH. An exception
-    raised inside the function becomes one line that names it; so does a
-    name that is not MODULE:FUNCTION, a module or function not found, or a
-    module that fails to import (ValueError).
-    """
+    """Imports a user's 'MODULE:FUNCTION' (from the current folder first,
+    then PYTHONPATH), with the tutorial's recipe. Whatever fails, in it or
+    in the import, is one line naming it (ValueError)."""
     flag = "--model=%s" % name
     module_name, colon, function_name = name.partition(":")
     if not colon or not module_name or not function_name:
@@ -277,9 +216,6 @@ def user_model(name):
 
 
 def _import(module_name, function_name, flag):
-    """Imports a user's module; what fails is one line naming it
-    (ValueError): a file path instead of a module name, a module not found,
-    or one that has a syntax error or raises while it is imported."""
     if (
         "/" in module_name
         or module_name.startswith(".")
@@ -325,7 +261,6 @@ def _import(module_name, function_name, flag):
 
 
 def _import_failed(flag, module_name, error):
-    """The error of a module that raised while it was imported."""
     first_line = str(error).strip().split("\n")[0]
     return ValueError(
         "%s: importing module %s raised %s: %s; fix the module (python -c "
@@ -335,7 +270,6 @@ def _import_failed(flag, module_name, error):
 
 
 def _reported(build, flag):
-    """build, its exceptions turned into one line naming it."""
 
     @functools.wraps(build)
     def build_reported(images, is_training):

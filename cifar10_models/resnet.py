@@ -9,9 +9,6 @@ identities, subsampled and zero-padded where the shape changes, so they add
 no parameter. Published: ResNet-20 (n = 3) 0.27M parameters, 8.75% test
 error; ResNet-56 (n = 9) 0.85M, 6.97% (on 32x32 images; our input is the
 tutorial's 24x24 crops).
-
-Each model is `(images, is_training) -> logits` and nothing else: the
-towers decide where its variables live and what dtype it computes in.
 """
 
 import tensorflow as tf
@@ -49,12 +46,9 @@ def resnet56(images, is_training):
 
 
 def resnet(images, is_training, blocks_per_stage):
-    """The CIFAR-10 ResNet of 6 * blocks_per_stage (n) + 2 layers: images
-    float32 (or float16, bfloat16) [batch, height, width, 3] -> logits
-    [batch, 10], in the images' dtype. is_training: batch norm on the
-    batch's statistics (and updating the moving ones), else on the moving
-    statistics.
-    """
+    """The ResNet of 6 * blocks_per_stage + 2 layers: images float32 (or
+    float16, bfloat16) [batch, height, width, 3] -> logits [batch, 10], in
+    the images' dtype."""
     x = _conv(images, STAGE_FILTERS[0], 1, "conv1")
     x = tf.nn.relu(_batch_norm(x, is_training, "bn1"))
     for stage, filters in enumerate(STAGE_FILTERS, start=1):

@@ -1,9 +1,4 @@
-"""CIFAR-10 batches for the trainers and the eval, from `cifar10_input`.
-
-Training: the split decoded once and held in memory, a permutation per
-epoch, distorted batches that the towers draw from one iterator. Eval:
-every example once, in file order.
-"""
+"""CIFAR-10 batches for the trainers and the eval, from `cifar10_input`."""
 
 import tensorflow as tf
 
@@ -33,14 +28,13 @@ def _map(dataset, function):
 
 
 def distorted_dataset(data_dir, batch_size):
-    """The endless, shuffled, distorted training batches of data_dir (the
-    folder that holds `cifar-10-batches-bin/`): a `tf.data.Dataset` of
-    (float32 [batch_size, 24, 24, 3], int32 [batch_size]).
+    """The endless, shuffled, distorted training batches of data_dir: a
+    `tf.data.Dataset` of (float32 [batch_size, 24, 24, 3], int32
+    [batch_size]).
 
-    The training set is decoded once, RECORDS_PER_DECODE records at a time,
-    and kept in memory as one tensor (uint8, 150 MB for CIFAR-10's); each
-    batch is a gather of its records, distorted whole. Past the reading of
-    the files, no step works on single examples.
+    The training set is decoded once and kept in memory as one uint8
+    tensor (150 MB for CIFAR-10's); each batch is a gather of its records,
+    distorted whole.
     """
     filenames = data_files(data_dir)
     num_records = check_files(filenames)
@@ -69,14 +63,8 @@ def distorted_dataset(data_dir, batch_size):
 
 
 def distorted_batches(data_dir, batch_size):
-    """Training batches for several towers, from one shared iterator.
-
-    Each call of the returned function adds its own read of the next batch,
-    so every tower that calls it trains on a batch of its own and one epoch
-    is one pass over the files whatever the number of towers. get_next:
-    callable() -> (float32 [batch_size, 24, 24, 3] images, int32
-    [batch_size] labels).
-    """
+    """get_next() of one iterator shared by the towers: each call reads the
+    next batch, so one epoch is one pass whatever the number of towers."""
     dataset = distorted_dataset(data_dir, batch_size)
     return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next
 
@@ -88,17 +76,9 @@ def train_inputs(data_dir, batch_size):
 
 
 def eval_inputs(eval_data, data_dir, batch_size, num_examples):
-    """Evaluation batches: every example once, in file order.
-
-    eval_data: 'test' or 'train', the split to read; num_examples: how
-    many examples to read from the split's start (ValueError when the files
-    are bad, or hold fewer).
-
-    Returns:
-      images: float32 [<= batch_size, 24, 24, 3].
-      labels: int32 [<= batch_size].
-      init_op: the op that rewinds the input to the first example.
-    """
+    """The first num_examples of split eval_data ('test' or 'train') once,
+    in file order: images float32 [<= batch_size, 24, 24, 3], labels int32
+    [<= batch_size], and the op that rewinds the input."""
     filenames = data_files(data_dir, eval_data)
     num_records = check_files(filenames)
     if num_examples > num_records:

@@ -1,10 +1,4 @@
-"""CIFAR-10 on disk: writing records, the built-in sample set, the download.
-
-`prepare_data_dir` makes sure a --data_dir holds the record files that
-`cifar10_input` reads: the sample set (`write_fake_data`, `--fake_data`)
-or the official archive, downloaded and checked
-(`maybe_download_and_extract`).
-"""
+"""CIFAR-10 on disk: writing records, the built-in sample set, the download."""
 
 import hashlib
 import os
@@ -29,9 +23,8 @@ FAKE_RECORDS_PER_TRAIN_FILE = 2000
 FAKE_TEST_RECORDS = 10000
 # Pixel noise of the sample set (uint8 units) on top of each class pattern.
 FAKE_NOISE_STDDEV = 40.0
-# The `sample_sets.digest` of the sample set's training files, as
-# `write_fake_data` writes them: the set is known by its content, marked or
-# not.
+# The `sample_sets.digest` of the sample set's training files: the set is
+# known by its content, marked or not.
 FAKE_TRAIN_DIGEST = "6d44307f482267b9"
 
 
@@ -46,17 +39,9 @@ def write_records(filename, images, labels):
 
 
 def fake_examples(num_examples, seed):
-    """A learnable sample set: a fixed pattern per class plus pixel noise.
-
-    Each class has its own coarse 4x4 colour pattern (blocks of 8x8 pixels);
-    a crop or a flip keeps most of it, so a classifier must learn colour and
-    layout, not a single pixel. seed: int, for the noise and labels (the
-    class patterns never change).
-
-    Returns:
-      images: uint8 [num_examples, 32, 32, 3].
-      labels: uint8 [num_examples], classes in turn (0, 1, ..., 9, 0, ...).
-    """
+    """A learnable sample set: images uint8 [num_examples, 32, 32, 3], a
+    coarse 4x4 colour pattern per class plus noise (seeded), which a crop or
+    a flip keeps; labels uint8 [num_examples], the classes in turn."""
     patterns = np.random.default_rng(0).uniform(
         30, 225, (cifar10_input.NUM_CLASSES, 4, 4, 3)
     )
@@ -71,12 +56,8 @@ def fake_examples(num_examples, seed):
 
 
 def write_fake_data(data_dir):
-    """Writes the built-in sample set under data_dir/cifar-10-batches-bin/,
-    once: True if files were written, False if they were all there.
-
-    The set is marked as such (`sample_sets`) and written only into an
-    empty or marked folder, never over other files (ValueError naming them).
-    """
+    """Writes the built-in sample set under data_dir, once (marked, and
+    never over other files): True if files were written."""
     folder = _batches_folder(data_dir)
     names = cifar10_input.TRAIN_FILES + cifar10_input.TEST_FILES
     sizes = [FAKE_RECORDS_PER_TRAIN_FILE] * len(cifar10_input.TRAIN_FILES) + [
@@ -102,7 +83,6 @@ def write_fake_data(data_dir):
 
 
 def say_if_sample_set(data_dir):
-    """Prints one line when data_dir holds the sample set, not CIFAR-10."""
     sample_sets.say_if_sample_set(
         _batches_folder(data_dir),
         "CIFAR-10",
@@ -112,7 +92,6 @@ def say_if_sample_set(data_dir):
 
 
 def holds_sample_set(data_dir):
-    """Whether data_dir holds the sample set, marked or not."""
     return sample_sets.is_sample_set(
         _batches_folder(data_dir),
         cifar10_input.data_files(data_dir),
@@ -121,9 +100,6 @@ def holds_sample_set(data_dir):
 
 
 def training_data(data_dir):
-    """What a run on data_dir trains on, for its train_dir's record: a
-    `sample_sets.Data`, its `description` and the fingerprints of the five
-    training files."""
     return sample_sets.Data(
         description(data_dir),
         sample_sets.fingerprint(cifar10_input.data_files(data_dir)),
@@ -131,7 +107,6 @@ def training_data(data_dir):
 
 
 def description(data_dir):
-    """'the CIFAR-10 sample set' or 'CIFAR-10': what data_dir holds."""
     if holds_sample_set(data_dir):
         return "the CIFAR-10 sample set"
     return "CIFAR-10"
@@ -140,10 +115,8 @@ def description(data_dir):
 def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
     """Makes sure data_dir holds record files: the sample set or CIFAR-10.
 
-    Says so when they are the sample set. Without fake_data a run never
-    trains the sample set: CIFAR-10 is downloaded, or a folder holding the
-    sample set is refused (ValueError, as is a failed download). url: str,
-    where to download the real archive from.
+    Without fake_data a run never trains the sample set: a folder holding
+    it is refused (ValueError, as is a failed download).
     """
     if not fake_data and holds_sample_set(data_dir):
         raise ValueError(
@@ -164,13 +137,11 @@ def prepare_data_dir(data_dir, fake_data, url=cifar10_input.DATA_URL):
 
 
 def _record_files(data_dir):
-    """The paths of CIFAR-10's six record files under data_dir."""
     test_files = cifar10_input.data_files(data_dir, "test")
     return cifar10_input.data_files(data_dir) + test_files
 
 
 def _complete(data_dir):
-    """Whether data_dir holds all six record files."""
     return all(os.path.isfile(f) for f in _record_files(data_dir))
 
 
@@ -180,11 +151,8 @@ def _batches_folder(data_dir):
 
 def _download(url, path):
     """Copies url to path, printing one progress line; OSError when the
-    connection failed, stalled, or ended early.
-
-    Writes beside path and renames when complete, so a failed download
-    never leaves a file that looks whole.
-    """
+    connection failed, stalled, or ended early (no file left that looks
+    whole)."""
     name = os.path.basename(path)
     with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECS) as source:
         total = int(source.headers.get("Content-Length", 0))
@@ -213,16 +181,9 @@ def _md5(path):
 
 
 def maybe_download_and_extract(data_dir, url=cifar10_input.DATA_URL):
-    """Downloads and extracts the binary CIFAR-10 archive unless it is there.
-
-    Does nothing when every record file is already in place. The archive is
-    downloaded beside its final name and renamed when complete; the MD5
-    published for the official archive is checked; a broken archive is
-    reported and removed. url: str, where to fetch
-    `cifar-10-binary.tar.gz`. ValueError, saying what to download and
-    where, when the download failed, or the archive is broken or lacks the
-    record files.
-    """
+    """Downloads and extracts the binary CIFAR-10 archive unless the record
+    files are there; a broken archive is removed. ValueError, saying what to
+    download and where, when the download or the archive fails."""
     filenames = _record_files(data_dir)
     if _complete(data_dir):
         return

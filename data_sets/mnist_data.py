@@ -1,13 +1,5 @@
 """MNIST on disk: its format, the IDX converter's reading and writing, the
-sample set.
-
-The dataset facts, the published files and the TFRecords' counts stand
-under `mnist_input` (the tutorial's reader) and the converter. `convert`
-turns the four classic IDX .gz files into the TFRecord files that
-`mnist_input` reads (`python mnist_input.py --idx_dir=...` runs it);
-`write_fake_data` writes a small learnable digit-like set in the same
-format (`--fake_data`).
-"""
+sample set."""
 
 import contextlib
 import gzip
@@ -26,7 +18,7 @@ HEIGHT, WIDTH, DEPTH = 28, 28, 1
 IMAGE_PIXELS = HEIGHT * WIDTH * DEPTH  # 784 bytes per image
 NUM_CLASSES = 10
 
-# The classic IDX files (gzipped) and where they are published.
+# Where the classic IDX files (gzipped) are published.
 SOURCE_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 
 # The TFRecord file of each split, as the tutorial's converter names them.
@@ -55,9 +47,8 @@ FAKE_SPLIT_SIZES = {"train": 3000, "validation": 500, "test": 1000}
 FAKE_NOISE_STDDEV = 50.0
 # Largest random shift of a sample digit, in pixels, along each axis.
 FAKE_MAX_SHIFT = 3
-# The `sample_sets.digest` of the sample set's train.tfrecords, as
-# `write_fake_data` writes it: the set is known by its content, marked or
-# not.
+# The `sample_sets.digest` of the sample set's train.tfrecords: the set is
+# known by its content, marked or not.
 FAKE_TRAIN_DIGEST = "afec690b7b02b913"
 
 
@@ -79,12 +70,8 @@ DIGIT_SEGMENTS = [
 
 
 def write_records(filename, images, labels):
-    """Writes images and labels as a TFRecord file of `tf.train.Example`s.
-
-    The file is written aside and renamed when complete, so a crash never
-    leaves a short file. images: uint8 array [n, 28, 28]; labels: integer
-    array [n] in 0..9.
-    """
+    """Writes images (uint8 [n, 28, 28]) and labels ([n] in 0..9) as a
+    TFRecord file of `tf.train.Example`s, renamed into place when whole."""
 
     def int64(value):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
@@ -115,7 +102,6 @@ def write_records(filename, images, labels):
 
 @contextlib.contextmanager
 def _os_errors():
-    """TensorFlow's file errors as the OSError they stand for."""
     try:
         yield
     except tf.errors.OpError as e:
@@ -124,30 +110,20 @@ def _os_errors():
         raise OSError(None, reason) from None
 
 
-def _gunzip(path):
+def read_idx(path, magic):
+    """A gzipped IDX file of unsigned bytes as a uint8 array of the header's
+    shape; ValueError naming the file, the expected and the found value."""
     if not os.path.isfile(path):
         raise ValueError(
             "%s not found; download it from %s" % (path, SOURCE_URL)
         )
     try:
         with gzip.open(path, "rb") as f:
-            return f.read()
+            data = f.read()
     except (OSError, EOFError, zlib.error) as e:
         raise ValueError(
             "%s is not a complete gzip file (%s)" % (path, e)
         ) from e
-
-
-def read_idx(path, magic):
-    """Reads a gzipped IDX file (path, the .gz file) of unsigned bytes,
-    checking its header's magic (IMAGES_MAGIC or LABELS_MAGIC).
-
-    Returns a uint8 array whose shape is the header's: [n, rows, columns]
-    for images, [n] for labels. ValueError, naming the file, the expected
-    and the found value, when the file is missing or not gzip, its magic
-    number is not `magic`, or its size differs from the header's.
-    """
-    data = _gunzip(path)
     num_dims = magic & 0xFF
     header_bytes = 4 * (1 + num_dims)  # the magic, then one int32 per dim
     if len(data) < header_bytes:
@@ -174,10 +150,8 @@ def read_idx(path, magic):
 
 
 def read_idx_pair(images_path, labels_path):
-    """Reads and checks the images (uint8 [n, 28, 28]) and the labels
-    (uint8 [n] in 0..9) of one IDX split; ValueError for a bad file (see
-    `read_idx`), images not 28x28, a label outside 0..9, or different image
-    and label counts."""
+    """The checked images (uint8 [n, 28, 28]) and labels (uint8 [n] in
+    0..9) of one IDX split."""
     images = read_idx(images_path, IMAGES_MAGIC)
     labels = read_idx(labels_path, LABELS_MAGIC)
     if images.shape[1:] != (HEIGHT, WIDTH):
@@ -202,19 +176,12 @@ def read_idx_pair(images_path, labels_path):
 def convert(
     idx_dir, data_dir, validation_size=VALIDATION_SIZE, overwrite=False
 ):
-    """Converts the four IDX files into the three TFRecord files.
+    """Converts the four IDX files of idx_dir into the three TFRecord files
+    of data_dir: the examples written per split (a dict).
 
-    Returns the number of examples written per split (a dict).
-
-    Args:
-      idx_dir: str, the folder that holds the four .gz files.
-      data_dir: str, the folder to write the TFRecord files to.
-      validation_size: int, how many of the first training images form the
-        validation split, as in the tutorial's `read_data_sets` (ValueError
-        unless between 0 and the number of training images less one).
-      overwrite: bool, replace the split files data_dir holds (each named
-        in a line); the sample set's are replaced without it, other data's
-        refused (ValueError).
+    The first validation_size training images form the validation split,
+    as in the tutorial's `read_data_sets`. Without overwrite, only the
+    sample set's files are replaced (ValueError).
     """
     _say_replaced(data_dir, overwrite)
     train_images, train_labels = read_idx_pair(
@@ -242,8 +209,6 @@ def convert(
 
 
 def _say_replaced(data_dir, overwrite):
-    """Refuses to replace other data's split files (ValueError without
-    overwrite, in a folder not a sample set's), or names them."""
     present = [
         name
         for name in sorted(SPLIT_FILES.values())
@@ -277,17 +242,9 @@ def _write_splits(data_dir, splits):
 
 
 def fake_examples(num_examples, seed):
-    """A learnable digit-like sample set: seven-segment digits plus noise.
-
-    Each digit is drawn with its own segments, shifted at random by up to
-    FAKE_MAX_SHIFT pixels and covered with pixel noise, so a classifier
-    must learn the strokes' layout, not a single pixel. seed: int, for the
-    shifts and the noise.
-
-    Returns:
-      images: uint8 [num_examples, 28, 28].
-      labels: uint8 [num_examples], classes in turn (0, 1, ..., 9, 0, ...).
-    """
+    """A learnable digit-like sample set: images uint8 [num_examples, 28,
+    28], seven-segment digits shifted and covered with noise (seeded);
+    labels uint8 [num_examples], the classes in turn."""
     digits = np.zeros((NUM_CLASSES, HEIGHT, WIDTH))
     for digit, segments in enumerate(DIGIT_SEGMENTS):
         for segment in segments:
@@ -309,12 +266,8 @@ def fake_examples(num_examples, seed):
 
 
 def write_fake_data(data_dir):
-    """Writes the built-in sample set under data_dir, once.
-
-    The set is marked as such (`sample_sets`) and written only into an
-    empty or marked folder, never over other files (ValueError naming
-    them). Returns True if files were written, False if they were all there.
-    """
+    """Writes the built-in sample set under data_dir, once (marked, and
+    never over other files): True if files were written."""
 
     def is_unmarked_sample_set(folder):
         # The sample set's record counts; MNIST's are 10 to 18 times larger.
@@ -339,16 +292,12 @@ def write_fake_data(data_dir):
 
 
 def say_if_sample_set(data_dir):
-    """Prints one line when data_dir holds the sample set, not MNIST."""
     sample_sets.say_if_sample_set(
         data_dir, "MNIST", [_train_file(data_dir)], FAKE_TRAIN_DIGEST
     )
 
 
 def training_data(data_dir):
-    """What a run on data_dir trains on, for its train_dir's record: a
-    `sample_sets.Data`, 'the MNIST sample set' or 'MNIST', and the
-    fingerprint of train.tfrecords."""
     train_file = _train_file(data_dir)
     sample_set = sample_sets.is_sample_set(
         data_dir, [train_file], FAKE_TRAIN_DIGEST
@@ -364,16 +313,16 @@ def _train_file(data_dir):
 
 
 def count_records(filename):
-    """int, the records of a TFRecord file (read eagerly, outside graphs)."""
+    """The records of a TFRecord file, read eagerly (outside graphs)."""
     return int(
         tf.data.TFRecordDataset(filename).reduce(0, lambda count, _: count + 1)
     )
 
 
 def count_framed_records(filename):
-    """int, the records of a TFRecord file read by their length fields only
-    (a uint64 length and 4 bytes of CRC, then the data and 4 more): no
-    checksum is checked and no tensor made, so it counts inside a graph."""
+    """The records of a TFRecord file by their length fields only (a uint64
+    length and 4 bytes of CRC, then the data and 4 more): no tensor is
+    made, so it counts inside a graph."""
     count = 0
     with open(filename, "rb") as f:
         while len(header := f.read(12)) == 12:

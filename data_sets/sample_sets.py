@@ -1,13 +1,9 @@
 """The data's fingerprint, and the built-in sample sets (--fake_data).
 
-A data set's `Data` names it and fingerprints its training files: 'NAME
-SIZE HASH', where HASH covers the file's first and last bytes: cheap at
-every start, and path-free, so a copied or moved data folder is the same
-data. A train_dir records it, and refuses a run on other data.
-
-A sample set is written only into an empty folder or one that a sample set
-marked before (a marker file beside the records), so that it never replaces
-real data, and any run that trains or evaluates on a marked folder says so.
+A file's fingerprint, 'NAME SIZE HASH', hashes its first and last bytes:
+cheap at every start, and path-free, so a moved data folder is the same
+data. A sample set is written only into an empty folder or one a sample
+set marked before, so that it never replaces real data.
 """
 
 import hashlib
@@ -30,18 +26,12 @@ MARKER_TEXT = (
 
 
 class Data(NamedTuple):
-    """The data of a run, as its train_dir records it.
+    """The data of a run, as its train_dir records it."""
 
-    description: str, what it is, e.g. 'the CIFAR-10 sample set' or
-      'CIFAR-10'.
-    files: tuple of str, one 'NAME SIZE HASH' line per training file.
-    """
-
-    description: str
-    files: tuple
+    description: str  # e.g. 'the CIFAR-10 sample set' or 'CIFAR-10'
+    files: tuple  # One 'NAME SIZE HASH' per training file.
 
     def text(self):
-        """The record's content: the description, then the files."""
         return "".join(line + "\n" for line in (self.description, *self.files))
 
     def summary(self):
@@ -54,8 +44,7 @@ class Data(NamedTuple):
 
 
 def fingerprint(paths):
-    """'NAME SIZE HASH' of each file of paths (existing files): its name,
-    size and ends' hash, a tuple of str in the order of paths."""
+    """('NAME SIZE HASH', ...) of the files of paths."""
     return tuple(_file_line(path) for path in paths)
 
 
@@ -80,13 +69,12 @@ def digest(files):
 
 
 def files_to_write(folder, names, is_unmarked_sample_set=None):
-    """Marks folder (created if missing) as a sample set's and returns the
-    names of the sample set's files (names) it does not hold yet.
+    """Marks folder (created if missing) as a sample set's; returns those
+    of names it does not hold yet.
 
-    A folder that holds files but no marker holds other data, which the
-    sample set must not replace: ValueError naming the files, unless it
-    holds exactly `names` and is_unmarked_sample_set(folder) says they are
-    a sample set written before sample sets were marked (it is marked then).
+    A folder of files but no marker holds other data (ValueError), unless
+    it holds exactly names and is_unmarked_sample_set(folder) says they are
+    a sample set written before sets were marked.
     """
     present = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     if (
@@ -118,22 +106,14 @@ def files_to_write(folder, names, is_unmarked_sample_set=None):
 
 
 def unmark(folder):
-    """Removes folder's marker, once real data replaced the sample set."""
     marker = os.path.join(folder, MARKER_NAME)
     if os.path.isfile(marker):
         os.remove(marker)
 
 
 def is_sample_set(folder, train_files=(), known_digest=None):
-    """bool, whether folder holds a sample set: marked, or known by content.
-
-    Args:
-      folder: str, the folder of the record files.
-      train_files: strs, the paths of the training files; with
-        known_digest (str, their `digest` as the sample set is written),
-        an unmarked copy of the set (an older one, or one copied from a
-        read-only disk) is known too.
-    """
+    """Whether folder holds a sample set: marked, or an unmarked copy whose
+    train_files' `digest` is known_digest."""
     if os.path.isfile(os.path.join(folder, MARKER_NAME)):
         return True
     if not train_files or not all(map(os.path.isfile, train_files)):
@@ -142,9 +122,8 @@ def is_sample_set(folder, train_files=(), known_digest=None):
 
 
 def say_if_sample_set(folder, data_set_name, train_files=(), known_digest=None):
-    """Prints one line when folder (the record files a run reads) holds a
-    sample set, not data_set_name (e.g. 'CIFAR-10'); True if it does.
-    train_files, known_digest: as `is_sample_set`."""
+    """Prints one line when folder holds a sample set, not data_set_name
+    (e.g. 'CIFAR-10'); True if it does."""
     if not is_sample_set(folder, train_files, known_digest):
         return False
     print(

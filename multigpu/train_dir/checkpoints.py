@@ -2,9 +2,7 @@
 
 A path is a name, never a pattern: TensorFlow's checkpoint reader and its
 saver's pruning match `*`, `?`, `[...]` and `\\` in a path, so that a
-train_dir 'runs/a[1]' would read and delete the files of 'runs/a1'. Here
-reads go through `literal_path` and the saver (`ExactSaver`) deletes its
-old checkpoints by exact file name.
+train_dir 'runs/a[1]' would read and delete the files of 'runs/a1'.
 """
 
 import contextlib
@@ -23,28 +21,43 @@ CHECKPOINT_BASENAME = "model.ckpt"
 _CHECKPOINT_INDEX = re.compile(r"^(.+-([0-9]+))\.index$")
 # The characters TensorFlow's file pattern matching reads as a pattern.
 _PATTERN_CHARACTERS = re.compile(r"[*?\[\\]")
-# The checkpoints the saver writes and prunes: model.ckpt-STEP.
 _OWN_CHECKPOINT = re.compile(r"^%s-[0-9]+$" % re.escape(CHECKPOINT_BASENAME))
 # Where Linux names an open file descriptor as a path.
 _FD_FOLDER = "/proc/self/fd"
 
 
 def newest_valid_checkpoint(checkpoint_dir):
-    """Returns the newest checkpoint of checkpoint_dir that reads in full.
+    """The path prefix of the newest checkpoint of checkpoint_dir that
+    reads in full; None when it holds none; TrainingError when none reads.
 
-    TensorFlow itself restores the checkpoint that the `checkpoint` state
-    file names: if that checkpoint's files are gone or damaged the restore
-    fails, and if the state file is garbage training starts again from step
-    0 without a word. Here the named checkpoint is tried first, then every
-    PREFIX-STEP checkpoint of the folder, highest step first. Each is read
-    in full (every tensor, checksums checked); one that does not read is
-    skipped with a warning naming it and why.
-
-    Returns the checkpoint's path prefix, e.g. '/tmp/train/model.ckpt-1000';
-    None when the folder holds no checkpoint at all; errors.TrainingError
-    when it holds checkpoints, but none of them reads.
+    TensorFlow restores the checkpoint the state file names: if its files
+    are damaged the restore fails, and if the state file is garbage
+    training starts from step 0 without a word. Here the named checkpoint
+    is tried first, then the others, highest step first, each read in full
+    (checksums checked).
     """
-    candidates = _checkpoint_candidates(checkpoint_dir)
+    state = checkpoint_state(checkpoint_dir)
+    named = [state.model_checkpoint_path] if state else []
+    state_file = os.path.join(checkpoint_dir, "checkpoint")
+    if not named and os.path.exists(state_file):
+        print(
+            "WARNING: %s names no checkpoint; looking for the newest one"
+            % state_file,
+            file=sys.stderr,
+        )
+    found = []
+    if os.path.isdir(checkpoint_dir):
+        for name in os.listdir(checkpoint_dir):
+            match = _CHECKPOINT_INDEX.match(name)
+            if match:
+                path = os.path.join(checkpoint_dir, match.group(1))
+                found.append((int(match.group(2)), path))
+    named_paths = {os.path.abspath(p) for p in named}
+    candidates = named + [
+        path
+        for _, path in sorted(found, reverse=True)
+        if os.path.abspath(path) not in named_paths
+    ]
     for checkpoint in candidates:
         error = read_error(checkpoint)
         if error is None:
@@ -67,10 +80,9 @@ def newest_valid_checkpoint(checkpoint_dir):
 def checkpoint_state(checkpoint_dir):
     """The `CheckpointState` of the folder, None if missing or garbage.
 
-    Its paths are resolved inside checkpoint_dir, whatever folder the state
-    file names: TensorFlow writes absolute paths, so the state file of a
-    copied or moved train_dir names the original's files, which the saver
-    would then restore and prune (delete).
+    Its paths are resolved inside checkpoint_dir: TensorFlow writes absolute
+    paths, so a moved train_dir's state file names the original's files,
+    which the saver would restore and prune.
     """
     try:
         state = tf.train.get_checkpoint_state(checkpoint_dir)
@@ -94,8 +106,6 @@ def checkpoint_state(checkpoint_dir):
 
 
 def in_dir(checkpoint_dir, path):
-    """'CHECKPOINT_DIR/model.ckpt-1000' of path as a state file lists it
-    ('/old/place/model.ckpt-1000' or 'model.ckpt-1000')."""
     return os.path.join(checkpoint_dir, os.path.basename(path))
 
 
@@ -106,16 +116,14 @@ def latest_checkpoint(checkpoint_dir):
 
 
 def global_step(checkpoint):
-    """int, the `global_step` saved in the checkpoint (path prefix)."""
     with reading(checkpoint) as reader:
         return int(reader.get_tensor(tf.compat.v1.GraphKeys.GLOBAL_STEP))
 
 
 @contextlib.contextmanager
 def reading(checkpoint):
-    """A `CheckpointReader` of the checkpoint (path prefix), its path taken
-    literally, valid inside the block (it opens data files as it reads);
-    tf.errors.OpError when the checkpoint is missing or does not read."""
+    """A `CheckpointReader` of the checkpoint, its path taken literally,
+    valid inside the block (it opens data files as it reads)."""
     with literal_path(checkpoint) as path:
         yield tf.train.load_checkpoint(path)
 
@@ -124,11 +132,9 @@ def reading(checkpoint):
 def literal_path(path):
     """path, or in the block another name of it that holds no pattern.
 
-    TensorFlow decides whether a checkpoint exists by matching
-    PREFIX.index as a pattern. A folder named with a pattern character is
-    reached through an open descriptor instead (/proc/self/fd/N/NAME);
-    pattern characters in the file name itself stay a pattern. E.g.
-    'runs/a[1]/model.ckpt-10' gives '/proc/self/fd/7/model.ckpt-10'.
+    TensorFlow matches PREFIX.index as a pattern: a folder named with a
+    pattern character is reached through an open descriptor instead, e.g.
+    'runs/a[1]/model.ckpt-10' as '/proc/self/fd/7/model.ckpt-10'.
     """
     folder, name = os.path.split(path)
     if not _PATTERN_CHARACTERS.search(folder) or not os.path.isdir(_FD_FOLDER):
@@ -146,12 +152,7 @@ def literal_path(path):
 
 
 def remove_checkpoint(checkpoint):
-    """Deletes the files of one of the saver's checkpoints, by exact name.
-
-    Only PREFIX.index, PREFIX.meta and PREFIX.data-NNNNN-of-NNNNN files of a
-    `model.ckpt-STEP` prefix are deleted; any other name, a folder among
-    them, or a prefix of another name is left alone.
-    """
+    """Deletes the files of one of the saver's checkpoints, by exact name."""
     folder, prefix = os.path.split(checkpoint)
     if not _OWN_CHECKPOINT.match(prefix):
         return
@@ -166,10 +167,8 @@ def remove_checkpoint(checkpoint):
 
 
 def refuse_links(checkpoint_dir, step):
-    """Refuses to save the checkpoint of step where a link has its name
-    (ValueError naming the link and where it points): TensorFlow writes a
-    checkpoint's files through any link in their place, over a file that
-    is not the train_dir's."""
+    """ValueError when a link has the name of a file of step's checkpoint:
+    TensorFlow would write through it, over a file not the train_dir's."""
     prefix = "%s-%d" % (CHECKPOINT_BASENAME, step)
     for name in sorted(os.listdir(checkpoint_dir)):
         path = os.path.join(checkpoint_dir, name)
@@ -184,16 +183,13 @@ def refuse_links(checkpoint_dir, step):
 
 
 def saved_name(var):
-    """A variable's name in the checkpoints: its name without the graph's
-    blocks (`summaries.without_blocks`), so that 'model/conv1/weights' and
-    'summaries/cross_entropy/avg' are saved as the tutorial saves them,
-    'conv1/weights' and 'cross_entropy/avg'."""
+    """A variable's name without the graph's blocks, as the tutorial saves
+    it: 'model/conv1/weights' as 'conv1/weights'."""
     return summaries.without_blocks(var.op.name)
 
 
 def saved_variables():
-    """The graph's global variables by `saved_name`: a Saver's var_list;
-    ValueError naming both when two would be saved under one name."""
+    """The graph's global variables by `saved_name`: a Saver's var_list."""
     saved = {}
     for var in tf.compat.v1.global_variables():
         name = saved_name(var)
@@ -214,11 +210,7 @@ def saved_variables():
 
 
 class ExactSaver(tf.compat.v1.train.Saver):
-    """TensorFlow's saver (max_to_keep 5), pruning by exact file names.
-
-    TensorFlow's own saver deletes the files that match its old
-    checkpoints' names as patterns (see the module's docstring).
-    """
+    """TensorFlow's saver, pruning by exact file names, not patterns."""
 
     def _MaybeDeleteOldCheckpoints(self, meta_graph_suffix="meta"):
         # The saver lists the checkpoints past max_to_keep here; it keeps
@@ -228,12 +220,8 @@ class ExactSaver(tf.compat.v1.train.Saver):
             remove_checkpoint(checkpoint)
 
     def recover_checkpoints(self, state):
-        """Takes the checkpoints the state lists, to prune them in turn.
-
-        Only those whose index file is in the state's folder count: a
-        state file names nothing elsewhere, and no pattern. state: a
-        `CheckpointState` of `checkpoint_state`.
-        """
+        """Takes the checkpoints state (of `checkpoint_state`) lists, to
+        prune them in turn."""
         listed = []
         for checkpoint in state.all_model_checkpoint_paths:
             with contextlib.suppress(OSError):
@@ -241,32 +229,6 @@ class ExactSaver(tf.compat.v1.train.Saver):
                     (checkpoint, os.stat(checkpoint + ".index").st_mtime)
                 )
         self.set_last_checkpoints_with_time(listed)
-
-
-def _checkpoint_candidates(checkpoint_dir):
-    """The checkpoint the state file names, then the others, newest first."""
-    state = checkpoint_state(checkpoint_dir)
-    named = [state.model_checkpoint_path] if state else []
-    state_file = os.path.join(checkpoint_dir, "checkpoint")
-    if not named and os.path.exists(state_file):
-        print(
-            "WARNING: %s names no checkpoint; looking for the newest one"
-            % state_file,
-            file=sys.stderr,
-        )
-    found = []
-    if os.path.isdir(checkpoint_dir):
-        for name in os.listdir(checkpoint_dir):
-            match = _CHECKPOINT_INDEX.match(name)
-            if match:
-                path = os.path.join(checkpoint_dir, match.group(1))
-                found.append((int(match.group(2)), path))
-    named_paths = {os.path.abspath(p) for p in named}
-    return named + [
-        path
-        for _, path in sorted(found, reverse=True)
-        if os.path.abspath(path) not in named_paths
-    ]
 
 
 def read_error(checkpoint):

@@ -5,14 +5,11 @@ two processes that start in the same second in one folder (a trainer and
 an eval, two evals) open one file and write over each other's records.
 `open_writer` adds the process's id and a random token to the name.
 
-TensorFlow's event writer drops an event it cannot write without a word
-and flushes its file every 120 s: a disk that fills and frees again leaves
-an event file corrupt from that record on (TensorBoard reads nothing past
-it), and the run ends with exit 0. Here the file is flushed after every
-step and its new records are read back, so the first failed write is seen
-at once; the file is cut back to its last complete record, readable to
-the end, and the run stops. Records that are not the writer's (another
-process writing the same file) stop the run too.
+TensorFlow's event writer drops an event it cannot write without a word:
+a disk that fills and frees again leaves the file corrupt from that record
+on, and the run ends with exit 0. Here the file is flushed after every step
+and read back, so the first failed write (or another process's record)
+stops the run, the file cut back to its last complete record.
 """
 
 import contextlib
@@ -35,14 +32,9 @@ _WRITE_ERROR = re.compile(r"^(.*events\.out\.tfevents\.[^;]*); ([^\n]+)")
 
 
 def open_writer(logdir, graph=None):
-    """A `FileWriter` of logdir whose file no other process can name.
-
-    Its file is 'events.out.tfevents.SECONDS.HOST.PID.TOKEN' (TOKEN: 8
-    random hex digits, for a process id used again on another host or
-    later); graph (a `tf.Graph`, or None) is written first.
-    errors.TrainingError when the file's first record could not be written
-    (the empty file is removed).
-    """
+    """A `FileWriter` of logdir whose file no other process can name:
+    events.out.tfevents.SECONDS.HOST.PID.TOKEN (TOKEN, 8 random hex digits,
+    for a pid used again on another host or later)."""
     suffix = ".%d.%s" % (os.getpid(), secrets.token_hex(4))
     try:
         return _MainGraphWriter(logdir, graph, filename_suffix=suffix)
@@ -58,8 +50,6 @@ def open_writer(logdir, graph=None):
 
 
 def _write_failure(found, folder, left):
-    """'could not write the event file P (REASON; N MB free on its disk);
-    LEFT', of a `_WRITE_ERROR` match found of an event file in folder."""
     return (
         "could not write the event file %s (%s; %.1f MB free on its disk); %s"
         % (
@@ -77,13 +67,10 @@ class _MainGraphWriter(tf.compat.v1.summary.FileWriter):
     TensorBoard's Graphs page draws each function of the library (the
     bodies of tf.data's maps and of the conds: 39 in the one-device
     trainer) as a box beside the main graph and fits the whole to the
-    page, which left the main graph small in a corner. The checkpoints'
-    meta graphs keep the library.
+    page, which left the main graph small in a corner.
     """
 
     def add_graph(self, graph, global_step=None, graph_def=None):
-        """Adds graph, a `tf.Graph`, without its library (graph_def: unused,
-        as TensorFlow deprecated it)."""
         del graph_def
         main_graph = graph.as_graph_def(add_shapes=True)
         main_graph.ClearField("library")
@@ -98,13 +85,10 @@ class _MainGraphWriter(tf.compat.v1.summary.FileWriter):
 def own_writer(logdir):
     """Makes the shared writer of logdir one of `open_writer`'s, graphless.
 
-    The hooks of a `MonitoredSession` (summaries, step counter, the
-    checkpoints' graph) write through the writer `FileWriterCache` keeps
-    per folder, which would name its file by second and host only. That
-    writer would also add the graph when made, and the checkpoint saver adds
-    it again: TensorBoard warned of more than one graph event per run. Made
-    here first, without the graph, the writer leaves it to the checkpoint
-    saver alone, which adds it once per train_dir. Call it before the hooks
+    The hooks of a `MonitoredSession` write through the writer
+    `FileWriterCache` keeps per folder, which would name its file by second
+    and host only, and add the graph that the checkpoint saver adds again
+    (TensorBoard warned of two graph events). Call it before the hooks
     begin.
     """
     writer = open_writer(logdir)
@@ -123,11 +107,9 @@ class ForeignWriter(RuntimeError):
 
 
 class EventFile:
-    """A writer's event file, its records read back after each flush."""
-
     def __init__(self, writer):
-        self.writer = writer  # A `FileWriter`, e.g. `open_writer`'s.
-        self.path = None  # Its file when last checked.
+        self.writer = writer
+        self.path = None
         self.end = 0  # The end of the file's records read back whole.
         self._inode = None
         self._head = None
@@ -135,13 +117,10 @@ class EventFile:
         _quiet_writer_thread()
 
     def check(self):
-        """Reads back the records the writer (flushed) added since the last
-        check: how many there were.
-
-        Raises ForeignWriter when another process wrote into the file, or
-        replaced or cut it; RuntimeError('PATH; REASON') when a record was
-        cut short (a full disk) or the file is missing.
-        """
+        """Reads back the records the writer flushed since the last check:
+        how many. ForeignWriter when another process wrote, replaced or cut
+        the file; RuntimeError('PATH; REASON') when a record was cut short
+        or the file is missing."""
         # The writer opens its file at its first event; TensorFlow offers
         # no public name for it.
         path = self.writer.event_writer._ev_writer.FileName()
@@ -167,11 +146,8 @@ class EventFile:
         return count
 
     def _foreign_sign(self, path, end, error):
-        """Why the file seems written by another process too, or None.
-
-        Another writer of the same file name opens it afresh (cut to 0
-        bytes) and writes its own first record at its start.
-        """
+        """Why the file seems written by another process too, or None: one
+        opens it afresh (cut to 0 bytes) and writes its own first record."""
         stat = os.stat(path)
         self._inode = self._inode or stat.st_ino
         if stat.st_ino != self._inode:
@@ -188,9 +164,8 @@ class EventFile:
         return None
 
     def write_summary(self, summary, step):
-        """Writes one `tf.compat.v1.Summary` at step (int) and reads it back
-        from the file: errors.TrainingError when it is not there whole (the
-        writer is then closed)."""
+        """Writes summary at step and reads it back: TrainingError when it
+        is not there whole."""
         self.writer.add_summary(summary, step)
         try:
             self.writer.flush()
@@ -210,12 +185,8 @@ class EventFile:
         )
 
     def cut_back(self):
-        """Closes the writer; cuts its file back to its whole records.
-
-        For a run that stops on an error: a record half written when the
-        error struck would end TensorBoard's reading there. A file another
-        process writes too is left as it is.
-        """
+        """Closes the writer; cuts its file back to its whole records, for a
+        run that stops on an error (unless another process writes it)."""
         path = self.writer.event_writer._ev_writer.FileName()
         # Closed first: its thread would go on writing at the old end.
         with contextlib.suppress(RuntimeError):
@@ -229,18 +200,13 @@ class EventFile:
 
 
 class EventFileHook(tf.compat.v1.train.SessionRunHook):
-    """Flushes the event file of train_dir after every step.
-
-    A failed write raises the writer's `RuntimeError`, a record of another
-    process a `ForeignWriter`, which `failure` turns into the run's error.
-    """
+    """Flushes the event file of train_dir after every step, and checks it."""
 
     def __init__(self, train_dir):
-        self._train_dir = train_dir  # Of the summaries' event file.
+        self._train_dir = train_dir
         self._file = None
 
     def begin(self):
-        # The summary and checkpoint hooks write to this same writer.
         self._file = EventFile(
             tf.compat.v1.summary.FileWriterCache.get(self._train_dir)
         )
@@ -250,16 +216,12 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
         self._file.check()
 
     def cut_back(self):
-        """`EventFile.cut_back` of the run's file, once the hook began."""
         if self._file is not None:
             self._file.cut_back()
 
     def failure(self, error):
-        """What failed (a `RuntimeError` of the training loop), once the
-        event file is cut back to complete events: e.g. 'could not write
-        the event file P (No space left on device; 0.0 MB free on its
-        disk); it keeps every event written before'; None when error is
-        not the event writer's."""
+        """The run's error line for error (a `RuntimeError` of the loop);
+        None when it is not the event writer's."""
         if isinstance(error, ForeignWriter):
             return str(error)
         found = _WRITE_ERROR.match(str(error))
@@ -275,9 +237,8 @@ _THREAD_ERROR = "EventFileWriter writer thread error"
 
 
 def _quiet_writer_thread():
-    """Silences the event writer thread's failure, once per process: a
-    failed write ends the writer's thread with a traceback and an error
-    line of its own; the process's error says it once."""
+    """Silences the event writer thread's traceback and error line, once
+    per process: the process's error says it once."""
     if getattr(threading.excepthook, "quiet_writer_thread", False):
         return
     excepthook = threading.excepthook
@@ -298,14 +259,9 @@ def _quiet_writer_thread():
 
 
 def _read_records(path, start):
-    """Reads the records of an event file from start (the offset of a
-    record, the end of the checked ones) on, checking each.
-
-    Returns (end, count, error): the end of the last whole record (its
-    checksums right), how many were read, and None or the reader's message
-    for the record at end ('truncated record at N', 'corrupted record at
-    N'); a record whose header is cut short ends the reading too.
-    """
+    """Reads and checks an event file's records from offset start on:
+    (end of the last whole record, how many, None or the reader's message
+    for the record at end, e.g. 'corrupted record at N')."""
     reader = tf_record.tf_record_random_reader(path)
     end, count = start, 0
     while True:
@@ -319,7 +275,6 @@ def _read_records(path, start):
 
 
 def _first_record(path):
-    """The bytes of the file's first record, or None if it does not read."""
     try:
         return tf_record.tf_record_random_reader(path).read(0)[0]
     except (IndexError, tf.errors.DataLossError):

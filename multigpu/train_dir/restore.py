@@ -1,24 +1,13 @@
 """Restoring a checkpoint: what it must hold, what may be initialised.
 
-Every trainer's checkpoint names its variables without a tower scope, so
-one checkpoint restores into any trainer and any tower count:
-
-- resume (the train_dir's own checkpoint): the model's weights and
-  `global_step` are required; everything else (the weights' moving
-  averages, the loss averages, the optimizer's slots) is restored when the
-  checkpoint holds it and initialised when it does not, with one line
-  naming what was initialised. A float32 `global_step` (the original
-  tutorial's multi-GPU trainer) is restored into our int64 one.
-- warm start (--pretrained_model_checkpoint_path): every variable of the
-  model (weights, batch-norm statistics, frozen layers) and its moving
-  average is restored; the step, the optimizer and the loss averages start
-  afresh. --fine_tune leaves out the layer that makes the logits, found
-  from the graph.
-- a checkpoint of another model is a ValueError naming the first missing
-  or mismatched variables and what the checkpoint seems to hold.
+Checkpoints name variables without a tower scope, so one restores into any
+trainer and tower count. A resume requires the weights and `global_step`
+(a float32 one, of the tutorial's multi-GPU trainer, is cast) and
+initialises what the checkpoint lacks; a warm start restores the model's
+variables and their averages, the rest starts afresh.
 
 Values are fed to the variables' own initialisers, so restoring adds no op
-to the graph (the session is made after the graph is finalised).
+to the (finalised) graph.
 """
 
 import numpy as np
@@ -30,8 +19,8 @@ from multigpu.train_dir import checkpoints
 
 # The name ExponentialMovingAverage gives a variable's shadow: NAME/SUFFIX.
 SHADOW_SUFFIX = "/ExponentialMovingAverage"
-# The CIFAR-10 tutorial net's first and last weights, by which `model_name`
-# knows its checkpoints.
+# The CIFAR-10 tutorial net's first and last weights, which name its
+# checkpoints.
 TUTORIAL_SHAPES = {
     "conv1/weights": [5, 5, 3, 64],
     "softmax_linear/weights": [192, 10],
@@ -41,12 +30,8 @@ NAMES_LISTED = 3
 
 
 def resume(session, checkpoint):
-    """Restores a train_dir's checkpoint (its path prefix) into the default
-    graph's variables, in session (new, its variables not yet initialised).
-
-    Raises ValueError when a weight or `global_step` is missing, or a
-    variable's shape differs from the checkpoint's.
-    """
+    """Restores a train_dir's checkpoint into a new session's variables;
+    ValueError when a weight or `global_step` is missing or misshapen."""
     required = set(_names(tf.compat.v1.trainable_variables()))
     required.add(checkpoints.saved_name(tf.compat.v1.train.get_global_step()))
     initialised = restore_variables(
@@ -64,13 +49,10 @@ def resume(session, checkpoint):
 def warm_start(session, checkpoint, fine_tune=False):
     """Starts a new run from every variable of another run's model.
 
-    The model's variables are its weights and what else it created (the
-    batch-norm statistics, frozen layers): those whose moving averages the
-    trainers keep (`any_model.moving_average_variables`). Each is restored
-    with its average when the checkpoint holds it; the weights must be
-    there (ValueError when one is missing or of another shape). Prints what
-    was restored and what was left at its initial value. fine_tune: bool,
-    initialise the layer that makes the logits afresh (`logits_layer`).
+    The model's variables (weights, batch-norm statistics, frozen layers)
+    are those whose moving averages the trainers keep; each is restored
+    with its average when the checkpoint holds it, the weights required.
+    fine_tune: initialise the layer that makes the logits afresh.
     """
     # The model's variables (not the towers' copies), in graph order.
     saved = tf.compat.v1.global_variables()
@@ -107,7 +89,6 @@ def warm_start(session, checkpoint, fine_tune=False):
 
 
 def _warm_start_lines(checkpoint, variables, shadows, absent, fresh):
-    """What `warm_start` restored and what it left, in one or two lines."""
     absent = set(_names(absent))
     trainable = set(_names(tf.compat.v1.trainable_variables()))
     kept = [name for name in variables if name not in absent]
@@ -158,15 +139,11 @@ _LOSSES = (
 
 
 def logits_layer(model):
-    """The variables of the layer that makes the logits, found in the graph.
+    """The variables of model that make the logits, in graph order.
 
-    Walks back from the logits (the first input of the loss) to the last
-    matmul or convolution: its weights, and what the walk met on the way
-    (the bias added after it), are the layer's. Its input is not followed.
-
-    Returns the layer's variables of model (a list), in graph order;
-    ValueError when the graph has no loss on logits, or no variable makes
-    them.
+    Walks back from the logits (the loss's first input) to the last matmul
+    or convolution: its weights and what the walk met on the way (the bias)
+    are the layer's.
     """
     by_name = {var.op.name: var for var in model}
     found = set()
@@ -183,7 +160,6 @@ def logits_layer(model):
 
 
 def _layer_variables(logits_op, by_name):
-    """The names of the variables of the layer whose output is logits_op."""
     found, seen, stack = set(), set(), [(logits_op, False)]
     while stack:
         op, weights_only = stack.pop()
@@ -197,19 +173,9 @@ def _layer_variables(logits_op, by_name):
 
 
 def restore_variables(session, checkpoint, variables, required):
-    """Loads the checkpoint's values of the variables it holds.
-
-    Args:
-      session: a session of the variables' graph.
-      checkpoint: str, the checkpoint's path prefix (NotFoundError when it
-        is gone).
-      variables: dict, name in the checkpoint -> variable of the graph.
-      required: set of the names the checkpoint must hold (ValueError when
-        one is missing, or a shape differs).
-
-    Returns:
-      list of the variables the checkpoint does not hold (not initialised).
-    """
+    """Loads the checkpoint's values of variables (dict, saved name ->
+    variable); ValueError when one of required is missing or a shape
+    differs. Returns the variables it does not hold, not initialised."""
     with checkpoints.reading(checkpoint) as reader:
         shapes = reader.get_variable_to_shape_map()
         _check_fits(checkpoint, shapes, variables, required)
@@ -232,11 +198,8 @@ def restore_variables(session, checkpoint, variables, required):
 
 
 class Restorer:
-    """Restores a map of variables, each required, like a `Saver`.
-
-    The eval's restore: a checkpoint of another model is a ValueError
-    naming the variables, not a NotFoundError's traceback.
-    """
+    """The eval's `Saver`: a checkpoint of another model is a ValueError
+    naming the variables, not a NotFoundError's traceback."""
 
     def __init__(self, variables):
         self._variables = variables  # name in the checkpoint -> variable
@@ -250,10 +213,7 @@ class Restorer:
 def restore_fn(checkpoint, pretrained_path, fine_tune):
     """The chief's restore: callable(session), or None to initialise only.
 
-    checkpoint: str or None, the train_dir's newest valid checkpoint.
-    pretrained_path: str, --pretrained_model_checkpoint_path ('' for none),
-    as `pretrained_checkpoint` reads it. fine_tune: bool, --fine_tune
-    (ValueError without pretrained_path).
+    checkpoint: the train_dir's newest valid checkpoint, or None.
     """
     if fine_tune and not pretrained_path:
         raise ValueError(
@@ -275,9 +235,8 @@ def restore_fn(checkpoint, pretrained_path, fine_tune):
 
 
 def pretrained_checkpoint(path):
-    """The checkpoint of --pretrained_model_checkpoint_path: path, a
-    checkpoint's path prefix ('.../model.ckpt-1000') or a folder, whose
-    newest valid checkpoint is taken (ValueError when there is none)."""
+    """path, a checkpoint's prefix, or the newest valid checkpoint of the
+    folder path."""
     if tf.io.gfile.isdir(path):
         try:
             found = checkpoints.newest_valid_checkpoint(path)
@@ -310,30 +269,22 @@ def pretrained_checkpoint(path):
 
 
 def model_name(shapes):
-    """'tutorial', 'resnet20', 'resnet56', ...: the --model whose checkpoint
-    holds these variables (shapes: dict, name -> list of ints); None for
-    another model."""
+    """The --model ('tutorial', 'resnet20', ...) whose checkpoint holds
+    these shapes (dict, name -> list of ints); None for another model."""
     # The ResNets' residual blocks: stage1/block1 ... stage1/blockN.
     blocks = [name for name in shapes if name.endswith("/conv2/kernel")]
     blocks = [name for name in blocks if name.startswith("stage1/block")]
     if blocks:
         return "resnet%d" % (6 * len(blocks) + 2)
-    if (
-        shapes.get("conv1/weights") == TUTORIAL_SHAPES["conv1/weights"]
-        and shapes.get("softmax_linear/weights")
-        == TUTORIAL_SHAPES["softmax_linear/weights"]
-        and "local3/weights" in shapes
-    ):
+    tutorial = all(shapes.get(n) == s for n, s in TUTORIAL_SHAPES.items())
+    if tutorial and "local3/weights" in shapes:
         return "tutorial"
     return None
 
 
 def describe(shapes):
-    """What a checkpoint seems to hold, from its variables' shapes (dict,
-    name -> list of ints): e.g. 'a model of 1-channel images and 10 classes
-    (conv1/weights [5, 5, 1, 32], softmax_linear/weights [10, 10])', or
-    '--model=resnet20 (3 blocks per stage)', or 'the CIFAR-10 tutorial's
-    net (--model=tutorial)'."""
+    """What a checkpoint of these shapes seems to hold, e.g.
+    '--model=resnet20 (3 blocks per stage)'."""
     name = model_name(shapes)
     if name is not None and name.startswith("resnet"):
         blocks = (int(name[len("resnet") :]) - 2) // 6
@@ -354,7 +305,6 @@ def describe(shapes):
 
 
 def _check_fits(checkpoint, shapes, variables, required):
-    """Raises ValueError naming what the checkpoint lacks or misfits."""
     missing = [
         "%s %s" % (name, variables[name].shape.as_list())
         for name in sorted(required)
@@ -380,11 +330,7 @@ def _check_fits(checkpoint, shapes, variables, required):
 
 
 def _initialise(session, variables):
-    """Runs the initialisers, the weights first.
-
-    A moving average's shadow starts from its weight's value, so it is
-    initialised after the weights (restored or not).
-    """
+    # The weights first: a moving average's shadow starts from their value.
     trainable = set(_names(tf.compat.v1.trainable_variables()))
     for is_weight in (True, False):
         group = [
@@ -401,7 +347,6 @@ def _names(variables):
 
 
 def _listed(names):
-    """'a, b, c and 4 more': the first NAMES_LISTED names of a list."""
     names = list(names)
     shown = ", ".join(names[:NAMES_LISTED])
     more = len(names) - NAMES_LISTED

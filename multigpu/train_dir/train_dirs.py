@@ -1,9 +1,7 @@
 """The train_dir a trainer owns: what the suite writes there, who holds it.
 
-`clear` deletes only the files the suite writes (never the user's notes or
-data); `owned` holds an exclusive lock on the folder for the run, so that
-two trainers never write the same checkpoints and event file; its records
-of the model and of the data (a data set's `Data`) refuse other ones.
+Clearing deletes only the suite's files, never the user's; one trainer at a
+time holds a folder; its records of the model and the data refuse others.
 """
 
 import contextlib
@@ -23,22 +21,17 @@ LOCK_NAME = "trainer.lock"
 MODEL_RECORD = "model.txt"
 # The file that names the data a train_dir was trained on (`record_data`).
 DATA_RECORD = "data.txt"
-# The name the data go by among the settings the workers of a cluster
-# compare before step 1 (`agreement.difference` names it as the flag):
-# each worker reads its own --data_dir, and all must hold the same files.
+# The data's name among the settings a cluster's workers compare before
+# step 1: each reads its own --data_dir, and all must hold the same files.
 SETTING = "data_dir"
 # The longest path the suite writes under a train_dir, a failed save's
 # part file: model.ckpt-STEP_temp/part-N-of-N.data-N-of-N.tempstateDIGITS.
 LONGEST_NAME = 100
-# What a lock file holds: 'PID HOST' and a new line.
 _LOCK_CONTENT = re.compile(r"^[0-9]+ \S+\n$")
 
-# The files the suite writes in a train_dir: the checkpoint state file,
-# checkpoints (model.ckpt-STEP.index, .meta, .data-I-of-N), event files,
-# the graph, the lock, the records of the model and the data, the retired
-# --trace_step's traces (of older releases), --profile_steps' profiles
-# (`PROFILES_FOLDER`); and what an interrupted write leaves
-# (`_INTERRUPTED_WRITE`).
+# The files the suite writes in a train_dir, the traces of the retired
+# --trace_step (of older releases) among them, and what an interrupted write
+# leaves of each.
 _CHECKPOINT_FILE = r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+)"
 _INTERRUPTED = r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+)?"
 _SUITE_FILE = re.compile(
@@ -56,23 +49,19 @@ _SUITE_FILE = re.compile(
 # (NAME.tmpHEX), a checkpoint file being written (NAME.tempstateDIGITS), a
 # failed save's folder (model.ckpt-STEP_temp).
 _INTERRUPTED_WRITE = re.compile(r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+|_temp)$")
-# A failed sharded save's folder, model.ckpt-STEP_temp, and its files.
 _SUITE_FOLDER = re.compile(r"^model\.ckpt-[0-9]+_temp$")
 _TEMP_PART = re.compile(
     r"^part-[0-9]+-of-[0-9]+(\.index|\.data-[0-9]+-of-[0-9]+)"
     r"(\.tempstate[0-9]+)?$"
 )
-# The eval's default folder inside the train_dir it scores: its event files
-# sit beside the training's, so that TensorBoard shows both runs.
+# The eval's default folder in the train_dir it scores, for TensorBoard.
 EVAL_FOLDER = "eval"
-# --profile_steps' folder: the profiler's runs, each of one file per host
-# (plugins/profile/RUN/HOST.xplane.pb) and the op table (op_profile.txt),
-# as `multigpu.run.profile` writes.
+# --profile_steps' folder: plugins/profile/RUN/HOST.xplane.pb and
+# op_profile.txt.
 PROFILES_FOLDER = "plugins"
 _PROFILE_FILE = re.compile(
     r"^profile/[^/]+/([^/]+\.xplane\.pb|op_profile\.txt)$"
 )
-# A file of one checkpoint (model.ckpt-STEP.index, ...), the step's group.
 _CHECKPOINT_STEP = re.compile(r"^model\.ckpt-([0-9]+)\.(index|meta|data-)")
 _EVENT_FILE = "events.out.tfevents."
 
@@ -80,12 +69,9 @@ _EVENT_FILE = "events.out.tfevents."
 def clear(train_dir, data_dirs=()):
     """Deletes the files the suite wrote in train_dir, and nothing else.
 
-    Only regular files of the suite's names go, and the folders of failed
-    checkpoint saves that hold nothing but their parts; a link, another
-    folder (even one named like the suite's files) or any other file is
-    the user's, and refuses the clearing (ValueError naming them, nothing
-    deleted), as does a train_dir that is or contains one of data_dirs
-    (strs, the run's data folders). train_dir stays, empty of our files.
+    A link, another folder or any other file is the user's and refuses the
+    clearing (ValueError naming them, nothing deleted), as does a train_dir
+    that is or contains one of data_dirs.
     """
     if not os.path.isdir(train_dir):
         return
@@ -121,9 +107,8 @@ def clear(train_dir, data_dirs=()):
 
 
 def remove_interrupted_writes(train_dir):
-    """Deletes what the suite's interrupted writes left in train_dir
-    (`_INTERRUPTED_WRITE`): they take the space a retry needs, and they are
-    not the user's."""
+    """Deletes what the suite's interrupted writes left in train_dir: they
+    take the space a retry needs."""
     for name in os.listdir(train_dir):
         path = os.path.join(train_dir, name)
         if _written_by_suite(path) and _INTERRUPTED_WRITE.search(name):
@@ -138,9 +123,7 @@ def _delete(path):
 
 
 def recorded_model(train_dir):
-    """str, the model of train_dir's checkpoints as its record names it
-    (e.g. 'resnet20'); None when it holds no record (a new folder, or one
-    written before the suite kept the record)."""
+    """The model train_dir's record names (e.g. 'resnet20'), or None."""
     try:
         with open(os.path.join(train_dir, MODEL_RECORD)) as f:
             return f.read().strip() or None
@@ -149,8 +132,7 @@ def recorded_model(train_dir):
 
 
 def record_model(train_dir, model_name):
-    """Writes train_dir's (an existing folder) record of model_name (as
-    the script's --model names it), unless it says so already."""
+    """Writes train_dir's record of model_name, unless it says so already."""
     if recorded_model(train_dir) == model_name:
         return
     path = os.path.join(train_dir, MODEL_RECORD)
@@ -159,8 +141,7 @@ def record_model(train_dir, model_name):
 
 
 def with_setting(settings, data):
-    """settings (what the workers compare, `agreement.agree`) with the
-    `summary` of data (this run's `Data`) as `SETTING`: a new dict, or
+    """settings (what the workers compare) with data's summary as SETTING;
     settings itself when either is None (outside a cluster, no data)."""
     if settings is None or data is None:
         return settings
@@ -168,8 +149,6 @@ def with_setting(settings, data):
 
 
 def recorded_data(train_dir):
-    """(description, files) as train_dir's record names its `Data`; None
-    when it has no record."""
     try:
         with open(os.path.join(train_dir, DATA_RECORD)) as f:
             lines = f.read().splitlines()
@@ -179,8 +158,7 @@ def recorded_data(train_dir):
 
 
 def record_data(train_dir, data):
-    """Writes the `Data` of the run as train_dir's (an existing folder)
-    record, unless it says so already."""
+    """Writes data as train_dir's record, unless it says so already."""
     if recorded_data(train_dir) == data:
         return
     path = os.path.join(train_dir, DATA_RECORD)
@@ -189,12 +167,10 @@ def record_data(train_dir, data):
 
 
 def refuse_other_data(train_dir, data, data_dir):
-    """Refuses a train_dir trained on other data, before anything is written:
-    ValueError, one line naming both and the flags to pass.
+    """ValueError when train_dir was trained on other data than data.
 
     A train_dir with checkpoints but no record (written before the suite
-    kept one) takes data (the run's `Data`) as its own, with a line saying
-    so. data_dir: str, --data_dir, for the message.
+    kept one) takes data as its own, with a line saying so.
     """
     held = recorded_data(train_dir)
     data_flag = "--data_dir=%s" % data_dir
@@ -235,14 +211,9 @@ def refuse_other_data(train_dir, data, data_dir):
 
 
 def refuse_other_data_set(train_dir, description, data_dir):
-    """Refuses to score train_dir's checkpoints on another data set:
-    ValueError, one line naming both.
-
-    For the eval, which reads the test files only: the data set's name
-    (description, e.g. 'CIFAR-10') is compared (the sample set is not
-    CIFAR-10), not the training files. A train_dir with no record is
-    scored as before. data_dir: str, --data_dir, for the message.
-    """
+    """The eval's check: ValueError when train_dir was trained on another
+    data set than description (e.g. 'CIFAR-10'; the eval reads no training
+    file to compare)."""
     held = recorded_data(train_dir)
     if held is None or held[0] == description:
         return
@@ -256,8 +227,7 @@ def refuse_other_data_set(train_dir, description, data_dir):
 
 
 def contents(train_dir):
-    """dict name -> (size, modification time in ns) of each name in
-    train_dir, for `put_back`; None when train_dir is missing."""
+    """dict name -> (size, mtime in ns) in train_dir, for `put_back`."""
     if not os.path.isdir(train_dir):
         return None
     return {name: _state(train_dir, name) for name in os.listdir(train_dir)}
@@ -269,14 +239,12 @@ def _state(train_dir, name):
 
 
 def put_back(train_dir, before):
-    """Removes what the suite wrote in train_dir since `contents` was taken.
+    """Removes what the suite wrote in train_dir since `contents` was taken,
+    for a run that fails before its first step.
 
-    For a run that fails before its first step: the folder is left as it
-    was found, and a folder the run made is removed once empty. Only the
-    suite's files of new names go (the lock, taken by this run, stays when
-    it was there before). Where the run rewrote a file that was there (a
-    resumed run saves its starting checkpoint again, under its old name,
-    in new shards), nothing goes: the new files are what it now names.
+    Where the run rewrote a file that was there (a resumed run saves its
+    starting checkpoint again, in new shards), nothing goes: the new files
+    are what it now names.
     """
     if not os.path.isdir(train_dir):
         return
@@ -297,7 +265,6 @@ def put_back(train_dir, before):
 
 
 def _written_by_suite(path):
-    """Whether path is a file or folder the suite writes in a train_dir."""
     name = os.path.basename(path)
     if os.path.islink(path):
         return False
@@ -321,8 +288,6 @@ def _written_by_suite(path):
 
 
 def _holds_only_profiles(folder):
-    """Whether folder holds nothing but the profiler's files and folders
-    (`_PROFILE_FILE`), none of them a link."""
     for parent, subfolders, files in os.walk(folder):
         for name in subfolders + files:
             path = os.path.join(parent, name)
@@ -337,7 +302,6 @@ def _holds_only_profiles(folder):
 
 
 def _removed(train_dir, names):
-    """'--clear_train_dir: removed N checkpoint(s), ... from DIR'."""
     names = [name for name in names if name != LOCK_NAME]
     if not names:
         return "--clear_train_dir: %s held nothing to remove" % train_dir
@@ -373,18 +337,12 @@ def _removed(train_dir, names):
 
 @contextlib.contextmanager
 def owned(train_dir, is_chief=True):
-    """Holds train_dir's lock in the block: one trainer per train_dir.
+    """Holds train_dir's lock (created if missing) in the block.
 
-    The lock is an exclusive `flock` on train_dir/trainer.lock, which the
-    operating system releases when the process ends, however it ends; the
-    file says which process holds it. A file still naming a process once
-    the lock is free was left by a process that died: it is taken over,
-    with a line saying so. Other workers of a cluster take no lock (the
-    chief holds it for them), nor does the eval.
-
-    train_dir is created if missing; is_chief False (a cluster's other
-    workers) takes no lock. Raises InUse when another process holds the
-    lock (named by pid and host), ValueError when train_dir cannot be
+    An exclusive `flock`, which the system releases however the process
+    ends; a file still naming a process once the lock is free is taken
+    over. A cluster's other workers (is_chief False) take no lock. InUse
+    when another process holds it, ValueError when train_dir cannot be
     created or written.
     """
     if not is_chief:
@@ -432,11 +390,10 @@ def owned(train_dir, is_chief=True):
 
 
 class InUse(ValueError):
-    """train_dir's lock is held by another trainer: nothing in it is ours."""
+    """train_dir's lock is held by another trainer."""
 
 
 def _open_lock_file(train_dir, path):
-    """The lock file, opened for reading and writing (created if missing)."""
     folders.make_folder(train_dir, "train_dir")
     length = len(os.path.abspath(train_dir))
     path_max = os.pathconf(train_dir, "PC_PATH_MAX")
@@ -474,7 +431,6 @@ def _open_lock_file(train_dir, path):
 
 
 def _holder(content):
-    """'pid P on host H', from the lock file's 'P H'."""
     fields = content.split()
     if len(fields) != 2:
         return "a process that has not yet said which"
@@ -482,11 +438,9 @@ def _holder(content):
 
 
 def _write(lock_file, path, content):
-    """Makes content the whole content of the lock file, open at path;
-    ValueError naming the file when the write fails (a full disk).
+    """Makes content the whole lock file; ValueError when the write fails.
 
-    Unbuffered, so that a failed write fails here, once, and not again
-    when the file is closed.
+    Unbuffered, so that a failed write fails here, not again at close.
     """
     fd = lock_file.fileno()
     try:
