@@ -32,7 +32,8 @@ HOST_OPS = {
     "input pipeline (tf.data on the host; each batch is copied once)": tuple(
         "IteratorV2 AnonymousIteratorV3 OneShotIterator IteratorGetNext "
         "MakeIterator RepeatDataset TensorDataset BatchDatasetV2 "
-        "PrefetchDataset ShuffleDatasetV3 MapDataset ParallelMapDatasetV2".split()
+        "PrefetchDataset ShuffleDatasetV3 MapDataset "
+        "ParallelMapDatasetV2".split()
     ),
     "summaries (serialised and written by the host)": tuple(
         "ScalarSummary HistogramSummary ImageSummary MergeSummary".split()
