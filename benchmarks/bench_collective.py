@@ -50,14 +50,14 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from benchmarks import common
 from cifar10_models import registry
-from multigpu.distributed import cluster, sessions
+from multigpu.distributed import cluster
 from multigpu.graph import (
     collectives,
     placement,
     step_optimizer,
     variable_update,
 )
-from verification import processes
+from verification import processes, sessions
 
 NAME = "collective"
 NUM_WORKERS = 2

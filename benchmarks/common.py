@@ -36,8 +36,8 @@ import cifar10_multi_gpu_train
 from benchmarks.machine import RESULTS_DIR
 from cifar10_models import registry
 from data_sets import cifar10_batches, cifar10_data
-from multigpu.distributed import sessions
 from multigpu.graph import placement, step_optimizer, summaries, variable_update
+from verification import sessions
 from verification.machine import cpu_info
 
 CIFAR10_DATA_DIR = os.path.join(RESULTS_DIR, "cifar10_data")

@@ -7,9 +7,9 @@ import tf_keras
 from helpers.towers import cifar10_step_graph
 
 from cifar10_models import registry
-from multigpu.distributed import sessions
 from multigpu.graph import any_model, placement, summaries, towers
 from multigpu.train_dir import checkpoints
+from verification import sessions
 
 # The L2 factor of the test models' kernels, large enough to show in a loss.
 WEIGHT_DECAY = 1e-2

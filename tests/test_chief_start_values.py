@@ -12,8 +12,9 @@ from conftest import SHADOW
 
 import cifar10_multi_gpu_train
 from cifar10_models import registry
-from multigpu.distributed import cluster, sessions
+from multigpu.distributed import cluster
 from multigpu.graph import step_optimizer, variable_update
+from verification import sessions
 
 # ResNet-20's batch norms: one before the stages, two in each of 9 blocks.
 RESNET20_BATCH_NORMS = 1 + 2 * 9

@@ -27,7 +27,7 @@ import tensorflow as tf
 import cifar10_multi_gpu_train
 from multigpu.distributed import cluster
 from multigpu.graph import placement, step_optimizer, towers, variable_update
-from multigpu.distributed import sessions
+from verification import sessions
 
 hosts, index, output = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 task = cluster.cluster_task("", hosts, "worker", index)

@@ -51,7 +51,7 @@ from verification import equivalence
 from multigpu.distributed import cluster
 from multigpu.graph import placement, step_optimizer, variable_update
 from multigpu.graph import towers as copy_names
-from multigpu.distributed import sessions
+from verification import sessions
 
 hosts, index, output, inputs = sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]
 data = dict(np.load(inputs))

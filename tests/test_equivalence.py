@@ -15,7 +15,6 @@ import tensorflow as tf
 from conftest import REPO, SCRIPT_ENV
 
 import cifar10_multi_gpu_train
-from multigpu.distributed import sessions
 from multigpu.graph import (
     any_model,
     gradient_reduction,
@@ -29,6 +28,7 @@ from verification import (
     equivalence_table,
     equivalence_tolerance,
     equivalence_workers,
+    sessions,
 )
 
 Case = equivalence_table.Case

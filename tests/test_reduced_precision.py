@@ -7,7 +7,6 @@ from conftest import SHADOW, error_line, trainer_flags
 
 import cifar10_multi_gpu_train
 from cifar10_models import registry
-from multigpu.distributed import sessions
 from multigpu.graph import (
     op_kernels,
     placement,
@@ -15,6 +14,7 @@ from multigpu.graph import (
     variable_update,
 )
 from multigpu.graph import towers as copy_names
+from verification import sessions
 
 # float16 rounds values below half its smallest subnormal (2**-24) to zero.
 FLOAT16_TINY = 2.0**-24

@@ -67,13 +67,13 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-from multigpu.distributed import sessions
 from multigpu.graph import placement, step_optimizer, towers, variable_update
 from verification import (
     equivalence_cells,
     equivalence_reference,
     equivalence_tolerance,
     equivalence_workers,
+    sessions,
 )
 from verification.equivalence_table import (
     Result,

@@ -32,13 +32,14 @@ import tensorflow as tf
 
 import cifar10_multi_gpu_train
 from multigpu import errors
-from multigpu.distributed import agreement, cluster, sessions
+from multigpu.distributed import agreement, cluster
 from multigpu.graph import placement, step_optimizer, variable_update
 from verification import (
     equivalence,
     equivalence_cells,
     equivalence_table,
     equivalence_workers,
+    sessions,
 )
 
 # Seconds a worker waits for its peer (start-up, the agreement, any op): a

@@ -235,18 +235,3 @@ def timeout_secs(config):
     timeout_ms = config.operation_timeout_in_ms if config else 0
     return max(timeout_ms, 0) / 1000
 
-
-def initialise(session):
-    """Initialises the variables as a `MonitoredSession` does, in a plain
-    `Session`: the global variables, then the local init op."""
-    session.run(tf.compat.v1.global_variables_initializer())
-    session.run(local_init_op())
-
-
-def local_init_op():
-    """The op a `Scaffold` would choose as its local init op."""
-    return tf.compat.v1.train.Scaffold.get_or_default(
-        "local_init_op",
-        tf.compat.v1.GraphKeys.LOCAL_INIT_OP,
-        tf.compat.v1.train.Scaffold.default_local_init_op,
-    )

@@ -7,9 +7,10 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10_multi_gpu_train
 from cifar10_models import registry
-from multigpu.distributed import cluster, sessions
+from multigpu.distributed import cluster
 from multigpu.graph import placement, step_optimizer, variable_update
 from multigpu.train_dir import checkpoints
+from verification import sessions
 
 
 def cifar10_step_graph(
