@@ -17,6 +17,7 @@ Kubeflow's (restart policy `ExitCode`) retry. As
 the coordination service, which this graph mode does not start.
 """
 
+import contextlib
 import signal
 
 import numpy as np
@@ -66,8 +67,22 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
     def end(self, session):
         self.step = int(session.run(self._global_step))
 
+    @contextlib.contextmanager
     def installed(self):
-        return _Handlers(self.handle)
+        """Sets the hook's handler of SIGNALS, the previous ones on exit."""
+        previous = {}
+        for signum in SIGNALS:
+            previous[signum] = signal.signal(signum, self.handle)
+        # Taken once the handler is set: a signal meanwhile is not lost.
+        before, held = _HELD.take()
+        previous.update(before)
+        if held is not None:
+            self.handle(held, None)
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def exit_code(self):
         return SHELL_SIGNAL_BASE + self.signum
@@ -106,29 +121,6 @@ def _hold_signal(signum, frame):
     _HELD.signum = signum
     for other in SIGNALS:
         signal.signal(other, signal.SIG_DFL)
-
-
-class _Handlers:
-    """Sets a handler of SIGNALS on entry, the previous ones on exit."""
-
-    def __init__(self, handler):
-        self._handler = handler
-        self._previous = {}
-
-    def __enter__(self):
-        for signum in SIGNALS:
-            self._previous[signum] = signal.signal(signum, self._handler)
-        # Taken once the handler is set: a signal meanwhile is not lost.
-        before, held = _HELD.take()
-        self._previous.update(before)
-        if held is not None:
-            self._handler(held, None)
-        return self
-
-    def __exit__(self, *exc_info):
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        return False
 
 
 def interrupted(hook, train_dir, task, runs):
