@@ -27,6 +27,7 @@ from benchmarks import common
 from multigpu.flags import choices
 from multigpu.graph import placement
 from multigpu.run import training
+from multigpu.train_dir import restore
 
 NAME = "hooks"
 LOG_FREQUENCY = 10  # cifar10_train.py's default --log_frequency.
@@ -99,7 +100,7 @@ def run_training_variant(steps, batch_size):
             training.run_training(
                 training.Step(model.train_op, model.loss, batch_size),
                 choices.Schedule(LOG_FREQUENCY, steps, 1000, 0),
-                choices.Start(False, ("", False)),
+                choices.Start(False, restore.Pretrained()),
                 training.TrainDir(train_dir),
                 training.Process(config=placement.session_config()),
             )

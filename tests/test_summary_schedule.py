@@ -8,6 +8,7 @@ from tensorflow.python.training import training_util
 from multigpu.flags import choices
 from multigpu.graph import summaries
 from multigpu.run import training
+from multigpu.train_dir import restore
 
 
 def _train_tiny_model(train_dir, max_steps, save_summaries_steps=0):
@@ -33,7 +34,7 @@ def _train_tiny_model(train_dir, max_steps, save_summaries_steps=0):
         training.run_training(
             training.Step(train_op, loss, 1),
             choices.Schedule(1000, max_steps, 1000, save_summaries_steps),
-            choices.Start(False, ("", False)),
+            choices.Start(False, restore.Pretrained()),
             training.TrainDir(str(train_dir)),
         )
     events = read_events(train_dir)

@@ -24,8 +24,7 @@ from multigpu.train_dir import checkpoints, restore
 class ChiefStart(NamedTuple):
     """How the chief's session starts (`ResumingSessionCreator`)."""
 
-    # (--pretrained_model_checkpoint_path, --fine_tune), for a warm start.
-    pretrained: tuple = ("", False)
+    pretrained: restore.Pretrained = restore.Pretrained()
     newest: str | None = None  # its newest checkpoint, if found already
     joins_held_job: bool = False
 
@@ -94,7 +93,9 @@ class ResumingSessionCreator(tf.compat.v1.train.SessionCreator):
         checkpoint, self._newest = self._newest, None
         if checkpoint is None:
             checkpoint = checkpoints.newest_valid_checkpoint(self._train_dir)
-        restore_fn = restore.restore_fn(checkpoint, *self._pretrained)
+        restore_fn = restore.restore_fn(
+            checkpoint, self._pretrained.path, self._pretrained.fine_tune
+        )
         if restore_fn is None:
             session = tf.compat.v1.train.ChiefSessionCreator(
                 self._scaffold, self._master, self._config
@@ -234,4 +235,3 @@ def timeout_secs(config):
     """The session's --operation_timeout_secs: float seconds, 0 for none."""
     timeout_ms = config.operation_timeout_in_ms if config else 0
     return max(timeout_ms, 0) / 1000
-

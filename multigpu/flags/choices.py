@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from multigpu.distributed import cluster, kinds, tf_config
 from multigpu.graph import placement, step_optimizer, variable_update
+from multigpu.train_dir import restore
 
 LOSS_SCALE_FLAGS = (
     "fp16_loss_scale fp16_enable_auto_loss_scale fp16_inc_loss_scale_every_n"
@@ -354,14 +355,13 @@ class Start(NamedTuple):
     """How a trainer starts in its train_dir (`training.run_training`)."""
 
     clear_train_dir: bool
-    # (--pretrained_model_checkpoint_path, --fine_tune)
-    pretrained: tuple
+    pretrained: restore.Pretrained
 
 
 def start_from_flags(flag_values):
     return Start(
         flag_values.clear_train_dir,
-        (
+        restore.Pretrained(
             flag_values.pretrained_model_checkpoint_path,
             flag_values.fine_tune,
         ),

@@ -10,6 +10,7 @@ from multigpu.run import failures, interrupts, loop_hooks
 from multigpu.train_dir import (
     checkpoints,
     event_files,
+    restore,
     train_dirs,
 )
 
@@ -169,7 +170,7 @@ class _Session(NamedTuple):
     scaffold: tf.compat.v1.train.Scaffold
     hooks: list
     chief_hooks: list  # left out of a finished run's
-    pretrained: tuple  # (str, bool): `restore.warm_start`'s arguments
+    pretrained: restore.Pretrained
     settings: dict | None
     joins_held_job: bool = False  # `kinds.Started`
     server: tf.distribute.Server | None = None  # None in one process

@@ -10,6 +10,8 @@ Values are fed to the variables' own initialisers, so restoring adds no op
 to the (finalised) graph.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 import tensorflow as tf
 
@@ -27,6 +29,15 @@ TUTORIAL_SHAPES = {
 }
 # How many names an error or a note lists before 'and N more'.
 NAMES_LISTED = 3
+
+
+class Pretrained(NamedTuple):
+    """--pretrained_model_checkpoint_path and --fine_tune: the checkpoint a
+    first run warm starts from, and whether it keeps only the other layers.
+    """
+
+    path: str = ""
+    fine_tune: bool = False
 
 
 def resume(session, checkpoint):

@@ -38,6 +38,7 @@ def training_error(train_op, loss, train_dir, **kwargs):
     from multigpu import errors
     from multigpu.flags import choices
     from multigpu.run import training
+    from multigpu.train_dir import restore
 
     with pytest.raises(errors.TrainingError) as error:
         training.run_training(
@@ -48,7 +49,7 @@ def training_error(train_op, loss, train_dir, **kwargs):
                 kwargs.get("save_checkpoint_steps", 1000),
                 kwargs.get("save_summaries_steps", 0),
             ),
-            choices.Start(False, ("", False)),
+            choices.Start(False, restore.Pretrained()),
             training.TrainDir(str(train_dir)),
         )
     return str(error.value)
