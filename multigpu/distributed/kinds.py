@@ -106,10 +106,6 @@ def _ps_config(config, task):
     return config
 
 
-def _one(task):
-    return 1
-
-
 # The task that resolves the collectives' groups.
 GROUP_LEADER = "/job:worker/replica:0/task:0"
 
@@ -141,18 +137,6 @@ def session_config(config, task):
     del config.device_filters[:]
     config.device_filters.append("/job:worker/task:%d" % task.task_index)
     return config
-
-
-def _no_done_signals(task):
-    return []
-
-
-def _no_watchdog(task, timeout_secs):
-    return contextlib.nullcontext()
-
-
-def _ps_watchdog(task, timeout_secs):
-    return ps.PsWatchdog(task, timeout_secs)
 
 
 class Started(NamedTuple):
@@ -202,18 +186,10 @@ def _ends_saying_so(checkpoint, max_steps):
     return True
 
 
-def _ends_in_session(checkpoint, max_steps):
-    return False
-
-
 def _finished_hooks(max_steps, task):
     if max_steps is None:
         return []
     return [sessions.FinishedHook(max_steps, task.task_index)]
-
-
-def _saves_nothing(server, config, saver, train_dir):
-    return None
 
 
 def _wait_for_chief(chief, scaffold, target, config, task):
@@ -283,13 +259,13 @@ LOCAL = Kind(
     serves=False,
     device_setter=lambda task: None,
     session_config=_local_config,
-    replicas_per_step=_one,
+    replicas_per_step=lambda task: 1,
     sync=False,
     all_reduce_across_workers=False,
     places_variables=True,
     variable_updates=("parameter_server", "replicated"),
-    done_signals=_no_done_signals,
-    watchdog=_no_watchdog,
+    done_signals=lambda task: [],
+    watchdog=lambda task, timeout_secs: contextlib.nullcontext(),
     start=_start_alone,
     ends_finished=_ends_saying_so,
     finished_hooks=lambda max_steps, task: [],
@@ -297,7 +273,7 @@ LOCAL = Kind(
     step_optimizer=step_optimizer.plain,
     agreed_stop=False,
     session=_wait_for_chief,
-    lost_peer_save=_saves_nothing,
+    lost_peer_save=lambda server, config, saver, train_dir: None,
     lost_peer_advice="",
     refused_flags=_LOCAL_REFUSED,
 )
@@ -306,21 +282,21 @@ PS = Kind(
     serves=True,
     device_setter=_ps_device_setter,
     session_config=_ps_config,
-    replicas_per_step=_one,
+    replicas_per_step=lambda task: 1,
     sync=False,
     all_reduce_across_workers=False,
     places_variables=False,
     variable_updates=("parameter_server",),
     done_signals=ps.done_signals,
-    watchdog=_ps_watchdog,
+    watchdog=lambda task, timeout_secs: ps.PsWatchdog(task, timeout_secs),
     start=_start_against_chief,
-    ends_finished=_ends_in_session,
+    ends_finished=lambda checkpoint, max_steps: False,
     finished_hooks=_finished_hooks,
     claims_steps=True,
     step_optimizer=step_optimizer.claiming,
     agreed_stop=False,
     session=_wait_for_chief,
-    lost_peer_save=_saves_nothing,
+    lost_peer_save=lambda server, config, saver, train_dir: None,
     lost_peer_advice="",
     refused_flags=_PS_REFUSED,
 )
@@ -341,10 +317,10 @@ WORKERS_ONLY = Kind(
     all_reduce_across_workers=True,
     places_variables=False,
     variable_updates=("replicated",),
-    done_signals=_no_done_signals,
-    watchdog=_no_watchdog,
+    done_signals=lambda task: [],
+    watchdog=lambda task, timeout_secs: contextlib.nullcontext(),
     start=_start_agreeing_all,
-    ends_finished=_ends_in_session,
+    ends_finished=lambda checkpoint, max_steps: False,
     finished_hooks=_finished_hooks,
     claims_steps=False,
     step_optimizer=step_optimizer.plain,
