@@ -26,9 +26,8 @@ TABLE_GPUS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def replicated_bytes(gradient_bytes, num_workers, towers):
-    """(network out, network in, inside the machine) bytes per
-    worker per step, each way, of the ring of every tower of every worker.
-    """
+    """(network out, network in, inside the machine) bytes per worker
+    per step, each way, of the ring of every tower of every worker."""
     ring = all_reduce.bytes_per_tower(
         gradient_bytes, num_workers * towers, "collective"
     )[0][0]
@@ -37,9 +36,7 @@ def replicated_bytes(gradient_bytes, num_workers, towers):
 
 
 def ps_bytes(gradient_bytes, variable_bytes, towers):
-    """(network out, network in, inside the machine) bytes per worker
-    per step of the ps cluster.
-    """
+    """The same bytes in a ps cluster."""
     return (
         gradient_bytes,
         towers * variable_bytes,
@@ -135,9 +132,7 @@ CHECKED = (
 
 
 def scaling_table(gradient_bytes, tower_flops, sent_bytes=None):
-    """The step's communication against its compute, 1 to 64 GPUs
-    (sent_bytes: as `lines` takes it).
-    """
+    """The step's communication against its compute, 1 to 64 GPUs."""
     sent_bytes = gradient_bytes if sent_bytes is None else sent_bytes
     compute_ms = tower_flops / (ASSUMED_TFLOPS * 1e12) * 1e3
     speeds = "/".join(str(g) for g in NETWORK_GBITS)
@@ -233,9 +228,8 @@ def _job(op):
 
 
 def collective_bytes(fetches):
-    """The bytes of each CollectiveReduceV2 input of a step (fetches,
-    fully defined shapes), in the order of the graph's ops.
-    """
+    """The bytes of each CollectiveReduceV2 input of a step, in the
+    order of the graph's ops."""
     needed = _needed(fetches)
     return [
         op.inputs[0].shape.num_elements() * op.inputs[0].dtype.size
