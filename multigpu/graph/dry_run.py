@@ -17,15 +17,6 @@ from multigpu.graph import (
     variable_update,
 )
 
-# Host-to-GPU bandwidth the plan prices the bytes at: PCIe 3.0 x16, 15.75
-# GB/s per direction in theory, about 12 GB/s in NVIDIA's bandwidthTest.
-HOST_LINK_GB_PER_SEC = 12.0
-
-# GPU-to-GPU bandwidth of the all-reduce: one NVLink 2.0 link (V100), 25
-# GB/s per direction; GPUs without NVLink talk peer to peer over PCIe at
-# HOST_LINK_GB_PER_SEC.
-NVLINK_GB_PER_SEC = 25.0
-
 # Op types that run on the host by design, wherever they are placed, and
 # why; soft placement puts them there without a copy per step that matters.
 HOST_OPS = {
@@ -233,12 +224,12 @@ def _replicated_table(graph, batch_shapes, update):
         "link): %.2f ms, at %.1f GB/s (PCIe peer to peer): %.2f ms on the "
         "busiest tower"
         % (
-            HOST_LINK_GB_PER_SEC,
-            batch_bytes / HOST_LINK_GB_PER_SEC / 1e6,
-            NVLINK_GB_PER_SEC,
-            busiest / NVLINK_GB_PER_SEC / 1e6,
-            HOST_LINK_GB_PER_SEC,
-            busiest / HOST_LINK_GB_PER_SEC / 1e6,
+            network_plan.HOST_LINK_GB_PER_SEC,
+            batch_bytes / network_plan.HOST_LINK_GB_PER_SEC / 1e6,
+            network_plan.NVLINK_GB_PER_SEC,
+            busiest / network_plan.NVLINK_GB_PER_SEC / 1e6,
+            network_plan.HOST_LINK_GB_PER_SEC,
+            busiest / network_plan.HOST_LINK_GB_PER_SEC / 1e6,
         )
     )
     return "\n".join(lines)
@@ -297,9 +288,9 @@ def _transfer_table(plan, graph):
         "  at %.1f GB/s per link (PCIe 3.0 x16): %.2f ms per step on the "
         "busiest tower's link, %.2f ms if all share one link"
         % (
-            HOST_LINK_GB_PER_SEC,
-            slowest / HOST_LINK_GB_PER_SEC / 1e6,
-            total / HOST_LINK_GB_PER_SEC / 1e6,
+            network_plan.HOST_LINK_GB_PER_SEC,
+            slowest / network_plan.HOST_LINK_GB_PER_SEC / 1e6,
+            total / network_plan.HOST_LINK_GB_PER_SEC / 1e6,
         )
     )
     return "\n".join(lines)

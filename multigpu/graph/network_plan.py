@@ -13,9 +13,11 @@ from multigpu.graph import all_reduce
 
 # Network speeds the plan prices a step at, Gb/s (Ethernet or InfiniBand).
 NETWORK_GBITS = (10, 25, 100)
-# A GPU-to-GPU link inside a machine: one NVLink 2.0 link (V100), GB/s.
+# A GPU-to-GPU link inside a machine: one NVLink 2.0 link (V100), GB/s per
+# direction; GPUs without NVLink talk peer to peer over PCIe.
 NVLINK_GB_PER_SEC = 25.0
-# The host link of a GPU: PCIe 3.0 x16 as NVIDIA's bandwidthTest measures it.
+# The host link of a GPU: PCIe 3.0 x16, 15.75 GB/s per direction in theory,
+# about 12 GB/s in NVIDIA's bandwidthTest.
 HOST_LINK_GB_PER_SEC = 12.0
 # Training FLOP/s of one GPU: a V100's 15.7 TFLOP/s of float32 at about half
 # (what convolutional nets reach in practice).
