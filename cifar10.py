@@ -3,8 +3,7 @@
 The public surface is the 2017 tutorial's (its flags, constants and calls),
 so that scripts written against it run here; the no-argument calls read
 the flags (absl's, or `parser`'s of the argparse era), our scripts pass
-plain arguments. The multi-tower trainer shares `learning_rate`,
-`optimizer` and `apply_gradients` with `train`.
+plain arguments.
 """
 
 import os
@@ -18,8 +17,7 @@ from multigpu.flags import script
 from multigpu.graph import step_optimizer, summaries, towers, variables
 
 # The tutorial's three flags, defined here as the tutorial did: scripts
-# written against it read FLAGS.batch_size after importing cifar10, and our
-# CIFAR-10 scripts adopt these instead of defining their own.
+# written against it read FLAGS.batch_size after importing cifar10.
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
     "batch_size",
@@ -104,8 +102,8 @@ def distorted_inputs():
 
 
 def inputs(eval_data):
-    """The tutorial's eval input: central crops, as `distorted_inputs`'s;
-    eval_data: bool, True reads the test file, False the training files."""
+    """The tutorial's eval input, central crops, shaped as
+    `distorted_inputs`'; eval_data True reads the test file."""
     images, labels = cifar10_input.inputs(
         eval_data, _batches_dir(), _flags().batch_size
     )
@@ -178,13 +176,12 @@ def _lrn(x, name):
 
 @tf.custom_gradient
 def _lrn_float32(x):
-    """`_lrn` of float32 x [batch, height, width, depth], and its gradient.
-
-    With denominator = LRN_BIAS + LRN_ALPHA * sqr_sum (sqr_sum: of x ** 2
-    over the channels within LRN_DEPTH_RADIUS) and outputs = x *
-    denominator ** -LRN_BETA, the gradient of upstream g is g * denominator
-    ** -LRN_BETA - 2 * LRN_ALPHA * LRN_BETA * x * (the window's sum of g *
-    outputs / denominator): half the ops of the chain rule through each op.
+    """`_lrn` of float32 x and its gradient. With denominator =
+    LRN_BIAS + LRN_ALPHA * sqr_sum (sqr_sum: of x ** 2 over the channels
+    within LRN_DEPTH_RADIUS) and outputs = x * denominator ** -LRN_BETA, the
+    gradient of upstream g is g * denominator ** -LRN_BETA - 2 * LRN_ALPHA *
+    LRN_BETA * x * (the window's sum of g * outputs / denominator): half the
+    ops of the chain rule through each op.
     """
     channels = tf.range(x.shape[-1])
     window = tf.abs(channels[:, None] - channels[None, :])
@@ -291,8 +288,8 @@ def optimizer(lr):
 
 
 def apply_gradients(opt, grads_and_vars, global_step, update_ops=()):
-    """The training op: applies gradients once and updates the variables'
-    moving averages; update_ops (the batch-norm updates) run with it."""
+    """The training op: the gradients applied once, then the moving
+    averages; update_ops (the batch-norm updates) run with it."""
     if update_ops and step_optimizer.skipped_steps(opt) is not None:
         raise ValueError(
             "--fp16_enable_auto_loss_scale skips the steps whose gradients "

@@ -95,9 +95,8 @@ tower; prefetch: each tower's next batch staged on its device."""
 StepOptions = collections.namedtuple(
     "StepOptions", "clip_norm xla max_steps", defaults=(0.0, False, None)
 )
-StepOptions.__doc__ = """clip_norm: the gradients' global norm, 0 for no
-clipping; xla: each tower compiled by XLA; max_steps: int or None, the
-global step no step claims past."""
+StepOptions.__doc__ = """clip_norm 0 clips nothing; max_steps, the global
+step no step claims past, may be None."""
 
 
 def build_graph(
@@ -109,11 +108,8 @@ def build_graph(
     task=cluster.LOCAL_TASK,
     options=StepOptions(),
 ):
-    """Builds the towers (on update.devices), the gradients' reduction and
-    the update of the `registry.Model`, in the `step_optimizer.Dtypes`:
-    (loss, train_op, summary_op, hooks), the towers' mean total loss
-    (float32 scalar), the step, the last tower's and the update's summaries,
-    and the session hooks the optimizer and the staging need."""
+    """The towers, the gradients' reduction and the update: (loss,
+    train_op, summary_op, hooks), loss the towers' mean (float32 scalar)."""
     global_step = tf.compat.v1.train.get_or_create_global_step()
     examples = inputs.batch_size * len(update.devices) * task.replicas_per_step
     with tf.name_scope(summaries.UPDATE + "/"):
@@ -156,14 +152,12 @@ def build_graph(
 
 
 _Beside = collections.namedtuple("_Beside", "ops later")
-_Beside.__doc__ = """What the step runs beside its update: ops, the loss
-averages and the staging; later, `variable_update.update_waits`'."""
+_Beside.__doc__ = """What the step runs beside its update."""
 
 
 def _update(update, plan, step, reduced, scope, beside):
-    """The update block: the reduced gradients applied once, the last
-    tower's statistics, then the moving averages unless the step moves them;
-    returns the step's op."""
+    """The step's op: the gradients, the last tower's statistics, then the
+    moving averages unless the step moves them."""
     global_step = tf.compat.v1.train.get_global_step()
     with tf.name_scope(summaries.UPDATE + "/"):
         applied = step_optimizer.step_applied(step.scaled)
@@ -187,8 +181,8 @@ def _update(update, plan, step, reduced, scope, beside):
 
 
 def _build_towers(plan, next_batch, opt, model, compute_dtype, xla):
-    """Each tower's batch, model, loss and gradients: (the float32 total
-    losses, the lists of (gradient, variable), the last tower's scope)."""
+    """(the towers' float32 total losses, their (gradient, variable)
+    lists, the last tower's scope)."""
     tower_losses, tower_grads = [], []
     for tower in plan:
         with towers.tower(tower, xla) as scope:
@@ -214,14 +208,14 @@ def _tower_batch(inputs, put_ops):
 
 
 def _reduce(update, tower_grads, clip_norm, loss_averages):
-    """The towers' gradients reduced (and clipped), one list per copy,
-    waiting (through an identity each: a sync optimizer's queues must not)
-    for the loss averages, which read the global step the update moves."""
+    """The reduced gradients, one list per copy, waiting (through an
+    identity each: a sync optimizer's queues must not) for the loss averages,
+    which read the global step the update moves."""
     reduced = variable_update.reduce_gradients(update, tower_grads)
     if clip_norm > 0:
         reduced = [towers.clip_gradients(grads, clip_norm) for grads in reduced]
     if not loss_averages:
-        return reduced  # Nothing to wait for.
+        return reduced
     with tf.control_dependencies(loss_averages):
         return [
             [(towers.identity_beside(grad), var) for grad, var in grads]
@@ -275,8 +269,7 @@ def main(argv):
 
 
 def _build(get_next, batch_size, task, plan, model, max_steps=None):
-    """`build_graph`'s ops of the `choices.TowerPlan` in the default graph,
-    then the check of its bfloat16 kernels."""
+    """`build_graph`'s ops, then the check of its bfloat16 kernels."""
     graph_ops = build_graph(
         inputs=TowerInput(get_next, batch_size, plan.options.prefetch),
         update=plan.update,
@@ -294,8 +287,7 @@ def _build(get_next, batch_size, task, plan, model, max_steps=None):
 
 
 def _check_plan(batch_size, task, plan, model):
-    """--dry_run: builds the towers on synthetic batches, then checks and
-    prints the placement plan; returns the check's exit code."""
+    """--dry_run on synthetic batches; returns the check's exit code."""
     batch_shapes = cifar10_batches.batch_shapes(batch_size)
     with (
         tf.Graph().as_default() as graph,
@@ -325,8 +317,6 @@ def _check_plan(batch_size, task, plan, model):
 
 
 class _Towers(NamedTuple):
-    """What `_build` builds the towers of."""
-
     batch_size: int  # per tower
     task: cluster.ClusterTask
     plan: choices.TowerPlan
@@ -334,16 +324,8 @@ class _Towers(NamedTuple):
 
 
 def _train(towers, folders, profile_steps, schedule, start, settings):
-    """Builds the towers' graph, trains it (`training.run_training`) and
-    prints the closing report.
-
-    Args:
-      towers: the `_Towers`.
-      folders: the run's `training.TrainDir`, of one data folder.
-      profile_steps: str, --profile_steps (`profile.profile_hooks`).
-      schedule, start: the flags' `choices.Schedule` and `choices.Start`.
-      settings: what a cluster's workers share (`choices.cluster_settings`).
-    """
+    """Builds the towers' graph, trains it and prints the closing report;
+    folders has one data folder."""
     task, plan, train_dir = towers.task, towers.plan, folders.path
     [data_dir] = folders.data_dirs
     examples_per_step = towers.batch_size * len(plan.devices)
@@ -351,7 +333,6 @@ def _train(towers, folders, profile_steps, schedule, start, settings):
         tf.Graph().as_default(),
         tf.compat.v1.device(cluster.device_setter(task)),
     ):
-        # One input pipeline on the CPU; each tower takes its own batches.
         with tf.device("/cpu:0"), tf.name_scope(summaries.INPUT):
             get_next = cifar10_batches.distorted_batches(
                 data_dir, towers.batch_size

@@ -158,11 +158,8 @@ def refuse_other_model(model, folder, flag):
 def model_and_train_dir(
     name, learning_rate, boundaries, momentum, train_dir, check_train_dir
 ):
-    """(Model, str): a trainer's model and the folder it trains in.
-
-    check_train_dir False for a train_dir cleared first or not trained in
-    (a dry run).
-    """
+    """(Model, str): a trainer's model and the folder it trains in;
+    check_train_dir False for a folder cleared first or not trained in."""
     chosen = model(name, learning_rate, boundaries, momentum)
     train_dir = train_dir or default_train_dir(chosen.name)
     if check_train_dir:

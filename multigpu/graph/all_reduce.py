@@ -31,9 +31,7 @@ class CollectiveKeys:
 
 
 def algorithm(choice, devices):
-    """'nccl', 'collective' or 'one_device': the all-reduce for the
-    --all_reduce_spec choice on devices.
-    """
+    """'nccl', 'collective' or 'one_device', for --all_reduce_spec."""
     if choice not in ALL_REDUCE_CHOICES:
         raise ValueError(
             "--all_reduce_spec must be one of %s, got %r"
@@ -51,10 +49,8 @@ def algorithm(choice, devices):
 
 
 def all_reduce_mean(tower_grads, devices, method, keys):
-    """The mean of each variable's gradient over the towers, on every
-    tower: a list (one per tower) of lists of (mean on its device, its
-    variable); a None gradient stays None.
-    """
+    """A list (one per tower) of lists of (the towers' mean gradient on
+    its device, its variable); a None gradient stays None."""
     num_towers = len(tower_grads)
     reduced = [[] for _ in tower_grads]
     for grads_and_vars in zip(*tower_grads):

@@ -92,11 +92,8 @@ def _refuse_missing_layers(error, name):
 
 @contextlib.contextmanager
 def _float32_variables():
-    """A scope whose get_variable makes float32 variables for a
-    layer that asks for float16 or bfloat16, and hands it a cast; yields
-    (created: the variables created, got: the op names get_variable returned,
-    float32_of: each cast's `ref()` -> its float32 variable).
-    """
+    """Yields (the variables created, the op names get_variable returned,
+    each cast's `ref()` -> its float32 variable)."""
     created, got, float32_of = [], set(), {}
 
     def record_creation(next_creator, **kwargs):
@@ -136,9 +133,7 @@ class _KerasDeprecations(logging.Filter):
 
 @contextlib.contextmanager
 def _quiet_tf1_layers():
-    """Hides tf-keras' notices that the TF1 layers, which TF1 models are
-    made of, are deprecated.
-    """
+    """Hides tf-keras' notices that the TF1 layers are deprecated."""
     quiet = _KerasDeprecations()
     with warnings.catch_warnings():
         warnings.filterwarnings(
@@ -162,8 +157,6 @@ def needs_keras_2(error):
 
 
 def is_batch_norm_bug(error):
-    """Whether an exception is TensorFlow's TF1 batch norm's missing module
-    (`BATCH_NORM_BUG`)."""
     return getattr(error, "name", None) == MISSING_BATCH_NORM_MODULE
 
 
@@ -206,8 +199,7 @@ def _describe(value):
 
 def moving_average_variables():
     """The trainable variables and the batch-norm statistics, once
-    each, in graph order: those whose moving averages the eval restores.
-    """
+    each, in graph order."""
     averaged = tf.compat.v1.trainable_variables()
     for var in tf.compat.v1.moving_average_variables():
         if all(var is not each for each in averaged):
@@ -224,10 +216,9 @@ PARAMETERS = tuple(
 
 
 def by_name(args, kwargs):
-    """dict: a getter's arguments (args by position, in PARAMETERS'
-    order, and kwargs), every one by its name: a model's own getter may pass
-    them on by position, as TF1 allows (TensorFlow's official ResNet does).
-    """
+    """A getter's arguments, every one by its name: a model's own getter
+    may pass them on by position, as TF1 allows (TensorFlow's official ResNet
+    does)."""
     if len(args) > len(PARAMETERS):
         raise TypeError(
             "a variable getter takes at most %d arguments by position "
@@ -258,8 +249,7 @@ _HOOK = "_handle_weight_regularization"
 @contextlib.contextmanager
 def layers_regularize_float32(float32_of):
     """TF1 layers built in this scope regularize the float32
-    variable of a 16-bit cast in float32_of (`cast.ref()` -> the variable,
-    filled by the custom getter while the scope is open).
+    variable of a 16-bit cast in float32_of (filled while the scope is open).
     """
     patched = []
     for layer_class in _tf1_layer_classes():

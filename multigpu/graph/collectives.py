@@ -29,10 +29,8 @@ RING = "ring"
 
 
 def cluster_devices(num_workers, devices):
-    """The full names of devices (one worker's) on every worker,
-    worker by worker, e.g. '/job:worker/replica:0/task:1/device:CPU:0': a
-    group's devices, the same on every worker.
-    """
+    """The full names of devices (one worker's) on every worker, worker
+    by worker, e.g. '/job:worker/replica:0/task:1/device:CPU:0'."""
     return tuple(
         tf.DeviceSpec.from_string(device)
         .replace(job="worker", replica=0, task=task)
@@ -43,18 +41,13 @@ def cluster_devices(num_workers, devices):
 
 
 Pack = collections.namedtuple("Pack", "dtype indices sizes shapes pieces")
-Pack.__doc__ = """Gradients of one dtype all-reduced together: their dtype,
-indices in the list of gradients, sizes (numbers of elements) and shapes;
-pieces, the sizes of the pieces their concatenation is split into, one
-all-reduce each.
-"""
+Pack.__doc__ = """Gradients of one dtype all-reduced together; sizes and
+pieces count elements, one all-reduce per piece of their concatenation."""
 
 
 def pack_plan(grads, pack_bytes):
-    """A list of `Pack`, in the order of the collectives to build, of
-    grads (None for none; the same list on every tower of every worker);
-    pack_bytes 0 for one all-reduce per gradient.
-    """
+    """The `Pack`s of grads (None for none), in the order of the
+    collectives to build; pack_bytes 0 for one all-reduce per gradient."""
     present = [i for i, g in enumerate(grads) if g is not None]
     if pack_bytes <= 0:
         return [_pack(grads, [i], 1) for i in present]
@@ -96,10 +89,9 @@ def all_reduce_mean(
     pack_bytes=0,
     transfer_dtype=tf.float32,
 ):
-    """The mean of each gradient over every tower of every worker: a
-    list (one per tower, on devices[i]) of lists of (mean, the tower's
-    variable), a None gradient staying None; the means come back float32 from
-    their transfer_dtype (float32, float16 or bfloat16).
+    """The mean of each gradient over every tower of every worker, a
+    list of (mean, variable) per tower, on its device; the means come back
+    float32 from their transfer_dtype (float32, float16 or bfloat16).
     """
     group = cluster_devices(num_workers, devices)
     ring = _Ring(len(group), keys.group_key(group), transfer_dtype)
@@ -121,13 +113,12 @@ def all_reduce_mean(
 
 
 _Ring = collections.namedtuple("_Ring", "size key transfer_dtype")
-_Ring.__doc__ = """A group of devices on a ring: its size, its group key and
-the dtype a float32 tensor crosses it in."""
+_Ring.__doc__ = """A group of devices on a ring; transfer_dtype, the one a
+float32 tensor crosses it in."""
 
 
 def _reduce_pack(grads, pack, ring, instance_keys):
-    """The mean gradients of one `Pack` (grads, in its order) over the ring,
-    on the current device; instance_keys: one per piece."""
+    """The mean gradients of one `Pack` over the ring."""
     grads = [tf.convert_to_tensor(g) for g in grads]
     if len(grads) == 1 and len(pack.pieces) == 1:
         return [_all_reduce(grads[0], ring, instance_keys[0])]
@@ -172,10 +163,8 @@ def _ring_sum(tensor, ring, instance_key, final_op):
 
 
 def broadcast(values, sender, task, keys, device):
-    """The sender worker's (task index) values (tensors of the same
-    shapes and dtypes everywhere), on every worker, through this worker's
-    device of the collectives.
-    """
+    """The values of worker sender (its task index) on every worker;
+    values have the same shapes and dtypes everywhere."""
     num_workers = task.num_workers
     group_key = keys.group_key(cluster_devices(num_workers, [device]))
     by_dtype = collections.OrderedDict()
@@ -214,9 +203,7 @@ def broadcast(values, sender, task, keys, device):
 
 def chief_values(variables, task, keys, device):
     """An op that gives every worker's variables the chief's values,
-    restored or initialised: on the chief the sends, elsewhere the
-    assignments.
-    """
+    restored or initialised."""
     values = [var.read_value() for var in variables]
     received = broadcast(values, 0, task, keys, device)
     if task.is_chief:
@@ -239,11 +226,9 @@ STOP_SIGNALS = "stop_signals"
 
 
 def stop_signals(task):
-    """The stop collective of this worker, in the STOP_SIGNALS
-    collection: (received, a float32 scalar placeholder, 0 by default, the
-    signal this worker received; signals, float32 [num_workers], every
-    worker's, the same on every worker).
-    """
+    """The stop collective, in the STOP_SIGNALS collection: (float32
+    scalar placeholder of this worker's signal, 0 by default; float32
+    [num_workers], every worker's)."""
     device = "/job:worker/replica:0/task:%d/device:CPU:0" % task.task_index
     with tf.device(device), tf.name_scope("stop_signals"):
         received = tf.compat.v1.placeholder_with_default(

@@ -17,15 +17,6 @@ from multigpu.graph import (
     variable_update,
 )
 
-# Host-to-GPU bandwidth the plan prices the bytes at: PCIe 3.0 x16, 15.75
-# GB/s per direction in theory, about 12 GB/s in NVIDIA's bandwidthTest.
-HOST_LINK_GB_PER_SEC = 12.0
-
-# GPU-to-GPU bandwidth of the all-reduce: one NVLink 2.0 link (V100), 25
-# GB/s per direction; GPUs without NVLink talk peer to peer over PCIe at
-# HOST_LINK_GB_PER_SEC.
-NVLINK_GB_PER_SEC = 25.0
-
 # Op types that run on the host by design, wherever they are placed, and
 # why; soft placement puts them there without a copy per step that matters.
 HOST_OPS = {
@@ -57,8 +48,7 @@ def gpu_devices(num_gpus):
 
 def synthetic_batches(batch_shapes):
     """get_next of constant batches of batch_shapes ((shape, dtype)
-    each) from a tf.data iterator on the CPU: a dry run needs no data.
-    """
+    each), from a tf.data iterator on the CPU."""
     with tf.device("/cpu:0"):
         batch = tuple(tf.zeros(shape, dtype) for shape, dtype in batch_shapes)
         dataset = tf.data.Dataset.from_tensors(batch).repeat()
@@ -66,12 +56,10 @@ def synthetic_batches(batch_shapes):
 
 
 def check(graph, batch_shapes, title, update=None, config=None):
-    """Prints the placement plan of graph (built for GPU towers), with
-    the graph's `variable_update.VariableUpdate` (None: parameter_server) and
-    its Grappler rewrite under config (`op_kernels`; None: not checked).
-    Raises errors.TrainingError for an op on a GPU without a GPU kernel for
-    its dtypes (soft placement would copy its tensors every step), or an op
-    of the rewrite that could not run.
+    """Prints the placement plan of graph (update None: parameter_server;
+    config None: the rewrite unchecked). Raises errors.TrainingError for an
+    op on a GPU without a GPU kernel for its dtypes (soft placement would copy
+    its tensors every step), or an op of the rewrite that could not run.
     """
     print(title)
     print(_device_table(graph))
@@ -80,7 +68,6 @@ def check(graph, batch_shapes, title, update=None, config=None):
     else:
         print(_transfer_table(transfer_plan(graph, batch_shapes), graph))
     if update is not None and update.mode == variable_update.ACROSS_WORKERS:
-        # A cluster of workers only: the all-reduce crosses the machines.
         print(
             network_plan.lines(
                 gradient_bytes(graph),
@@ -131,7 +118,6 @@ def _is_gpu(device):
 
 
 def _device_table(graph):
-    """Lines 'DEVICE  N ops  P parameters' for each device of graph."""
     ops = collections.Counter(_device_name(op) for op in graph.get_operations())
     params = collections.Counter()
     for var in towers.model_variables_with_copies(graph):
@@ -156,10 +142,8 @@ TowerTransfer.__doc__ = """Bytes one tower moves per step (ints)."""
 
 
 def transfer_plan(graph, batch_shapes):
-    """A `TowerTransfer` per tower: each reads every trainable variable
-    held on another device once, sends its gradient back, and receives its
-    batch from the host.
-    """
+    """A `TowerTransfer` per tower: each reads every variable held on
+    another device once, sends its gradient back and receives its batch."""
     variables = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
     batch_bytes = _batch_bytes(batch_shapes)
     plan, index = [], 0
@@ -191,8 +175,7 @@ def _batch_bytes(batch_shapes):
 
 def gradient_bytes(graph, transfer_dtype=tf.float32):
     """The bytes of one tower's gradients, a float32 one counted in
-    transfer_dtype (as they cross the workers).
-    """
+    transfer_dtype (as they cross the workers)."""
     return sum(
         var.shape.num_elements()
         * (
@@ -241,12 +224,12 @@ def _replicated_table(graph, batch_shapes, update):
         "link): %.2f ms, at %.1f GB/s (PCIe peer to peer): %.2f ms on the "
         "busiest tower"
         % (
-            HOST_LINK_GB_PER_SEC,
-            batch_bytes / HOST_LINK_GB_PER_SEC / 1e6,
-            NVLINK_GB_PER_SEC,
-            busiest / NVLINK_GB_PER_SEC / 1e6,
-            HOST_LINK_GB_PER_SEC,
-            busiest / HOST_LINK_GB_PER_SEC / 1e6,
+            network_plan.HOST_LINK_GB_PER_SEC,
+            batch_bytes / network_plan.HOST_LINK_GB_PER_SEC / 1e6,
+            network_plan.NVLINK_GB_PER_SEC,
+            busiest / network_plan.NVLINK_GB_PER_SEC / 1e6,
+            network_plan.HOST_LINK_GB_PER_SEC,
+            busiest / network_plan.HOST_LINK_GB_PER_SEC / 1e6,
         )
     )
     return "\n".join(lines)
@@ -305,9 +288,9 @@ def _transfer_table(plan, graph):
         "  at %.1f GB/s per link (PCIe 3.0 x16): %.2f ms per step on the "
         "busiest tower's link, %.2f ms if all share one link"
         % (
-            HOST_LINK_GB_PER_SEC,
-            slowest / HOST_LINK_GB_PER_SEC / 1e6,
-            total / HOST_LINK_GB_PER_SEC / 1e6,
+            network_plan.HOST_LINK_GB_PER_SEC,
+            slowest / network_plan.HOST_LINK_GB_PER_SEC / 1e6,
+            total / network_plan.HOST_LINK_GB_PER_SEC / 1e6,
         )
     )
     return "\n".join(lines)
@@ -346,8 +329,7 @@ def _host_table(graph):
 
 def ops_without_gpu_kernel(graph):
     """'NAME (TYPE, ATTR=DTYPE, ...) on DEVICE' of each op placed
-    on a GPU with no GPU kernel for its dtypes, but `HOST_OPS`.
-    """
+    on a GPU with no GPU kernel for its dtypes, but `HOST_OPS`."""
     missing = []
     for op in graph.get_operations():
         if not _is_gpu(op.device) or op_kernels.has_gpu_kernel(op.node_def):
@@ -379,7 +361,6 @@ def describe(devices, **settings):
 
 
 def refuse_ps(task):
-    """Raises ValueError for a ps task: a dry run plans a worker's graph."""
     if task.job_name == "ps":
         raise ValueError(
             "--dry_run plans the graph of a worker; a ps task builds none "
@@ -388,8 +369,7 @@ def refuse_ps(task):
 
 
 def task_name(serves, job_name, task_index):
-    """'worker:1' for a task that serves a cluster (serves: its kind's
-    `kinds.Kind.serves`), 'none' outside a cluster."""
+    """'worker:1' in a cluster, else 'none'."""
     if not serves:
         return "none"
     return "%s:%d" % (job_name, task_index)

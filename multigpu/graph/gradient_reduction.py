@@ -1,6 +1,4 @@
-"""The gradients' reduction, what the update waits for, and the statistics
-every copy takes after it: the `reduce`, `waits` and `gate` columns of
-`variable_update`'s table.
+"""The `reduce`, `waits` and `gate` columns of `variable_update`'s table.
 
 The last tower's statistics (as the Inception trainer runs the last
 tower's updates only) are committed to the variable and every copy,
@@ -20,18 +18,15 @@ def on_variable_device(update, tower_grads):
 
 
 def between_towers(update, tower_grads):
-    """replicated: the towers' mean, all-reduced: a list (one per
-    tower) of lists of (the mean on its device, its own copy).
-    """
+    """replicated: a list (one per tower) of lists of (the mean on its
+    device, its own copy)."""
     return all_reduce.all_reduce_mean(
         tower_grads, update.devices, update.all_reduce, update.keys
     )
 
 
 def across_workers(update, tower_grads):
-    """replicated across the workers: the mean of every tower of
-    every worker, on each tower's copy.
-    """
+    """replicated across the workers."""
     return collectives.all_reduce_mean(
         tower_grads,
         update.devices,
@@ -68,9 +63,8 @@ def all_or_none(update, reduced, statistics, later=None):
 
 
 def average_gradients(tower_grads, device=placement.VARIABLE_DEVICE):
-    """The towers' mean of each variable's gradient, on device: a
-    list of (gradient, variable); None where no tower has a gradient.
-    """
+    """The towers' mean of each variable's gradient, on device; None
+    where no tower has a gradient."""
     average_grads = []
     with tf.device(device):
         for grads_and_var in zip(*tower_grads):
@@ -81,10 +75,9 @@ def average_gradients(tower_grads, device=placement.VARIABLE_DEVICE):
 
 
 def _mean(grads):
-    """A sum then one division: the tutorial's stack and reduce_mean first
-    copied every tower's gradient into one tensor, about 2 ms of CPU a step
-    of the tutorial net on 2 towers, 3.5 ms on 4.
-    """
+    """A sum then one division: the tutorial's stack and reduce_mean
+    copies every tower's gradient into one tensor, about 2 ms of CPU a step of
+    the tutorial net on 2 towers, 3.5 ms on 4."""
     if len(grads) <= 1:
         return grads[0] if grads else None
     return tf.math.add_n(grads) / len(grads)
@@ -92,8 +85,7 @@ def _mean(grads):
 
 def made_now(make):
     """One machine: the losses' averages, made before the gradients are
-    reduced, which wait for them.
-    """
+    reduced, which wait for them."""
     return [make()], None
 
 
@@ -108,9 +100,7 @@ def no_gate(update, plan, reduced, statistics, later):
 
 
 def across_workers_gate(update, plan, reduced, statistics, later):
-    """ACROSS_WORKERS: the statistics read and sent before the
-    update, all waiting for every collective (`all_or_none`).
-    """
+    """ACROSS_WORKERS: the statistics read and sent before the update."""
     with tf.control_dependencies(statistics.updates):
         names, values = _last_towers_values(plan, statistics.applied)
     reduced, received = all_or_none(update, reduced, values, later)
@@ -119,8 +109,7 @@ def across_workers_gate(update, plan, reduced, statistics, later):
 
 def _last_towers_values(plan, applied):
     """(names, values): the statistics' names and the last tower's
-    values of them, or the variables' own where the step is not applied.
-    """
+    values, or the variables' own where the step is not applied."""
     variables = {var.op.name: var for var in tf.compat.v1.global_variables()}
     names = [name for name in plan[-1].copies if not variables[name].trainable]
     values = []

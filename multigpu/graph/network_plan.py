@@ -13,9 +13,11 @@ from multigpu.graph import all_reduce
 
 # Network speeds the plan prices a step at, Gb/s (Ethernet or InfiniBand).
 NETWORK_GBITS = (10, 25, 100)
-# A GPU-to-GPU link inside a machine: one NVLink 2.0 link (V100), GB/s.
+# A GPU-to-GPU link inside a machine: one NVLink 2.0 link (V100), GB/s per
+# direction; GPUs without NVLink talk peer to peer over PCIe.
 NVLINK_GB_PER_SEC = 25.0
-# The host link of a GPU: PCIe 3.0 x16 as NVIDIA's bandwidthTest measures it.
+# The host link of a GPU: PCIe 3.0 x16, 15.75 GB/s per direction in theory,
+# about 12 GB/s in NVIDIA's bandwidthTest.
 HOST_LINK_GB_PER_SEC = 12.0
 # Training FLOP/s of one GPU: a V100's 15.7 TFLOP/s of float32 at about half
 # (what convolutional nets reach in practice).
@@ -26,9 +28,8 @@ TABLE_GPUS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def replicated_bytes(gradient_bytes, num_workers, towers):
-    """(network out, network in, inside the machine) bytes per
-    worker per step, each way, of the ring of every tower of every worker.
-    """
+    """(network out, network in, inside the machine) bytes per worker
+    per step, each way, of the ring of every tower of every worker."""
     ring = all_reduce.bytes_per_tower(
         gradient_bytes, num_workers * towers, "collective"
     )[0][0]
@@ -37,9 +38,7 @@ def replicated_bytes(gradient_bytes, num_workers, towers):
 
 
 def ps_bytes(gradient_bytes, variable_bytes, towers):
-    """(network out, network in, inside the machine) bytes per worker
-    per step of the ps cluster.
-    """
+    """The same bytes in a ps cluster."""
     return (
         gradient_bytes,
         towers * variable_bytes,
@@ -135,9 +134,7 @@ CHECKED = (
 
 
 def scaling_table(gradient_bytes, tower_flops, sent_bytes=None):
-    """The step's communication against its compute, 1 to 64 GPUs
-    (sent_bytes: as `lines` takes it).
-    """
+    """The step's communication against its compute, 1 to 64 GPUs."""
     sent_bytes = gradient_bytes if sent_bytes is None else sent_bytes
     compute_ms = tower_flops / (ASSUMED_TFLOPS * 1e12) * 1e3
     speeds = "/".join(str(g) for g in NETWORK_GBITS)
@@ -233,9 +230,8 @@ def _job(op):
 
 
 def collective_bytes(fetches):
-    """The bytes of each CollectiveReduceV2 input of a step (fetches,
-    fully defined shapes), in the order of the graph's ops.
-    """
+    """The bytes of each CollectiveReduceV2 input of a step, in the
+    order of the graph's ops."""
     needed = _needed(fetches)
     return [
         op.inputs[0].shape.num_elements() * op.inputs[0].dtype.size

@@ -138,9 +138,7 @@ def rewritten_graph_def(graph, config):
 
 def unrunnable_rewrites(graph, config, has_gpu_kernel):
     """'NAME (TYPE, ATTR=DTYPE, ...) on DEVICE: WHY' of each op
-    Grappler adds to graph under config that a worker could not run
-    (has_gpu_kernel: callable(node_def) -> bool).
-    """
+    Grappler adds to graph under config that a worker could not run."""
     own_types = {op.type for op in graph.get_operations()}
     found = []
     for node in rewritten_graph_def(graph, config).node:

@@ -17,10 +17,9 @@ VARIABLE_DEVICE_CHOICES = ("cpu", "tower", "gpu")
 
 
 def tower_devices(num_gpus, cpu_towers):
-    """num_gpus device strings: '/gpu:i' when enough GPUs are
-    visible, else '/cpu:i' (one virtual CPU device per tower, with
-    cpu_towers). One tower with no GPU runs on the CPU, so the defaults run
-    anywhere.
+    """'/gpu:i' when enough GPUs are visible, else '/cpu:i' (one virtual
+    CPU device per tower, with cpu_towers). One tower with no GPU runs on the
+    CPU, so the defaults run anywhere.
     """
     if num_gpus < 1:
         raise ValueError("--num_gpus must be at least 1, got %d" % num_gpus)
@@ -36,14 +35,10 @@ def tower_devices(num_gpus, cpu_towers):
 
 
 def variable_device(choice, devices, places_variables=True):
-    """Where the variables live and the towers' gradients are averaged.
-
-    'cpu' is the classic TF1 design: one copy in host memory, each GPU reads
-    it over PCIe. 'tower' (or 'gpu', tf_cnn_benchmarks'
-    --local_parameter_device=gpu) puts them on the first tower's device, the
-    other GPUs copying peer to peer: it pays off when the GPUs talk to each
-    other faster than to the host. places_variables: False where the device
-    setter puts the variables on the ps tasks.
+    """Where the variables live and the towers' gradients are averaged:
+    'tower' pays off when the GPUs talk to each other faster than to the host.
+    places_variables: False where the device setter puts the variables on
+    the ps tasks.
     """
     if choice not in VARIABLE_DEVICE_CHOICES:
         raise ValueError(
@@ -71,7 +66,6 @@ def device_function(tower_device, variable_device):
     created on the CPU but executed on the GPU"); any other keeps a device
     set inside the tower or runs on tower_device.
     """
-
     variable_device = tf.DeviceSpec.from_string(variable_device).to_string()
     tower_device = tf.DeviceSpec.from_string(tower_device).to_string()
 
@@ -100,10 +94,7 @@ class SessionOptions(
         "allow_growth gpu_memory_fraction num_intra_threads num_inter_threads",
     )
 ):
-    """The session options of the TF1 notes (0 = TensorFlow's choice):
-    allow_growth, GPU memory taken as needed; gpu_memory_fraction,
-    per_process_gpu_memory_fraction; the intra-op and inter-op threads.
-    """
+    """The session options of the TF1 notes (0 = TensorFlow's choice)."""
 
 
 # TensorFlow's own defaults for each session option.
@@ -117,12 +108,9 @@ def session_config(
     options=DEFAULT_SESSION_OPTIONS,
     fuse_ops=True,
 ):
-    """The `ConfigProto` of every session of the suite.
-
-    Soft placement lets ops without a GPU kernel fall back to the CPU; one
-    CPU device per CPU tower makes them separate devices as GPU towers are.
-    operation_timeout_secs: 0 waits forever (else a dead peer fails the op);
-    fuse_ops: whether Grappler's remapper may fuse (`cluster.may_fuse_ops`).
+    """The `ConfigProto` of every session of the suite: soft placement
+    lets ops without a GPU kernel fall back to the CPU; one CPU device per
+    CPU tower makes them separate devices as GPU towers are.
     """
     num_cpu_devices = max(1, sum(d.startswith("/cpu") for d in devices))
     config = tf.compat.v1.ConfigProto(
@@ -162,11 +150,10 @@ def cpu_has_bfloat16(cpuinfo_path="/proc/cpuinfo"):
 def compute_dtype(
     use_fp16, devices, force_cpu_bfloat16=False, cpu_bfloat16=None
 ):
-    """The dtype the layers compute in (variables stay float32):
-    float32, or with use_fp16 float16 on GPUs and bfloat16 on CPUs that have
-    its instructions (cpu_bfloat16, None: `cpu_has_bfloat16()`); emulated, it
-    runs about ten times slower than float32, so only with
-    force_cpu_bfloat16. One line says which, and why.
+    """The dtype the layers compute in: float32, or with use_fp16 float16
+    on GPUs and bfloat16 on CPUs that have its instructions (cpu_bfloat16,
+    None: `cpu_has_bfloat16()`); emulated, it runs about ten times slower
+    than float32, so only with force_cpu_bfloat16. Prints which, and why.
     """
     if not use_fp16:
         return tf.float32

@@ -29,12 +29,7 @@ SKIPPED_STEPS = "loss_scale_skipped_steps"
 LossScaling = collections.namedtuple(
     "LossScaling", "initial_scale dynamic inc_every_n"
 )
-LossScaling.__doc__ = """The loss scaling of a run.
-
-initial_scale: float, the (starting) scale.
-dynamic: bool, halve on non-finite gradients, double after good steps.
-inc_every_n: int, good steps in a row before the scale doubles.
-"""
+LossScaling.__doc__ = """The loss scaling of the --fp16_* flags."""
 
 Dtypes = collections.namedtuple("Dtypes", "compute_dtype loss_scaling")
 Dtypes.__doc__ = """What a step computes in: compute_dtype, the layers'
@@ -66,9 +61,8 @@ def wrap(optimizer, scaling):
 
 
 class _Wrapper(tf.compat.v1.train.Optimizer):
-    """An optimizer around another, the one way the step wraps one:
-    the wrapped one's gradients, more around its `apply_gradients`.
-    """
+    """An optimizer around another: its gradients, more around its
+    `apply_gradients`."""
 
     def __init__(self, optimizer, name):
         super().__init__(use_locking=False, name=name)
@@ -126,7 +120,6 @@ class LossScaleOptimizer(_Wrapper):
             return self._optimizer.apply_gradients(
                 grads_and_vars, global_step, name
             )
-        # The check of `skip_unless_finite`, or one on these gradients.
         finite = self.finite
         if finite is None:
             finite = _all_finite(grads_and_vars)
@@ -169,7 +162,7 @@ class LossScaleOptimizer(_Wrapper):
 
 
 def _all_finite(grads_and_vars):
-    """bool scalar, each gradient checked on its own device."""
+    """bool scalar; each gradient is checked on its own device."""
     checks = []
     for g, _ in grads_and_vars:
         if g is not None:
@@ -201,9 +194,7 @@ def skip_unless_finite(optimizer, copies):
 
 
 def step_applied(optimizer):
-    """bool scalar: False where the dynamic loss scale skips the
-    step, when no weight, statistic or moving average may change.
-    """
+    """bool scalar, False on a step the dynamic scale skips."""
     if not _is_dynamic(optimizer):
         return tf.constant(True)
     assert optimizer.finite is not None, "skip_unless_finite comes first"
@@ -247,22 +238,16 @@ def describe(scaling):
 Steps = collections.namedtuple(
     "Steps", "max_steps replicas_to_aggregate num_workers decay"
 )
-Steps.__doc__ = """What the step's optimizer counts: max_steps, the global
-step no step claims past, or None; replicas_to_aggregate and num_workers,
-of a sync cluster; decay, the moving averages' that a sync chief moves, or
-None.
-"""
+Steps.__doc__ = """What the step's optimizer counts; max_steps and decay
+may be None."""
 
 StepOptimizer = collections.namedtuple(
     "StepOptimizer", "optimizer scaled sync moves_averages"
 )
 StepOptimizer.__doc__ = """The step's optimizer, chosen once by the kind of
-run (`kinds.Kind.step_optimizer`: `plain`, `claiming`, `sync_replicas`).
-
-optimizer: the `Optimizer` whose `apply_gradients` makes the step.
-scaled: the loss-scaled optimizer it wraps (`wrap`), of the towers.
-sync: the `SyncReplicasOptimizer` whose hooks every worker needs, or None.
-moves_averages: bool, its update moves the moving averages itself.
+run (`kinds.Kind.step_optimizer`); scaled is the towers' loss-scaled one it
+wraps; sync, the `SyncReplicasOptimizer` or None; moves_averages, whether
+its update moves the moving averages itself.
 """
 
 
@@ -297,9 +282,8 @@ def sync_replicas(optimizer, steps):
 
 class _SyncReplicasOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
     """A `SyncReplicasOptimizer` whose chief's queue runner takes the
-    cancelled sync step of the session's close for its end: TensorFlow's
-    printed a traceback ('Exception in thread QueueRunnerThread-...') before
-    the chief's report.
+    cancelled sync step of the session's close for its end (TensorFlow's
+    prints 'Exception in thread QueueRunnerThread-...').
     """
 
     def get_chief_queue_runner(self):
@@ -317,10 +301,6 @@ class _SyncReplicasOptimizer(tf.compat.v1.train.SyncReplicasOptimizer):
 
 
 def refuse_sync_statistics(step, statistics_updates, model_name):
-    """Refuses --sync_replicas for a model with batch-norm
-    statistics: every worker would commit its own batch's, several times per
-    global step.
-    """
     if step.sync is not None and statistics_updates:
         raise ValueError(
             "--sync_replicas: --model=%s has batch-norm statistics, which "
@@ -363,8 +343,7 @@ def average_variables(update_ops, global_step, applied, decay):
     after update_ops, at min(decay, (1 + step) / (10 + step)) (the num_updates
     rule of `ExponentialMovingAverage`), 1 on a step not applied.
     """
-    # One block of the graph in TensorBoard (its initial-value conds were
-    # ten nodes at the top level); the shadows' names keep no scope.
+    # One block in TensorBoard; the shadows' names keep no scope.
     with (
         tf.name_scope("moving_averages"),
         tf.control_dependencies(update_ops),

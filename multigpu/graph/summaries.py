@@ -28,10 +28,8 @@ def _summary_tag(name):
 
 
 def scalar_summary(name, value):
-    """Adds a scalar summary to the SUMMARIES collection: the op in the
-    current name scope, its tag without block and tower (`without_blocks`),
-    so every tower and trainer writes 'total_loss'.
-    """
+    """Adds a scalar summary, tagged without block and tower: every tower
+    and trainer writes 'total_loss'."""
     return _collect(
         tf.raw_ops.ScalarSummary(
             tags=_summary_tag(name), values=value, name=_op_name(name)
@@ -50,8 +48,7 @@ def histogram_summary(name, values):
 
 def last_tower_summaries(scope):
     """The graph's summaries merged (a string scalar), of the towers
-    only the one of scope's: every tower makes the same tags.
-    """
+    only scope's: every tower makes the same tags."""
     tower = re.compile(
         "(%s/)?%s_[0-9]+/" % (towers.TOWERS_SCOPE, towers.TOWER_NAME)
     )
@@ -93,9 +90,8 @@ def _merged_parts(summary):
 
 
 def add_histograms(grads_and_vars):
-    """Histograms of every trainable variable and of its gradient
-    (not of the towers' copies), in the summaries block.
-    """
+    """Histograms of every trainable variable and of its gradient (not
+    of the towers' copies)."""
     trainable = tf.compat.v1.trainable_variables()
     with tf.name_scope(SUMMARIES + "/"):
         for var in trainable:
@@ -106,9 +102,8 @@ def add_histograms(grads_and_vars):
 
 
 def image_summary(name, images, max_images=3):
-    """Adds an image summary of the first max_images images (float32
-    [batch, height, width, 1 or 3]), tagged like the others.
-    """
+    """Adds an image summary of images (float32 [batch, height, width, 1
+    or 3])."""
     return _collect(
         tf.raw_ops.ImageSummary(
             tag=_summary_tag(name),
@@ -160,14 +155,11 @@ LOSS_AVERAGE_DECAY = 0.9  # Decay of the loss averages in the summaries.
 
 
 def add_loss_summaries(total_loss, global_step, scope=None):
-    """Summarises the losses (those of scope, and total_loss), raw and
-    as moving averages; returns the averages' update, which the global step
-    (their count of updates) must be incremented after.
-
-    The averages' variables are named after the losses ('cross_entropy/avg'
-    saved, as the tutorial's), whichever block or tower they come from; they
-    start at 0, as the tutorial's, and their summaries are zero-debiased (as
-    Adam's moments are), so a chart starts at the first loss.
+    """Summarises the losses, raw and as moving averages; returns the
+    averages' update, which the global step (their count of updates) must be
+    incremented after. The averages start at 0, as the tutorial's, and their
+    summaries are zero-debiased (as Adam's moments are), so a chart starts at
+    the first loss.
     """
     with tf.name_scope(SUMMARIES + "/"):
         averages = tf.compat.v1.train.ExponentialMovingAverage(

@@ -1,7 +1,5 @@
 """Building the towers, their losses and gradients, and the names of their
-copies of the variables (towers/replica_i/<name>: `replica_name`,
-`primary_name`).
-"""
+copies of the variables."""
 
 import contextlib
 import re
@@ -21,7 +19,6 @@ STAGING_SCOPE = "staging_area"
 
 
 def tower_scope(index):
-    """'towers/tower_<index>/': the name scope of tower index."""
     return "%s/%s_%d/" % (TOWERS_SCOPE, TOWER_NAME, index)
 
 
@@ -38,10 +35,8 @@ PREFETCH_TO_DEVICE_DEFAULT = True
 
 
 def add_cross_entropy(logits, labels):
-    """Adds the mean cross-entropy of a batch (logits: float32
-    [batch, num_classes], labels: int32 [batch]) to the `losses` collection;
-    returns it, a float32 scalar named 'cross_entropy'.
-    """
+    """Adds the mean cross-entropy (float32 scalar) of logits (float32
+    [batch, num_classes]) and labels (int32 [batch]) to `losses`."""
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.cast(labels, tf.int64), logits=logits
     )
@@ -51,9 +46,8 @@ def add_cross_entropy(logits, labels):
 
 
 def tower_total_loss(scope):
-    """float32 scalar '<scope>total_loss': one tower's `losses` (its
-    scope's only) and its regularization terms (`regularization_losses`).
-    """
+    """float32 scalar '<scope>total_loss': the tower's `losses` and its
+    regularization terms."""
     return tf.add_n(
         tf.compat.v1.get_collection("losses", scope)
         + regularization_losses(scope),
@@ -68,12 +62,11 @@ _TOWER_TAG = re.compile(
 
 
 def regularization_losses(scope):
-    """The model's regularization terms for one tower (scope, ''
-    outside the towers), each counted once: list of float32 scalars.
-
-    A term is made once per variable, in the first tower, which every tower
-    then counts (as the Inception trainer does), unless the tower made its own
-    (its copy's; a TF1 layer's in reduced precision, `any_model`).
+    """The model's float32 regularization terms for one tower (scope, ''
+    outside the towers): a term is made once per variable, in the first
+    tower, which every tower then counts (as the Inception trainer does),
+    unless the tower made its own (its copy's; a TF1 layer's in reduced
+    precision, `any_model`).
     """
     match = _TOWER_TAG.search(scope)
     index = match.group(3) if match else None
@@ -98,8 +91,8 @@ def batch_norm_updates(scope):
 
 @contextlib.contextmanager
 def tower(variables, xla=False):
-    """Builds one tower (its `variable_update.TowerVariables`) under its
-    device function, name scope and variable scope; yields the scope.
+    """Builds one tower under its device function, name scope and
+    variable scope; yields the scope.
 
     With xla, in its own `jit_scope`: the session's auto-clustering skips CPUs
     unless TF_XLA_FLAGS is set before TensorFlow loads, and would cluster the
@@ -131,13 +124,11 @@ def _jit_scope(xla):
 
 
 def stage_on_device(tensors):
-    """Stages tensors on the current device, one step ahead:
-    (staged tensors of the same dtypes and shapes, put_op).
-
-    The tower computes on the batch staged the step before while put_op copies
-    the next (tf_cnn_benchmarks' StagingArea). Each new session needs one
-    put_op before its first step (`WarmUpHook`), and only runs that run put_op
-    may fetch the staged tensors, or the next step waits forever.
+    """(staged tensors, put_op): the tower computes on the batch staged
+    the step before while put_op copies the next (tf_cnn_benchmarks'
+    StagingArea). Each new session needs one put_op before its first step
+    (`WarmUpHook`), and only runs that run put_op may fetch the staged
+    tensors, or the next step waits forever.
     """
     # Stage and Unstage find their area on the device by its unique name.
     with tf.name_scope(STAGING_SCOPE) as shared_name:
@@ -155,9 +146,7 @@ def stage_on_device(tensors):
 
 
 def clip_gradients(grads_and_vars, clip_norm):
-    """The (gradient, variable) pairs, scaled to a global norm of at
-    most clip_norm (float > 0); None gradients kept.
-    """
+    """The gradients scaled to a global norm of at most clip_norm > 0."""
     grads, variables = zip(*grads_and_vars)
     clipped, _ = tf.clip_by_global_norm(list(grads), clip_norm)
     return list(zip(clipped, variables))
@@ -165,8 +154,7 @@ def clip_gradients(grads_and_vars, clip_norm):
 
 class WarmUpHook(tf.compat.v1.train.SessionRunHook):
     """Runs ops once in every new session (a resumed run's too),
-    before its first step: e.g. the first put_op of `stage_on_device`.
-    """
+    before its first step."""
 
     def __init__(self, ops):
         self._ops = ops
@@ -176,7 +164,6 @@ class WarmUpHook(tf.compat.v1.train.SessionRunHook):
 
 
 def identity_beside(grad):
-    """An identity of grad on grad's device (None for None)."""
     if grad is None:
         return None
     with tf.device(grad.device):
@@ -184,7 +171,7 @@ def identity_beside(grad):
 
 
 def replica_name(index, name):
-    """'towers/replica_<index>/<name>': tower index's copy of name."""
+    """'towers/replica_<index>/<name>'."""
     return "%s/%s_%d/%s" % (TOWERS_SCOPE, REPLICA_SCOPE, index, name)
 
 
@@ -198,7 +185,6 @@ _COPY_NAME = re.compile("%s/%s_[0-9]+/(.+)" % (TOWERS_SCOPE, REPLICA_SCOPE))
 
 
 def model_variables_with_copies(graph):
-    """The trainable variables and the towers' copies of them."""
     trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
     names = {var.op.name for var in trainable}
     copies = [

@@ -30,33 +30,23 @@ VariableUpdate = collections.namedtuple(
     "transfer_dtype",
     defaults=(None, 0, tf.float32),
 )
-VariableUpdate.__doc__ = """The variable update of a run.
-
-mode: the row of the table: one of VARIABLE_UPDATES, or ACROSS_WORKERS.
-devices: the tower device strings.
-variable_device: str, where the variables live (replicated: tower 0's copy).
-all_reduce: 'nccl', 'collective' or 'one_device' if replicated, else None.
-keys: the `all_reduce.CollectiveKeys` of the graph's collective ops.
-task, pack_bytes, transfer_dtype: ACROSS_WORKERS' `Workers` (a DType).
+VariableUpdate.__doc__ = """The variable update of a run: mode, a row of
+`_MODES`; all_reduce, 'nccl', 'collective' or 'one_device' if replicated;
+task, pack_bytes and transfer_dtype, ACROSS_WORKERS' `Workers`.
 """
 
 TowerVariables = collections.namedtuple(
     "TowerVariables", "index device variable_device getter copies"
 )
-TowerVariables.__doc__ = """What one tower reads (`tower_plan`): its index and
-device, where its variable ops go, the custom getter of its own copies
-(or None) and copies, variable name -> its copy, filled as its model is
-built.
-"""
+TowerVariables.__doc__ = """What one tower reads; copies (variable name ->
+its copy) fills as its model is built."""
 
 
 Workers = collections.namedtuple(
     "Workers", "task pack_bytes transfer_dtype", defaults=(0, tf.float32)
 )
-Workers.__doc__ = """The cluster of workers only a replicated update all-reduces
-across: the worker's `cluster.ClusterTask`, --gradient_pack_bytes and
---gradient_transfer_dtype (a `tf.DType` or its name).
-"""
+Workers.__doc__ = """The cluster of workers only a replicated update
+all-reduces across; transfer_dtype, a `tf.DType` or its name."""
 
 
 def variable_update(
@@ -67,11 +57,8 @@ def variable_update(
     places_variables=True,
     workers=None,
 ):
-    """The `VariableUpdate` of --variable_update's mode.
-
-    places_variables: False where the device setter puts the variables on the
-    ps tasks; workers: the `Workers` of a cluster of workers only, or None.
-    """
+    """places_variables: False where the device setter puts the variables
+    on the ps tasks; workers, None outside a cluster of workers only."""
     if mode not in VARIABLE_UPDATES:
         raise ValueError(
             "--variable_update must be one of %s, got %r"
@@ -139,8 +126,7 @@ def tower_plan(update):
 
 def _copying_getter(index, weights, copies):
     """A custom getter that records tower index's copy of each
-    variable (of the weights too, if weights) in copies.
-    """
+    variable (of the weights too, if weights) in copies."""
 
     def copying_getter(getter, name, *args, **kwargs):
         if kwargs.get("partitioner") is not None:
@@ -166,10 +152,8 @@ def _copying_getter(index, weights, copies):
 
 
 def reduce_gradients(update, tower_grads):
-    """The synchronisation point: every tower's gradients reduced, a
-    list of (gradient, variable) per copy: parameter_server one, the mean on
-    `variable_device`; replicated one per tower, on its device and copy.
-    """
+    """A list of (gradient, variable) per copy: parameter_server one, on
+    `variable_device`; replicated one per tower, on its device and copy."""
     return _MODES[update.mode].reduce(update, tower_grads)
 
 
@@ -183,10 +167,8 @@ def update_waits(update, make):
 
 
 Statistics = collections.namedtuple("Statistics", "updates applied")
-Statistics.__doc__ = """The statistics a step's update commits: updates,
-the last tower's update ops (`towers.batch_norm_updates`); applied, bool
-scalar (`step_optimizer.step_applied`).
-"""
+Statistics.__doc__ = """The last tower's statistics' update ops and the
+bool scalar `step_optimizer.step_applied`."""
 
 
 def apply_gradients(update, plan, opt, reduced, statistics, later=None):
@@ -220,9 +202,7 @@ def _local_if_a_copy(next_creator, **kwargs):
 
 def _local_init_op(update):
     """Initialises the local variables, then gives every copy its
-    variable's value: run after a restore, every copy equals what was
-    restored.
-    """
+    variable's value (run after a restore: the restored one)."""
     initialise = _MODES[update.mode].start_values(
         update, tf.compat.v1.train.Scaffold.default_local_init_op()
     )
@@ -290,10 +270,8 @@ _Mode = collections.namedtuple(
     "_Mode",
     "own_copies reduce waits gate start_values describe",
 )
-# The table of the modes: whether every tower after the first holds its own
-# copy of every variable, on its own device; the columns the step calls
-# (`gradient_reduction`: reduce, waits, gate); the copies' start; the dry
-# run's lines.
+# own_copies: every tower after the first holds its own copy of every
+# variable, on its own device.
 _MODES = {
     "parameter_server": _Mode(
         False,

@@ -19,10 +19,8 @@ def variable_on_cpu(name, shape, initializer):
 
 
 def variable_with_weight_decay(name, shape, stddev, wd):
-    """A float32 truncated-normal variable; with wd not None,
-    wd * l2_loss(var) joins the `losses` collection (in the current name
-    scope, so per tower).
-    """
+    """A float32 truncated-normal variable; with wd not None, wd *
+    l2_loss(var) joins the `losses` collection, per tower (by name scope)."""
     var = variable_on_cpu(
         name, shape, tf.compat.v1.truncated_normal_initializer(stddev=stddev)
     )
@@ -33,9 +31,8 @@ def variable_with_weight_decay(name, shape, stddev, wd):
 
 
 def fully_connected(inputs, units, stddev, wd, bias_init):
-    """Fully connected layer: inputs [batch, n] -> [batch, units], in
-    the inputs' dtype (float32, float16 or bfloat16), the variables float32.
-    """
+    """inputs [batch, n] -> [batch, units], in the inputs' dtype (float32,
+    float16 or bfloat16), the variables float32."""
     dim = inputs.shape[1]
     weights = variable_with_weight_decay(
         "weights", [dim, units], stddev=stddev, wd=wd
@@ -62,10 +59,8 @@ class ModelVariableError(ValueError):
 
 @contextlib.contextmanager
 def checked_variables(model_name):
-    """A scope that refuses, as they are asked for, what the towers
-    refuse: `ModelVariableError` naming the model (--model) and the variable,
-    or a model that made no variable at all.
-    """
+    """A scope that refuses, as they are asked for, the variables the
+    towers refuse, or a model that made no variable at all."""
     asked = []
 
     def check(getter, *args, **kwargs):
