@@ -12,6 +12,7 @@ import signal
 from typing import NamedTuple
 
 from multigpu.distributed import kinds
+from multigpu.graph import step_optimizer
 from verification.accident_runs import SCRIPT
 
 LOCAL, PS, PS_SYNC, WORKERS = (k.name for k in kinds.KINDS)
@@ -122,9 +123,10 @@ def within(step, low, high):
 def end_or_past(tasks, end):
     """The last step a ps cluster's job of --max_steps=end may reach: end
     where each worker's step claims its global step
-    (`kinds.Kind.claims_steps`), else one past it (another worker's last
+    (`step_optimizer.claiming`), else one past it (another worker's last
     step may land after the chief's)."""
-    return end + (0 if tasks.kind.claims_steps else 1)
+    claims = tasks.kind.step_optimizer is step_optimizer.claiming
+    return end + (0 if claims else 1)
 
 
 def unreachable(tasks, name):

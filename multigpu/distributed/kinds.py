@@ -58,11 +58,11 @@ class Kind(NamedTuple):
     # stops as its session starts: `finished_hooks`).
     ends_finished: Callable
     finished_hooks: Callable  # (max_steps, task) -> hooks
-    # Workers move the global step each on its own, so a step claims its
-    # global step before it writes anything, and one past --max_steps ends
-    # its worker's run; elsewhere the stop at --max_steps holds alone.
-    claims_steps: bool
-    # (optimizer, `step_optimizer.Steps`) -> `step_optimizer.StepOptimizer`.
+    # (optimizer, `step_optimizer.Steps`) -> `step_optimizer.StepOptimizer`:
+    # `claiming` where workers move the global step each on its own, so a
+    # step claims its global step before it writes anything, and one past
+    # --max_steps ends its worker's run; elsewhere the stop at --max_steps
+    # holds alone.
     step_optimizer: Callable
     # A signal to one process stops every worker at one agreed step.
     agreed_stop: bool
@@ -269,7 +269,6 @@ LOCAL = Kind(
     start=_start_alone,
     ends_finished=_ends_saying_so,
     finished_hooks=lambda max_steps, task: [],
-    claims_steps=False,
     step_optimizer=step_optimizer.plain,
     agreed_stop=False,
     session=_wait_for_chief,
@@ -292,7 +291,6 @@ PS = Kind(
     start=_start_against_chief,
     ends_finished=lambda checkpoint, max_steps: False,
     finished_hooks=_finished_hooks,
-    claims_steps=True,
     step_optimizer=step_optimizer.claiming,
     agreed_stop=False,
     session=_wait_for_chief,
@@ -304,7 +302,6 @@ PS_SYNC = PS._replace(
     name="ps cluster with sync replicas",
     replicas_per_step=lambda task: task.replicas_to_aggregate,
     sync=True,
-    claims_steps=False,
     step_optimizer=step_optimizer.sync_replicas,
 )
 WORKERS_ONLY = Kind(
@@ -322,7 +319,6 @@ WORKERS_ONLY = Kind(
     start=_start_agreeing_all,
     ends_finished=lambda checkpoint, max_steps: False,
     finished_hooks=_finished_hooks,
-    claims_steps=False,
     step_optimizer=step_optimizer.plain,
     agreed_stop=True,
     session=_own_start,
