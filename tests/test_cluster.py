@@ -56,7 +56,7 @@ def test_async_workers_reach_max_steps_and_only_the_chief_checkpoints(
 
     # Each worker updates on its own: the local steps add up to the global
     # step, and none passes --max_steps, as each step claims its global
-    # step before it writes (`step_claims`).
+    # step before it writes (`step_optimizer.claiming`).
     assert max(g for _, g in steps) == ASYNC_MAX_STEPS
     assert sum(local for local, _ in steps) == ASYNC_MAX_STEPS
     assert checkpoint_steps(cluster.train_dir(0))[-1] == ASYNC_MAX_STEPS

@@ -10,8 +10,8 @@ The first run ends at --max_steps exactly: its checkpoint is
 model.ckpt-MAX_STEPS and holds that global step. In the ps cluster the
 chief is frozen (SIGSTOP) in its first step while worker 1 trains the job
 to its end, then goes on: its step, begun at step 0, claims no global
-step past --max_steps (`step_claims`). Before, it landed as step 7 and the
-chief saved model.ckpt-7.
+step past --max_steps (`step_optimizer.claiming`). Before, it landed as
+step 7 and the chief saved model.ckpt-7.
 """
 
 import os

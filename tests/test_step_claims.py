@@ -1,9 +1,9 @@
 """A ps cluster worker's step claims its global step before it writes.
 
 Each step of a ps cluster worker takes its global step in one atomic op
-(`step_claims`), so that steps the workers run at once never land past
---max_steps: a step whose claim would pass it writes nothing and raises
-OutOfRangeError, which ends a `MonitoredSession` as the end of its input
+(`step_optimizer.claiming`), so that steps the workers run at once never
+land past --max_steps: a step whose claim would pass it writes nothing and
+raises OutOfRangeError, which ends a `MonitoredSession` as the end of its input
 does. A worker whose every step came too late still gets its closing
 report, naming the steps the job went through meanwhile.
 """

@@ -16,7 +16,7 @@ from verification import equivalence, equivalence_table
 
 Case = equivalence_table.Case
 # The custom getter's model as a user's --model=MODULE:FUNCTION, whose
-# variables `model_variables.checked_variables` checks as it asks for them.
+# variables `variables.checked_variables` checks as it asks for them.
 USER_GETTER_MODEL = "verification.equivalence_models:custom_getter_model"
 
 

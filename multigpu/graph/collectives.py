@@ -221,7 +221,7 @@ def chief_values(variables, task, keys, device):
 STOP_GROUP_KEY = 2**31 - 1
 STOP_INSTANCE_KEY = 1
 # The graph collection of `stop_signals`' two tensors, which
-# `preemption.PreemptionHook` feeds and fetches.
+# `interrupts.PreemptionHook` feeds and fetches.
 STOP_SIGNALS = "stop_signals"
 
 
