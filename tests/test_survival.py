@@ -137,6 +137,25 @@ INTERRUPTED_RUNS = {
         signal.SIGTERM,
         143,
     ),
+    # A closed terminal; Ctrl-\\.
+    "cifar10_sighup": (
+        "cifar10_train.py",
+        ("--max_steps=100000", "--log_frequency=3", *CIFAR10_SMALL_STEPS),
+        signal.SIGHUP,
+        129,
+    ),
+    "mnist_sigquit": (
+        "mnist_multi_gpu_train.py",
+        (
+            "--fake_data",
+            "--cpu_towers",
+            "--num_epochs=100",
+            "--batch_size=8",
+            "--log_frequency=3",
+        ),
+        signal.SIGQUIT,
+        131,
+    ),
     "mnist_sigint": (
         "mnist_multi_gpu_train.py",
         (
@@ -164,6 +183,25 @@ def test_after_a_first_signal_a_second_one_ends_the_process_at_once():
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     assert signal.getsignal(signal.SIGINT) == python_handler
     assert hook.exit_code() == 143
+
+
+def test_a_signal_between_a_clusters_agreement_and_its_loop_is_held():
+    received = []
+    # The handler before the script's; the default would end the tests.
+    before = signal.signal(signal.SIGTERM, lambda *args: received.append(1))
+    try:
+        interrupts.hold()
+        hook = interrupts.InterruptHook()
+        # The workers' agreement, under the run's handlers, then the time
+        # until the training loop sets them again.
+        with hook.installed(then_hold=True):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        with hook.installed():
+            assert hook.signum == signal.SIGTERM
+        assert received == []
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 @pytest.mark.slow
@@ -452,29 +490,52 @@ def test_a_sample_set_written_before_markers_is_marked_not_refused(
     )
 
 
-@pytest.mark.parametrize(
-    "refusal, kept",
-    # A failed first step puts back what this run wrote; a folder in use is
-    # another trainer's, whose new files stay.
-    [(ValueError("a failed first step"), False), (train_dirs.InUse(""), True)],
-)
-def test_a_run_refused_a_train_dir_in_use_removes_none_of_its_new_files(
-    tmp_path, monkeypatch, refusal, kept
-):
-    train_dir = tmp_path / "train"
-    train_dir.mkdir()
-    saved = train_dir / "model.ckpt-3.index"
+def _run_failing_before_step_1(train_dir, monkeypatch):
+    """Runs `_run_or_put_back` in one process, its training stubbed: the
+    run writes its first checkpoint's index, then fails."""
 
-    def saved_meanwhile_then_refused(*args):
-        # What the trainer holding the lock saves while this run starts.
-        saved.write_bytes(b"index")
-        raise refusal
+    def fails_before_step_1(*args):
+        (train_dir / "model.ckpt-0.index").write_bytes(b"this run's")
+        raise ValueError("a failed first step")
 
-    monkeypatch.setattr(training, "_train", saved_meanwhile_then_refused)
+    monkeypatch.setattr(training, "_train", fails_before_step_1)
     session = training._Session(
         cluster.LOCAL_TASK, None, None, [], [], (), None
     )
-    watched = types.SimpleNamespace(logger=types.SimpleNamespace(runs=0))
-    with pytest.raises(type(refusal)):
-        training._run_or_put_back(None, str(train_dir), session, None, watched)
-    assert saved.exists() == kept
+    watched = types.SimpleNamespace(
+        logger=types.SimpleNamespace(runs=0),
+        interrupt=interrupts.InterruptHook(),
+    )
+    training._run_or_put_back(None, str(train_dir), session, None, watched)
+
+
+def test_a_run_failing_before_step_1_keeps_what_the_trainer_before_it_saved(
+    tmp_path, monkeypatch
+):
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    open_lock_file = train_dirs._open_lock_file
+
+    def saved_by_the_trainer_before(*args):
+        # The trainer that held the lock saves and ends as this run starts.
+        (train_dir / "model.ckpt-3.index").write_bytes(b"the trainer's")
+        return open_lock_file(*args)
+
+    monkeypatch.setattr(
+        train_dirs, "_open_lock_file", saved_by_the_trainer_before
+    )
+    with pytest.raises(ValueError, match="^a failed first step$"):
+        _run_failing_before_step_1(train_dir, monkeypatch)
+    assert folder_contents(train_dir) == {"model.ckpt-3.index": b"the trainer's"}
+
+
+def test_a_run_refused_a_train_dir_in_use_removes_none_of_its_files(
+    tmp_path, monkeypatch
+):
+    train_dir = tmp_path / "train"
+    with train_dirs.owned(str(train_dir)):
+        saved = train_dir / "model.ckpt-3.index"
+        saved.write_bytes(b"the trainer's")
+        with pytest.raises(train_dirs.InUse):
+            _run_failing_before_step_1(train_dir, monkeypatch)
+    assert saved.read_bytes() == b"the trainer's"

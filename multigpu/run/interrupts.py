@@ -1,11 +1,14 @@
-"""Ctrl-C and SIGTERM: finish the step, save it, say so and exit 130 / 143.
+"""Ctrl-C, SIGTERM, SIGHUP and SIGQUIT: finish the step, save it, say so and
+exit 128 + the signal's number (130, 143, 129, 131).
 
 The first signal only sets a flag: the step running ends, the session
 stops, the chief's checkpoint saver writes the step reached (its `end`),
 and `run_training` raises `errors.Interrupted`. A second signal ends the
 process at once, even mid-save (the state file still names the newest
 complete checkpoint). A signal before the run's handlers are set is held
-(`hold`) and taken as they are set: the run stops before step 1.
+(`hold`) and taken as they are set: the run stops before step 1. SIGHUP
+(the terminal closed) and SIGQUIT (Ctrl-\\) are taken as SIGTERM is: their
+default ends a process with no line and the steps since its last save lost.
 
 In a cluster of workers only, the others cannot see one worker's signal:
 each step carries one more collective (`collectives.stop_signals`), a
@@ -27,14 +30,14 @@ from multigpu import errors
 from multigpu.graph import collectives
 from multigpu.train_dir import checkpoints
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 # A shell's exit status of a process ended by signal N.
 SHELL_SIGNAL_BASE = 128
 
 
 class InterruptHook(tf.compat.v1.train.SessionRunHook):
-    """Asks the session to stop after a SIGINT or SIGTERM; then knows the step.
+    """Asks the session to stop after one of SIGNALS; then knows the step.
 
     Install it with `installed()` in the main thread (Python runs signal
     handlers there only). With stops_itself=False it only remembers the
@@ -68,8 +71,10 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
         self.step = int(session.run(self._global_step))
 
     @contextlib.contextmanager
-    def installed(self):
-        """Sets the hook's handler of SIGNALS, the previous ones on exit."""
+    def installed(self, then_hold=False):
+        """Sets the hook's handler of SIGNALS, the previous ones on exit;
+        with then_hold, and no signal yet, `hold`'s instead: the run goes on
+        until its loop sets them again."""
         previous = {}
         for signum in SIGNALS:
             previous[signum] = signal.signal(signum, self.handle)
@@ -81,6 +86,9 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
         try:
             yield self
         finally:
+            if then_hold and self.signum is None:
+                _HELD.before.update(previous)
+                previous = dict.fromkeys(previous, _hold_signal)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
@@ -92,9 +100,9 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
 
 
 def hold():
-    """Holds a SIGINT or SIGTERM from now until a run's handlers are set,
-    which a script does before it reads its data: else such a signal ends
-    it with no line (SIGTERM) or outside the training loop (SIGINT)."""
+    """Holds one of SIGNALS from now until a run's handlers are set, which a
+    script does before it reads its data: else such a signal ends it with
+    no line (SIGTERM) or outside the training loop (SIGINT)."""
     for signum in SIGNALS:
         _HELD.before[signum] = signal.signal(signum, _hold_signal)
 

@@ -68,8 +68,13 @@ def run_training(step, schedule, start, train_dir, process=ONE_PROCESS):
         task, config, scaffold, hooks, chief_hooks, start.pretrained, settings
     )
     done_ops = task.kind.done_signals(task)
+    # A signal after the start is held until the loop's handlers are set.
     started = task.kind.start(
-        task, config, settings, done_ops, watched.interrupt.installed()
+        task,
+        config,
+        settings,
+        done_ops,
+        watched.interrupt.installed(then_hold=True),
     )
     session = session._replace(
         hooks=[*started.hooks, *session.hooks],
@@ -188,48 +193,46 @@ class _Start(NamedTuple):
 
 
 def _run_or_put_back(train_op, train_dir, session, start, watched):
-    """Trains; the chief of a run failing or stopped before its first step
-    puts train_dir back as found, unless another trainer holds it."""
-    as_found = train_dirs.contents(train_dir)
-    try:
-        _train(train_op, train_dir, session, start, watched)
-    except train_dirs.InUse:
-        # A folder in use is another trainer's: its new files are not ours.
-        raise
-    except BaseException:
-        # A run interrupted after step 1 saved the step it reached; one
-        # interrupted before it, like one that failed, leaves no trace.
-        if session.task.is_chief and watched.logger.runs == 0:
-            train_dirs.put_back(train_dir, as_found)
-        raise
+    """Trains while the chief owns train_dir and the ps tasks are watched;
+    the chief of a run failing or stopped before its first step puts
+    train_dir back as it found it under its lock."""
+    task = session.task
+    # A signal from the first write in train_dir on is the run's to handle:
+    # one before step 1 leaves train_dir as it was.
+    with (
+        watched.interrupt.installed(),
+        train_dirs.owned(train_dir, task.is_chief) as as_found,
+    ):
+        try:
+            with task.kind.watchdog(task, sessions.timeout_secs(session.config)):
+                _train(train_op, train_dir, session, start, watched)
+        except BaseException:
+            # A run interrupted after step 1 saved the step it reached; one
+            # interrupted before it, like one that failed, leaves no trace.
+            if task.is_chief and watched.logger.runs == 0:
+                train_dirs.put_back(train_dir, as_found)
+            raise
 
 
 def _train(train_op, train_dir, session, start, watched):
-    """Trains while the chief owns train_dir and the ps tasks are watched;
-    a failure raises one line, after the chief saved what it reached."""
+    """Trains; a failure raises one line, after the chief saved what it
+    reached."""
     task, config = session.task, session.config
-    # A signal from the first write in train_dir on is the run's to handle:
-    # one before step 1 leaves train_dir as it was (`_run_or_put_back`).
-    with (
-        watched.interrupt.installed(),
-        train_dirs.owned(train_dir, task.is_chief),
-        task.kind.watchdog(task, sessions.timeout_secs(config)),
-    ):
-        try:
-            _train_owned(train_op, train_dir, session, start, watched)
-        except (tf.errors.OpError, RuntimeError) as e:
-            saved = None
-            # The chief's checkpoint of its last step, when a peer is lost
-            # after a step and the kind of run saves it.
-            lost = failures.lost_cluster(e)
-            if task.is_chief and watched.logger.runs and lost:
-                saved = task.kind.lost_peer_save(
-                    session.server, config, session.scaffold.saver, train_dir
-                )
-            failed, cause = failures.failure(e, watched, task, train_dir, saved)
-            if failed is None:
-                raise
-            raise failed from cause
+    try:
+        _train_owned(train_op, train_dir, session, start, watched)
+    except (tf.errors.OpError, RuntimeError) as e:
+        saved = None
+        # The chief's checkpoint of its last step, when a peer is lost
+        # after a step and the kind of run saves it.
+        lost = failures.lost_cluster(e)
+        if task.is_chief and watched.logger.runs and lost:
+            saved = task.kind.lost_peer_save(
+                session.server, config, session.scaffold.saver, train_dir
+            )
+        failed, cause = failures.failure(e, watched, task, train_dir, saved)
+        if failed is None:
+            raise
+        raise failed from cause
 
 
 def _train_owned(train_op, train_dir, session, start, watched):

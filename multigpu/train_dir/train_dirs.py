@@ -337,7 +337,9 @@ def _removed(train_dir, names):
 
 @contextlib.contextmanager
 def owned(train_dir, is_chief=True):
-    """Holds train_dir's lock (created if missing) in the block.
+    """Holds train_dir's lock (created if missing) in the block, which it
+    gives train_dir's `contents` as found under the lock, for `put_back`
+    (None for a folder it created, and for a cluster's other workers).
 
     An exclusive `flock`, which the system releases however the process
     ends; a file still naming a process once the lock is free is taken
@@ -346,10 +348,17 @@ def owned(train_dir, is_chief=True):
     created or written.
     """
     if not is_chief:
-        yield
+        yield None
         return
     lock_path = os.path.join(train_dir, LOCK_NAME)
-    lock_file = _open_lock_file(train_dir, lock_path)
+    found = _found(train_dir, lock_path)
+    try:
+        lock_file = _open_lock_file(train_dir, lock_path)
+    except ValueError:
+        # A folder made here, refused (too long a path): removed again.
+        if found({}) is None:
+            put_back(train_dir, None)
+        raise
     try:
         try:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -360,6 +369,8 @@ def owned(train_dir, is_chief=True):
                 "--train_dir"
                 % (train_dir, _holder(lock_file.read()), lock_path)
             ) from None
+        # What another trainer wrote until it let go of the lock is its.
+        as_found = found(contents(train_dir))
         left = lock_file.read().strip()
         if left:
             print(
@@ -371,7 +382,7 @@ def owned(train_dir, is_chief=True):
         holder = "%d %s\n" % (os.getpid(), socket.gethostname())
         _write(lock_file, lock_path, holder)
         try:
-            yield
+            yield as_found
         except Exception:
             # Whatever failed first (an event file, a checkpoint), the cause
             # is the folder's going.
@@ -387,6 +398,16 @@ def owned(train_dir, is_chief=True):
             _write(lock_file, lock_path, "")
     finally:
         lock_file.close()
+
+
+def _found(train_dir, lock_path):
+    """A function of train_dir's contents under the lock: those, but for
+    the lock file if this run creates it; None if it creates train_dir."""
+    if not os.path.isdir(train_dir):
+        return lambda now: None if set(now) <= {LOCK_NAME} else now
+    if os.path.lexists(lock_path):
+        return lambda now: now
+    return lambda now: {k: v for k, v in now.items() if k != LOCK_NAME}
 
 
 class InUse(ValueError):
