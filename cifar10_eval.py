@@ -39,6 +39,7 @@ from data_sets import cifar10_batches, cifar10_data
 from multigpu import errors, folders
 from multigpu.flags import choices, common_flags, script
 from multigpu.graph import op_kernels, placement, summaries
+from multigpu.run import interrupts
 from multigpu.train_dir import checkpoints, event_files, restore, train_dirs
 
 # Seconds between the watching eval's lines saying what it waits for.
@@ -302,12 +303,13 @@ def main(argv):
     )
     watch = Watch(FLAGS.run_once, FLAGS.eval_interval_secs, FLAGS.last_step)
     try:
-        evaluate(checkpoint_dir, eval_dir, watch, config, **data)
-    except KeyboardInterrupt:
+        with interrupts.raising():
+            evaluate(checkpoint_dir, eval_dir, watch, config, **data)
+    except interrupts.Signalled as e:
         raise errors.Interrupted(
-            "interrupted (SIGINT); the eval saves nothing, its scores so far "
-            "are in %s" % eval_dir,
-            errors.CTRL_C_EXIT_CODE,
+            "interrupted (%s); the eval saves nothing, its scores so far "
+            "are in %s" % (e.name, eval_dir),
+            e.exit_code,
         ) from None
 
 

@@ -119,22 +119,27 @@ def _last_line(text):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signalled", [1, 0], ids=["non-chief", "chief"])
-def test_a_sigterm_to_one_worker_saves_one_agreed_step_and_resumes(
-    workers, signalled
+@pytest.mark.parametrize(
+    "signalled, signum",
+    # A closed terminal (SIGHUP) is taken as SIGTERM is.
+    [(1, signal.SIGTERM), (0, signal.SIGHUP)],
+    ids=["non-chief", "chief"],
+)
+def test_a_signal_to_one_worker_saves_one_agreed_step_and_resumes(
+    workers, signalled, signum
 ):
     workers.start(run=0)
     workers.wait_for_step(signalled, 0, SIGNAL_STEP)
-    os.kill(workers.processes[signalled].pid, signal.SIGTERM)
+    os.kill(workers.processes[signalled].pid, signum)
     # The step in flight when the signal came, at the latest.
     signal_step = max(workers.steps(signalled, 0)) + 1
 
-    assert workers.wait_all(EXIT_BOUND_SECS) == [143, 143]
+    assert workers.wait_all(EXIT_BOUND_SECS) == [128 + signum] * 2
     saved = checkpoint_steps(workers.train_dir(0))
     assert saved[-1] >= signal_step - 1
     assert saved[-1] < MAX_STEPS
-    head = "%s: worker task %d got SIGTERM: every worker stopped at step %d; "
-    head %= (SCRIPT, signalled, saved[-1])
+    head = "%s: worker task %d got %s: every worker stopped at step %d; "
+    head %= (SCRIPT, signalled, signal.Signals(signum).name, saved[-1])
     tail = "; run the same commands on every worker to resume"
     assert _last_line(workers.log(0, 0)) == head + "saved %s%s" % (
         workers.train_dir(0) / ("model.ckpt-%d" % saved[-1]),

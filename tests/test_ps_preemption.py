@@ -1,9 +1,10 @@
 """A signal to a worker of the ps cluster other than the chief.
 
-A ps and two workers on 127.0.0.1; SIGTERM to worker 1 at step 10: it
-exits 143 with one line saying that it left and that the chief trains on,
-and the chief and the ps go on to --max_steps and exit 0, asynchronous or
-with --sync_replicas (whose steps then take the chief's gradients only).
+A ps and two workers on 127.0.0.1; SIGTERM (or SIGHUP) to worker 1 at step
+10: it exits 143 (129) with one line saying that it left and that the chief
+trains on, and the chief and the ps go on to --max_steps and exit 0,
+asynchronous or with --sync_replicas (whose steps then take the chief's
+gradients only).
 """
 
 import os
@@ -26,19 +27,21 @@ EXIT_BOUND_SECS = 60
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "flags, sync",
+    "flags, sync, signum",
     [
-        ((), ""),
+        ((), "", signal.SIGTERM),
         (
             ("--sync_replicas",),
             ", each global step averaging --replicas_to_aggregate=2 "
             "gradients of the workers left",
+            # A closed terminal: taken as SIGTERM is.
+            signal.SIGHUP,
         ),
     ],
     ids=["async", "sync_replicas"],
 )
-def test_sigterm_to_a_ps_cluster_worker_ends_it_alone(
-    make_cluster, flags, sync
+def test_a_signal_to_a_ps_cluster_worker_ends_it_alone(
+    make_cluster, flags, sync, signum
 ):
     cluster = make_cluster(
         2,
@@ -51,15 +54,16 @@ def test_sigterm_to_a_ps_cluster_worker_ends_it_alone(
     cluster.start("worker", 0)
     cluster.start("worker", 1)
     wait_for_step(cluster, "worker1", SIGNAL_STEP)
-    os.kill(cluster.processes["worker1"].pid, signal.SIGTERM)
+    os.kill(cluster.processes["worker1"].pid, signum)
     start = time.time()
 
     code, _ = cluster.wait("worker1")
-    assert code == 128 + signal.SIGTERM, cluster.log("worker1")[-3000:]
+    assert code == 128 + signum, cluster.log("worker1")[-3000:]
     assert time.time() - start < EXIT_BOUND_SECS
     last = cluster.log("worker1").strip().split("\n")[-1]
     left = re.fullmatch(
-        re.escape(SCRIPT + ": worker task 1 interrupted (SIGTERM) at global ")
+        re.escape(SCRIPT + ": worker task 1 interrupted (%s) at global ")
+        % signal.Signals(signum).name
         + r"step (\d+)"
         + re.escape(
             " and left the cluster; the chief (worker task 0) and the other "

@@ -244,8 +244,9 @@ def test_an_interrupted_trainer_saves_its_step_and_says_so_in_one_line(
 
 
 @pytest.mark.slow
-def test_the_watching_eval_says_once_what_it_waits_for_and_ctrl_c_ends_it(
-    cifar10_data_dir, tmp_path
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_watching_eval_says_once_what_it_waits_for_and_a_signal_ends_it(
+    signum, cifar10_data_dir, tmp_path
 ):
     log_path = tmp_path / "eval.log"
     train_dir = tmp_path / "train"
@@ -260,18 +261,19 @@ def test_the_watching_eval_says_once_what_it_waits_for_and_ctrl_c_ends_it(
         _wait_for_output(evaluator, log_path, r"waiting for a checkpoint in")
         # Three more looks for a checkpoint, and no more lines.
         time.sleep(3)
-        os.kill(evaluator.pid, signal.SIGINT)
+        os.kill(evaluator.pid, signum)
         evaluator.wait(timeout=EXIT_TIMEOUT_SECS)
     finally:
         evaluator.kill()
         evaluator.wait()
     output = log_path.read_text()
-    assert evaluator.returncode == 130, output[-3000:]
+    assert evaluator.returncode == 128 + signum, output[-3000:]
     lines = output.strip().split("\n")
     assert [re.sub(r"^\S+ \S+: ", "DATE: ", line) for line in lines[-2:]] == [
         "DATE: waiting for a checkpoint in %s" % train_dir,
-        "cifar10_eval.py: interrupted (SIGINT); the eval saves nothing, its "
-        "scores so far are in %s" % (train_dir / "eval"),
+        "cifar10_eval.py: interrupted (%s); the eval saves nothing, its "
+        "scores so far are in %s"
+        % (signal.Signals(signum).name, train_dir / "eval"),
     ]
     assert output.count("waiting for a checkpoint") == 1
 
@@ -526,7 +528,9 @@ def test_a_run_failing_before_step_1_keeps_what_the_trainer_before_it_saved(
     )
     with pytest.raises(ValueError, match="^a failed first step$"):
         _run_failing_before_step_1(train_dir, monkeypatch)
-    assert folder_contents(train_dir) == {"model.ckpt-3.index": b"the trainer's"}
+    assert folder_contents(train_dir) == {
+        "model.ckpt-3.index": b"the trainer's"
+    }
 
 
 def test_a_run_refused_a_train_dir_in_use_removes_none_of_its_files(

@@ -163,6 +163,29 @@ def test_flags_that_disagree_with_tf_config_are_an_error(flags, message):
             "TF_CONFIG's chief job lists 2 tasks (h:7, h:8); a cluster has "
             "one chief: list the others under worker",
         ),
+        (
+            json.dumps({"cluster": ["h:1", "h:2"], "task": {"type": "ps"}}),
+            'TF_CONFIG\'s cluster is ["h:1", "h:2"]; expected a JSON object, '
+            'e.g. {"worker": ["HOST:PORT"]}',
+        ),
+        (
+            json.dumps({"cluster": CLUSTER, "task": "worker"}),
+            'TF_CONFIG\'s task is "worker"; expected a JSON object, e.g. '
+            '{"type": "worker", "index": 0}',
+        ),
+        (
+            # JSON's true is no index, though Python's True == 1.
+            json.dumps(
+                {"cluster": CLUSTER, "task": {"type": "worker", "index": True}}
+            ),
+            "TF_CONFIG's task index is true; expected a whole number, e.g. 0",
+        ),
+        (
+            # The --worker_hosts way, which would make two workers of one.
+            tf_config_text("worker", 0, {"worker": ["h:1,h:2"]}),
+            'TF_CONFIG\'s worker job lists "h:1,h:2"; expected one '
+            '"HOST:PORT" per entry, e.g. ["h:1", "h:2"]',
+        ),
     ],
 )
 def test_a_bad_tf_config_is_an_error_saying_what_is_wrong(text, message):

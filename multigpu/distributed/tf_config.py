@@ -36,8 +36,11 @@ def parse(text):
     cluster = config.get("cluster") or {}
     if not cluster:
         return None
+    _refuse_other_than_object(cluster, "cluster", '{"worker": ["HOST:PORT"]}')
     workers = _workers(cluster)
-    job_type, index = _task(config.get("task") or {}, cluster)
+    task = config.get("task") or {}
+    _refuse_other_than_object(task, "task", '{"type": "worker", "index": 0}')
+    job_type, index = _task(task, cluster)
     if job_type == "ps":
         job_name = "ps"
     else:
@@ -63,6 +66,14 @@ def _json_object(text):
     return config
 
 
+def _refuse_other_than_object(value, key, example):
+    if not isinstance(value, dict):
+        raise ValueError(
+            "TF_CONFIG's %s is %s; expected a JSON object, e.g. %s"
+            % (key, json.dumps(value), example)
+        )
+
+
 def _workers(cluster):
     """The suite's workers, the chief then the workers, of TF_CONFIG's
     cluster: known jobs, each a list of "HOST:PORT"."""
@@ -80,6 +91,14 @@ def _workers(cluster):
                 'TF_CONFIG\'s %s job is %s; expected a list of "HOST:PORT" '
                 'strings, e.g. ["localhost:2222"]' % (job, json.dumps(hosts))
             )
+        for host in hosts:
+            # One task per entry: the host flags' commas are not TF_CONFIG's.
+            if "," in host or not host.strip():
+                raise ValueError(
+                    'TF_CONFIG\'s %s job lists "%s"; expected one "HOST:PORT" '
+                    "per entry, e.g. %s"
+                    % (job, host, json.dumps(_hosts(host).split(",")))
+                )
     chiefs = cluster.get("chief", [])
     if len(chiefs) > 1:
         # Two chiefs would both initialise, checkpoint and lead the group.
@@ -106,7 +125,12 @@ def _task(task, cluster):
             % job_type
         )
     num_tasks = len(cluster.get(job_type, []))
-    if not isinstance(index, int) or not 0 <= index < num_tasks:
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ValueError(
+            "TF_CONFIG's task index is %s; expected a whole number, e.g. 0"
+            % json.dumps(index)
+        )
+    if not 0 <= index < num_tasks:
         raise ValueError(
             "TF_CONFIG's task index %r is out of range: its %s job has %d "
             "task(s)" % (index, job_type, num_tasks)

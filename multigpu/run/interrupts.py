@@ -131,6 +131,38 @@ def _hold_signal(signum, frame):
         signal.signal(other, signal.SIG_DFL)
 
 
+class Signalled(BaseException):
+    """One of SIGNALS, raised in a process with nothing to save
+    (`raising`)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        self.exit_code = SHELL_SIGNAL_BASE + signum
+
+
+def _raise_signalled(signum, frame):
+    del frame
+    raise Signalled(signum)
+
+
+@contextlib.contextmanager
+def raising():
+    """In the block, each of SIGNALS raises `Signalled` where Python is (a
+    Ctrl-C too, for KeyboardInterrupt); the previous handlers on exit."""
+    previous = {
+        signum: signal.signal(signum, _raise_signalled) for signum in SIGNALS
+    }
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Signalled(signal.SIGINT) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def interrupted(hook, train_dir, task, runs):
     """The `errors.Interrupted` of a run the hook stopped."""
     if task.is_chief and runs == 0:

@@ -204,7 +204,9 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         train_dirs.owned(train_dir, task.is_chief) as as_found,
     ):
         try:
-            with task.kind.watchdog(task, sessions.timeout_secs(session.config)):
+            with task.kind.watchdog(
+                task, sessions.timeout_secs(session.config)
+            ):
                 _train(train_op, train_dir, session, start, watched)
         except BaseException:
             # A run interrupted after step 1 saved the step it reached; one
