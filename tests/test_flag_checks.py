@@ -401,8 +401,29 @@ def test_increasing_boundaries_pass_and_others_name_the_first_fault():
             "loss scaling), so it would be ignored; drop "
             "--fp16_enable_auto_loss_scale",
         ),
+        (
+            # Past the checkpoints' int64 global step.
+            "cifar10_train.py",
+            ["--save_checkpoint_steps=%d" % 2**64],
+            "cifar10_train.py: error: flag --save_checkpoint_steps=%d: %d "
+            "is not an integer in the range [1, %d]"
+            % (2**64, 2**64, 2**63 - 1),
+        ),
+        (
+            "cifar10_multi_gpu_train.py",
+            ["--max_steps=%d" % 2**63],
+            "cifar10_multi_gpu_train.py: error: flag --max_steps=%d: %d is "
+            "not an integer in the range [1, %d]" % (2**63, 2**63, 2**63 - 1),
+        ),
     ],
-    ids=["boundaries", "ps_replicated", "bfloat16_scale", "bfloat16_auto"],
+    ids=[
+        "boundaries",
+        "ps_replicated",
+        "bfloat16_scale",
+        "bfloat16_auto",
+        "save_steps_past_int64",
+        "max_steps_past_int64",
+    ],
 )
 def test_a_refused_combination_exits_1_before_anything_is_written(
     script, flags, line, tmp_path

@@ -202,6 +202,34 @@ def test_a_train_dir_too_long_for_the_files_in_it_is_one_line(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "record, read, of",
+    [
+        (train_dirs.MODEL_RECORD, train_dirs.recorded_model, "model"),
+        (train_dirs.DATA_RECORD, train_dirs.recorded_data, "data"),
+    ],
+)
+def test_a_record_that_is_a_folder_is_refused_in_one_line_naming_it(
+    tmp_path, record, read, of
+):
+    (tmp_path / record).mkdir()
+    with pytest.raises(ValueError) as error:
+        read(str(tmp_path))
+    assert str(error.value) == (
+        "%s is a folder, where the trainers keep their record of the %s of "
+        "%s; move it away" % (tmp_path / record, of, tmp_path)
+    )
+
+
+def test_a_train_dir_name_too_long_for_the_file_system_is_one_line(tmp_path):
+    train_dir = tmp_path / ("x" * 300)
+    with pytest.raises(ValueError) as error:
+        train_dirs.recorded_model(str(train_dir))
+    assert str(error.value) == "%s cannot be read: File name too long" % (
+        train_dir / train_dirs.MODEL_RECORD
+    )
+
+
 def test_a_lock_file_of_other_content_is_refused_and_left_as_it_is(tmp_path):
     lock = tmp_path / train_dirs.LOCK_NAME
     lock.write_bytes(b"my own notes\n")

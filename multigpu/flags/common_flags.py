@@ -12,6 +12,10 @@ from absl import flags
 from multigpu.graph import step_optimizer
 from multigpu.run import profile
 
+# The largest step a checkpoint's int64 global step holds: a step flag past
+# it would fail in the run, after its folder and first checkpoint.
+MAX_STEP = 2**63 - 1
+
 
 def define_once(define, name, *args, **kwargs):
     """Calls define(name, ...) unless the flag exists (DuplicateFlagError)."""
@@ -59,6 +63,7 @@ def define_cifar10_trainer_flags(data_url, train_dir):
         1000000,
         "Global step to stop at. A train_dir already there trains nothing.",
         lower_bound=1,
+        upper_bound=MAX_STEP,
     )
     define_finite_float(
         "clip_gradients",
@@ -152,6 +157,7 @@ def _define_output_flags(train_dir, log_frequency, train_dir_note):
         log_frequency,
         "Steps between progress lines.",
         lower_bound=1,
+        upper_bound=MAX_STEP,
     )
     define_once(
         flags.DEFINE_boolean,
@@ -164,8 +170,10 @@ def _define_output_flags(train_dir, log_frequency, train_dir_note):
         "save_checkpoint_steps",
         1000,
         "Steps between checkpoints; one is also saved at the last step, when "
-        "the input ends and when the run is interrupted (Ctrl-C, SIGTERM).",
+        "the input ends and when the run is interrupted (Ctrl-C, SIGTERM, "
+        "SIGHUP, SIGQUIT).",
         lower_bound=1,
+        upper_bound=MAX_STEP,
     )
     define_once(
         flags.DEFINE_integer,

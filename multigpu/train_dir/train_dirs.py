@@ -124,11 +124,26 @@ def _delete(path):
 
 def recorded_model(train_dir):
     """The model train_dir's record names (e.g. 'resnet20'), or None."""
+    text = _record(train_dir, MODEL_RECORD, "model")
+    return None if text is None else text.strip() or None
+
+
+def _record(train_dir, name, of):
+    """The text of train_dir's record name (of what: 'model'), None where
+    there is none; ValueError where it cannot be read."""
+    path = os.path.join(train_dir, name)
     try:
-        with open(os.path.join(train_dir, MODEL_RECORD)) as f:
-            return f.read().strip() or None
+        with open(path) as f:
+            return f.read()
     except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
         return None
+    except IsADirectoryError:
+        raise ValueError(
+            "%s is a folder, where the trainers keep their record of the %s "
+            "of %s; move it away" % (path, of, train_dir)
+        ) from None
+    except OSError as e:
+        raise ValueError("%s cannot be read: %s" % (path, e.strerror)) from None
 
 
 def record_model(train_dir, model_name):
@@ -149,11 +164,8 @@ def with_setting(settings, data):
 
 
 def recorded_data(train_dir):
-    try:
-        with open(os.path.join(train_dir, DATA_RECORD)) as f:
-            lines = f.read().splitlines()
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
-        return None
+    text = _record(train_dir, DATA_RECORD, "data")
+    lines = [] if text is None else text.splitlines()
     return (lines[0], tuple(lines[1:])) if lines else None
 
 
