@@ -199,7 +199,10 @@ def evaluate(checkpoint_dir, eval_dir, watch, config=None, **data):
         while True:
             checkpoint = _newest_checkpoint(checkpoint_dir, watch.run_once)
             if checkpoint is not None and checkpoint != last_scored:
-                step = eval_once(checkpoint, saver, event_file, scoring, config)
+                with cifar10_batches.reading(data["data_dir"]):
+                    step = eval_once(
+                        checkpoint, saver, event_file, scoring, config
+                    )
                 last_scored, said_at = checkpoint, None
                 if step is not None:
                     scored_step = step

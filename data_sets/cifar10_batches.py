@@ -1,5 +1,7 @@
 """CIFAR-10 batches for the trainers and the eval, from `cifar10_input`."""
 
+import contextlib
+
 import tensorflow as tf
 
 from cifar10_input import (
@@ -105,3 +107,26 @@ def batch_shapes(batch_size):
         ([batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], tf.float32),
         ([batch_size], tf.int32),
     ]
+
+
+@contextlib.contextmanager
+def reading(data_dir):
+    """A file of data_dir cut short or gone while read in the block (by a
+    watching eval): one line (ValueError) naming it, in TensorFlow's words."""
+    try:
+        yield
+    except (
+        tf.errors.InvalidArgumentError,
+        tf.errors.NotFoundError,
+        tf.errors.DataLossError,
+    ) as e:
+        if e.op is None or e.op.type != "IteratorGetNext":
+            raise
+        # TensorFlow's own words follow the node's name.
+        lines = e.message.strip().split("\n")
+        node = [i for i, line in enumerate(lines) if line.startswith("Node: ")]
+        said = lines[node[0] + 1 if node else 0].rstrip(".")
+        raise ValueError(
+            "the data changed while the eval watched (%s); put --data_dir=%s "
+            "back as it was, then run the eval again" % (said, data_dir)
+        ) from None

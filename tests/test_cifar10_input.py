@@ -88,6 +88,27 @@ def test_eval_input_refuses_more_examples_than_the_files_hold(tmp_path):
     )
 
 
+def test_an_eval_file_cut_short_while_watched_is_one_line_naming_it(tmp_path):
+    write_cifar10_files(tmp_path, records_per_file=11)
+    test_file = tmp_path / "cifar-10-batches-bin" / "test_batch.bin"
+    with tf.Graph().as_default():
+        _, labels, init_op = cifar10_batches.eval_inputs(
+            "test", str(tmp_path), batch_size=4, num_examples=11
+        )
+        # Cut as the eval waits for its next checkpoint.
+        test_file.write_bytes(test_file.read_bytes()[:1000])
+        with pytest.raises(ValueError) as error:
+            with cifar10_batches.reading(str(tmp_path)):
+                _run_to_end(labels, init_op)
+    assert str(error.value) == (
+        "the data changed while the eval watched (Excluding the header (0 "
+        'bytes) and footer (0 bytes), input file "%s" has body length 1000 '
+        "bytes, which is not an exact multiple of the record length (3073 "
+        "bytes)); put --data_dir=%s back as it was, then run the eval again"
+        % (test_file, tmp_path)
+    )
+
+
 @pytest.fixture(scope="module")
 def gray_data_dir(tmp_path_factory):
     """Ten grey random images, labels 0..9, two per training file.
