@@ -10,6 +10,7 @@ file, or cannot write its summary, stops with one line.
 import glob
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from conftest import (
     training_error,
 )
 
+from multigpu import errors
 from multigpu.train_dir import event_files
 
 # events.out.tfevents.SECONDS.HOST.PID.TOKEN
@@ -271,6 +273,23 @@ def test_an_eval_on_a_full_disk_is_one_line_and_leaves_no_file(
         line,
     ), line
     assert os.listdir(str(disk)) == ["filler"]
+
+
+def test_an_evals_folder_deleted_while_it_watches_is_one_line(tmp_path):
+    eval_dir = tmp_path / "eval"
+    with tf.Graph().as_default():
+        writer = event_files.open_writer(str(eval_dir))
+        event_file = event_files.EventFile(writer)
+        # A trainer's --clear_train_dir, between two checkpoints scored.
+        shutil.rmtree(str(eval_dir))
+        with pytest.raises(errors.TrainingError) as error:
+            event_file.write_summary(tf.compat.v1.Summary(), 2)
+    assert str(error.value) == (
+        "could not write the summary of step 2 to the event file %s: its "
+        "folder went away (deleted or moved, as a trainer's "
+        "--clear_train_dir deletes it); run again to write a new one"
+        % event_file.path
+    )
 
 
 @pytest.mark.slow

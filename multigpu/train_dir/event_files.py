@@ -177,7 +177,15 @@ class EventFile:
         except RuntimeError as e:
             reason = str(e).split("; ", 1)[-1].split("\n")[0]
         self.cut_back()
-        free = shutil.disk_usage(self.writer.get_logdir()).free / 2**20
+        folder = self.writer.get_logdir()
+        if not os.path.isdir(folder):
+            raise errors.TrainingError(
+                "could not write the summary of step %d to the event file %s: "
+                "its folder went away (deleted or moved, as a trainer's "
+                "--clear_train_dir deletes it); run again to write a new one"
+                % (step, self.path)
+            )
+        free = shutil.disk_usage(folder).free / 2**20
         raise errors.TrainingError(
             "could not write the summary of step %d to the event file %s: "
             "%s; %.1f MB free on its disk; the file keeps the %d bytes of "
