@@ -386,8 +386,7 @@ def owned(train_dir, is_chief=True):
         left = lock_file.read().strip()
         if left:
             print(
-                "taking over %s, left by %s, which ended without releasing "
-                "it" % (lock_path, _holder(left)),
+                _ended_without_a_word(train_dir, left),
                 file=sys.stderr,
                 flush=True,
             )
@@ -410,6 +409,26 @@ def owned(train_dir, is_chief=True):
             _write(lock_file, lock_path, "")
     finally:
         lock_file.close()
+
+
+def _ended_without_a_word(train_dir, holder):
+    """The line of a lock whose holder (its 'PID HOST') ended without
+    releasing it: ended by kill -9 or by the kernel (out of memory), which
+    leave no line."""
+    unfinished = sorted(
+        name + ("/" if os.path.isdir(os.path.join(train_dir, name)) else "")
+        for name in os.listdir(train_dir)
+        if _INTERRUPTED_WRITE.search(name)
+        and _written_by_suite(os.path.join(train_dir, name))
+    )
+    left = "its lock %s" % os.path.join(train_dir, LOCK_NAME)
+    if unfinished:
+        left += " and the unfinished write(s) %s" % folders.listing(unfinished)
+    return (
+        "the last run in %s (%s) ended without a word, killed (kill -9, or "
+        "the kernel out of memory?): it left %s; taking the lock over"
+        % (train_dir, _holder(holder), left)
+    )
 
 
 def _found(train_dir, lock_path):
