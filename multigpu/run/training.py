@@ -197,23 +197,23 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
     the chief of a run failing or stopped before its first step puts
     train_dir back as it found it under its lock."""
     task = session.task
-    # A signal from the first write in train_dir on is the run's to handle:
-    # one before step 1 leaves train_dir as it was.
-    with (
-        watched.interrupt.installed(),
-        train_dirs.owned(train_dir, task.is_chief) as as_found,
-    ):
-        try:
-            with task.kind.watchdog(
-                task, sessions.timeout_secs(session.config)
-            ):
-                _train(train_op, train_dir, session, start, watched)
-        except BaseException:
-            # A run interrupted after step 1 saved the step it reached; one
-            # interrupted before it, like one that failed, leaves no trace.
-            if task.is_chief and watched.logger.runs == 0:
-                train_dirs.put_back(train_dir, as_found)
-            raise
+    found = []  # What the lock's holder found, once it holds it.
+    try:
+        # A signal from the first write in train_dir on is the run's to
+        # handle: one before step 1 leaves train_dir as it was.
+        with (
+            watched.interrupt.installed(),
+            train_dirs.owned(train_dir, task.is_chief) as as_found,
+            task.kind.watchdog(task, sessions.timeout_secs(session.config)),
+        ):
+            found.append(as_found)
+            _train(train_op, train_dir, session, start, watched)
+    except BaseException:
+        # A run interrupted after step 1 saved the step it reached; one
+        # interrupted before it, like one that failed, leaves no trace.
+        if found and task.is_chief and watched.logger.runs == 0:
+            train_dirs.put_back(train_dir, found[0])
+        raise
 
 
 def _train(train_op, train_dir, session, start, watched):

@@ -365,12 +365,37 @@ def owned(train_dir, is_chief=True):
     lock_path = os.path.join(train_dir, LOCK_NAME)
     found = _found(train_dir, lock_path)
     try:
-        lock_file = _open_lock_file(train_dir, lock_path)
+        lock_file, as_found = _taken(train_dir, lock_path, found)
     except ValueError:
-        # A folder made here, refused (too long a path): removed again.
-        if found({}) is None:
-            put_back(train_dir, None)
+        # Refused (in use, a full disk, too long a path): what this run
+        # made (the folder, the lock file) goes again.
+        if os.path.isdir(train_dir):
+            put_back(train_dir, found(contents(train_dir)))
         raise
+    try:
+        try:
+            yield as_found
+        except Exception:
+            # Whatever failed first (an event file, a checkpoint), the cause
+            # is the folder's going.
+            if not os.path.isdir(train_dir):
+                raise errors.TrainingError(
+                    "--train_dir=%s went away during the run (deleted or "
+                    "moved, with its checkpoints and event files); the run "
+                    "stopped. Start it again, on a folder nothing else "
+                    "deletes: it starts from step 0" % train_dir
+                ) from None
+            raise
+        finally:
+            _write(lock_file, lock_path, "")
+    finally:
+        lock_file.close()
+
+
+def _taken(train_dir, lock_path, found):
+    """Takes train_dir's lock: (its open file, train_dir's contents as
+    found under it, by found: `_found`)."""
+    lock_file = _open_lock_file(train_dir, lock_path)
     try:
         try:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -390,25 +415,15 @@ def owned(train_dir, is_chief=True):
                 file=sys.stderr,
                 flush=True,
             )
-        holder = "%d %s\n" % (os.getpid(), socket.gethostname())
-        _write(lock_file, lock_path, holder)
-        try:
-            yield as_found
-        except Exception:
-            # Whatever failed first (an event file, a checkpoint), the cause
-            # is the folder's going.
-            if not os.path.isdir(train_dir):
-                raise errors.TrainingError(
-                    "--train_dir=%s went away during the run (deleted or "
-                    "moved, with its checkpoints and event files); the run "
-                    "stopped. Start it again, on a folder nothing else "
-                    "deletes: it starts from step 0" % train_dir
-                ) from None
-            raise
-        finally:
-            _write(lock_file, lock_path, "")
-    finally:
+        _write(
+            lock_file,
+            lock_path,
+            "%d %s\n" % (os.getpid(), socket.gethostname()),
+        )
+    except BaseException:
         lock_file.close()
+        raise
+    return lock_file, as_found
 
 
 def _ended_without_a_word(train_dir, holder):
