@@ -322,11 +322,28 @@ def count_records(filename):
 def count_framed_records(filename):
     """The records of a TFRecord file by their length fields only (a uint64
     length and 4 bytes of CRC, then the data and 4 more): no tensor is
-    made, so it counts inside a graph."""
-    count = 0
+    made, so it counts inside a graph. ValueError naming the record whose
+    frame passes the file's end (a corrupt length, a file cut short), which
+    TensorFlow's reader may take for the file's end."""
+    count, size = 0, os.path.getsize(filename)
     with open(filename, "rb") as f:
-        while len(header := f.read(12)) == 12:
+        while header := f.read(12):
+            if len(header) < 12:
+                found = "only %d of its 12 header bytes are there" % len(header)
+                raise ValueError(_past_the_end(filename, count, found, size))
             (length,) = struct.unpack("<Q", header[:8])
-            f.seek(length + 4, os.SEEK_CUR)
+            end = f.tell() + length + 4
+            if end > size:
+                found = "its length field says %d bytes" % length
+                raise ValueError(_past_the_end(filename, count, found, size))
+            f.seek(end)
             count += 1
     return count
+
+
+def _past_the_end(filename, index, found, size):
+    return (
+        "%s, record %d (from 0): %s, past the file's end at byte %d: the "
+        "file is corrupt or cut short; make it again with mnist_input.py"
+        % (filename, index, found, size)
+    )

@@ -346,6 +346,37 @@ def test_a_corrupt_record_is_reported_with_the_file_name(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "corrupt, found",
+    [
+        (
+            lambda data, at: data.__setitem__(slice(at, at + 8), b"\xff" * 8),
+            "its length field says 18446744073709551615 bytes",
+        ),
+        # Cut in the header: TensorFlow's reader takes it for the file's end.
+        (
+            lambda data, at: data.__delitem__(slice(at + 5, None)),
+            "only 5 of its 12 header bytes are there",
+        ),
+    ],
+    ids=["length", "cut_header"],
+)
+def test_a_record_framed_past_the_files_end_is_named_before_the_run(
+    tmp_path, corrupt, found
+):
+    filename = write_numbered_records(str(tmp_path), 20)
+    data = bytearray(open(filename, "rb").read())
+    corrupt(data, record_offset(data, 5))
+    open(filename, "wb").write(bytes(data))
+    with pytest.raises(ValueError) as error:
+        mnist_data.count_framed_records(filename)
+    assert str(error.value) == (
+        "%s, record 5 (from 0): %s, past the file's end at byte %d: the file "
+        "is corrupt or cut short; make it again with mnist_input.py"
+        % (filename, found, len(data))
+    )
+
+
 def test_sample_set_is_written_once_with_balanced_classes(tmp_path):
     assert mnist_data.write_fake_data(str(tmp_path))
     assert not mnist_data.write_fake_data(str(tmp_path))
