@@ -59,6 +59,25 @@ def test_a_sync_chief_trains_on_to_max_steps_past_a_killed_worker(
     assert checkpoint_steps(cluster.train_dir(0))[-1] == SYNC_STEPS
 
 
+def test_a_sync_chief_gives_tokens_again_for_a_worker_lost_twice(monkeypatch):
+    task = cluster.cluster_task("h:1", "h:2,h:3", "worker", 0)
+    hook = cluster._LostWorkersHook("tokens", task)
+    # Worker 1 answers, is killed, is restarted and answers, is killed.
+    answers = iter([True, False, True, False])
+    monkeypatch.setattr(ps, "answers", lambda address: next(answers))
+
+    class Session:
+        runs = []
+
+        def run(self, fetches):
+            self.runs.append(fetches)
+
+    session, seen, lost = Session(), set(), set()
+    for _ in range(4):
+        assert not hook._look(session, seen, lost)
+    assert session.runs == ["tokens", "tokens"]
+
+
 @pytest.mark.slow
 def test_a_killed_ps_ends_the_worker_with_a_message_naming_it(make_cluster):
     cluster = make_cluster(1, "--max_steps=100000", *_fault_flags())

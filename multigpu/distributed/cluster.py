@@ -243,12 +243,14 @@ class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
         self._watcher.stop()
 
     def _look(self, session, seen, lost):
-        """A worker that answered once (seen) and no longer does is lost.
-        True once the session ended or failed: no step waits."""
-        for address in set(self._addresses) - lost:
+        """A worker that answered once (seen) and no longer does is lost;
+        one that answers again (restarted) may be lost again. True once the
+        session ended or failed: no step waits."""
+        for address in self._addresses:
             if ps.answers(address):
                 seen.add(address)
-            elif address in seen:
+                lost.discard(address)
+            elif address in seen and address not in lost:
                 lost.add(address)
                 try:
                     session.run(self._tokens_op)
