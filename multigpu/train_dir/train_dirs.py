@@ -106,13 +106,22 @@ def clear(train_dir, data_dirs=()):
     print(removed, flush=True)
 
 
+def interrupted_writes(train_dir):
+    """The names of what the suite's interrupted writes left in train_dir,
+    sorted, a folder's ending in '/'."""
+    return sorted(
+        name + ("/" if os.path.isdir(os.path.join(train_dir, name)) else "")
+        for name in os.listdir(train_dir)
+        if _INTERRUPTED_WRITE.search(name)
+        and _written_by_suite(os.path.join(train_dir, name))
+    )
+
+
 def remove_interrupted_writes(train_dir):
     """Deletes what the suite's interrupted writes left in train_dir: they
     take the space a retry needs."""
-    for name in os.listdir(train_dir):
-        path = os.path.join(train_dir, name)
-        if _written_by_suite(path) and _INTERRUPTED_WRITE.search(name):
-            _delete(path)
+    for name in interrupted_writes(train_dir):
+        _delete(os.path.join(train_dir, name))
 
 
 def _delete(path):
@@ -430,12 +439,7 @@ def _ended_without_a_word(train_dir, holder):
     """The line of a lock whose holder (its 'PID HOST') ended without
     releasing it: ended by kill -9 or by the kernel (out of memory), which
     leave no line."""
-    unfinished = sorted(
-        name + ("/" if os.path.isdir(os.path.join(train_dir, name)) else "")
-        for name in os.listdir(train_dir)
-        if _INTERRUPTED_WRITE.search(name)
-        and _written_by_suite(os.path.join(train_dir, name))
-    )
+    unfinished = interrupted_writes(train_dir)
     left = "its lock %s" % os.path.join(train_dir, LOCK_NAME)
     if unfinished:
         left += " and the unfinished write(s) %s" % folders.listing(unfinished)
