@@ -9,8 +9,8 @@ up. Each floor, and its modules (docs/layout.md says what each holds):
   `towers`, `variable_update`, `gradient_reduction`, `all_reduce`,
   `collectives`, `step_optimizer`, `summaries`, `dry_run`, `network_plan`,
   `op_kernels`.
-- `train_dir/`, what a run keeps: `train_dirs`, `checkpoints`, `restore`,
-  `event_files`.
+- `train_dir/`, what a run keeps: `train_dirs`, `lock`, `checkpoints`,
+  `restore`, `event_files`.
 - `distributed/`, beyond one machine: `kinds`, `cluster`, `ps`,
   `agreement`, `sessions`, `tf_config`.
 - `run/`, running it safely: `training`, `loop_hooks`, `interrupts`,

@@ -24,7 +24,7 @@ from conftest import (
 )
 
 from data_sets import cifar10_data, mnist_data
-from multigpu.train_dir import checkpoints, restore, train_dirs
+from multigpu.train_dir import checkpoints, lock, restore, train_dirs
 from verification.data_files import fill_disk
 
 
@@ -179,7 +179,7 @@ def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(
     train_dir.mkdir()
     os.symlink(str(target), str(train_dir / train_dirs.LOCK_NAME))
     with pytest.raises(ValueError) as error:
-        with train_dirs.owned(str(train_dir)):
+        with lock.owned(str(train_dir)):
             pass
     assert str(error.value) == (
         "--train_dir=%s cannot be used: %s is a link (to %s), and the "
@@ -192,7 +192,7 @@ def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(
 def test_a_train_dir_too_long_for_the_files_in_it_is_one_line(tmp_path):
     train_dir = tmp_path.joinpath(*["d" * 250] * 16)
     with pytest.raises(ValueError) as error:
-        with train_dirs.owned(str(train_dir)):
+        with lock.owned(str(train_dir)):
             pass
     assert str(error.value) == (
         "--train_dir is %d characters long (as an absolute path); the files "
@@ -231,17 +231,17 @@ def test_a_train_dir_name_too_long_for_the_file_system_is_one_line(tmp_path):
 
 
 def test_a_lock_file_of_other_content_is_refused_and_left_as_it_is(tmp_path):
-    lock = tmp_path / train_dirs.LOCK_NAME
-    lock.write_bytes(b"my own notes\n")
+    lock_file = tmp_path / train_dirs.LOCK_NAME
+    lock_file.write_bytes(b"my own notes\n")
     with pytest.raises(ValueError) as error:
-        with train_dirs.owned(str(tmp_path)):
+        with lock.owned(str(tmp_path)):
             pass
     assert str(error.value) == (
         "--train_dir=%s cannot be used: %s holds 13 byte(s) the trainers do "
         "not write (expected 'PID HOST' or nothing); move it away"
-        % (tmp_path, lock)
+        % (tmp_path, lock_file)
     )
-    assert lock.read_bytes() == b"my own notes\n"
+    assert lock_file.read_bytes() == b"my own notes\n"
 
 
 # The user's folders, named like what the suite writes.

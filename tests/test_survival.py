@@ -34,7 +34,7 @@ from helpers.scripts import signal_when, wait_until
 from data_sets import cifar10_data, mnist_data, sample_sets
 from multigpu.distributed import cluster
 from multigpu.run import interrupts, training
-from multigpu.train_dir import checkpoints, train_dirs
+from multigpu.train_dir import checkpoints, lock, train_dirs
 
 # Small batches, clipped so that they never diverge (see conftest).
 CIFAR10_SMALL_STEPS = ("--batch_size=%d" % BATCH_SIZE, CLIP_FLAG)
@@ -508,7 +508,7 @@ def test_the_run_after_a_killed_one_says_it_ended_and_what_it_left(
     unfinished = tmp_path / "model.ckpt-15_temp"
     unfinished.mkdir()
     (unfinished / "part-0-of-2.index").write_bytes(b"part")
-    with train_dirs.owned(str(tmp_path)):
+    with lock.owned(str(tmp_path)):
         pass
     assert capsys.readouterr().err == (
         "the last run in %s (pid 4242 on host otherhost) ended without a "
@@ -542,16 +542,14 @@ def test_a_run_failing_before_step_1_keeps_what_the_trainer_before_it_saved(
 ):
     train_dir = tmp_path / "train"
     train_dir.mkdir()
-    open_lock_file = train_dirs._open_lock_file
+    open_lock_file = lock._open_lock_file
 
     def saved_by_the_trainer_before(*args):
         # The trainer that held the lock saves and ends as this run starts.
         (train_dir / "model.ckpt-3.index").write_bytes(b"the trainer's")
         return open_lock_file(*args)
 
-    monkeypatch.setattr(
-        train_dirs, "_open_lock_file", saved_by_the_trainer_before
-    )
+    monkeypatch.setattr(lock, "_open_lock_file", saved_by_the_trainer_before)
     with pytest.raises(ValueError, match="^a failed first step$"):
         _run_failing_before_step_1(train_dir, monkeypatch)
     assert folder_contents(train_dir) == {
@@ -563,9 +561,9 @@ def test_a_run_refused_a_train_dir_in_use_removes_none_of_its_files(
     tmp_path, monkeypatch
 ):
     train_dir = tmp_path / "train"
-    with train_dirs.owned(str(train_dir)):
+    with lock.owned(str(train_dir)):
         saved = train_dir / "model.ckpt-3.index"
         saved.write_bytes(b"the trainer's")
-        with pytest.raises(train_dirs.InUse):
+        with pytest.raises(lock.InUse):
             _run_failing_before_step_1(train_dir, monkeypatch)
     assert saved.read_bytes() == b"the trainer's"

@@ -10,6 +10,7 @@ from multigpu.run import failures, interrupts, loop_hooks
 from multigpu.train_dir import (
     checkpoints,
     event_files,
+    lock,
     restore,
     train_dirs,
 )
@@ -203,7 +204,7 @@ def _run_or_put_back(train_op, train_dir, session, start, watched):
         # handle: one before step 1 leaves train_dir as it was.
         with (
             watched.interrupt.installed(),
-            train_dirs.owned(train_dir, task.is_chief) as as_found,
+            lock.owned(train_dir, task.is_chief) as as_found,
             task.kind.watchdog(task, sessions.timeout_secs(session.config)),
         ):
             found.append(as_found)
