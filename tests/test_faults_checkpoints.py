@@ -68,8 +68,9 @@ def test_checkpoints_of_which_none_reads_are_an_error_not_a_fresh_start(
     with pytest.raises(errors.TrainingError) as error:
         checkpoints.newest_valid_checkpoint(str(three_checkpoints))
     assert str(error.value) == (
-        "none of the 3 checkpoint(s) in %s reads (the newest is %s); move "
-        "them away to train from step 0"
+        "none of the 3 checkpoint(s) in %s reads (the newest is %s): nothing "
+        "to resume from or to score; put back whole copies, or move them out "
+        "of the folder, and a trainer starts over from step 0"
         % (three_checkpoints, three_checkpoints / "model.ckpt-30")
     )
 

@@ -70,8 +70,10 @@ def newest_valid_checkpoint(checkpoint_dir):
         )
     if candidates:
         raise errors.TrainingError(
-            "none of the %d checkpoint(s) in %s reads (the newest is %s); "
-            "move them away to train from step 0"
+            "none of the %d checkpoint(s) in %s reads (the newest is %s): "
+            "nothing to resume from or to score; put back whole copies, or "
+            "move them out of the folder, and a trainer starts over from "
+            "step 0"
             % (len(candidates), checkpoint_dir, candidates[0])
         )
     return None
