@@ -129,45 +129,28 @@ def _saved_global_step(checkpoint):
     return int(tf.train.load_checkpoint(checkpoint).get_tensor("global_step"))
 
 
+# Long runs of each trainer, logging every third step.
+CIFAR10_RUN = (
+    "cifar10_train.py",
+    ("--max_steps=100000", "--log_frequency=3", *CIFAR10_SMALL_STEPS),
+)
+MNIST_RUN = (
+    "mnist_multi_gpu_train.py",
+    (
+        "--fake_data",
+        "--cpu_towers",
+        "--num_epochs=100",
+        "--batch_size=8",
+        "--log_frequency=3",
+    ),
+)
 # The trainers stopped by a signal: (script, flags, signal, exit code).
 INTERRUPTED_RUNS = {
-    "cifar10_sigterm": (
-        "cifar10_train.py",
-        ("--max_steps=100000", "--log_frequency=3", *CIFAR10_SMALL_STEPS),
-        signal.SIGTERM,
-        143,
-    ),
-    # A closed terminal; Ctrl-\\.
-    "cifar10_sighup": (
-        "cifar10_train.py",
-        ("--max_steps=100000", "--log_frequency=3", *CIFAR10_SMALL_STEPS),
-        signal.SIGHUP,
-        129,
-    ),
-    "mnist_sigquit": (
-        "mnist_multi_gpu_train.py",
-        (
-            "--fake_data",
-            "--cpu_towers",
-            "--num_epochs=100",
-            "--batch_size=8",
-            "--log_frequency=3",
-        ),
-        signal.SIGQUIT,
-        131,
-    ),
-    "mnist_sigint": (
-        "mnist_multi_gpu_train.py",
-        (
-            "--fake_data",
-            "--cpu_towers",
-            "--num_epochs=100",
-            "--batch_size=8",
-            "--log_frequency=3",
-        ),
-        signal.SIGINT,
-        130,
-    ),
+    "cifar10_sigterm": (*CIFAR10_RUN, signal.SIGTERM, 143),
+    # SIGHUP: a closed terminal; SIGQUIT: Ctrl-\.
+    "cifar10_sighup": (*CIFAR10_RUN, signal.SIGHUP, 129),
+    "mnist_sigquit": (*MNIST_RUN, signal.SIGQUIT, 131),
+    "mnist_sigint": (*MNIST_RUN, signal.SIGINT, 130),
 }
 
 
