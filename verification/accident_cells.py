@@ -9,6 +9,8 @@ docs/cluster.md; `accident_expect`) or why it does not apply.
 issue 46 it belongs to.
 """
 
+import functools
+import signal
 from typing import Callable, NamedTuple
 
 from data_sets import cifar10_data
@@ -98,19 +100,19 @@ def _before_step_1(tasks, context, outcome):
     )
 
 
-def _worker_left(tasks, step, outcome, end=STEPS):
-    """A ps cluster's worker 1 left at global step; the others train on to
-    end (`end_or_past`)."""
+def _worker_left(tasks, step, outcome, end=STEPS, signum=signal.SIGTERM):
+    """A ps cluster's worker 1 left at global step (signum); the others
+    train on to end (`end_or_past`)."""
     newest = within(
         outcome.steps[-1] if outcome.steps else -1,
         end,
         end_or_past(tasks, end),
     )
     return Expected(
-        {"ps0": 0, "worker0": 0, "worker1": 143},
+        {"ps0": 0, "worker0": 0, "worker1": 128 + signum},
         {
             **finished_lines(tasks, ["ps0", "worker0"]),
-            "worker1": left(tasks, step),
+            "worker1": left(tasks, step, signum),
         },
         [0, newest],
         files([0, newest]),
@@ -118,14 +120,13 @@ def _worker_left(tasks, step, outcome, end=STEPS):
 
 
 def _mid_run(tasks, context, outcome):
-    """SIGTERM after step ACCIDENT_STEP (or LAST_STEP - 1) was logged."""
+    """SIGTERM (or the signal of a SIGHUP or SIGQUIT row) after step
+    ACCIDENT_STEP (or LAST_STEP - 1) was logged."""
     low = context.get("logged", LAST_STEP - 1)
+    signum = context.get("signum", signal.SIGTERM)
     if tasks.kind.name in (PS, PS_SYNC):
-        return _worker_left(
-            tasks,
-            within(left_at(outcome.lines["worker1"]), low, STEPS),
-            outcome,
-        )
+        step = within(left_at(outcome.lines["worker1"]), low, STEPS)
+        return _worker_left(tasks, step, outcome, signum=signum)
     # After the logged step; how many steps later depends on the machine's
     # speed (a quiet one runs several before the signal lands), not after
     # the run's end.
@@ -134,14 +135,14 @@ def _mid_run(tasks, context, outcome):
     )
     if tasks.kind.name == WORKERS:
         return Expected(
-            {"worker0": 143, "worker1": 143},
-            stopped_together(tasks, step),
+            {"worker0": 128 + signum, "worker1": 128 + signum},
+            stopped_together(tasks, step, signum),
             [0, step],
             files([0, step]),
         )
     return Expected(
-        {"local": 143},
-        {"local": interrupted(tasks, step)},
+        {"local": 128 + signum},
+        {"local": interrupted(tasks, step, signum)},
         [0, step],
         files([0, step]),
     )
@@ -398,6 +399,15 @@ ACCIDENTS = {
     "mid_run": Accident(
         "SIGTERM mid-run", provoke.mid_run, UNTIL_STOPPED, _every(_mid_run)
     ),
+    **{
+        "%s_mid_run" % signum.name.lower(): Accident(
+            "%s mid-run" % signum.name,
+            functools.partial(provoke.mid_run, signum=signum),
+            UNTIL_STOPPED,
+            _every(_mid_run),
+        )
+        for signum in (signal.SIGHUP, signal.SIGQUIT)
+    },
     "last_step": Accident(
         "SIGTERM in the last step",
         provoke.last_step,

@@ -61,19 +61,21 @@ def saved(tasks, step):
     return tasks.train_dir(tasks.chief) / ("model.ckpt-%d" % step)
 
 
-def interrupted(tasks, step):
-    """One process's (or a ps chief's) line after SIGTERM at step."""
+def interrupted(tasks, step, signum=signal.SIGTERM):
+    """One process's (or a ps chief's) line after signum at step."""
     return (
-        "%s: interrupted (SIGTERM) at step %d; saved %s; run the same "
-        "command to resume" % (SCRIPT, step, saved(tasks, step))
+        "%s: interrupted (%s) at step %d; saved %s; run the same command to "
+        "resume"
+        % (SCRIPT, signal.Signals(signum).name, step, saved(tasks, step))
     )
 
 
-def stopped_together(tasks, step):
+def stopped_together(tasks, step, signum=signal.SIGTERM):
     """The workers' lines, a cluster of workers only, worker 1 signalled."""
-    head = (
-        "%s: worker task 1 got SIGTERM: every worker stopped at step "
-        "%d; " % (SCRIPT, step)
+    head = "%s: worker task 1 got %s: every worker stopped at step %d; " % (
+        SCRIPT,
+        signal.Signals(signum).name,
+        step,
     )
     return {
         "worker0": head + "saved %s; %s" % (saved(tasks, step), RESUME_ALL),
@@ -82,7 +84,7 @@ def stopped_together(tasks, step):
     }
 
 
-def left(tasks, step):
+def left(tasks, step, signum=signal.SIGTERM):
     """Worker 1's line once it left a ps cluster at global step."""
     sync = (
         ", each global step averaging --replicas_to_aggregate=2 "
@@ -91,10 +93,10 @@ def left(tasks, step):
         else ""
     )
     return (
-        "%s: worker task 1 interrupted (SIGTERM) at global step %d and left "
-        "the cluster; the chief (worker task 0) and the other workers train "
-        "on without it%s, and the chief saves the checkpoints; run the same "
-        "command to rejoin" % (SCRIPT, step, sync)
+        "%s: worker task 1 interrupted (%s) at global step %d and left the "
+        "cluster; the chief (worker task 0) and the other workers train on "
+        "without it%s, and the chief saves the checkpoints; run the same "
+        "command to rejoin" % (SCRIPT, signal.Signals(signum).name, step, sync)
     )
 
 

@@ -62,13 +62,13 @@ def signalled(tasks):
     return "local" if tasks.chief == "local" else "worker1"
 
 
-def mid_run(tasks):
-    """SIGTERM once the signalled task logged ACCIDENT_STEP."""
+def mid_run(tasks, signum=signal.SIGTERM):
+    """signum once the signalled task logged ACCIDENT_STEP."""
     _sample_set(tasks)
     tasks.start()
     step = int(tasks.wait_for_step(signalled(tasks), ACCIDENT_STEP)[1])
-    tasks.signal(signalled(tasks))
-    return {"logged": step}
+    tasks.signal(signalled(tasks), signum)
+    return {"logged": step, "signum": signum}
 
 
 def last_step(tasks):
