@@ -76,6 +76,14 @@ _FAILED_CHECK = re.compile(
 )
 
 
+# tf.data's `assert_cardinality` error: 'Input dataset was expected to
+# contain N elements but contained only M elements.' (or 'at least M').
+_OTHER_COUNT = re.compile(
+    r"expected to contain ([0-9]+) elements but contained (only |at least )"
+    r"([0-9]+) elements"
+)
+
+
 def decode_example(index, serialized):
     """Decodes and checks one serialized `tf.train.Example` (string scalar;
     index, int64 scalar, its place in its file): image float32 [784] in
@@ -114,7 +122,15 @@ def dataset(data_dir, split, batch_size, num_epochs, training):
     forever). training: shuffled, and every batch whole."""
     # Every record's checksum is verified as it is read; a corrupt record
     # raises `tf.errors.DataLossError` when it is reached (see `reading`).
-    records = tf.data.TFRecordDataset(data_file(data_dir, split))
+    filename = data_file(data_dir, split)
+    records = tf.data.TFRecordDataset(filename)
+    # A file cut short between two records during the run would end an
+    # epoch early without a word: each pass must read them all (`reading`).
+    records = records.apply(
+        tf.data.experimental.assert_cardinality(
+            mnist_data.count_framed_records(filename)
+        )
+    )
     # (index in the file, record): an error names the record.
     records = records.enumerate()
     if training:
@@ -151,6 +167,16 @@ def reading(filename):
             "%s is corrupt: a record fails its checksum or is cut short; "
             "make it again with mnist_input.py" % filename
         ) from e
+    except tf.errors.FailedPreconditionError as e:
+        found = _OTHER_COUNT.search(e.message)
+        if found is None:
+            raise
+        raise ValueError(
+            "%s changed during the run: it held %s records as the run "
+            "started, and %s%s when read again; put it back (or make it again "
+            "with mnist_input.py) and start the run again, which resumes from "
+            "its newest checkpoint" % ((filename,) + found.groups())
+        ) from None
     except tf.errors.NotFoundError as e:
         if e.op is None or e.op.type != "IteratorGetNext":
             raise

@@ -377,6 +377,29 @@ def test_a_record_framed_past_the_files_end_is_named_before_the_run(
     )
 
 
+def test_a_file_cut_short_during_the_run_is_named_not_a_short_epoch(tmp_path):
+    filename = write_numbered_records(str(tmp_path), 20)
+    data = open(filename, "rb").read()
+    with tf.Graph().as_default():
+        images, _ = mnist_input.inputs(
+            train=True, batch_size=4, num_epochs=3, data_dir=str(tmp_path)
+        )
+        # Cut in record 7's header, which TensorFlow's reader takes for the
+        # file's end, after the run counted the records.
+        open(filename, "wb").write(data[: record_offset(data, 7) + 5])
+        with tf.compat.v1.Session() as sess:
+            with pytest.raises(ValueError) as error:
+                with mnist_input.reading(filename):
+                    while True:
+                        sess.run(images)
+    assert str(error.value) == (
+        "%s changed during the run: it held 20 records as the run started, "
+        "and only 7 when read again; put it back (or make it again with "
+        "mnist_input.py) and start the run again, which resumes from its "
+        "newest checkpoint" % filename
+    )
+
+
 def test_sample_set_is_written_once_with_balanced_classes(tmp_path):
     assert mnist_data.write_fake_data(str(tmp_path))
     assert not mnist_data.write_fake_data(str(tmp_path))
