@@ -253,7 +253,7 @@ def _train_and_score(recipe, devices, process, output, schedule, start):
         # A corrupt record stops the run with an error naming the file.
         with mnist_input.reading(train_file):
             log_frequency = _log_frequency(
-                train_file, recipe, schedule.log_frequency, len(devices)
+                train_file, recipe, schedule, len(devices)
             )
             steps = training.run_training(
                 step,
@@ -287,11 +287,14 @@ def _train_and_score(recipe, devices, process, output, schedule, start):
     )
 
 
-def _log_frequency(train_file, recipe, log_frequency, num_towers):
-    """log_frequency, or a tenth of the run's steps if fewer."""
+def _log_frequency(train_file, recipe, schedule, num_towers):
+    """--log_frequency, or a tenth of the run's steps if fewer (said when
+    the flag was given)."""
     records = mnist_data.count_framed_records(train_file)
-    batches = records * recipe.num_epochs // recipe.batch_size
-    return loop_hooks.every_tenth(log_frequency, batches // num_towers)
+    steps = records * recipe.num_epochs // recipe.batch_size // num_towers
+    if schedule.log_frequency_given:
+        return loop_hooks.say_if_capped(schedule.log_frequency, steps)
+    return loop_hooks.every_tenth(schedule.log_frequency, steps)
 
 
 def _step(recipe, devices, task, profiling):
