@@ -294,3 +294,31 @@ def test_two_variables_saved_under_one_name_are_refused_naming_both():
         "summaries/), so one would be lost; rename one of them, e.g. by "
         "another variable scope"
     )
+
+
+def test_a_model_whose_layers_compute_in_float32_under_use_fp16_is_refused():
+    # A glue that resizes the images (float32 whatever its input) and does
+    # not cast back: its layers would train float32 under "bfloat16".
+    def resized(images, is_training):
+        images = tf.image.resize(images, [12, 12])
+        weights = tf.compat.v1.get_variable(
+            "weights", [12 * 12 * 3, 10], images.dtype
+        )
+        return tf.matmul(tf.reshape(images, [2, -1]), weights)
+
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError) as error:
+            any_model.call_model(
+                resized,
+                tf.zeros([2, 24, 24, 3]),
+                True,
+                10,
+                tf.bfloat16,
+                name="--model=mine:net",
+            )
+    assert str(error.value) == (
+        "--model=mine:net computes in float32 under --use_fp16: given "
+        "bfloat16 images, its 1 matmul and convolution op(s) are all "
+        "float32; cast back to the images' dtype after any op that returns "
+        "float32 (tf.image.resize does), or train without --use_fp16"
+    )
