@@ -6,6 +6,7 @@ the flags (absl's, or `parser`'s of the argparse era), our scripts pass
 plain arguments.
 """
 
+import functools
 import os
 
 import tensorflow as tf
@@ -111,12 +112,21 @@ def inputs(eval_data):
 
 
 def _batches_dir():
+    """--data_dir's batches folder; says so when it holds the sample set,
+    as our scripts do."""
     if not _flags().data_dir:
         raise ValueError(
             "--data_dir is empty; pass the folder that holds (or receives) "
             "%s/" % cifar10_input.BATCHES_DIR
         )
+    _say_once_if_sample_set(_flags().data_dir)
     return os.path.join(_flags().data_dir, cifar10_input.BATCHES_DIR)
+
+
+# Once a folder: a script may build its input more than once.
+_say_once_if_sample_set = functools.lru_cache(maxsize=None)(
+    cifar10_data.say_if_sample_set
+)
 
 
 def _input_dtype(images):

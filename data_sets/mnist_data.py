@@ -44,24 +44,28 @@ VALIDATION_SIZE = 5000
 # Size of the built-in sample set, per split.
 FAKE_SPLIT_SIZES = {"train": 3000, "validation": 500, "test": 1000}
 # Pixel noise of the sample set (uint8 units) on top of each digit's strokes.
-FAKE_NOISE_STDDEV = 50.0
+# Digits that fill the frame, strokes 5 pixels wide, this noise and shifts
+# of 1: the default run (2 epochs, 120 steps) learns them, 0.916 to 1.000 of
+# the test split in the runs seen; small digits of 2-pixel strokes, noise
+# 50 and shifts of 3 scored 0.19 to 0.29 there (chance 0.1).
+FAKE_NOISE_STDDEV = 20.0
 # Largest random shift of a sample digit, in pixels, along each axis.
-FAKE_MAX_SHIFT = 3
+FAKE_MAX_SHIFT = 1
 # The `sample_sets.digest` of the sample set's train.tfrecords: the set is
 # known by its content, marked or not.
-FAKE_TRAIN_DIGEST = "afec690b7b02b913"
+FAKE_TRAIN_DIGEST = "ddb5f1cfa8e905c4"
 
 
 # Seven-segment digits: the segments lit per digit and where they are drawn,
 # as (first row, last row + 1, first column, last column + 1).
 SEGMENT_BOXES = {
-    "a": (5, 7, 9, 19),
-    "b": (5, 14, 17, 19),
-    "c": (13, 23, 17, 19),
-    "d": (21, 23, 9, 19),
-    "e": (13, 23, 9, 11),
-    "f": (5, 14, 9, 11),
-    "g": (13, 15, 9, 19),
+    "a": (2, 7, 5, 23),
+    "b": (2, 17, 18, 23),
+    "c": (12, 26, 18, 23),
+    "d": (21, 26, 5, 23),
+    "e": (12, 26, 5, 10),
+    "f": (2, 17, 5, 10),
+    "g": (12, 17, 5, 23),
 }
 DIGIT_SEGMENTS = [
     *("abcdef", "bc", "abdeg", "abcdg", "bcfg"),

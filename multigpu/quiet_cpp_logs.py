@@ -1,10 +1,11 @@
 """Hides TensorFlow's known harmless C++ notices; import it before TensorFlow.
 
 TensorFlow's C++ libraries log notices as they load, before
-TF_CPP_MIN_LOG_LEVEL is read, so the variable alone cannot hide them.
-Unless the user set TF_CPP_MIN_LOG_LEVEL or asked for absl's --verbosity,
-this sets it to 1 (no INFO) and passes the C++ side of stderr through a
-filter (`cpp_log_filter`); Python's own stderr is written directly.
+TF_CPP_MIN_LOG_LEVEL is read, so the variable alone cannot hide them
+(at 2 or 3 as well). Unless the user set TF_CPP_MIN_LOG_LEVEL=0 or asked
+for absl's --verbosity, this passes the C++ side of stderr through a
+filter (`cpp_log_filter`), and sets the level to 1 (no INFO) if the user
+set none; Python's own stderr is written directly.
 
 The filter is a process of its own, not a thread, so that the script's
 exit code, or its death by a signal, is its own. At a normal exit the
@@ -44,9 +45,10 @@ def _install():
     """Filters the C++ side of stderr, unless the user asked otherwise;
     returns the function that puts it back and waits for the filter, or
     None."""
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ or wants_tensorflow_logs(sys.argv):
+    if wants_tensorflow_logs(sys.argv):
         return None
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    if os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1") == "0":
+        return None
     sys.stderr.flush()
     terminal = os.dup(2)
     sys.stderr = open(  # noqa: SIM115 - lives as long as the process

@@ -234,17 +234,24 @@ def test_each_tower_adds_every_regularization_term_once(compute_dtype, scope):
     assert {term.dtype for term in terms} == {tf.float32}
 
 
-def test_a_model_of_keras_layer_objects_is_refused_in_one_line():
+def refusal(model_fn, compute_dtype=tf.float32):
+    """The message of the ValueError that refuses model_fn, named
+    --model=mine:net, on a tower of two images."""
     with tf.Graph().as_default():
         with pytest.raises(ValueError) as error:
             any_model.call_model(
-                keras_objects_model,
+                model_fn,
                 tf.zeros([2, 24, 24, 3]),
                 True,
                 10,
+                compute_dtype,
                 name="--model=mine:net",
             )
-    assert str(error.value) == (
+    return str(error.value)
+
+
+def test_a_model_of_keras_layer_objects_is_refused_in_one_line():
+    assert refusal(keras_objects_model) == (
         "--model=mine:net creates variables without "
         "tf.compat.v1.get_variable (conv/kernel, conv/bias, dense/kernel, "
         "dense/bias): Keras layer objects or tf.Variable, which the towers "
@@ -265,16 +272,7 @@ def test_a_model_of_keras_layer_objects_is_refused_in_one_line():
 def test_logits_of_the_wrong_shape_or_dtype_are_named_in_one_line(
     logits, found
 ):
-    with tf.Graph().as_default():
-        with pytest.raises(ValueError) as error:
-            any_model.call_model(
-                lambda images, is_training: logits(images),
-                tf.zeros([2, 24, 24, 3]),
-                True,
-                10,
-                name="--model=mine:net",
-            )
-    assert str(error.value) == (
+    assert refusal(lambda images, is_training: logits(images)) == (
         "--model=mine:net must return float logits of shape [2, 10], "
         "returned %s" % found
     )
@@ -293,4 +291,22 @@ def test_two_variables_saved_under_one_name_are_refused_naming_both():
         "w (the checkpoints' names leave out the blocks model/, update/, "
         "summaries/), so one would be lost; rename one of them, e.g. by "
         "another variable scope"
+    )
+
+
+def test_a_model_whose_layers_compute_in_float32_under_use_fp16_is_refused():
+    # A glue that resizes the images (float32 whatever its input) and does
+    # not cast back: its layers would train float32 under "bfloat16".
+    def resized(images, is_training):
+        images = tf.image.resize(images, [12, 12])
+        weights = tf.compat.v1.get_variable(
+            "weights", [12 * 12 * 3, 10], images.dtype
+        )
+        return tf.matmul(tf.reshape(images, [2, -1]), weights)
+
+    assert refusal(resized, tf.bfloat16) == (
+        "--model=mine:net computes in float32 under --use_fp16: given "
+        "bfloat16 images, its 1 matmul and convolution op(s) are all "
+        "float32; cast back to the images' dtype after any op that returns "
+        "float32 (tf.image.resize does), or train without --use_fp16"
     )

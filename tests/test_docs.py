@@ -8,10 +8,11 @@ The rules, which docs/testing.md states for writers of the pages:
   Before it runs, mechanically: continuation lines are joined; `pip install
   ... && ` is dropped (the test runs in the installed project) and so is
   `python -m pytest ...` (.ci/run runs the README's; checked below); a
-  command that names `--num_gpus` or runs a benchmark or a verification
-  tool (`python -m benchmarks.NAME`, `python -m verification.NAME`) gets
-  the flags of the `<!-- test: FLAGS -->` comment right before the block
-  (a GPU block's CPU variant, a long run's cheaper one);
+  command that runs a benchmark or a verification tool (`python -m
+  benchmarks.NAME`, `python -m verification.NAME`) gets the flags of the
+  `<!-- test: FLAGS -->` comment right before the block (a long run's
+  cheaper variant); a trainer's command for several towers names
+  `--cpu_towers` itself, so that it runs as written without GPUs;
   `--max_steps=N` (and the eval's `--last_step=N`) becomes N/100, rounded
   up; `python SCRIPT.py` runs the
   repository's script with each of its folder flags whose default is under
@@ -123,9 +124,7 @@ def runnable(line, test_flags, folder, ports):
     line = re.sub(r"^pip install \S+ && ", "", line)
     if line.startswith("python -m pytest"):
         return ""
-    if test_flags and re.search(
-        r"--num_gpus|-m (benchmarks|verification)\.", line
-    ):
+    if test_flags and re.search(r"-m (benchmarks|verification)\.", line):
         command, background = re.fullmatch(r"(.*?)( &)?", line).groups()
         line = "%s %s%s" % (command, test_flags, background or "")
     line = re.sub(
@@ -167,6 +166,15 @@ def give(directive, folder):
         images, labels = random_split(size, seed)
         write_idx(idx_dir / images_name, images, mnist_data.IMAGES_MAGIC)
         write_idx(idx_dir / labels_name, labels, mnist_data.LABELS_MAGIC)
+
+
+def block_commands(block):
+    """The command lines of a ```sh block, or of a `$ ` text block."""
+    if block.language == "sh":
+        return block.text.replace("\\\n", " ").splitlines()
+    if block.text.startswith("$ "):
+        return [block.text.splitlines()[0][2:]]
+    return []
 
 
 def run_bash(script, folder):
@@ -229,11 +237,8 @@ def test_every_command_block_of_the_page_runs_as_written(
     for block in blocks(page):
         if "given" in block.directives:
             give(block.directives["given"], tmp_path)
-        if block.language == "sh":
-            commands = block.text.replace("\\\n", " ").splitlines()
-        elif block.text.startswith("$ "):
-            commands = [block.text.splitlines()[0][2:]]
-        else:
+        commands = block_commands(block)
+        if not commands:
             continue
         lines = [
             runnable(line, block.directives.get("test"), tmp_path, ports)
@@ -246,6 +251,20 @@ def test_every_command_block_of_the_page_runs_as_written(
         expected = block.text.splitlines()[1:]
         if block.language == "text":
             assert shows(expected, output), (page.name, block.line, output)
+
+
+def test_every_command_for_several_towers_runs_as_written_without_a_gpu():
+    # --cpu_towers changes nothing where the GPUs are; without it a command
+    # for 2 GPUs, copied on a machine without them, exits 1.
+    without = [
+        (page.name, line)
+        for page in PAGES
+        for block in blocks(page)
+        for line in block_commands(block)
+        if re.search(r"--num_gpus=(?!1\b)\d", line)
+        and not re.search(r"--cpu_towers|--dry_run", line)
+    ]
+    assert without == []
 
 
 def test_blocks_are_commands_outputs_or_python():

@@ -1,10 +1,18 @@
 """--dry_run: the graph for N GPUs, its transfers and kernels, without GPUs."""
 
 import re
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
-from conftest import bfloat16_conv_graph, remapper_fuses_bfloat16, run_script
+from conftest import (
+    REPO,
+    SCRIPT_ENV,
+    bfloat16_conv_graph,
+    remapper_fuses_bfloat16,
+    run_script,
+)
 from helpers.model_sizes import (
     CIFAR10_PARAMETERS,
     FLOAT32_BYTES,
@@ -291,3 +299,24 @@ def test_the_audit_names_a_fused_op_that_a_cluster_worker_could_not_run():
         )
         == []
     )
+
+
+def test_a_dry_run_whose_reader_leaves_ends_quietly_with_sigpipes_code():
+    # As `--dry_run | head`, whose reader is gone before the first line.
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "cifar10_multi_gpu_train.py"),
+            "--dry_run",
+            "--num_gpus=2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=SCRIPT_ENV,
+        cwd=REPO,
+    )
+    process.stdout.close()
+    stderr = process.stderr.read()
+    # 128 + SIGPIPE, the shell's code of a tool that stops at a closed pipe.
+    assert (process.wait(300), stderr) == (141, "")

@@ -412,6 +412,27 @@ def test_a_user_set_log_level_is_kept_as_it_is():
     assert result.stdout == "0\n", result.stderr
 
 
+@pytest.mark.parametrize("level", ["2", "3"])
+def test_a_user_set_log_level_of_2_or_3_hides_the_start_up_notices_too(level):
+    # TensorFlow prints its start-up notices (and cuInit's E line) before it
+    # reads the level: 7 lines at 2 or 3 without the filter.
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "cifar10_multi_gpu_train.py"),
+            "--dry_run",
+            "--num_gpus=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(user_env(), TF_CPP_MIN_LOG_LEVEL=level),
+        cwd=REPO,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("2 tower(s) on /gpu:0, /gpu:1\n")
+
+
 @pytest.mark.slow
 def test_the_mnist_trainer_runs_its_one_tower_on_the_cpu_by_default(
     tmp_path,

@@ -339,6 +339,8 @@ class Schedule(NamedTuple):
     max_steps: int  # None: the input's end
     save_checkpoint_steps: int
     save_summaries_steps: int  # None: no summaries (MNIST's --tb_logging)
+    # Given on the command line: a short run that lowers it says so.
+    log_frequency_given: bool = False
 
 
 def schedule_from_flags(flag_values):
@@ -348,6 +350,7 @@ def schedule_from_flags(flag_values):
         flag_values.max_steps if "max_steps" in flag_values else None,
         flag_values.save_checkpoint_steps,
         flag_values.save_summaries_steps if summaries else None,
+        flag_values["log_frequency"].present,
     )
 
 

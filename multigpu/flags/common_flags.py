@@ -155,7 +155,8 @@ def _define_output_flags(train_dir, log_frequency, train_dir_note):
         flags.DEFINE_integer,
         "log_frequency",
         log_frequency,
-        "Steps between progress lines.",
+        "Steps between progress lines, at most a tenth of the run's steps "
+        "(a run that lowers the value given says so).",
         lower_bound=1,
         upper_bound=MAX_STEP,
     )

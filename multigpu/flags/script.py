@@ -75,7 +75,18 @@ def run_script(main):
             )
             sys.exit(errors.CTRL_C_EXIT_CODE)
 
-    app.run(main_with_errors, flags_parser=parse_flags)
+    try:
+        app.run(main_with_errors, flags_parser=parse_flags)
+    except BrokenPipeError:
+        _end_at_closed_stdout()
+
+
+def _end_at_closed_stdout():
+    """Ends quietly, as a command-line tool whose reader left (`| head`):
+    the exit code of a SIGPIPE, no traceback."""
+    # Python would flush the lines it still holds at exit, and fail again.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(128 + signal.SIGPIPE)
 
 
 _PYBIND_CTRL_C = "REPLACED BY KeyboardInterrupt"

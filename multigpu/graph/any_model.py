@@ -64,6 +64,7 @@ def call_model(
         ),
         _quiet_tf1_layers(),
     ):
+        first_op = len(tf.compat.v1.get_default_graph().get_operations())
         try:
             logits = model_fn(tf.cast(images, compute_dtype), is_training)
         except (AttributeError, ImportError) as e:
@@ -77,6 +78,7 @@ def call_model(
                 tf.compat.v1.GraphKeys.MOVING_AVERAGE_VARIABLES, var
             )
     _check_logits(logits, [images.shape[0], num_classes], name)
+    _refuse_float32_layers(first_op, compute_dtype, name)
     return tf.cast(logits, tf.float32)
 
 
@@ -177,6 +179,36 @@ def _refuse_other_variables(created, got, name):
             "functions (tf.compat.v1.layers.conv2d, ...) instead"
             % (name, ", ".join(others))
         )
+
+
+def _refuse_float32_layers(first_op, compute_dtype, name):
+    """A model given reduced-precision images whose matmuls and
+    convolutions (the graph's ops from first_op on) all compute in float32
+    (after a resize, say, that returns float32 and no cast back): refused,
+    not trained as float32 under the name of the reduced dtype."""
+    if compute_dtype not in REDUCED_DTYPES:
+        return
+    ops = tf.compat.v1.get_default_graph().get_operations()[first_op:]
+    computing = [op for op in ops if op.type in _COMPUTING_OPS]
+    if computing and all(op.outputs[0].dtype == tf.float32 for op in computing):
+        raise ValueError(
+            "%s computes in float32 under --use_fp16: given %s images, its "
+            "%d matmul and convolution op(s) are all float32; cast back to "
+            "the images' dtype after any op that returns float32 "
+            "(tf.image.resize does), or train without --use_fp16"
+            % (name, compute_dtype.name, len(computing))
+        )
+
+
+# The ops that do a model's arithmetic, whose dtype is the computation's.
+_COMPUTING_OPS = (
+    "MatMul",
+    "BatchMatMulV2",
+    "BatchMatMulV3",
+    "Conv2D",
+    "Conv3D",
+    "DepthwiseConv2dNative",
+)
 
 
 def _check_logits(logits, shape, name):

@@ -23,20 +23,51 @@ def every_tenth(log_frequency, steps):
     return min(log_frequency, max(1, math.ceil(steps / PROGRESS_FRACTION)))
 
 
+def say_if_capped(log_frequency, steps):
+    """Prints one line when `every_tenth` lowers a --log_frequency the user
+    gave for a run of steps steps; returns the steps between lines."""
+    every = every_tenth(log_frequency, steps)
+    if every < log_frequency:
+        print(
+            "--log_frequency=%d is more than a tenth of this run's %d "
+            "step(s): a progress line every %d step(s)"
+            % (log_frequency, steps, every),
+            flush=True,
+        )
+    return every
+
+
+def step_line(now, step, loss, examples_per_sec, sec_per_batch, worker=None):
+    """`DATE: step N, loss = L (E examples/sec; S sec/batch)`; in a cluster
+    (worker: the task index) `DATE: worker task W: step N, ...`."""
+    who = "" if worker is None else "worker task %d: " % worker
+    return "%s: %sstep %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)" % (
+        now,
+        who,
+        step,
+        loss,
+        examples_per_sec,
+        sec_per_batch,
+    )
+
+
 class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
-    """Prints `DATE: step N, loss = L (E examples/sec; S sec/batch)`.
+    """Prints a `step_line`.
 
     E counts the examples of all towers; S is the mean since the last
     line. A line comes every `every_tenth` steps, or after the step that
     ends PROGRESS_SECS without one.
     """
 
-    def __init__(self, loss, examples_per_step, log_frequency, last_step):
-        """loss: float32 scalar; last_step: the run's last, or None."""
+    def __init__(self, loss, examples_per_step, schedule, worker=None):
+        """loss: float32 scalar; schedule: the run's `choices.Schedule`;
+        worker: the task index of a cluster's worker, or None."""
         self._loss = loss
         self._examples_per_step = examples_per_step
-        self._log_frequency = log_frequency
-        self._last_step = last_step
+        self._log_frequency = schedule.log_frequency
+        self._last_step = schedule.max_steps
+        self._log_frequency_given = schedule.log_frequency_given
+        self._worker = worker
         self.step = None
         self.runs = 0
 
@@ -57,7 +88,10 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
     def _steps_between_lines(self):
         if self._last_step is None or self._last_step <= self.step:
             return self._log_frequency
-        return every_tenth(self._log_frequency, self._last_step - self.step)
+        steps = self._last_step - self.step
+        if self._log_frequency_given:
+            return say_if_capped(self._log_frequency, steps)
+        return every_tenth(self._log_frequency, steps)
 
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs(self._loss)
@@ -72,13 +106,13 @@ class StepLoggerHook(tf.compat.v1.train.SessionRunHook):
             # In a cluster other workers move the global step too.
             self.step = run_context.session.run(self._global_step)
             print(
-                "%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)"
-                % (
+                step_line(
                     datetime.datetime.now(),
                     self.step,
                     run_values.results,
                     self._examples_per_step / sec_per_batch,
                     sec_per_batch,
+                    self._worker,
                 ),
                 flush=True,
             )

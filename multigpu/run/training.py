@@ -114,8 +114,8 @@ def _watched(step, schedule, train_dir, task):
     logger = loop_hooks.StepLoggerHook(
         step.loss,
         step.examples_per_step,
-        schedule.log_frequency,
-        schedule.max_steps,
+        schedule,
+        None if task.cluster is None else task.task_index,
     )
     return _Watched(
         logger,
