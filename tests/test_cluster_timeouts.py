@@ -143,9 +143,15 @@ def test_the_agreement_under_a_bound_of_0_waits_for_a_late_peer():
 def test_the_ps_watchdog_ends_a_worker_only_after_a_silence_of_its_timeout(
     monkeypatch, capsys
 ):
-    # (seconds, whether the ps answers) at each look: a blip at 0 s, an
-    # answer at 5 s, a second blip from 100 s on; the timeout is 30 s.
-    looks = [(0, False), (5, True), (100, False), (129, False), (130, False)]
+    # (clock, whether the ps answers) at each look: a blip at 1000 s, an
+    # answer at 1005 s, a second blip from 1100 s on; the timeout is 30 s.
+    looks = [
+        (1000, False),
+        (1005, True),
+        (1100, False),
+        (1129, False),
+        (1130, False),
+    ]
     now = {"secs": 0, "answers": True}
     monkeypatch.setattr(
         ps,
@@ -166,7 +172,7 @@ def test_the_ps_watchdog_ends_a_worker_only_after_a_silence_of_its_timeout(
             watchdog._look(None)
             survived.append(now["secs"])
 
-    assert (survived, ended.value.code) == ([0, 5, 100, 129], 1)
+    assert (survived, ended.value.code) == ([1000, 1005, 1100, 1129], 1)
     assert capsys.readouterr().err.endswith(
         ": error: lost the cluster: unreachable: ps\n"
     )
