@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO
 
 from multigpu.distributed import kinds
-from verification import accident_cells, accidents
+from verification import accident_cells, accident_expect, accidents
 
 
 def _param(cell):
@@ -99,3 +99,9 @@ def test_the_cells_of_two_hosts_are_skipped_without_root_saying_why(
         "| | | | | n/a: one process runs on one host |",
         "2 cell(s), 0 failing",
     ]
+
+
+def test_a_step_outside_its_expected_range_reads_as_minus_1():
+    found = [accident_expect.within(step, 3, 5) for step in (2, 3, 5, 6)]
+
+    assert found == [-1, 3, 5, -1]

@@ -250,6 +250,12 @@ def test_float16_transfer_halves_the_ring_bytes_the_dry_run_prices():
     )
 
 
+def test_a_link_of_10_gbits_moves_1_25_gb_each_way_in_a_second():
+    # Full duplex: the busier direction sets the time.
+    assert network_plan.network_ms(1_250_000_000, 10**9, 10) == 1000.0
+    assert network_plan.network_ms(0, 125_000_000, 100) == 10.0
+
+
 def test_a_stored_run_is_predicted_again_by_the_model_as_it_is_now():
     reads = 8e6 * SHARE / 8
     stored = {

@@ -23,12 +23,14 @@ def _lrn_and_gradient(lrn, x, upstream):
 
 
 def _tutorial_lrn(x):
+    """The tutorial's norm1 and norm2, with its own numbers (not the
+    model's constants, which this pins)."""
     return tf.nn.local_response_normalization(
         tf.cast(x, tf.float32),
-        depth_radius=cifar10.LRN_DEPTH_RADIUS,
-        bias=cifar10.LRN_BIAS,
-        alpha=cifar10.LRN_ALPHA,
-        beta=cifar10.LRN_BETA,
+        depth_radius=4,
+        bias=1.0,
+        alpha=0.001 / 9.0,
+        beta=0.75,
     )
 
 

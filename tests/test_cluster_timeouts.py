@@ -1,8 +1,11 @@
 """Operation timeouts bound the waits of a cluster, and only of a cluster."""
 
+import os
 import socket
+import sys
 import threading
 import time
+import types
 
 import pytest
 import tensorflow as tf
@@ -135,3 +138,41 @@ def test_the_agreement_under_a_bound_of_0_waits_for_a_late_peer():
         late.join()
         # It returned once the peer answered, not at its first look.
         assert ps.answers(hosts.split(",")[0])
+
+
+def test_the_ps_watchdog_ends_a_worker_only_after_a_silence_of_its_timeout(
+    monkeypatch, capsys
+):
+    # (clock, whether the ps answers) at each look: a blip at 1000 s, an
+    # answer at 1005 s, a second blip from 1100 s on; the timeout is 30 s.
+    looks = [
+        (1000, False),
+        (1005, True),
+        (1100, False),
+        (1129, False),
+        (1130, False),
+    ]
+    now = {"secs": 0, "answers": True}
+    monkeypatch.setattr(
+        ps,
+        "unreachable_tasks",
+        lambda _: "every task answers" if now["answers"] else "unreachable: ps",
+    )
+    # The module's clock and exit, for these looks only.
+    monkeypatch.setattr(
+        ps, "time", types.SimpleNamespace(time=lambda: now["secs"])
+    )
+    monkeypatch.setattr(
+        ps, "os", types.SimpleNamespace(path=os.path, _exit=sys.exit)
+    )
+    watchdog = ps.PsWatchdog(None, 30)
+    survived = []
+    with pytest.raises(SystemExit) as ended:
+        for now["secs"], now["answers"] in looks:
+            watchdog._look(None)
+            survived.append(now["secs"])
+
+    assert (survived, ended.value.code) == ([1000, 1005, 1100, 1129], 1)
+    assert capsys.readouterr().err.endswith(
+        ": error: lost the cluster: unreachable: ps\n"
+    )

@@ -274,6 +274,21 @@ def test_float32_gradients_cross_as_float16_and_come_back_as_float32():
     )
 
 
+def test_float32_gradients_cross_as_bfloat16_when_asked():
+    bfloat16 = tf.bfloat16.as_numpy_dtype
+    rng = np.random.default_rng(1)
+    towers = [[rng.normal(size=[3, 5]).astype(np.float32)] for _ in range(2)]
+    # The ring sums bfloat16 values in bfloat16 and divides by 2 there.
+    (a,), (b,) = towers
+    half = (a.astype(bfloat16) + b.astype(bfloat16)) / bfloat16(2)
+
+    (reduced,), _ = _reduced(towers, 0, tf.bfloat16)
+
+    assert reduced.dtype == np.float32
+    np.testing.assert_array_equal(reduced, half.astype(np.float32))
+    assert not np.array_equal(reduced, (a + b) / 2)
+
+
 def test_the_pack_plan_splits_each_dtype_into_pieces_of_pack_bytes():
     grads = [
         tf.zeros([3, 5]),  # 60 bytes

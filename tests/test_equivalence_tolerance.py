@@ -71,6 +71,17 @@ def test_an_integer_off_by_one_and_a_missing_variable_are_infinitely_out():
     assert errors == {"w": float("inf"), "count": float("inf")}
 
 
+def test_a_nan_of_the_towers_is_out_of_any_tolerance():
+    reference = {"w": np.array([1.0, 2.0])}
+
+    errors = tolerance.errors(
+        {"w": np.array([1.0, np.nan])}, reference, {"w": 0.25}
+    )
+
+    # Not within (<= 1), whichever way a NaN reads: NaN and inf are not.
+    assert not errors["w"] <= 1.0
+
+
 def test_two_spreads_agree_when_each_is_within_8_times_the_other():
     assert tolerance.agree(1.0, 7.5) and tolerance.agree(7.5, 1.0)
     assert not tolerance.agree(1.0, 8.5)

@@ -307,6 +307,15 @@ def test_one_epoch_yields_every_record_once_shuffled_then_ends(tmp_path):
     assert list(ids) != list(range(300))
 
 
+def test_each_epoch_yields_every_record_once_in_its_own_order(tmp_path):
+    write_numbered_records(str(tmp_path), 300)
+    batches = read_inputs(tmp_path, 30, 2)
+    ids = example_ids(np.concatenate([b[0] for b in batches]))
+    first, second = ids[:300].tolist(), ids[300:].tolist()
+    assert sorted(first) == sorted(second) == list(range(300))
+    assert first != second
+
+
 def test_training_batches_drop_the_last_partial_batch(tmp_path):
     write_numbered_records(str(tmp_path), 100)
     batches = read_inputs(tmp_path, 40, 3)

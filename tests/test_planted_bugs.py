@@ -58,11 +58,15 @@ def test_the_script_names_the_check_that_caught_a_bug_and_writes_nothing():
         "AssertionError: assert {'moved': 0.5... 'count': 0.0} == "
         "{'moved': 0.5... 'count': 0.0}"
     )
-    assert run.stdout.splitlines()[2:] == [
+    row, summary = run.stdout.splitlines()[2:]
+    # The check's time unplanted, in seconds.
+    secs = row.split(" | ")[5]
+    assert re.fullmatch(r"\d+\.\d\d", secs), row
+    assert (row, summary) == (
         "| no_ulp_floor | verification/equivalence_tolerance.py | "
         "a spread of 0 where the measuring run repeats a value exactly "
-        "| %s | %s | %s | "
-        "caught |" % (check, check, how),
+        "| %s | %s | %s | %s | "
+        "caught |" % (check, check, secs, how),
         "1 of 1 planted bug(s) caught",
-    ]
+    )
     assert planted.read_bytes() == before

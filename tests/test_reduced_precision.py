@@ -215,6 +215,16 @@ def test_the_dynamic_scale_halves_until_finite_then_doubles_after_n_steps():
     assert global_step == 5
 
 
+def test_the_dynamic_scale_doubles_once_per_n_good_steps():
+    # No step overflows below 2 ** 16; 5 good steps of n = 2 double the
+    # scale twice, at steps 2 and 4.
+    dynamic = step_optimizer.LossScaling(2.0**10, True, 2)
+
+    _, global_step, scale, _ = one_step(1.0, dynamic, steps=5)
+
+    assert (global_step, scale) == (5, 2.0**12)
+
+
 def test_loss_scaling_applies_to_float16_only():
     scaling = step_optimizer.loss_scaling(tf.bfloat16, 128, True, 10, False)
     assert scaling is None

@@ -155,3 +155,76 @@ def test_the_learning_rate_decays_at_the_step_of_the_new_examples_per_step():
         128: pytest.approx(0.01),
         256: pytest.approx(0.001),
     }
+
+
+def _small_classifier():
+    """hidden/weights [4, 3] and logits/weights [3, 2], under a loss."""
+    hidden = tf.compat.v1.get_variable("hidden/weights", [4, 3])
+    logits = tf.matmul(tf.ones([2, 4]) @ hidden, _logits_weights())
+    tf.compat.v1.losses.sparse_softmax_cross_entropy(
+        tf.zeros([2], tf.int32), logits
+    )
+    return hidden
+
+
+def _logits_weights():
+    return tf.compat.v1.get_variable("logits/weights", [3, 2])
+
+
+def _save_small_classifier(train_dir, scope=""):
+    """A checkpoint of `_small_classifier`'s variables under scope; returns
+    it and its values."""
+    with tf.Graph().as_default():
+        with tf.compat.v1.variable_scope(scope):
+            _small_classifier()
+        tf.compat.v1.train.get_or_create_global_step()
+        checkpoint = _save_initialised_graph(train_dir, 3)
+    return checkpoint, saved_values(checkpoint)
+
+
+def _warm_start_small_classifier(checkpoint, fine_tune):
+    """Warm starts `_small_classifier` from the checkpoint by `restore_fn`;
+    returns the name -> value of its weights after."""
+    with tf.Graph().as_default():
+        _small_classifier()
+        tf.compat.v1.train.get_or_create_global_step()
+        with tf.compat.v1.Session() as sess:
+            restore.restore_fn(None, checkpoint, fine_tune)(sess)
+            weights = tf.compat.v1.trainable_variables()
+            return dict(zip([v.op.name for v in weights], sess.run(weights)))
+
+
+def test_a_warm_start_from_a_checkpoint_of_other_names_is_an_error_naming_them(
+    tmp_path,
+):
+    checkpoint, _ = _save_small_classifier(tmp_path, "pretrained")
+
+    with pytest.raises(ValueError) as raised:
+        _warm_start_small_classifier(checkpoint, fine_tune=False)
+
+    assert str(raised.value) == (
+        "checkpoint %s does not fit this model: it lacks hidden/weights "
+        "[4, 3], logits/weights [3, 2]; it seems to hold no model of this "
+        "suite (3 variables, e.g. global_step, pretrained/hidden/weights, "
+        "pretrained/logits/weights)" % checkpoint
+    )
+
+
+def test_fine_tune_starts_the_logits_layer_afresh_and_keeps_the_others(
+    tmp_path, capsys
+):
+    checkpoint, saved = _save_small_classifier(tmp_path)
+
+    started = _warm_start_small_classifier(checkpoint, fine_tune=True)
+
+    np.testing.assert_array_equal(
+        started["hidden/weights"], saved["hidden/weights"]
+    )
+    assert not np.array_equal(
+        started["logits/weights"], saved["logits/weights"]
+    )
+    assert capsys.readouterr().out.split("\n")[1:] == [
+        "Warm start left at their initial values: logits/weights (--fine_tune: "
+        "the layer that makes the logits)",
+        "",
+    ]

@@ -202,6 +202,36 @@ def test_sync_replicas_move_each_average_once_per_global_step_not_per_worker():
     assert per_global_step == shadows
 
 
+def test_the_sync_chief_applies_a_step_once_replicas_to_aggregate_arrived():
+    # 3 workers, --replicas_to_aggregate=2: the chief's accumulator of each
+    # weight gives its mean once 2 gradients came.
+    task = cluster.cluster_task(
+        "127.0.0.1:1",
+        "127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
+        "worker",
+        0,
+        True,
+        2,
+    )
+    with (
+        tf.Graph().as_default() as graph,
+        tf.compat.v1.device(cluster.device_setter(task)),
+    ):
+        cifar10_step_graph(
+            np.zeros([2, 24, 24, 3], np.float32),
+            np.zeros([2], np.int32),
+            task=task,
+        )
+        required = [
+            int(tf.get_static_value(op.inputs[1]))
+            for op in graph.get_operations()
+            if op.type == "ResourceAccumulatorTakeGradient"
+        ]
+    gc.collect()  # As above: the graph's 'never used' log, here.
+
+    assert required == [2] * TUTORIAL_VARIABLES
+
+
 # Slow: it builds ResNet-20's graph before it refuses it.
 @pytest.mark.slow
 def test_sync_replicas_with_a_batch_norm_model_is_refused_in_one_line(

@@ -16,6 +16,8 @@ from helpers.events import read_events
 from helpers.scripts import run_code, run_user_script
 from helpers.tutorial_checkpoints import top_1_hits
 
+import cifar10
+
 ERA_SCRIPTS = pathlib.Path(__file__).parent / "tutorial_scripts_2017"
 
 # 40% of the 100 training records (5 files of 20) that the data fixture
@@ -167,3 +169,16 @@ def test_the_tutorial_calls_say_once_when_they_read_the_sample_set(
         # 40% of the sample set's 10,000 training records, the tutorial's.
         "Filling queue with 4000 CIFAR images before starting to train.",
     ]
+
+
+@pytest.mark.parametrize(
+    "given, use_fp16",
+    [([], False), (["--use_fp16"], True), (["--use_fp16", "f"], False)],
+)
+def test_the_argparse_era_reads_a_bare_use_fp16_as_true_and_f_as_false(
+    given, use_fp16, monkeypatch
+):
+    # The parser keeps what it parsed last: none of it outlives the test.
+    monkeypatch.setattr(cifar10.parser, "values", None)
+
+    assert cifar10.parser.parse_args(given).use_fp16 is use_fp16

@@ -12,12 +12,14 @@ tree) to a scratch folder, runs every bug's checks there once unplanted
 each bug of BUGS (`planted_step_bugs`' and `planted_run_bugs`'),
 replaces its text in its file, runs its checks (tests of `-m "not slow"`,
 each a pytest node id, in one pytest process), and puts the file back.
-Prints a table (bug | where | what | check | caught by | how, pytest's
-line of each failure | result) and exits 1 unless every bug was caught.
+Prints a table (bug | where | what | check | caught by | secs, how long
+each catching check takes unplanted | how, pytest's line of each failure
+| result) and exits 1 unless every bug was caught.
 The repository itself is never written; the scratch folder is removed
 at the end. Every bug takes a pytest process (10 s to start TensorFlow)
 and its checks' time: 28 minutes for 36 bugs on 2 CPU cores shared with
-other work (a load average of about 20).
+other work (a load average of about 20), 13 minutes for 63 at a load of
+about 5.
 """
 
 import argparse
@@ -63,11 +65,14 @@ def failed_checks(folder, checks):
       checks: list of pytest node ids.
 
     Returns:
-      dict {node id: str, pytest's one line of why it failed, errored or
-      did not run} of the checks that did not pass.
+      failed: dict {node id: str, pytest's one line of why it failed,
+        errored or did not run} of the checks that did not pass.
+      seconds: dict {node id: float}, each check's time (its tests' setup,
+        call and teardown, as pytest's --durations reports them).
     """
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "0", "-rfE"]
+        + ["--durations=0", "--durations-min=0"]
         + ["-m", "not slow", "-p", "no:cacheprovider", *checks],
         cwd=folder,
         capture_output=True,
@@ -76,18 +81,26 @@ def failed_checks(folder, checks):
         # Wide enough that pytest's summary line keeps its message whole.
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "500"},
     )
-    failed = {}
+    failed, seconds = {}, dict.fromkeys(checks, 0.0)
     for line in run.stdout.splitlines():
         match = re.match(r"(FAILED|ERROR) (\S.*?)(?: - (.*))?$", line)
         if match:
-            for check in checks:
-                if match.group(2).startswith(check):
-                    failed.setdefault(check, match.group(3) or match.group(1))
+            for check in _covering(checks, match.group(2)):
+                failed.setdefault(check, match.group(3) or match.group(1))
+        timed = re.match(r"(\d+\.\d+)s (?:setup|call|teardown) +(\S.*)$", line)
+        if timed:
+            for check in _covering(checks, timed.group(2)):
+                seconds[check] += float(timed.group(1))
     if run.returncode != 0 and not failed:
         # A test file that fails to import, a node id not found or
         # deselected: none of them ran to pass.
-        return dict.fromkeys(checks, "did not run")
-    return failed
+        return dict.fromkeys(checks, "did not run"), seconds
+    return failed, seconds
+
+
+def _covering(checks, node_id):
+    """The checks (node ids, perhaps without parameters) of a test's."""
+    return [check for check in checks if node_id.startswith(check)]
 
 
 def plant(folder, bug):
@@ -114,11 +127,12 @@ def try_bugs(folder, bugs):
     """Each bug planted in turn; returns the table's rows.
 
     Returns:
-      list of (name, path, description, checks, caught_by, how, result)
-      of str; how, the first line of each caught check's failure.
+      list of (name, path, description, checks, caught_by, seconds, how,
+      result) of str; seconds, each caught check's time unplanted; how,
+      the first line of each caught check's failure.
     """
     checks = sorted({check for bug in bugs for check in bug.checks})
-    failing_unplanted = failed_checks(folder, checks)
+    failing_unplanted, seconds = failed_checks(folder, checks)
     rows = []
     for bug in bugs:
         caught, result = _outcome(folder, bug, failing_unplanted)
@@ -129,6 +143,7 @@ def try_bugs(folder, bugs):
                 bug.description,
                 ", ".join(short(c) for c in bug.checks),
                 ", ".join(short(c) for c in caught) or "-",
+                ", ".join("%.2f" % seconds[c] for c in caught) or "-",
                 "; ".join(_cut(how) for how in caught.values()) or "-",
                 result,
             )
@@ -152,7 +167,7 @@ def _outcome(folder, bug, failing_unplanted):
     if text is None:
         return {}, "NOT PLANTED (its text is not found once)"
     try:
-        caught = failed_checks(folder, list(bug.checks))
+        caught, _ = failed_checks(folder, list(bug.checks))
     finally:
         (folder / bug.path).write_text(text)
     caught = {check: caught[check] for check in sorted(caught)}
@@ -181,8 +196,10 @@ def main():
     with tempfile.TemporaryDirectory(prefix="planted_bugs_") as scratch:
         folder = Path(scratch)
         scratch_copy(folder)
-        print("| bug | where | what | check | caught by | how | result |")
-        print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
+        print(
+            "| bug | where | what | check | caught by | secs | how | result |"
+        )
+        print("| --- " * 8 + "|", flush=True)
         rows = try_bugs(folder, bugs)
     caught = sum(row[-1] == "caught" for row in rows)
     print("%d of %d planted bug(s) caught" % (caught, len(rows)))

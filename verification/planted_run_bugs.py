@@ -3,8 +3,10 @@
 As `planted_step_bugs`' (each a text of one file, its replacement and the
 quick checks that should catch it): the workers' agreement before step 1,
 the other workers' start, the stop every worker agrees on, the lost
-cluster's last save, the eval's restore and batch norm, and the training
-input. `verification/planted_bugs.py` plants them.
+cluster's last save, the ps's step claims, watchdog and done tokens,
+resumes and warm starts, the data record, event files, the eval's
+restore, batch norm and input, the training input, MNIST's epochs, the
+argparse era's flags, and the accident runner's expected steps. `verification/planted_bugs.py` plants them.
 """
 
 from verification.planted_step_bugs import Bug
@@ -16,6 +18,7 @@ _EVAL = (
 _DIGESTS = "tests/test_agreement_digests.py::"
 _FLAGS = "tests/test_agreement_flags.py::"
 _INPUT = "tests/test_cifar10_input.py::"
+_RESTORE = "tests/test_restore.py::"
 
 BUGS = [
     Bug(
@@ -135,5 +138,158 @@ BUGS = [
         "labels[:batch_size]",
         "a training batch's labels in file order, its images shuffled",
         (_INPUT + "test_crops_and_flips_vary_between_epochs",),
+    ),
+    Bug(
+        "resume_from_oldest",
+        "multigpu/train_dir/checkpoints.py",
+        "for _, path in sorted(found, reverse=True)",
+        "for _, path in sorted(found)",
+        "a train_dir whose state file names none resumes its oldest checkpoint",
+        (
+            "tests/test_faults_checkpoints.py::test_a_garbage_state_file_"
+            "gives_way_to_the_newest_checkpoint",
+        ),
+    ),
+    Bug(
+        "data_record_by_name",
+        "multigpu/train_dir/train_dirs.py",
+        "    if held == data:\n",
+        "    if held[0] == data.description:\n",
+        "a train_dir's data record checked by the data set's name only",
+        (
+            "tests/test_run_data.py::test_other_files_of_the_same_data_set_"
+            "are_named_in_one_line",
+        ),
+    ),
+    Bug(
+        "event_file_name_shared",
+        "multigpu/train_dir/event_files.py",
+        'suffix = ".%d.%s" % (os.getpid(), secrets.token_hex(4))',
+        'suffix = ".%d" % os.getpid()',
+        "two writers of one second and process share an event file's name",
+        (
+            "tests/test_event_files.py::test_two_writers_opened_in_one_second_"
+            "write_two_whole_files",
+        ),
+    ),
+    Bug(
+        "eval_drops_partial_batch",
+        "data_sets/cifar10_batches.py",
+        ".take(num_examples).batch(batch_size)",
+        ".take(num_examples).batch(batch_size, drop_remainder=True)",
+        "the eval leaves out the last partial batch",
+        (_INPUT + "test_eval_input_yields_every_example_once_in_file_order",),
+    ),
+    Bug(
+        "crops_from_0_to_7",
+        "cifar10_input.py",
+        "0, MAX_CROP_OFFSET + 1, tf.int32)",
+        "0, MAX_CROP_OFFSET, tf.int32)",
+        "training crops start at offsets 0..7, never 8",
+        (
+            "tests/test_cifar10_input_distribution.py::test_crop_offsets_cover"
+            "_0_to_8_uniformly_in_each_axis_and_jointly",
+        ),
+    ),
+    Bug(
+        "image_one_byte_early",
+        "cifar10_input.py",
+        "raw[..., LABEL_BYTES:]",
+        "raw[..., :-LABEL_BYTES]",
+        "a record's image read one byte early: from its label on",
+        (_INPUT + "test_records_are_written_depth_major_and_read_back_as_hwc",),
+    ),
+    Bug(
+        "ps_steps_unclaimed",
+        "multigpu/distributed/kinds.py",
+        "step_optimizer=step_optimizer.claiming,",
+        "step_optimizer=step_optimizer.plain,",
+        "a ps cluster's steps no longer claim their global step",
+        (
+            "tests/test_step_claims.py::test_a_ps_step_whose_claim_passes_"
+            "max_steps_writes_nothing",
+        ),
+    ),
+    Bug(
+        "ps_stops_before_last_worker",
+        "multigpu/distributed/ps.py",
+        "    while len(done) < task.num_workers:\n",
+        "    while len(done) < task.num_workers - 1:\n",
+        "a ps stops before its last worker says it is done",
+        (
+            "tests/test_ps_done_tokens.py::test_a_ps_serves_on_while_a_worker_"
+            "has_not_said_it_is_done",
+        ),
+    ),
+    Bug(
+        "fine_tune_dropped",
+        "multigpu/train_dir/restore.py",
+        "warm_start(session, source, fine_tune)",
+        "warm_start(session, source)",
+        "--fine_tune dropped: the logits layer is restored too",
+        (
+            _RESTORE
+            + "test_fine_tune_starts_the_logits_layer_afresh_and_keeps_"
+            "the_others",
+        ),
+    ),
+    Bug(
+        "warm_start_requires_nothing",
+        "multigpu/train_dir/restore.py",
+        "trainable_variables())) & set(restored)",
+        "trainable_variables())) & set(shadows)",
+        "a warm start from a checkpoint of other names starts from scratch",
+        (
+            _RESTORE + "test_a_warm_start_from_a_checkpoint_of_other_names_is_"
+            "an_error_naming_them",
+        ),
+    ),
+    Bug(
+        "watchdog_never_resets",
+        "multigpu/distributed/ps.py",
+        "            self._silent_since = None\n            return False\n",
+        "            return False\n",
+        "the ps watchdog's silence never restarts: a second blip ends a worker",
+        (
+            "tests/test_cluster_timeouts.py::test_the_ps_watchdog_ends_a_"
+            "worker_only_after_a_silence_of_its_timeout",
+        ),
+    ),
+    Bug(
+        "mnist_shuffles_after_repeating",
+        "mnist_input.py",
+        "    if training:\n"
+        "        records = records.shuffle(SHUFFLE_BUFFER)\n"
+        "    records = records.repeat(num_epochs)\n",
+        "    records = records.repeat(num_epochs)\n"
+        "    if training:\n"
+        "        records = records.shuffle(SHUFFLE_BUFFER)\n",
+        "MNIST shuffles across epochs: an epoch repeats some records",
+        (
+            "tests/test_mnist_input.py::test_each_epoch_yields_every_record_"
+            "once_in_its_own_order",
+        ),
+    ),
+    Bug(
+        "bare_use_fp16_none",
+        "cifar10.py",
+        'dict(type=script.boolean, nargs="?", const=True)',
+        'dict(type=script.boolean, nargs="?")',
+        "the argparse era's bare --use_fp16 parses to None: float32",
+        (
+            "tests/test_tutorial_scripts_2017.py::test_the_argparse_era_reads_"
+            "a_bare_use_fp16_as_true_and_f_as_false",
+        ),
+    ),
+    Bug(
+        "within_any_step",
+        "verification/accident_expect.py",
+        "return step if low <= step <= high else -1",
+        "return step",
+        "the accident runner's expected range accepts any step",
+        (
+            "tests/test_accidents.py::test_a_step_outside_its_expected_range_"
+            "reads_as_minus_1",
+        ),
     ),
 ]

@@ -2,9 +2,10 @@
 
 Each bug is one text of one file and its replacement, with the quick
 checks (tests of `-m "not slow"`) that should catch it: here the towers,
-the gradients' reduction and clipping, the loss scale, the moving
-averages, the ResNet, the equivalence runner's tolerance and table, and
-its filter of TensorFlow's C++ notices. `verification/planted_bugs.py`
+the gradients' reduction, transfer and clipping, the sync chief's
+aggregation, the loss scale, the moving averages, the LRN, the ResNet,
+the eval's recall, the network plan, the equivalence runner's tolerance
+and table, and its filter of TensorFlow's C++ notices. `verification/planted_bugs.py`
 plants them.
 """
 
@@ -31,6 +32,7 @@ _RESNET = (
     "test_resnet20_logits_equal_a_numpy_forward_pass_of_its_weights"
 )
 _LRN = "tests/test_cifar10_lrn.py::"
+_LINKS = "tests/test_bench_links.py::"
 _OVERFLOW = (
     "tests/test_reduced_precision.py::"
     "test_one_towers_float16_overflow_skips_the_step_of_every_copy[%d]"
@@ -314,5 +316,125 @@ BUGS = [
             _LRN + "test_float32_lrn_and_its_gradient_equal_the_tutorials_"
             "op_to_float32_rounding",
         ),
+    ),
+    Bug(
+        "lrn_gradient_without_factor_2",
+        "cifar10.py",
+        "            2 * LRN_ALPHA * LRN_BETA * band,",
+        "            LRN_ALPHA * LRN_BETA * band,",
+        "the LRN's closed-form gradient without the factor 2 of x ** 2",
+        (
+            _LRN + "test_float32_lrn_and_its_gradient_equal_the_tutorials_"
+            "op_to_float32_rounding",
+            _LRN + "test_bfloat16_lrn_and_its_gradient_equal_the_tutorials_"
+            "op_to_rounding",
+        ),
+    ),
+    Bug(
+        "lrn_alpha_per_channel",
+        "cifar10.py",
+        "LRN_ALPHA = 0.001 / 9.0",
+        "LRN_ALPHA = 0.001",
+        "the LRN's alpha not divided by its window of 9 channels",
+        (
+            _LRN + "test_float32_lrn_and_its_gradient_equal_the_tutorials_"
+            "op_to_float32_rounding",
+        ),
+    ),
+    Bug(
+        "ring_bytes_halved",
+        "multigpu/graph/network_plan.py",
+        "    )[0][0]\n    leaving = 1",
+        "    )[0][0] // 2\n    leaving = 1",
+        "the network plan prices half the bytes a ring sends",
+        (
+            _LINKS + "test_float16_transfer_halves_the_ring_bytes_the_dry_"
+            "run_prices",
+        ),
+    ),
+    Bug(
+        "link_bytes_read_as_bits",
+        "multigpu/graph/network_plan.py",
+        "max(out_bytes, in_bytes) * 8 / (gbits * 1e9)",
+        "max(out_bytes, in_bytes) / (gbits * 1e9)",
+        "network times priced 8 times too short: bytes read as bits",
+        (
+            _LINKS
+            + "test_a_link_of_10_gbits_moves_1_25_gb_each_way_in_a_second",
+        ),
+    ),
+    Bug(
+        "clipped_per_tensor",
+        "multigpu/graph/towers.py",
+        "    clipped, _ = tf.clip_by_global_norm(list(grads), clip_norm)\n",
+        "    clipped = [tf.clip_by_norm(g, clip_norm) for g in grads]\n",
+        "each gradient clipped to the norm alone, not by the global norm",
+        (
+            "tests/test_towers.py::test_clipping_bounds_the_global_norm_of_"
+            "the_averaged_gradients",
+        ),
+    ),
+    Bug(
+        "averages_without_early_rule",
+        "multigpu/graph/step_optimizer.py",
+        "early = tf.minimum(decay, (1.0 + step) / (10.0 + step))",
+        "early = decay + 0.0 * step",
+        "the moving averages decay at 0.9999 from step 0 (no num_updates rule)",
+        (
+            "tests/test_any_model.py::test_the_moving_mean_follows_the_last_"
+            "towers_batch_with_every_step",
+        ),
+    ),
+    Bug(
+        "recall_at_3",
+        "multigpu/graph/summaries.py",
+        "RECALL_K = 5",
+        "RECALL_K = 3",
+        "the eval's recall @ 5 counts the labels among the top 3",
+        (
+            "tests/test_top_k_hits.py::test_precision_at_1_and_recall_at_5_"
+            "count_the_labels_of_their_ranks",
+        ),
+    ),
+    Bug(
+        "scale_doubles_every_good_step",
+        "multigpu/graph/step_optimizer.py",
+        "self.good_steps.assign(tf.where(grow, 0, good_steps)),",
+        "self.good_steps.assign(good_steps),",
+        "the dynamic loss scale doubles on every good step once n have passed",
+        (
+            "tests/test_reduced_precision.py::test_the_dynamic_scale_doubles_"
+            "once_per_n_good_steps",
+        ),
+    ),
+    Bug(
+        "bfloat16_sent_as_float32",
+        "multigpu/graph/collectives.py",
+        "and ring.transfer_dtype != tf.float32:",
+        "and ring.transfer_dtype == tf.float16:",
+        "--gradient_transfer_dtype=bfloat16 sends float32 (priced at 2 bytes)",
+        (
+            "tests/test_collective_cluster.py::test_float32_gradients_cross_"
+            "as_bfloat16_when_asked",
+        ),
+    ),
+    Bug(
+        "replicas_to_aggregate_ignored",
+        "multigpu/graph/step_optimizer.py",
+        "replicas_to_aggregate=steps.replicas_to_aggregate,",
+        "replicas_to_aggregate=steps.num_workers,",
+        "the sync chief waits for every worker, not --replicas_to_aggregate",
+        (
+            "tests/test_sync_replicas_averages.py::test_the_sync_chief_"
+            "applies_a_step_once_replicas_to_aggregate_arrived",
+        ),
+    ),
+    Bug(
+        "nan_gap_passed_over",
+        "verification/equivalence_tolerance.py",
+        "return float(np.max(gap, initial=0.0))",
+        "return float(np.nanmax(gap, initial=0.0))",
+        "the equivalence tolerance's gap passes over a NaN: it scores 0",
+        (_TOLERANCE + "test_a_nan_of_the_towers_is_out_of_any_tolerance",),
     ),
 ]
