@@ -115,7 +115,7 @@ def _watched(step, schedule, train_dir, task):
         step.loss,
         step.examples_per_step,
         schedule,
-        None if task.cluster is None else task.task_index,
+        task.task_index if task.kind.serves else None,
     )
     return _Watched(
         logger,
