@@ -312,13 +312,18 @@ def run_cell(case, initial=None, reference=None):
         reference = measured_reference(case, initial, images, labels, devices)
     try:
         values, copy_gaps = train_towers(case, images, labels, initial, devices)
-        worst, name, extremes = _worst(values, reference)
+        worst, name, extremes = _worst(case, values, reference)
     except equivalence_workers.WorkerFailed as e:
         copy_gaps, worst, name = [0.0], float("inf"), str(e)
         extremes = (0.0, 0.0)
     moved = any(
         np.any(reference.values[name] != initial[name])
         for name in reference.weights
+    )
+    hidden = equivalence_tolerance.hidden_move(
+        {name: initial[name] for name in reference.weights},
+        reference.values,
+        reference.spread,
     )
     seconds = time.time() - start
     result = Result(
@@ -331,6 +336,7 @@ def run_cell(case, initial=None, reference=None):
         reference.runs,
         reference.settled,
         extremes,
+        hidden,
     )
     return result, reference
 
@@ -351,9 +357,14 @@ def train_towers(case, images, labels, initial, devices):
     )
 
 
-def _worst(values, reference):
-    """The largest error in tolerances (inf: nothing compared), where, and
+def _worst(case, values, reference):
+    """The largest error in tolerances (inf: nothing compared, or a value
+    not finite), where (`_not_finite`'s line for a value not finite), and
     that variable's smallest and largest spread over the measuring runs."""
+    not_finite = _not_finite(case, values, reference)
+    if not_finite:
+        name, line = not_finite
+        return float("inf"), line, reference.extremes.get(name, (0.0, 0.0))
     errors = equivalence_tolerance.errors(
         values, reference.values, reference.spread
     )
@@ -363,6 +374,35 @@ def _worst(values, reference):
     if errors and name not in values:
         name += " (missing on the towers)"
     return worst, name, extremes
+
+
+def _not_finite(case, values, reference):
+    """The first variable, loss average or spread holding a NaN or an
+    infinity, and a line naming it and where it came from: the one
+    device, its measuring runs (their spreads), or the towers, looked at
+    in that order (a one device that diverges takes the towers with it);
+    None if every value is finite."""
+    sources = [
+        ("the one device", reference.values),
+        ("the one device's measuring runs", reference.spread),
+        ("the towers", values),
+    ]
+    for source, each in sources:
+        found = equivalence_tolerance.not_finite(each)
+        if found:
+            name, kind = found
+            line = "%s on %s: %s" % (kind, source, name)
+            if source != "the towers" and case.precision != "float32":
+                line += DIVERGES_IN_FLOAT16
+            return name, line
+    return None
+
+
+# Said of a cell whose one device is not finite in float16.
+DIVERGES_IN_FLOAT16 = (
+    "; the model diverges in float16 on one device, so its float16 cells "
+    "prove nothing (--precisions=float32 runs the others)"
+)
 
 
 Reference = collections.namedtuple(

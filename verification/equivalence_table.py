@@ -15,14 +15,17 @@ parameter_server), a model (`equivalence_cells.model_of`), a key of
 (float, 0: no clipping)."""
 
 Result = collections.namedtuple(
-    "Result", "case worst name copy_gap seconds moved runs settled extremes"
+    "Result",
+    "case worst name copy_gap seconds moved runs settled extremes hidden",
+    defaults=[None],
 )
 Result.__doc__ = """A cell's outcome.
 
 worst: float, the largest |towers - one device| over the cell's tolerance
   (`equivalence_tolerance.errors`, <= 1 within it) of every variable of
   the one device; inf if it has none.
-name: str, the variable where it is.
+name: str, the variable where it is, or where a value is not finite
+  and on what (`equivalence._not_finite`).
 copy_gap: float, the largest difference between a tower's copy and the
   variable it copies after any step (0 where the copies stay equal).
 seconds: float, the cell's wall time.
@@ -32,6 +35,9 @@ settled: bool, whether every variable has two runs that agreed
   (`equivalence_tolerance.tolerance`).
 extremes: (float, float), the named variable's smallest and largest spread
   over the measuring runs (a largest far over the smallest: a run tipped).
+hidden: None, or the weight whose tolerance would hide an update off by
+  half, its tolerance and its move over the steps
+  (`equivalence_tolerance.hidden_move`): the cell is not provable here.
 """
 
 
@@ -114,7 +120,21 @@ def _verdict(result):
     if not within(result):
         verdict = "OUT: " + result.name
         return verdict if result.settled else verdict + " (UNSETTLED)"
+    if result.hidden:
+        return "not provable here: " + _hidden(*result.hidden)
     return "ok" if result.settled else "UNSETTLED (within its widest spread)"
+
+
+def _hidden(name, held, move):
+    """Why a cell is not provable: its weight's tolerance against its move."""
+    if not move:
+        return "%s did not move over the steps" % name
+    return (
+        "%s's tolerance, %.1e, is %.2g times its move over the steps, %.1e "
+        "(the one device's own runs spread that far): towers that moved it "
+        "half as far or twice as far would pass"
+        % (name, held, held / move, move)
+    )
 
 
 def print_summary(results, allow_unsettled=False):
@@ -126,21 +146,27 @@ def print_summary(results, allow_unsettled=False):
         measuring runs never agreed may pass.
 
     Returns:
-      int, 1 if a cell is not `within`, or is within but unsettled and
-      allow_unsettled is False; else 0.
+      int, 1 if a cell is not `within`, is within but not provable, or is
+      within but unsettled and allow_unsettled is False; else 0.
     """
     out = [r for r in results if not within(r)]
-    unsettled = [r for r in results if within(r) and not r.settled]
+    hidden = [r for r in results if within(r) and r.hidden]
+    unsettled = [
+        r for r in results if within(r) and not r.hidden and not r.settled
+    ]
     slowest = max(results, key=lambda r: r.seconds)
     print(
-        "%d cell(s), %d out of tolerance, %d unsettled%s; slowest %.1f s (%s)"
+        "%d cell(s), %d out of tolerance, %d unsettled%s%s; slowest %.1f s (%s)"
         % (
             len(results),
             len(out),
             len(unsettled),
             " (allowed)" if unsettled and allow_unsettled else "",
+            ", %d not provable here" % len(hidden) if hidden else "",
             slowest.seconds,
             " ".join(str(each) for each in slowest.case),
         )
     )
+    if hidden:
+        return 1
     return 1 if out or (unsettled and not allow_unsettled) else 0

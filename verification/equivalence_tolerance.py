@@ -83,6 +83,13 @@ MULTIPLE = 8.0
 # transfer's rounding by turns when each variable has drawn a width twice:
 # by the third run for a variable of two widths.
 MAX_RUNS = 8
+# The smallest change of a weight's move over the steps that the runner
+# must see: a rate counted from one tower's batch on 2 towers halves it;
+# gradients summed, not averaged, double it. A tolerance of this fraction
+# of a weight's move or more (a reference whose own runs spread that
+# widely: a model that diverges, a float16 one at its limits) would hide
+# them, so such a cell is not provable (`hidden_move`).
+HIDDEN_FRACTION = 0.5
 
 
 def moved_by_one_ulp(values, compute_dtype, seed=1):
@@ -201,7 +208,8 @@ def errors(values, reference, spread):
       dict name -> float: the largest |values - reference| over the
       variable's elements divided by MULTIPLE x its spread (<= 1 within
       tolerance); 0 or inf for a spread of 0 (bit-equal or not); inf for
-      a variable the towers lack.
+      a variable the towers lack, and where a value or the spread is not
+      finite (a NaN compares with nothing: `max` would pass over it).
     """
     result = {}
     for name, expected in reference.items():
@@ -209,11 +217,62 @@ def errors(values, reference, spread):
             result[name] = float("inf")
             continue
         gap = _largest_gap(values[name], expected)
-        if spread[name] > 0:
+        if not np.isfinite(gap) or not np.isfinite(spread[name]):
+            result[name] = float("inf")
+        elif spread[name] > 0:
             result[name] = gap / (MULTIPLE * spread[name])
         else:
             result[name] = 0.0 if gap == 0 else float("inf")
     return result
+
+
+def not_finite(values):
+    """The first variable (in values' order) holding a NaN or an infinity.
+
+    Args:
+      values: dict name -> array or float.
+
+    Returns:
+      (name, "nan" or "inf"), "nan" if it holds both; None if every
+      floating value is finite.
+    """
+    for name, value in values.items():
+        array = np.asarray(value)
+        if not np.issubdtype(array.dtype, np.floating):
+            continue
+        if np.any(np.isnan(array)):
+            return name, "nan"
+        if np.any(np.isinf(array)):
+            return name, "inf"
+    return None
+
+
+def hidden_move(initial, reference, spread):
+    """The weight whose tolerance would let the towers' update of it be
+    off by HIDDEN_FRACTION or more, the one widest against its move.
+
+    A weight's move is the largest |after the steps - start| of its
+    elements on the one device; its tolerance MULTIPLE times its spread.
+    Where the tolerance is HIDDEN_FRACTION of the move or more, towers
+    that moved it HIDDEN_FRACTION less or more (a rate counted from one of
+    2 towers' batches) would pass: the cell proves nothing of it.
+
+    Args:
+      initial: dict name -> array, the weights' start.
+      reference: dict name -> array, the one device's after the steps.
+      spread: `tolerance`'s spreads.
+
+    Returns:
+      None, or (name, tolerance, move), floats.
+    """
+    widest = None
+    for name, start in initial.items():
+        move = _largest_gap(reference[name], start)
+        held = MULTIPLE * spread[name]
+        ratio = held / move if move else float("inf")
+        if ratio >= HIDDEN_FRACTION and (widest is None or ratio > widest[0]):
+            widest = (ratio, name, held, move)
+    return None if widest is None else widest[1:]
 
 
 def _largest_gap(a, b):

@@ -1,0 +1,192 @@
+"""The equivalence runner's verdicts mean something for any model: a NaN
+or an infinity fails the cell naming where it came from, and a tolerance
+wide enough to hide a planted bug says so instead of ok."""
+
+import numpy as np
+import pytest
+
+from verification import equivalence, equivalence_table
+from verification import equivalence_tolerance as tolerance
+
+CASE = equivalence_table.Case(
+    "parameter_server", None, "tutorial", "float32", 2
+)
+NAN, INF = float("nan"), float("inf")
+
+
+def _reference(values, spread):
+    """A Reference of variables "a" and "b", settled at 2 runs."""
+    return equivalence.Reference(
+        values,
+        spread,
+        ["a", "b"],
+        2,
+        True,
+        {name: (each / 2, each) for name, each in spread.items()},
+    )
+
+
+ONE_DEVICE = {"a": np.array([1.0, 2.0]), "b": np.array([3.0])}
+SPREAD = {"a": 0.25, "b": 0.5}
+
+
+def test_a_nan_in_the_second_variable_of_the_towers_fails_naming_it():
+    towers = {"a": np.array([1.0, 2.0]), "b": np.array([NAN])}
+
+    worst = equivalence._worst(CASE, towers, _reference(ONE_DEVICE, SPREAD))
+
+    assert worst == (INF, "nan on the towers: b", (0.25, 0.5))
+
+
+def test_an_error_of_nan_counts_as_infinitely_out_not_as_0():
+    towers = {"a": np.array([1.0, 2.0]), "b": np.array([NAN])}
+
+    assert tolerance.errors(towers, ONE_DEVICE, SPREAD) == {"a": 0.0, "b": INF}
+    # A spread that is NaN (a measuring run that diverged) holds nothing.
+    assert tolerance.errors(ONE_DEVICE, ONE_DEVICE, {"a": 0.25, "b": NAN}) == {
+        "a": 0.0,
+        "b": INF,
+    }
+
+
+def test_an_infinity_on_the_one_device_is_named_before_the_towers_nan():
+    one_device = {"a": np.array([1.0, 2.0]), "b": np.array([3.0, -INF])}
+    towers = {"a": np.array([NAN, 2.0]), "b": np.array([3.0, 4.0])}
+
+    worst = equivalence._worst(CASE, towers, _reference(one_device, SPREAD))
+
+    assert worst == (INF, "inf on the one device: b", (0.25, 0.5))
+
+
+def test_a_float16_one_device_that_diverges_says_so_in_its_line():
+    reference = _reference(ONE_DEVICE, {"a": 0.25, "b": NAN})
+    float16 = CASE._replace(precision="float16 fixed")
+
+    worst, line, _ = equivalence._worst(float16, ONE_DEVICE, reference)
+
+    assert (worst, line) == (
+        INF,
+        "nan on the one device's measuring runs: b; the model diverges in "
+        "float16 on one device, so its float16 cells prove nothing "
+        "(--precisions=float32 runs the others)",
+    )
+
+
+def test_a_row_of_a_nan_reads_out_naming_where_it_came_from(capsys):
+    result = equivalence_table.Result(
+        CASE, INF, "nan on the towers: b", 0.0, 12.0, True, 2, True, (0, 0)
+    )
+
+    equivalence_table.print_row(result)
+
+    assert capsys.readouterr().out.split(None, 12)[12:] == [
+        "OUT: nan on the towers: b\n"
+    ]
+
+
+def test_not_finite_names_the_first_variable_with_a_nan_or_an_infinity():
+    assert tolerance.not_finite({"a": 1.0, "b": np.array([2, 3])}) is None
+    assert tolerance.not_finite(
+        {"a": np.float16(1.0), "b": np.array([INF, NAN]), "c": INF}
+    ) == ("b", "nan")
+    assert tolerance.not_finite({"a": 1.0, "c": np.float16(INF)}) == (
+        "c",
+        "inf",
+    )
+
+
+# The issue's InceptionV2 cell: spreads of 36 to 2,200 held as ok.
+START = {"w": np.array([0.5, -0.25]), "v": np.array([1.0])}
+AFTER = {"w": np.array([0.4, -0.25]), "v": np.array([0.9])}
+
+
+def test_a_tolerance_under_half_a_weights_move_hides_nothing():
+    # Each weight moved 0.1; 8 x 0.006 = 0.048 and 8 x 0.00625 = 0.05.
+    spread = {"w": 0.006, "v": 0.00625 - 1e-9}
+
+    assert tolerance.hidden_move(START, AFTER, spread) is None
+
+
+def test_a_tolerance_of_half_a_weights_move_or_more_names_the_widest():
+    # 8 x 0.00625 = 0.05, half of v's move; 8 x 275 = 2,200, w's 22,000.
+    spread = {"w": 275.0, "v": 0.00625}
+
+    name, held, move = tolerance.hidden_move(START, AFTER, spread)
+
+    assert (name, held) == ("w", 2200.0)
+    assert move == pytest.approx(0.1)
+    assert tolerance.hidden_move(START, AFTER, {"w": 0.0, "v": 0.00625}) == (
+        "v",
+        0.05,
+        pytest.approx(0.1),
+    )
+
+
+def test_a_weight_the_steps_left_where_it_was_is_not_provable():
+    spread = {"w": 0.001, "v": 2.0**-23}
+
+    assert tolerance.hidden_move(START, dict(AFTER, v=START["v"]), spread) == (
+        "v",
+        8 * 2.0**-23,
+        0.0,
+    )
+
+
+def _result(hidden, worst=0.5, settled=True):
+    return equivalence_table.Result(
+        CASE, worst, "w", 0.0, 12.0, True, 2, settled, (0.1, 0.2), hidden
+    )
+
+
+@pytest.mark.parametrize(
+    "hidden, worst, settled, verdict",
+    [
+        (
+            ("model/w", 2200.0, 0.1),
+            0.5,
+            False,
+            "not provable here: model/w's tolerance, 2.2e+03, is 2.2e+04 "
+            "times its move over the steps, 1.0e-01 (the one device's own "
+            "runs spread that far): towers that moved it half as far or "
+            "twice as far would pass",
+        ),
+        (
+            ("model/v", 1e-7, 0.0),
+            0.5,
+            True,
+            "not provable here: model/v did not move over the steps",
+        ),
+        (("model/w", 2200.0, 0.1), 1.5, True, "OUT: w"),
+        (None, 0.5, True, "ok"),
+    ],
+)
+def test_a_row_says_not_provable_of_a_cell_within_a_tolerance_that_hides(
+    capsys, hidden, worst, settled, verdict
+):
+    equivalence_table.print_row(_result(hidden, worst, settled))
+
+    assert capsys.readouterr().out.strip().split(None, 12)[12] == verdict
+
+
+@pytest.mark.parametrize(
+    "results, allow_unsettled, line, code",
+    [
+        (
+            [_result(None), _result(("w", 1.0, 1.0))],
+            True,
+            "2 cell(s), 0 out of tolerance, 0 unsettled, 1 not provable here",
+            1,
+        ),
+        (
+            [_result(None, settled=False), _result(("w", 1.0, 1.0), 2.0)],
+            True,
+            "2 cell(s), 1 out of tolerance, 1 unsettled (allowed)",
+            1,
+        ),
+    ],
+)
+def test_a_cell_not_provable_is_counted_apart_and_exits_1(
+    capsys, results, allow_unsettled, line, code
+):
+    assert equivalence_table.print_summary(results, allow_unsettled) == code
+    assert capsys.readouterr().out.startswith(line + "; slowest 12.0 s")
