@@ -5,7 +5,7 @@ wide enough to hide a planted bug says so instead of ok."""
 import numpy as np
 import pytest
 
-from verification import equivalence, equivalence_table
+from verification import equivalence_table, equivalence_verdicts
 from verification import equivalence_tolerance as tolerance
 
 CASE = equivalence_table.Case(
@@ -16,7 +16,7 @@ NAN, INF = float("nan"), float("inf")
 
 def _reference(values, spread):
     """A Reference of variables "a" and "b", settled at 2 runs."""
-    return equivalence.Reference(
+    return equivalence_verdicts.Reference(
         values,
         spread,
         ["a", "b"],
@@ -33,7 +33,9 @@ SPREAD = {"a": 0.25, "b": 0.5}
 def test_a_nan_in_the_second_variable_of_the_towers_fails_naming_it():
     towers = {"a": np.array([1.0, 2.0]), "b": np.array([NAN])}
 
-    worst = equivalence._worst(CASE, towers, _reference(ONE_DEVICE, SPREAD))
+    worst = equivalence_verdicts.worst(
+        CASE, towers, _reference(ONE_DEVICE, SPREAD)
+    )
 
     assert worst == (INF, "nan on the towers: b", (0.25, 0.5))
 
@@ -53,7 +55,9 @@ def test_an_infinity_on_the_one_device_is_named_before_the_towers_nan():
     one_device = {"a": np.array([1.0, 2.0]), "b": np.array([3.0, -INF])}
     towers = {"a": np.array([NAN, 2.0]), "b": np.array([3.0, 4.0])}
 
-    worst = equivalence._worst(CASE, towers, _reference(one_device, SPREAD))
+    worst = equivalence_verdicts.worst(
+        CASE, towers, _reference(one_device, SPREAD)
+    )
 
     assert worst == (INF, "inf on the one device: b", (0.25, 0.5))
 
@@ -62,7 +66,7 @@ def test_a_float16_one_device_that_diverges_says_so_in_its_line():
     reference = _reference(ONE_DEVICE, {"a": 0.25, "b": NAN})
     float16 = CASE._replace(precision="float16 fixed")
 
-    worst, line, _ = equivalence._worst(float16, ONE_DEVICE, reference)
+    worst, line, _ = equivalence_verdicts.worst(float16, ONE_DEVICE, reference)
 
     assert (worst, line) == (
         INF,

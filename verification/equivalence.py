@@ -55,7 +55,6 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 # isort: split
 
 import argparse
-import collections
 import contextlib
 import sys
 import time
@@ -72,6 +71,7 @@ from verification import (
     equivalence_cells,
     equivalence_reference,
     equivalence_tolerance,
+    equivalence_verdicts,
     equivalence_workers,
     sessions,
 )
@@ -81,6 +81,7 @@ from verification.equivalence_table import (
     print_row,
     print_summary,
 )
+from verification.equivalence_verdicts import Reference
 
 STEPS = 3  # Steps of every cell: enough for momentum and the averages.
 PER_TOWER_BATCH = 2  # Examples per tower per step.
@@ -312,7 +313,9 @@ def run_cell(case, initial=None, reference=None):
         reference = measured_reference(case, initial, images, labels, devices)
     try:
         values, copy_gaps = train_towers(case, images, labels, initial, devices)
-        worst, name, extremes = _worst(case, values, reference)
+        worst, name, extremes = equivalence_verdicts.worst(
+            case, values, reference
+        )
     except equivalence_workers.WorkerFailed as e:
         copy_gaps, worst, name = [0.0], float("inf"), str(e)
         extremes = (0.0, 0.0)
@@ -355,66 +358,6 @@ def train_towers(case, images, labels, initial, devices):
     return train(
         lambda: tower_graph(case, images, labels, devices), initial, devices
     )
-
-
-def _worst(case, values, reference):
-    """The largest error in tolerances (inf: nothing compared, or a value
-    not finite), where (`_not_finite`'s line for a value not finite), and
-    that variable's smallest and largest spread over the measuring runs."""
-    not_finite = _not_finite(case, values, reference)
-    if not_finite:
-        name, line = not_finite
-        return float("inf"), line, reference.extremes.get(name, (0.0, 0.0))
-    errors = equivalence_tolerance.errors(
-        values, reference.values, reference.spread
-    )
-    name = max(errors, key=errors.get, default="(nothing compared)")
-    worst = errors[name] if errors else float("inf")
-    extremes = reference.extremes.get(name, (0.0, 0.0))
-    if errors and name not in values:
-        name += " (missing on the towers)"
-    return worst, name, extremes
-
-
-def _not_finite(case, values, reference):
-    """The first variable, loss average or spread holding a NaN or an
-    infinity, and a line naming it and where it came from: the one
-    device, its measuring runs (their spreads), or the towers, looked at
-    in that order (a one device that diverges takes the towers with it);
-    None if every value is finite."""
-    sources = [
-        ("the one device", reference.values),
-        ("the one device's measuring runs", reference.spread),
-        ("the towers", values),
-    ]
-    for source, each in sources:
-        found = equivalence_tolerance.not_finite(each)
-        if found:
-            name, kind = found
-            line = "%s on %s: %s" % (kind, source, name)
-            if source != "the towers" and case.precision != "float32":
-                line += DIVERGES_IN_FLOAT16
-            return name, line
-    return None
-
-
-# Said of a cell whose one device is not finite in float16.
-DIVERGES_IN_FLOAT16 = (
-    "; the model diverges in float16 on one device, so its float16 cells "
-    "prove nothing (--precisions=float32 runs the others)"
-)
-
-
-Reference = collections.namedtuple(
-    "Reference", "values spread weights runs settled extremes"
-)
-Reference.__doc__ = """The one device's values after the steps (name ->
-array), the spreads the towers are held to (`equivalence_tolerance.
-tolerance`: name -> float), the names of its trainable variables (list of
-str), how many measuring runs it took (int), whether every variable had
-two runs that agreed (bool), and each variable's smallest and largest
-spread over the runs (`equivalence_tolerance.extremes`: name -> (float,
-float))."""
 
 
 def measured_reference(case, initial, images, labels, devices):

@@ -25,7 +25,7 @@ worst: float, the largest |towers - one device| over the cell's tolerance
   (`equivalence_tolerance.errors`, <= 1 within it) of every variable of
   the one device; inf if it has none.
 name: str, the variable where it is, or where a value is not finite
-  and on what (`equivalence._not_finite`).
+  and on what (`equivalence_verdicts.worst`).
 copy_gap: float, the largest difference between a tower's copy and the
   variable it copies after any step (0 where the copies stay equal).
 seconds: float, the cell's wall time.
