@@ -2,15 +2,21 @@
 or an infinity fails the cell naming where it came from, and a tolerance
 wide enough to hide a planted bug says so instead of ok."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
-from verification import equivalence_table, equivalence_verdicts
+from verification import (
+    equivalence,
+    equivalence_cells,
+    equivalence_table,
+    equivalence_verdicts,
+)
 from verification import equivalence_tolerance as tolerance
 
-CASE = equivalence_table.Case(
-    "parameter_server", None, "tutorial", "float32", 2
-)
+Case = equivalence_table.Case
+CASE = Case("parameter_server", None, "tutorial", "float32", 2)
 NAN, INF = float("nan"), float("inf")
 
 
@@ -104,36 +110,29 @@ START = {"w": np.array([0.5, -0.25]), "v": np.array([1.0])}
 AFTER = {"w": np.array([0.4, -0.25]), "v": np.array([0.9])}
 
 
-def test_a_tolerance_under_half_a_weights_move_hides_nothing():
-    # Each weight moved 0.1; 8 x 0.006 = 0.048 and 8 x 0.00625 = 0.05.
-    spread = {"w": 0.006, "v": 0.00625 - 1e-9}
+def test_one_weight_with_a_tolerance_under_half_its_move_proves_the_cell():
+    # Each weight moved 0.1: 8 x 275 = 2,200 hides w, 8 x 0.006 = 0.048
+    # does not hide v.
+    spread = {"w": 275.0, "v": 0.006}
 
     assert tolerance.hidden_move(START, AFTER, spread) is None
 
 
-def test_a_tolerance_of_half_a_weights_move_or_more_names_the_widest():
+def test_every_tolerance_half_its_weights_move_or_more_names_the_narrowest():
     # 8 x 0.00625 = 0.05, half of v's move; 8 x 275 = 2,200, w's 22,000.
     spread = {"w": 275.0, "v": 0.00625}
 
     name, held, move = tolerance.hidden_move(START, AFTER, spread)
 
-    assert (name, held) == ("w", 2200.0)
+    assert (name, held) == ("v", 0.05)
     assert move == pytest.approx(0.1)
-    assert tolerance.hidden_move(START, AFTER, {"w": 0.0, "v": 0.00625}) == (
-        "v",
-        0.05,
-        pytest.approx(0.1),
-    )
 
 
-def test_a_weight_the_steps_left_where_it_was_is_not_provable():
-    spread = {"w": 0.001, "v": 2.0**-23}
+def test_weights_the_steps_left_where_they_were_are_not_provable():
+    spread = {"w": 2.0**-24, "v": 2.0**-23}
 
-    assert tolerance.hidden_move(START, dict(AFTER, v=START["v"]), spread) == (
-        "v",
-        8 * 2.0**-23,
-        0.0,
-    )
+    assert tolerance.hidden_move(START, START, spread) == ("w", 2.0**-21, 0.0)
+    assert tolerance.hidden_move({}, {}, {}) is None
 
 
 def _result(hidden, worst=0.5, settled=True):
@@ -149,16 +148,11 @@ def _result(hidden, worst=0.5, settled=True):
             ("model/w", 2200.0, 0.1),
             0.5,
             False,
-            "not provable here: model/w's tolerance, 2.2e+03, is 2.2e+04 "
-            "times its move over the steps, 1.0e-01 (the one device's own "
-            "runs spread that far): towers that moved it half as far or "
-            "twice as far would pass",
-        ),
-        (
-            ("model/v", 1e-7, 0.0),
-            0.5,
-            True,
-            "not provable here: model/v did not move over the steps",
+            "not provable here: every weight's tolerance is half its move "
+            "over the steps or more (the one device's own runs spread that "
+            "far), the narrowest model/w's 2.2e+03, 2.2e+04 times its "
+            "1.0e-01: towers that moved every weight half as far or twice "
+            "as far would pass",
         ),
         (("model/w", 2200.0, 0.1), 1.5, True, "OUT: w"),
         (None, 0.5, True, "ok"),
@@ -194,3 +188,73 @@ def test_a_cell_not_provable_is_counted_apart_and_exits_1(
 ):
     assert equivalence_table.print_summary(results, allow_unsettled) == code
     assert capsys.readouterr().out.startswith(line + "; slowest 12.0 s")
+
+
+def test_each_cell_prints_its_stages_on_a_progress_line_before_its_row(
+    monkeypatch, capsys
+):
+    @contextlib.contextmanager
+    def trainer(graph_fn, devices):
+        yield lambda start: ({"w": start["w"] + 1.0}, [0.0])
+
+    monkeypatch.setattr(equivalence, "trainer", trainer)
+    monkeypatch.setattr(
+        equivalence, "initial_values", lambda case: {"w": np.float32(0.0)}
+    )
+    monkeypatch.setattr(
+        equivalence, "train_towers", lambda *args: ({"w": 1.0}, [0.0])
+    )
+    cells = [CASE, CASE._replace(update="replicated", all_reduce="one_device")]
+
+    equivalence.run_cells(cells)
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0::2] == [
+        "cell 1/2 (parameter_server None tutorial float32 2 0.0): the "
+        "model's start... the one device... measuring run 1... measuring "
+        "run 2... the towers... done",
+        "cell 2/2 (replicated one_device tutorial float32 2 0.0): the "
+        "towers... done",
+    ]
+    assert [line.split()[0] for line in lines[1::2]] == [
+        "parameter_server",
+        "replicated",
+    ]
+
+
+def test_the_flags_pick_cells_by_update_precision_towers_and_model():
+    picked = equivalence_cells.picked(
+        False,
+        False,
+        ["tutorial"],
+        None,
+        [
+            ("updates", "update", ["replicated"]),
+            ("precisions", "precision", ["float16_fixed", "float32"]),
+            ("towers", "towers", ["4"]),
+        ],
+    )
+
+    assert picked == [
+        Case("replicated", spec, "tutorial", precision, 4)
+        for spec in ("collective", "one_device")
+        for precision in ("float32", "float16 fixed")
+    ]
+
+
+def test_a_value_no_cell_left_has_is_refused_naming_the_flag_and_values():
+    with pytest.raises(ValueError) as error:
+        equivalence_cells.picked(
+            False,
+            True,
+            None,
+            None,
+            [
+                ("updates", "update", ["workers_only"]),
+                ("towers", "towers", ["2"]),
+            ],
+        )
+
+    assert str(error.value) == (
+        "--towers: no cell has towers '2'; the cells' are 4"
+    )

@@ -312,6 +312,7 @@ def run_cell(case, initial=None, reference=None):
     if reference is None:
         reference = measured_reference(case, initial, images, labels, devices)
     try:
+        _say("the towers")
         values, copy_gaps = train_towers(case, images, labels, initial, devices)
         worst, name, extremes = equivalence_verdicts.worst(
             case, values, reference
@@ -377,6 +378,7 @@ def measured_reference(case, initial, images, labels, devices):
         weights[:] = [v.op.name for v in tf.compat.v1.trainable_variables()]
         return train_op
 
+    _say("the one device")
     with trainer(graph, devices) as train_from:
         values, _ = train_from(initial)
         runs, settled = [], False
@@ -384,6 +386,7 @@ def measured_reference(case, initial, images, labels, devices):
             moved = equivalence_tolerance.moved_by_one_ulp(
                 initial, compute_dtype.as_numpy_dtype, seed=len(runs) + 1
             )
+            _say("measuring run %d" % (len(runs) + 1))
             measuring, _ = train_from(moved)
             runs.append(equivalence_tolerance.spreads(values, measuring))
             spread, settled = equivalence_tolerance.tolerance(runs)
@@ -392,6 +395,26 @@ def measured_reference(case, initial, images, labels, devices):
 
 
 def main():
+    parser = _parser()
+    args = parser.parse_args()
+    try:
+        cells = equivalence_cells.picked(
+            bool(tf.config.list_physical_devices("GPU")),
+            args.fast,
+            _listed(args.models),
+            _listed(args.all_reduces),
+            [
+                (flag, column, _listed(getattr(args, flag)))
+                for flag, column, _ in _COLUMNS
+            ],
+        )
+    except ValueError as e:
+        parser.error(str(e))
+    print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
+    return print_summary(run_cells(cells), args.allow_unsettled)
+
+
+def _parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--fast", action="store_true", help="only the slice the tests run"
@@ -416,32 +439,38 @@ def main():
         "parameter_server's too)"
         % ", ".join(equivalence_cells.all_reduce_names(False)),
     )
-    args = parser.parse_args()
-    models = args.models.split(",") if args.models else None
-    try:
-        for name in models or ():
-            equivalence_cells.model_of(name)
-    except ValueError as e:
-        parser.error("--models: %s" % e)
-    on_gpus = bool(tf.config.list_physical_devices("GPU"))
-    if args.fast:
-        cells = equivalence_cells.fast_slice(models)
-    else:
-        cells = equivalence_cells.product(
-            on_gpus, models or tuple(equivalence_cells.MODELS)
+    for flag, column, names in _COLUMNS:
+        parser.add_argument(
+            "--" + flag,
+            help="only the cells whose %s column is one of these, "
+            "comma-separated: %s (default: every one)" % (column, names),
         )
-    if args.all_reduces:
-        names = args.all_reduces.split(",")
-        known = equivalence_cells.all_reduce_names(on_gpus)
-        for name in names:
-            if name not in known:
-                parser.error(
-                    "--all_reduces: no cell has all-reduce %r; the cells' "
-                    "are %s" % (name, ", ".join(known))
-                )
-        cells = equivalence_cells.with_all_reduces(cells, names)
-    print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
-    return print_summary(run_cells(cells), args.allow_unsettled)
+    return parser
+
+
+def _listed(flag):
+    """A comma-separated flag's values: None if not given."""
+    return flag.split(",") if flag else None
+
+
+# The flags that keep the cells of some values of a column, the column,
+# and the values the product has.
+_COLUMNS = [
+    ("updates", "update", "parameter_server, replicated, workers_only"),
+    (
+        "precisions",
+        "precision",
+        ", ".join(
+            name.replace(" ", "_") for name in equivalence_cells.PRECISIONS
+        ),
+    ),
+    ("towers", "towers", ", ".join(map(str, equivalence_cells.TOWER_COUNTS))),
+]
+
+
+def _say(stage):
+    """A stage of the cell under way, on its progress line."""
+    print(" %s..." % stage, end="", flush=True)
 
 
 def run_cells(cells):
@@ -451,8 +480,12 @@ def run_cells(cells):
     differ only in their update share the one device's `Reference`.
     """
     starts, references, results = {}, {}, []
-    for case in cells:
+    for number, case in enumerate(cells, 1):
+        # A progress line: the cell, then each stage as it starts.
+        cell = " ".join(map(str, case))
+        print("cell %d/%d (%s):" % (number, len(cells), cell), end="")
         if case.model not in starts:
+            _say("the model's start")
             starts[case.model] = initial_values(case)
         # The one device's run depends on all but the update and the
         # all-reduce, but for the dtype the gradients cross the workers in.
@@ -461,6 +494,7 @@ def run_cells(cells):
         result, references[key] = run_cell(
             case, starts[case.model], references.get(key)
         )
+        print(" done", flush=True)
         print_row(result)
         results.append(result)
     return results

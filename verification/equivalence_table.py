@@ -126,14 +126,14 @@ def _verdict(result):
 
 
 def _hidden(name, held, move):
-    """Why a cell is not provable: its weight's tolerance against its move."""
-    if not move:
-        return "%s did not move over the steps" % name
+    """Why a cell is not provable: its narrowest weight's tolerance against
+    its move (`equivalence_tolerance.hidden_move`; a weight moved, or the
+    row says no weight moved)."""
     return (
-        "%s's tolerance, %.1e, is %.2g times its move over the steps, %.1e "
-        "(the one device's own runs spread that far): towers that moved it "
-        "half as far or twice as far would pass"
-        % (name, held, held / move, move)
+        "every weight's tolerance is half its move over the steps or more "
+        "(the one device's own runs spread that far), the narrowest %s's "
+        "%.1e, %.2g times its %.1e: towers that moved every weight half as "
+        "far or twice as far would pass" % (name, held, held / move, move)
     )
 
 

@@ -88,7 +88,12 @@ MAX_RUNS = 8
 # gradients summed, not averaged, double it. A tolerance of this fraction
 # of a weight's move or more (a reference whose own runs spread that
 # widely: a model that diverges, a float16 one at its limits) would hide
-# them, so such a cell is not provable (`hidden_move`).
+# them, so a cell where every weight's tolerance is that wide is not
+# provable (`hidden_move`). Measured on the fast slice's cells but the
+# one across workers: the narrowest weight's tolerance is 3.9e-7 to 0.013
+# of its move; a single weight's up to 5.4 times it (the layers model's
+# batch-norm gamma in float16 fixed, which moves 1.4e-3 in 3 steps, under
+# 2 float16 ulps of 1.0).
 HIDDEN_FRACTION = 0.5
 
 
@@ -248,31 +253,36 @@ def not_finite(values):
 
 
 def hidden_move(initial, reference, spread):
-    """The weight whose tolerance would let the towers' update of it be
-    off by HIDDEN_FRACTION or more, the one widest against its move.
+    """The weight whose tolerance is narrowest against its move over the
+    steps, if even it is HIDDEN_FRACTION of that move or more.
 
     A weight's move is the largest |after the steps - start| of its
     elements on the one device; its tolerance MULTIPLE times its spread.
-    Where the tolerance is HIDDEN_FRACTION of the move or more, towers
-    that moved it HIDDEN_FRACTION less or more (a rate counted from one of
-    2 towers' batches) would pass: the cell proves nothing of it.
+    Where every weight's tolerance is HIDDEN_FRACTION of its move or more,
+    towers that moved every weight HIDDEN_FRACTION less or more (a rate
+    counted from one of 2 towers' batches) would pass: the cell proves
+    nothing. One weight that can show it is enough for such a bug of the
+    whole step; a bug of one weight shows only in that weight's
+    tolerance, which the row's spreads give for the worst one.
 
     Args:
-      initial: dict name -> array, the weights' start.
+      initial: dict name -> array, the weights' start (none: None).
       reference: dict name -> array, the one device's after the steps.
       spread: `tolerance`'s spreads.
 
     Returns:
       None, or (name, tolerance, move), floats.
     """
-    widest = None
+    narrowest = None
     for name, start in initial.items():
         move = _largest_gap(reference[name], start)
         held = MULTIPLE * spread[name]
         ratio = held / move if move else float("inf")
-        if ratio >= HIDDEN_FRACTION and (widest is None or ratio > widest[0]):
-            widest = (ratio, name, held, move)
-    return None if widest is None else widest[1:]
+        if narrowest is None or ratio < narrowest[0]:
+            narrowest = (ratio, name, held, move)
+    if narrowest is None or narrowest[0] < HIDDEN_FRACTION:
+        return None
+    return narrowest[1:]
 
 
 def _largest_gap(a, b):
