@@ -65,7 +65,10 @@ def print_header(steps, per_tower_batch, multiple):
         "one ulp tips the steps (a ReLU input near 0 changes sign) or\n"
         "crosses a 2-byte transfer's rounding. spread lo, hi: that\n"
         "variable's smallest and largest spread over the runs; hi far over\n"
-        "lo is a tip. UNSETTLED: a variable with no two runs that agreed."
+        "lo is a tip. UNSETTLED: a variable with no two runs that agreed.\n"
+        "not provable here: every weight's tolerance is half its move over\n"
+        "the steps or more. A NaN or an infinity is OUT, named with where\n"
+        "it came from: the one device, its measuring runs or the towers."
         % multiple
     )
     print(
