@@ -66,7 +66,7 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-from multigpu.graph import placement, step_optimizer, towers, variable_update
+from multigpu.graph import placement, step_optimizer, variable_update
 from verification import (
     equivalence_cells,
     equivalence_reference,
@@ -244,7 +244,9 @@ def trainer(graph_fn, devices):
                 copy_gaps = []
                 for _ in range(STEPS):
                     sess.run(train_op)
-                    copy_gaps.append(largest_copy_gap(sess, graph_variables))
+                    copy_gaps.append(
+                        sessions.largest_copy_gap(sess, graph_variables)
+                    )
                 return sess.run(graph_variables), copy_gaps
 
             yield train_from
@@ -271,21 +273,6 @@ def _load(sess, loads, initial):
     sess.run(
         [assign for (_, assign), _ in starts],
         {value: start for (value, _), start in starts},
-    )
-
-
-def largest_copy_gap(sess, graph_variables):
-    """The largest |copy - variable| over the towers' copies (0 for none)."""
-    pairs = sess.run(
-        [
-            (copy, graph_variables[towers.primary_name(copy.op.name)])
-            for copy in tf.compat.v1.local_variables()
-            if towers.primary_name(copy.op.name)
-        ]
-    )
-    return max(
-        (float(np.max(np.abs(copy - var))) for copy, var in pairs),
-        default=0.0,
     )
 
 

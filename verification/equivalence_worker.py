@@ -106,7 +106,7 @@ def train(server, config, task, train_op, initial):
         gaps = []
         for _ in range(equivalence.STEPS):
             sess.run(train_op)
-            gaps.append(equivalence.largest_copy_gap(sess, graph_variables))
+            gaps.append(sessions.largest_copy_gap(sess, graph_variables))
         return sess.run(graph_variables), gaps
 
 
