@@ -6,10 +6,13 @@ import contextlib
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from verification import (
     equivalence,
     equivalence_cells,
+    equivalence_models,
+    equivalence_reference,
     equivalence_table,
     equivalence_verdicts,
 )
@@ -258,3 +261,66 @@ def test_a_value_no_cell_left_has_is_refused_naming_the_flag_and_values():
     assert str(error.value) == (
         "--towers: no cell has towers '2'; the cells' are 4"
     )
+
+
+def dropout_model(images, is_training):
+    """conv - ReLU - mean - dropout - dense: [batch, 10] logits."""
+    layers = tf.compat.v1.layers
+    x = layers.conv2d(images, 8, 3, strides=2, use_bias=False, name="conv")
+    x = tf.reduce_mean(tf.nn.relu(x), [1, 2])  # [batch, 8]
+    x = layers.dropout(x, rate=0.5, training=is_training)
+    return layers.dense(x, 10, name="dense")
+
+
+def test_a_step_that_draws_dropout_masks_is_named_as_not_provable(
+    monkeypatch,
+):
+    model = equivalence_models.LAYERS_MODEL._replace(
+        name="dropout", build=dropout_model
+    )
+    monkeypatch.setitem(equivalence_cells.MODELS, "dropout", model)
+    case = Case("replicated", "collective", "dropout", "float32", 2)
+
+    result, reference = equivalence.run_cell(case)
+
+    # One measuring run: no tolerance could hold other masks.
+    assert (reference.runs, result.random_op) == (
+        1,
+        "slice_1/dropout/dropout/random_uniform/RandomUniform (RandomUniform)",
+    )
+
+
+def test_a_row_of_a_step_that_draws_random_numbers_reads_not_provable(
+    capsys,
+):
+    drawn = _result(None, worst=3.5)._replace(random_op="model/d (Multinomial)")
+
+    equivalence_table.print_row(drawn)
+
+    assert capsys.readouterr().out.strip().split(None, 12)[12] == (
+        "not provable here: the step draws random numbers (model/d "
+        "(Multinomial)), each tower its own, apart from the one device's: "
+        "dropout's masks differ by mode"
+    )
+    assert equivalence_table.print_summary([drawn]) == 1
+    assert capsys.readouterr().out.startswith(
+        "1 cell(s), 0 out of tolerance, 0 unsettled, 1 not provable here;"
+    )
+
+
+def test_random_op_finds_a_draw_in_the_step_but_not_in_an_initializer():
+    with tf.Graph().as_default():
+        weights = tf.compat.v1.get_variable(
+            "w", [3], initializer=tf.compat.v1.random_normal_initializer()
+        )
+        plain = tf.compat.v1.assign_add(weights, tf.ones([3]))
+        noisy = tf.compat.v1.assign_add(
+            weights, tf.random.uniform([3], name="noise")
+        )
+        with tf.control_dependencies([noisy]):
+            after_noise = tf.no_op()
+
+        assert equivalence_reference.random_op(plain.op) is None
+        assert equivalence_reference.random_op(after_noise) == (
+            "noise/RandomUniform (RandomUniform)"
+        )

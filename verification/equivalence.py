@@ -4,6 +4,8 @@
   python -m verification.equivalence --fast     # the slice the tests run
   python -m verification.equivalence --fast --models=my_model:small_net
   python -m verification.equivalence --all_reduces=collective_float16
+  python -m verification.equivalence --fast --models=my_model:net \
+      --updates=replicated --precisions=float32 --towers=2
 
 Installed as `tf1-equivalence`, with the same flags.
 
@@ -24,29 +26,21 @@ virtual CPU devices.
 The one device computes each tower's slice of the batch in turn in one
 graph (the same ops on the same shapes as a tower), takes the mean of the
 slices' losses plus every regularization term once, runs the last slice's
-batch-norm updates (the statistics rule of the towers: each tower
-normalises with its own batch, the last tower's batch moves the moving
+batch-norm updates (as the towers: the last tower's batch moves the
 statistics), and applies the gradient with TensorFlow's own optimizer and
-moving averages (of the variables its model made, found in the graph's
-collections: not the suite's list, whose omission would cancel), with
-the towers' loss scale on its whole loss (as float16 needs: unscaled, its
-small gradients round to zero). For a model without
-batch norm the mean of equal slices' losses is the whole batch's loss.
+moving averages (of the variables found in the graph's collections: not
+the suite's list, whose omission would cancel), with the towers' loss
+scale on its whole loss (unscaled, float16's small gradients round to 0).
 
-The tolerance is measured per cell and per variable: the one device is
-trained again from its start moved by one unit in the last place of the
-compute dtype (with other seeds, until each variable has two runs that
-land each within the other's tolerance), and the towers are held to a
-multiple of how far those land (verification/equivalence_tolerance.py says
-why). A regularization term or constraint lost on one tower moves a
-weight by WEIGHT_DECAY * learning rate = 5% of it per step, far outside
-it.
-A cell of --clip_gradients clips the one device's mean gradient to its
-global norm, as the trainer clips the towers' reduced one.
-Prints one row per cell and exits 1 if any cell moved no weight, is out
-of tolerance, has a copy that differs from the variable it copies, or
-has a tolerance whose measuring runs never agreed (unless
---allow_unsettled).
+The tolerance is measured per cell and per variable: the one device
+trained again from its start moved by one ulp of the compute dtype, with
+other seeds (verification/equivalence_tolerance.py). A cell of
+--clip_gradients clips the one device's mean gradient to its global norm.
+Prints a progress line and a row per cell; exits 1 if a cell moved no
+weight, is out of tolerance (a NaN or an infinity anywhere is), has a
+copy that differs from its variable, is not provable (every weight's
+tolerance half its move or more, or a step that draws random numbers),
+or has measuring runs that never agreed (unless --allow_unsettled).
 """
 
 # Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
@@ -328,6 +322,7 @@ def run_cell(case, initial=None, reference=None):
         reference.settled,
         extremes,
         hidden,
+        reference.random_op,
     )
     return result, reference
 
@@ -358,18 +353,22 @@ def measured_reference(case, initial, images, labels, devices):
     (the ResNet's).
     """
     compute_dtype, _ = equivalence_cells.PRECISIONS[case.precision]
-    weights = []
+    weights, random = [], [None]
 
     def graph():
         train_op = one_device_graph(case, images, labels)
         weights[:] = [v.op.name for v in tf.compat.v1.trainable_variables()]
+        random[:] = [equivalence_reference.random_op(train_op)]
         return train_op
 
     _say("the one device")
     with trainer(graph, devices) as train_from:
         values, _ = train_from(initial)
         runs, settled = [], False
-        while not settled and len(runs) < equivalence_tolerance.MAX_RUNS:
+        # A step that draws random numbers cannot be compared: one run
+        # shows how far its draws land.
+        limit = 1 if random[0] else equivalence_tolerance.MAX_RUNS
+        while not settled and len(runs) < limit:
             moved = equivalence_tolerance.moved_by_one_ulp(
                 initial, compute_dtype.as_numpy_dtype, seed=len(runs) + 1
             )
@@ -378,7 +377,9 @@ def measured_reference(case, initial, images, labels, devices):
             runs.append(equivalence_tolerance.spreads(values, measuring))
             spread, settled = equivalence_tolerance.tolerance(runs)
     extremes = equivalence_tolerance.extremes(runs)
-    return Reference(values, spread, weights, len(runs), settled, extremes)
+    return Reference(
+        values, spread, weights, len(runs), settled, extremes, random[0]
+    )
 
 
 def main():

@@ -16,8 +16,9 @@ parameter_server), a model (`equivalence_cells.model_of`), a key of
 
 Result = collections.namedtuple(
     "Result",
-    "case worst name copy_gap seconds moved runs settled extremes hidden",
-    defaults=[None],
+    "case worst name copy_gap seconds moved runs settled extremes hidden "
+    "random_op",
+    defaults=[None, None],
 )
 Result.__doc__ = """A cell's outcome.
 
@@ -38,6 +39,8 @@ extremes: (float, float), the named variable's smallest and largest spread
 hidden: None, or the weight whose tolerance would hide an update off by
   half, its tolerance and its move over the steps
   (`equivalence_tolerance.hidden_move`): the cell is not provable here.
+random_op: None, or an op drawing random numbers in the one device's step
+  (`equivalence_reference.random_op`): the cell is not provable here.
 """
 
 
@@ -120,12 +123,27 @@ def _verdict(result):
         return "OUT: no weight moved"
     if result.copy_gap:
         return "OUT: a copy differs from its variable"
+    if _not_provable(result):
+        return "not provable here: " + _not_provable(result)
     if not within(result):
         verdict = "OUT: " + result.name
         return verdict if result.settled else verdict + " (UNSETTLED)"
-    if result.hidden:
-        return "not provable here: " + _hidden(*result.hidden)
     return "ok" if result.settled else "UNSETTLED (within its widest spread)"
+
+
+def _not_provable(result):
+    """Why a cell that moved its weights, its copies equal, proves
+    nothing: a step that draws random numbers, or a tolerance that hides
+    (within it: a cell out of a tolerance that hides is out); "" if none."""
+    if not result.moved or result.copy_gap:
+        return ""
+    if result.random_op:
+        return (
+            "the step draws random numbers (%s), each tower its own, apart "
+            "from the one device's: dropout's masks differ by mode"
+            % result.random_op
+        )
+    return _hidden(*result.hidden) if within(result) and result.hidden else ""
 
 
 def _hidden(name, held, move):
@@ -152,10 +170,12 @@ def print_summary(results, allow_unsettled=False):
       int, 1 if a cell is not `within`, is within but not provable, or is
       within but unsettled and allow_unsettled is False; else 0.
     """
-    out = [r for r in results if not within(r)]
-    hidden = [r for r in results if within(r) and r.hidden]
+    hidden = [r for r in results if _not_provable(r)]
+    out = [r for r in results if not within(r) and not _not_provable(r)]
     unsettled = [
-        r for r in results if within(r) and not r.hidden and not r.settled
+        r
+        for r in results
+        if within(r) and not _not_provable(r) and not r.settled
     ]
     slowest = max(results, key=lambda r: r.seconds)
     print(

@@ -56,7 +56,9 @@ DIVERGES_IN_FLOAT16 = (
 
 
 Reference = collections.namedtuple(
-    "Reference", "values spread weights runs settled extremes"
+    "Reference",
+    "values spread weights runs settled extremes random_op",
+    defaults=[None],
 )
 Reference.__doc__ = """The one device's values after the steps (name ->
 array), the spreads the towers are held to (`equivalence_tolerance.
@@ -64,4 +66,6 @@ tolerance`: name -> float), the names of its trainable variables (list of
 str), how many measuring runs it took (int), whether every variable had
 two runs that agreed (bool), and each variable's smallest and largest
 spread over the runs (`equivalence_tolerance.extremes`: name -> (float,
-float))."""
+float)), and an op drawing random numbers in its step
+(`equivalence_reference.random_op`: str; None if none, as it should be).
+"""
