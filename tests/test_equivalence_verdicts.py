@@ -324,3 +324,19 @@ def test_random_op_finds_a_draw_in_the_step_but_not_in_an_initializer():
         assert equivalence_reference.random_op(after_noise) == (
             "noise/RandomUniform (RandomUniform)"
         )
+
+
+def test_a_nan_is_out_even_in_a_step_that_draws_random_numbers(capsys):
+    diverged = _result(None, worst=INF, settled=False)._replace(
+        name="nan on the one device: w", random_op="model/d (RandomUniform)"
+    )
+
+    equivalence_table.print_row(diverged)
+
+    assert capsys.readouterr().out.strip().split(None, 12)[12] == (
+        "OUT: nan on the one device: w"
+    )
+    assert equivalence_table.print_summary([diverged]) == 1
+    assert capsys.readouterr().out.startswith(
+        "1 cell(s), 1 out of tolerance, 0 unsettled;"
+    )

@@ -126,16 +126,21 @@ def _verdict(result):
     if _not_provable(result):
         return "not provable here: " + _not_provable(result)
     if not within(result):
+        # Infinitely out (a NaN, a variable missing, an integer that
+        # differs) whatever the tolerance.
         verdict = "OUT: " + result.name
-        return verdict if result.settled else verdict + " (UNSETTLED)"
+        if result.settled or result.worst == float("inf"):
+            return verdict
+        return verdict + " (UNSETTLED)"
     return "ok" if result.settled else "UNSETTLED (within its widest spread)"
 
 
 def _not_provable(result):
-    """Why a cell that moved its weights, its copies equal, proves
+    """Why a cell that moved its weights, its copies equal, and has no
+    value infinitely out (a NaN: out whatever its step draws), proves
     nothing: a step that draws random numbers, or a tolerance that hides
     (within it: a cell out of a tolerance that hides is out); "" if none."""
-    if not result.moved or result.copy_gap:
+    if not result.moved or result.copy_gap or result.worst == float("inf"):
         return ""
     if result.random_op:
         return (
