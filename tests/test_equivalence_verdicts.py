@@ -169,30 +169,6 @@ def test_a_row_says_not_provable_of_a_cell_within_a_tolerance_that_hides(
     assert capsys.readouterr().out.strip().split(None, 12)[12] == verdict
 
 
-@pytest.mark.parametrize(
-    "results, allow_unsettled, line, code",
-    [
-        (
-            [_result(None), _result(("w", 1.0, 1.0))],
-            True,
-            "2 cell(s), 0 out of tolerance, 0 unsettled, 1 not provable here",
-            1,
-        ),
-        (
-            [_result(None, settled=False), _result(("w", 1.0, 1.0), 2.0)],
-            True,
-            "2 cell(s), 1 out of tolerance, 1 unsettled (allowed)",
-            1,
-        ),
-    ],
-)
-def test_a_cell_not_provable_is_counted_apart_and_exits_1(
-    capsys, results, allow_unsettled, line, code
-):
-    assert equivalence_table.print_summary(results, allow_unsettled) == code
-    assert capsys.readouterr().out.startswith(line + "; slowest 12.0 s")
-
-
 def test_each_cell_prints_its_stages_on_a_progress_line_before_its_row(
     monkeypatch, capsys
 ):
