@@ -70,9 +70,9 @@ def print_header(steps, per_tower_batch, multiple):
         "variable's smallest and largest spread over the runs; hi far over\n"
         "lo is a tip. UNSETTLED: a variable with no two runs that agreed.\n"
         "not provable here: every weight's tolerance is half its move over\n"
-        "the steps or more. A NaN or an infinity is OUT, named with where\n"
-        "it came from: the one device, its measuring runs or the towers."
-        % multiple
+        "the steps or more, or the step draws random numbers (dropout). A\n"
+        "NaN or an infinity is OUT, named with where it came from: the one\n"
+        "device, its measuring runs or the towers." % multiple
     )
     print(
         ROW
@@ -172,10 +172,10 @@ def print_summary(results, allow_unsettled=False):
         measuring runs never agreed may pass.
 
     Returns:
-      int, 1 if a cell is not `within`, is within but not provable, or is
-      within but unsettled and allow_unsettled is False; else 0.
+      int, 1 if a cell is not `within` or not provable (`_not_provable`),
+      or is within but unsettled and allow_unsettled is False; else 0.
     """
-    hidden = [r for r in results if _not_provable(r)]
+    unprovable = [r for r in results if _not_provable(r)]
     out = [r for r in results if not within(r) and not _not_provable(r)]
     unsettled = [
         r
@@ -190,11 +190,11 @@ def print_summary(results, allow_unsettled=False):
             len(out),
             len(unsettled),
             " (allowed)" if unsettled and allow_unsettled else "",
-            ", %d not provable here" % len(hidden) if hidden else "",
+            ", %d not provable here" % len(unprovable) if unprovable else "",
             slowest.seconds,
             " ".join(str(each) for each in slowest.case),
         )
     )
-    if hidden:
+    if unprovable:
         return 1
     return 1 if out or (unsettled and not allow_unsettled) else 0
