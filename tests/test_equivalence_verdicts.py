@@ -15,6 +15,7 @@ from verification import (
     equivalence_reference,
     equivalence_table,
     equivalence_verdicts,
+    sessions,
 )
 from verification import equivalence_tolerance as tolerance
 
@@ -316,3 +317,13 @@ def test_a_nan_is_out_even_in_a_step_that_draws_random_numbers(capsys):
     assert capsys.readouterr().out.startswith(
         "1 cell(s), 1 out of tolerance, 0 unsettled;"
     )
+
+
+def test_a_copy_gap_is_0_for_equal_nans_and_inf_for_a_nan_on_one_side():
+    var = np.array([1.0, NAN, INF])
+
+    assert sessions.copy_gap(var.copy(), var) == 0.0
+    assert sessions.copy_gap(np.array([1.5, NAN, INF]), var) == 0.5
+    assert sessions.copy_gap(np.array([1.0, 2.0, INF]), var) == INF
+    assert sessions.copy_gap(np.array([NAN, NAN, INF]), var) == INF
+    assert sessions.copy_gap(np.array([1.0, NAN, -INF]), var) == INF

@@ -33,7 +33,15 @@ def largest_copy_gap(sess, graph_variables):
             if towers.primary_name(copy.op.name)
         ]
     )
-    return max(
-        (float(np.max(np.abs(copy - var))) for copy, var in pairs),
-        default=0.0,
-    )
+    return max((copy_gap(copy, var) for copy, var in pairs), default=0.0)
+
+
+def copy_gap(copy, var):
+    """The largest |copy - var| of two arrays: 0 where they hold the same
+    values, a NaN where the variable does too; inf where one holds a NaN
+    or an infinity that the other does not (a NaN gap would pass `max`)."""
+    same = (copy == var) | (np.isnan(copy) & np.isnan(var))
+    with np.errstate(invalid="ignore"):
+        gaps = np.where(same, 0.0, np.abs(copy - var))
+    gaps = np.where(np.isnan(gaps), np.inf, gaps)
+    return float(np.max(gaps, initial=0.0))
