@@ -54,6 +54,10 @@ def test_an_error_of_nan_counts_as_infinitely_out_not_as_0():
     towers = {"a": np.array([1.0, 2.0]), "b": np.array([NAN])}
 
     assert tolerance.errors(towers, ONE_DEVICE, SPREAD) == {"a": 0.0, "b": INF}
+    # A NaN beside equal elements, which np.nanmax would pass over.
+    assert tolerance.errors(
+        {"a": np.array([1.0, NAN]), "b": np.array([3.0])}, ONE_DEVICE, SPREAD
+    ) == {"a": INF, "b": 0.0}
     # A spread that is NaN (a measuring run that diverged) holds nothing.
     assert tolerance.errors(ONE_DEVICE, ONE_DEVICE, {"a": 0.25, "b": NAN}) == {
         "a": 0.0,
