@@ -186,12 +186,15 @@ def initial_values(case, seed=0):
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            # The variables the one device averages: the model's own.
-            return {
-                name: sess.run(var)
-                for name, var in variables.items()
-                if name + SHADOW in variables
-            }
+            # The variables the one device averages: the model's own, in
+            # one run (a run per variable prunes the whole graph each time).
+            return sess.run(
+                {
+                    name: var
+                    for name, var in variables.items()
+                    if name + SHADOW in variables
+                }
+            )
 
 
 def train(graph_fn, initial, devices):
