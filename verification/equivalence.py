@@ -228,7 +228,7 @@ def trainer(graph_fn, devices):
             var.op.name: var for var in tf.compat.v1.global_variables()
         }
         init_op = tf.compat.v1.global_variables_initializer()
-        loads = _loads(graph_variables)
+        loads = assigners(graph_variables)
         local_init_op = sessions.local_init_op()
         graph.finalize()
         config = placement.session_config(devices)
@@ -236,7 +236,7 @@ def trainer(graph_fn, devices):
 
             def train_from(initial):
                 sess.run(init_op)
-                _load(sess, loads, initial)
+                load_start(sess, loads, initial)
                 sess.run(local_init_op)
                 copy_gaps = []
                 for _ in range(STEPS):
@@ -249,7 +249,7 @@ def trainer(graph_fn, devices):
             yield train_from
 
 
-def _loads(graph_variables):
+def assigners(graph_variables):
     """Per variable's name: a placeholder of its dtype and shape, and the
     op that assigns the placeholder's value to the variable."""
     loads = {}
@@ -259,9 +259,9 @@ def _loads(graph_variables):
     return loads
 
 
-def _load(sess, loads, initial):
+def load_start(sess, loads, initial):
     """Sets each variable named in initial, and its moving average (which
-    starts at its variable's value), to initial's array (`_loads`)."""
+    starts at its variable's value), to initial's array (`assigners`)."""
     starts = [
         (loads[name], initial[name.replace(SHADOW, "")])
         for name in loads
