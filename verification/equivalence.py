@@ -447,15 +447,19 @@ def _listed(flag):
 # The flags that keep the cells of some values of a column, the column,
 # and the values the product has.
 _COLUMNS = [
-    ("updates", "update", "parameter_server, replicated, workers_only"),
-    (
-        "precisions",
-        "precision",
-        ", ".join(
-            name.replace(" ", "_") for name in equivalence_cells.PRECISIONS
+    (flag, column, ", ".join(map(equivalence_cells.written, values)))
+    for flag, column, values in [
+        (
+            "updates",
+            "update",
+            dict.fromkeys(
+                [update for update, _ in equivalence_cells.updates(False)]
+                + [equivalence_workers.UPDATE]
+            ),
         ),
-    ),
-    ("towers", "towers", ", ".join(map(str, equivalence_cells.TOWER_COUNTS))),
+        ("precisions", "precision", equivalence_cells.PRECISIONS),
+        ("towers", "towers", equivalence_cells.TOWER_COUNTS),
+    ]
 ]
 
 

@@ -133,7 +133,7 @@ def keep(cells, column, names, flag):
         the cells' values.
     """
     known = list(
-        dict.fromkeys(_written(getattr(case, column)) for case in cells)
+        dict.fromkeys(written(getattr(case, column)) for case in cells)
     )
     for name in names:
         if name not in known:
@@ -141,10 +141,11 @@ def keep(cells, column, names, flag):
                 "%s: no cell has %s %r; the cells' are %s"
                 % (flag, column, name, ", ".join(known))
             )
-    return [case for case in cells if _written(getattr(case, column)) in names]
+    return [case for case in cells if written(getattr(case, column)) in names]
 
 
-def _written(value):
+def written(value):
+    """A column's value as the flags take it: a space as "_"."""
     return str(value).replace(" ", "_")
 
 
