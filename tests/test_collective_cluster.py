@@ -108,7 +108,7 @@ with tf.Graph().as_default(), tf.compat.v1.device(cluster.device_setter(task)):
             sess.run(train_op)
             if step == 0:
                 first = sess.run(graph_variables)
-            gaps.append(equivalence.largest_copy_gap(sess, graph_variables))
+            gaps.append(sessions.largest_copy_gap(sess, graph_variables))
             states.append(np.concatenate(
                 [np.ravel(v).astype(np.float64) for v in sess.run(everything)]))
         values = sess.run(graph_variables)

@@ -184,7 +184,7 @@ def _skipped_step(update, spec):
             before = sess.run({v.op.name: v for v in variables})
             sess.run(train_op)
             after = sess.run({v.op.name: v for v in variables})
-            gap = equivalence.largest_copy_gap(
+            gap = sessions.largest_copy_gap(
                 sess, {v.op.name: v for v in variables}
             )
     return before, after, gap

@@ -295,6 +295,19 @@ def test_a_row_says_ok_only_of_a_settled_cell_within_tolerance(
             "2 cell(s), 1 out of tolerance, 1 unsettled (allowed)",
             1,
         ),
+        # A tolerance that hides: apart, exit 1; out of it: out.
+        (
+            [_result(), _result()._replace(hidden=("w", 1.0, 1.0))],
+            True,
+            "2 cell(s), 0 out of tolerance, 0 unsettled, 1 not provable here",
+            1,
+        ),
+        (
+            [_result(settled=False), _result(3.5)._replace(hidden=("w", 1, 1))],
+            True,
+            "2 cell(s), 1 out of tolerance, 1 unsettled (allowed)",
+            1,
+        ),
     ],
 )
 def test_the_exit_code_counts_a_copy_gap_as_out_and_an_unsettled_cell_apart(

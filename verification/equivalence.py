@@ -4,6 +4,8 @@
   python -m verification.equivalence --fast     # the slice the tests run
   python -m verification.equivalence --fast --models=my_model:small_net
   python -m verification.equivalence --all_reduces=collective_float16
+  python -m verification.equivalence --fast --models=my_model:net \
+      --updates=replicated --precisions=float32 --towers=2
 
 Installed as `tf1-equivalence`, with the same flags.
 
@@ -24,29 +26,21 @@ virtual CPU devices.
 The one device computes each tower's slice of the batch in turn in one
 graph (the same ops on the same shapes as a tower), takes the mean of the
 slices' losses plus every regularization term once, runs the last slice's
-batch-norm updates (the statistics rule of the towers: each tower
-normalises with its own batch, the last tower's batch moves the moving
+batch-norm updates (as the towers: the last tower's batch moves the
 statistics), and applies the gradient with TensorFlow's own optimizer and
-moving averages (of the variables its model made, found in the graph's
-collections: not the suite's list, whose omission would cancel), with
-the towers' loss scale on its whole loss (as float16 needs: unscaled, its
-small gradients round to zero). For a model without
-batch norm the mean of equal slices' losses is the whole batch's loss.
+moving averages (of the variables found in the graph's collections: not
+the suite's list, whose omission would cancel), with the towers' loss
+scale on its whole loss (unscaled, float16's small gradients round to 0).
 
-The tolerance is measured per cell and per variable: the one device is
-trained again from its start moved by one unit in the last place of the
-compute dtype (with other seeds, until each variable has two runs that
-land each within the other's tolerance), and the towers are held to a
-multiple of how far those land (verification/equivalence_tolerance.py says
-why). A regularization term or constraint lost on one tower moves a
-weight by WEIGHT_DECAY * learning rate = 5% of it per step, far outside
-it.
-A cell of --clip_gradients clips the one device's mean gradient to its
-global norm, as the trainer clips the towers' reduced one.
-Prints one row per cell and exits 1 if any cell moved no weight, is out
-of tolerance, has a copy that differs from the variable it copies, or
-has a tolerance whose measuring runs never agreed (unless
---allow_unsettled).
+The tolerance is measured per cell and per variable: the one device
+trained again from its start moved by one ulp of the compute dtype, with
+other seeds (verification/equivalence_tolerance.py). A cell of
+--clip_gradients clips the one device's mean gradient to its global norm.
+Prints a progress line and a row per cell; exits 1 if a cell moved no
+weight, is out of tolerance (a NaN or an infinity anywhere is), has a
+copy that differs from its variable, is not provable (every weight's
+tolerance half its move or more, or a step that draws random numbers),
+or has measuring runs that never agreed (unless --allow_unsettled).
 """
 
 # Before TensorFlow loads: see multigpu/quiet_cpp_logs.py.
@@ -55,7 +49,6 @@ from multigpu import quiet_cpp_logs  # noqa: F401
 # isort: split
 
 import argparse
-import collections
 import contextlib
 import sys
 import time
@@ -67,11 +60,12 @@ import tensorflow as tf
 # build_graph): two scripts' absl flags clash in one process.
 import cifar10
 import cifar10_multi_gpu_train
-from multigpu.graph import placement, step_optimizer, towers, variable_update
+from multigpu.graph import placement, step_optimizer, variable_update
 from verification import (
     equivalence_cells,
     equivalence_reference,
     equivalence_tolerance,
+    equivalence_verdicts,
     equivalence_workers,
     sessions,
 )
@@ -81,6 +75,7 @@ from verification.equivalence_table import (
     print_row,
     print_summary,
 )
+from verification.equivalence_verdicts import Reference
 
 STEPS = 3  # Steps of every cell: enough for momentum and the averages.
 PER_TOWER_BATCH = 2  # Examples per tower per step.
@@ -191,12 +186,15 @@ def initial_values(case, seed=0):
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            # The variables the one device averages: the model's own.
-            return {
-                name: sess.run(var)
-                for name, var in variables.items()
-                if name + SHADOW in variables
-            }
+            # The variables the one device averages: the model's own, in
+            # one run (a run per variable prunes the whole graph each time).
+            return sess.run(
+                {
+                    name: var
+                    for name, var in variables.items()
+                    if name + SHADOW in variables
+                }
+            )
 
 
 def train(graph_fn, initial, devices):
@@ -230,7 +228,7 @@ def trainer(graph_fn, devices):
             var.op.name: var for var in tf.compat.v1.global_variables()
         }
         init_op = tf.compat.v1.global_variables_initializer()
-        loads = _loads(graph_variables)
+        loads = assigners(graph_variables)
         local_init_op = sessions.local_init_op()
         graph.finalize()
         config = placement.session_config(devices)
@@ -238,18 +236,20 @@ def trainer(graph_fn, devices):
 
             def train_from(initial):
                 sess.run(init_op)
-                _load(sess, loads, initial)
+                load_start(sess, loads, initial)
                 sess.run(local_init_op)
                 copy_gaps = []
                 for _ in range(STEPS):
                     sess.run(train_op)
-                    copy_gaps.append(largest_copy_gap(sess, graph_variables))
+                    copy_gaps.append(
+                        sessions.largest_copy_gap(sess, graph_variables)
+                    )
                 return sess.run(graph_variables), copy_gaps
 
             yield train_from
 
 
-def _loads(graph_variables):
+def assigners(graph_variables):
     """Per variable's name: a placeholder of its dtype and shape, and the
     op that assigns the placeholder's value to the variable."""
     loads = {}
@@ -259,9 +259,9 @@ def _loads(graph_variables):
     return loads
 
 
-def _load(sess, loads, initial):
+def load_start(sess, loads, initial):
     """Sets each variable named in initial, and its moving average (which
-    starts at its variable's value), to initial's array (`_loads`)."""
+    starts at its variable's value), to initial's array (`assigners`)."""
     starts = [
         (loads[name], initial[name.replace(SHADOW, "")])
         for name in loads
@@ -270,21 +270,6 @@ def _load(sess, loads, initial):
     sess.run(
         [assign for (_, assign), _ in starts],
         {value: start for (value, _), start in starts},
-    )
-
-
-def largest_copy_gap(sess, graph_variables):
-    """The largest |copy - variable| over the towers' copies (0 for none)."""
-    pairs = sess.run(
-        [
-            (copy, graph_variables[towers.primary_name(copy.op.name)])
-            for copy in tf.compat.v1.local_variables()
-            if towers.primary_name(copy.op.name)
-        ]
-    )
-    return max(
-        (float(np.max(np.abs(copy - var))) for copy, var in pairs),
-        default=0.0,
     )
 
 
@@ -311,14 +296,22 @@ def run_cell(case, initial=None, reference=None):
     if reference is None:
         reference = measured_reference(case, initial, images, labels, devices)
     try:
+        _say("the towers")
         values, copy_gaps = train_towers(case, images, labels, initial, devices)
-        worst, name, extremes = _worst(values, reference)
+        worst, name, extremes = equivalence_verdicts.worst(
+            case, values, reference
+        )
     except equivalence_workers.WorkerFailed as e:
         copy_gaps, worst, name = [0.0], float("inf"), str(e)
         extremes = (0.0, 0.0)
     moved = any(
         np.any(reference.values[name] != initial[name])
         for name in reference.weights
+    )
+    hidden = equivalence_tolerance.hidden_move(
+        {name: initial[name] for name in reference.weights},
+        reference.values,
+        reference.spread,
     )
     seconds = time.time() - start
     result = Result(
@@ -331,6 +324,8 @@ def run_cell(case, initial=None, reference=None):
         reference.runs,
         reference.settled,
         extremes,
+        hidden,
+        reference.random_op,
     )
     return result, reference
 
@@ -351,32 +346,6 @@ def train_towers(case, images, labels, initial, devices):
     )
 
 
-def _worst(values, reference):
-    """The largest error in tolerances (inf: nothing compared), where, and
-    that variable's smallest and largest spread over the measuring runs."""
-    errors = equivalence_tolerance.errors(
-        values, reference.values, reference.spread
-    )
-    name = max(errors, key=errors.get, default="(nothing compared)")
-    worst = errors[name] if errors else float("inf")
-    extremes = reference.extremes.get(name, (0.0, 0.0))
-    if errors and name not in values:
-        name += " (missing on the towers)"
-    return worst, name, extremes
-
-
-Reference = collections.namedtuple(
-    "Reference", "values spread weights runs settled extremes"
-)
-Reference.__doc__ = """The one device's values after the steps (name ->
-array), the spreads the towers are held to (`equivalence_tolerance.
-tolerance`: name -> float), the names of its trainable variables (list of
-str), how many measuring runs it took (int), whether every variable had
-two runs that agreed (bool), and each variable's smallest and largest
-spread over the runs (`equivalence_tolerance.extremes`: name -> (float,
-float))."""
-
-
 def measured_reference(case, initial, images, labels, devices):
     """The one device trained from initial, and from initial moved an ulp.
 
@@ -387,28 +356,56 @@ def measured_reference(case, initial, images, labels, devices):
     (the ResNet's).
     """
     compute_dtype, _ = equivalence_cells.PRECISIONS[case.precision]
-    weights = []
+    weights, random = [], [None]
 
     def graph():
         train_op = one_device_graph(case, images, labels)
         weights[:] = [v.op.name for v in tf.compat.v1.trainable_variables()]
+        random[:] = [equivalence_reference.random_op(train_op)]
         return train_op
 
+    _say("the one device")
     with trainer(graph, devices) as train_from:
         values, _ = train_from(initial)
         runs, settled = [], False
-        while not settled and len(runs) < equivalence_tolerance.MAX_RUNS:
+        # A step that draws random numbers cannot be compared: one run
+        # shows how far its draws land.
+        limit = 1 if random[0] else equivalence_tolerance.MAX_RUNS
+        while not settled and len(runs) < limit:
             moved = equivalence_tolerance.moved_by_one_ulp(
                 initial, compute_dtype.as_numpy_dtype, seed=len(runs) + 1
             )
+            _say("measuring run %d" % (len(runs) + 1))
             measuring, _ = train_from(moved)
             runs.append(equivalence_tolerance.spreads(values, measuring))
             spread, settled = equivalence_tolerance.tolerance(runs)
     extremes = equivalence_tolerance.extremes(runs)
-    return Reference(values, spread, weights, len(runs), settled, extremes)
+    return Reference(
+        values, spread, weights, len(runs), settled, extremes, random[0]
+    )
 
 
 def main():
+    parser = _parser()
+    args = parser.parse_args()
+    try:
+        cells = equivalence_cells.picked(
+            bool(tf.config.list_physical_devices("GPU")),
+            args.fast,
+            _listed(args.models),
+            _listed(args.all_reduces),
+            [
+                (flag, column, _listed(getattr(args, flag)))
+                for flag, column, _ in _COLUMNS
+            ],
+        )
+    except ValueError as e:
+        parser.error(str(e))
+    print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
+    return print_summary(run_cells(cells), args.allow_unsettled)
+
+
+def _parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--fast", action="store_true", help="only the slice the tests run"
@@ -433,32 +430,42 @@ def main():
         "parameter_server's too)"
         % ", ".join(equivalence_cells.all_reduce_names(False)),
     )
-    args = parser.parse_args()
-    models = args.models.split(",") if args.models else None
-    try:
-        for name in models or ():
-            equivalence_cells.model_of(name)
-    except ValueError as e:
-        parser.error("--models: %s" % e)
-    on_gpus = bool(tf.config.list_physical_devices("GPU"))
-    if args.fast:
-        cells = equivalence_cells.fast_slice(models)
-    else:
-        cells = equivalence_cells.product(
-            on_gpus, models or tuple(equivalence_cells.MODELS)
+    for flag, column, names in _COLUMNS:
+        parser.add_argument(
+            "--" + flag,
+            help="only the cells whose %s column is one of these, "
+            "comma-separated: %s (default: every one)" % (column, names),
         )
-    if args.all_reduces:
-        names = args.all_reduces.split(",")
-        known = equivalence_cells.all_reduce_names(on_gpus)
-        for name in names:
-            if name not in known:
-                parser.error(
-                    "--all_reduces: no cell has all-reduce %r; the cells' "
-                    "are %s" % (name, ", ".join(known))
-                )
-        cells = equivalence_cells.with_all_reduces(cells, names)
-    print_header(STEPS, PER_TOWER_BATCH, equivalence_tolerance.MULTIPLE)
-    return print_summary(run_cells(cells), args.allow_unsettled)
+    return parser
+
+
+def _listed(flag):
+    """A comma-separated flag's values: None if not given."""
+    return flag.split(",") if flag else None
+
+
+# The flags that keep the cells of some values of a column, the column,
+# and the values the product has.
+_COLUMNS = [
+    (flag, column, ", ".join(map(equivalence_cells.written, values)))
+    for flag, column, values in [
+        (
+            "updates",
+            "update",
+            dict.fromkeys(
+                [update for update, _ in equivalence_cells.updates(False)]
+                + [equivalence_workers.UPDATE]
+            ),
+        ),
+        ("precisions", "precision", equivalence_cells.PRECISIONS),
+        ("towers", "towers", equivalence_cells.TOWER_COUNTS),
+    ]
+]
+
+
+def _say(stage):
+    """A stage of the cell under way, on its progress line."""
+    print(" %s..." % stage, end="", flush=True)
 
 
 def run_cells(cells):
@@ -468,8 +475,12 @@ def run_cells(cells):
     differ only in their update share the one device's `Reference`.
     """
     starts, references, results = {}, {}, []
-    for case in cells:
+    for number, case in enumerate(cells, 1):
+        # A progress line: the cell, then each stage as it starts.
+        cell = " ".join(map(str, case))
+        print("cell %d/%d (%s):" % (number, len(cells), cell), end="")
         if case.model not in starts:
+            _say("the model's start")
             starts[case.model] = initial_values(case)
         # The one device's run depends on all but the update and the
         # all-reduce, but for the dtype the gradients cross the workers in.
@@ -478,6 +489,7 @@ def run_cells(cells):
         result, references[key] = run_cell(
             case, starts[case.model], references.get(key)
         )
+        print(" done", flush=True)
         print_row(result)
         results.append(result)
     return results

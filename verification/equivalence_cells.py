@@ -84,6 +84,71 @@ def with_all_reduces(cells, names):
     return [case for case in cells if case.all_reduce in names]
 
 
+def picked(on_gpus, fast, models, all_reduces, columns):
+    """The cells the runner's flags pick.
+
+    Args:
+      on_gpus: bool, whether the towers are GPUs.
+      fast: bool, --fast: the `fast_slice`, else the `product`.
+      models: None, or --models' names (`model_of`).
+      all_reduces: None, or --all_reduces' names (`with_all_reduces`).
+      columns: list of (flag, a field of `Case`, None or the names to
+        `keep`).
+
+    Raises:
+      ValueError: a flag names a model, an all-reduce or a column's value
+        that no cell has (so no flag leaves no cell): one line naming it.
+    """
+    for name in models or ():
+        try:
+            model_of(name)
+        except ValueError as e:
+            raise ValueError("--models: %s" % e) from None
+    if fast:
+        cells = fast_slice(models)
+    else:
+        cells = product(on_gpus, models or tuple(MODELS))
+    if all_reduces:
+        known = all_reduce_names(on_gpus)
+        for name in all_reduces:
+            if name not in known:
+                raise ValueError(
+                    "--all_reduces: no cell has all-reduce %r; the cells' "
+                    "are %s" % (name, ", ".join(known))
+                )
+        cells = with_all_reduces(cells, all_reduces)
+    for flag, column, names in columns:
+        if names:
+            cells = keep(cells, column, names, "--" + flag)
+    return cells
+
+
+def keep(cells, column, names, flag):
+    """The cells whose column (a field of `Case`) is one of names.
+
+    A value is written as its row shows it, a space as "_" ("float16_fixed").
+
+    Raises:
+      ValueError: a name no cell has: one line naming flag, the name and
+        the cells' values.
+    """
+    known = list(
+        dict.fromkeys(written(getattr(case, column)) for case in cells)
+    )
+    for name in names:
+        if name not in known:
+            raise ValueError(
+                "%s: no cell has %s %r; the cells' are %s"
+                % (flag, column, name, ", ".join(known))
+            )
+    return [case for case in cells if written(getattr(case, column)) in names]
+
+
+def written(value):
+    """A column's value as the flags take it: a space as "_"."""
+    return str(value).replace(" ", "_")
+
+
 def fast_slice(models=None):
     """Every mode and precision at least once, every model but the ResNet,
     and clipping.

@@ -161,6 +161,41 @@ def slices(model, compute_dtype, batch_images, batch_labels, case):
     return slice_losses, cross_entropy, regularization, scope
 
 
+# The ops that draw other numbers each time they run: dropout's masks
+# (RandomUniform), noise layers. A tower draws its own, apart from the one
+# device's slice, so no tolerance can hold the towers to the one device.
+RANDOM_OPS = {
+    "RandomUniform",
+    "RandomUniformInt",
+    "RandomStandardNormal",
+    "TruncatedNormal",
+    "RandomShuffle",
+    "RandomGamma",
+    "RandomPoisson",
+    "RandomPoissonV2",
+    "Multinomial",
+}
+
+
+def random_op(train_op):
+    """An op drawing random numbers that a step of train_op runs (its name
+    and type, as "name (type)"); None if none does.
+
+    A variable's initializer is no input of the step: it is not found.
+    """
+    seen, pending = set(), [train_op]
+    while pending:
+        op = pending.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type in RANDOM_OPS:
+            return "%s (%s)" % (op.name, op.type)
+        pending += [tensor.op for tensor in op.inputs]
+        pending += op.control_inputs
+    return None
+
+
 def _regularization_terms():
     return tf.compat.v1.get_collection(
         tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES

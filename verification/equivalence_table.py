@@ -15,14 +15,18 @@ parameter_server), a model (`equivalence_cells.model_of`), a key of
 (float, 0: no clipping)."""
 
 Result = collections.namedtuple(
-    "Result", "case worst name copy_gap seconds moved runs settled extremes"
+    "Result",
+    "case worst name copy_gap seconds moved runs settled extremes hidden "
+    "random_op",
+    defaults=[None, None],
 )
 Result.__doc__ = """A cell's outcome.
 
 worst: float, the largest |towers - one device| over the cell's tolerance
   (`equivalence_tolerance.errors`, <= 1 within it) of every variable of
   the one device; inf if it has none.
-name: str, the variable where it is.
+name: str, the variable where it is, or where a value is not finite
+  and on what (`equivalence_verdicts.worst`).
 copy_gap: float, the largest difference between a tower's copy and the
   variable it copies after any step (0 where the copies stay equal).
 seconds: float, the cell's wall time.
@@ -32,6 +36,11 @@ settled: bool, whether every variable has two runs that agreed
   (`equivalence_tolerance.tolerance`).
 extremes: (float, float), the named variable's smallest and largest spread
   over the measuring runs (a largest far over the smallest: a run tipped).
+hidden: None, or the weight whose tolerance would hide an update off by
+  half, its tolerance and its move over the steps
+  (`equivalence_tolerance.hidden_move`): the cell is not provable here.
+random_op: None, or an op drawing random numbers in the one device's step
+  (`equivalence_reference.random_op`): the cell is not provable here.
 """
 
 
@@ -59,8 +68,11 @@ def print_header(steps, per_tower_batch, multiple):
         "one ulp tips the steps (a ReLU input near 0 changes sign) or\n"
         "crosses a 2-byte transfer's rounding. spread lo, hi: that\n"
         "variable's smallest and largest spread over the runs; hi far over\n"
-        "lo is a tip. UNSETTLED: a variable with no two runs that agreed."
-        % multiple
+        "lo is a tip. UNSETTLED: a variable with no two runs that agreed.\n"
+        "not provable here: every weight's tolerance is half its move over\n"
+        "the steps or more, or the step draws random numbers (dropout). A\n"
+        "NaN or an infinity is OUT, named with where it came from: the one\n"
+        "device, its measuring runs or the towers." % multiple
     )
     print(
         ROW
@@ -111,10 +123,44 @@ def _verdict(result):
         return "OUT: no weight moved"
     if result.copy_gap:
         return "OUT: a copy differs from its variable"
+    if _not_provable(result):
+        return "not provable here: " + _not_provable(result)
     if not within(result):
+        # Infinitely out (a NaN, a variable missing, an integer that
+        # differs) whatever the tolerance.
         verdict = "OUT: " + result.name
-        return verdict if result.settled else verdict + " (UNSETTLED)"
+        if result.settled or result.worst == float("inf"):
+            return verdict
+        return verdict + " (UNSETTLED)"
     return "ok" if result.settled else "UNSETTLED (within its widest spread)"
+
+
+def _not_provable(result):
+    """Why a cell that moved its weights, its copies equal, and has no
+    value infinitely out (a NaN: out whatever its step draws), proves
+    nothing: a step that draws random numbers, or a tolerance that hides
+    (within it: a cell out of a tolerance that hides is out); "" if none."""
+    if not result.moved or result.copy_gap or result.worst == float("inf"):
+        return ""
+    if result.random_op:
+        return (
+            "the step draws random numbers (%s), each tower its own, apart "
+            "from the one device's: dropout's masks differ by mode"
+            % result.random_op
+        )
+    return _hidden(*result.hidden) if within(result) and result.hidden else ""
+
+
+def _hidden(name, held, move):
+    """Why a cell is not provable: its narrowest weight's tolerance against
+    its move (`equivalence_tolerance.hidden_move`; a weight moved, or the
+    row says no weight moved)."""
+    return (
+        "every weight's tolerance is half its move over the steps or more "
+        "(the one device's own runs spread that far), the narrowest %s's "
+        "%.1e, %.2g times its %.1e: towers that moved every weight half as "
+        "far or twice as far would pass" % (name, held, held / move, move)
+    )
 
 
 def print_summary(results, allow_unsettled=False):
@@ -126,21 +172,29 @@ def print_summary(results, allow_unsettled=False):
         measuring runs never agreed may pass.
 
     Returns:
-      int, 1 if a cell is not `within`, or is within but unsettled and
-      allow_unsettled is False; else 0.
+      int, 1 if a cell is not `within` or not provable (`_not_provable`),
+      or is within but unsettled and allow_unsettled is False; else 0.
     """
-    out = [r for r in results if not within(r)]
-    unsettled = [r for r in results if within(r) and not r.settled]
+    unprovable = [r for r in results if _not_provable(r)]
+    out = [r for r in results if not within(r) and not _not_provable(r)]
+    unsettled = [
+        r
+        for r in results
+        if within(r) and not _not_provable(r) and not r.settled
+    ]
     slowest = max(results, key=lambda r: r.seconds)
     print(
-        "%d cell(s), %d out of tolerance, %d unsettled%s; slowest %.1f s (%s)"
+        "%d cell(s), %d out of tolerance, %d unsettled%s%s; slowest %.1f s (%s)"
         % (
             len(results),
             len(out),
             len(unsettled),
             " (allowed)" if unsettled and allow_unsettled else "",
+            ", %d not provable here" % len(unprovable) if unprovable else "",
             slowest.seconds,
             " ".join(str(each) for each in slowest.case),
         )
     )
+    if unprovable:
+        return 1
     return 1 if out or (unsettled and not allow_unsettled) else 0

@@ -83,6 +83,18 @@ MULTIPLE = 8.0
 # transfer's rounding by turns when each variable has drawn a width twice:
 # by the third run for a variable of two widths.
 MAX_RUNS = 8
+# The smallest change of a weight's move over the steps that the runner
+# must see: a rate counted from one tower's batch on 2 towers halves it;
+# gradients summed, not averaged, double it. A tolerance of this fraction
+# of a weight's move or more (a reference whose own runs spread that
+# widely: a model that diverges, a float16 one at its limits) would hide
+# them, so a cell where every weight's tolerance is that wide is not
+# provable (`hidden_move`). Measured on the fast slice's cells but the
+# one across workers: the narrowest weight's tolerance is 3.9e-7 to 0.013
+# of its move; a single weight's up to 5.4 times it (the layers model's
+# batch-norm gamma in float16 fixed, which moves 1.4e-3 in 3 steps, under
+# 2 float16 ulps of 1.0).
+HIDDEN_FRACTION = 0.5
 
 
 def moved_by_one_ulp(values, compute_dtype, seed=1):
@@ -201,7 +213,8 @@ def errors(values, reference, spread):
       dict name -> float: the largest |values - reference| over the
       variable's elements divided by MULTIPLE x its spread (<= 1 within
       tolerance); 0 or inf for a spread of 0 (bit-equal or not); inf for
-      a variable the towers lack.
+      a variable the towers lack, and where a value or the spread is not
+      finite (a NaN compares with nothing: `max` would pass over it).
     """
     result = {}
     for name, expected in reference.items():
@@ -209,11 +222,67 @@ def errors(values, reference, spread):
             result[name] = float("inf")
             continue
         gap = _largest_gap(values[name], expected)
-        if spread[name] > 0:
+        if not np.isfinite(gap) or not np.isfinite(spread[name]):
+            result[name] = float("inf")
+        elif spread[name] > 0:
             result[name] = gap / (MULTIPLE * spread[name])
         else:
             result[name] = 0.0 if gap == 0 else float("inf")
     return result
+
+
+def not_finite(values):
+    """The first variable (in values' order) holding a NaN or an infinity.
+
+    Args:
+      values: dict name -> array or float.
+
+    Returns:
+      (name, "nan" or "inf"), "nan" if it holds both; None if every
+      floating value is finite.
+    """
+    for name, value in values.items():
+        array = np.asarray(value)
+        if not np.issubdtype(array.dtype, np.floating):
+            continue
+        if np.any(np.isnan(array)):
+            return name, "nan"
+        if np.any(np.isinf(array)):
+            return name, "inf"
+    return None
+
+
+def hidden_move(initial, reference, spread):
+    """The weight whose tolerance is narrowest against its move over the
+    steps, if even it is HIDDEN_FRACTION of that move or more.
+
+    A weight's move is the largest |after the steps - start| of its
+    elements on the one device; its tolerance MULTIPLE times its spread.
+    Where every weight's tolerance is HIDDEN_FRACTION of its move or more,
+    towers that moved every weight HIDDEN_FRACTION less or more (a rate
+    counted from one of 2 towers' batches) would pass: the cell proves
+    nothing. One weight that can show it is enough for such a bug of the
+    whole step; a bug of one weight shows only in that weight's
+    tolerance, which the row's spreads give for the worst one.
+
+    Args:
+      initial: dict name -> array, the weights' start (none: None).
+      reference: dict name -> array, the one device's after the steps.
+      spread: `tolerance`'s spreads.
+
+    Returns:
+      None, or (name, tolerance, move), floats.
+    """
+    narrowest = None
+    for name, start in initial.items():
+        move = _largest_gap(reference[name], start)
+        held = MULTIPLE * spread[name]
+        ratio = held / move if move else float("inf")
+        if narrowest is None or ratio < narrowest[0]:
+            narrowest = (ratio, name, held, move)
+    if narrowest is None or narrowest[0] < HIDDEN_FRACTION:
+        return None
+    return narrowest[1:]
 
 
 def _largest_gap(a, b):

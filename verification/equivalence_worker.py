@@ -93,20 +93,19 @@ def train(server, config, task, train_op, initial):
       gaps: list of float, per step the largest |copy - variable|.
     """
     graph_variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
+    # Built on every worker, so that their graphs stay alike.
+    loads = equivalence.assigners(graph_variables)
     with tf.compat.v1.Session(server.target, config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         if task.is_chief:
-            # A moving average starts at its variable's value.
-            for name, var in graph_variables.items():
-                value = initial.get(name.replace(equivalence.SHADOW, ""))
-                if value is not None:
-                    var.load(value, sess)
+            # In one run, not one per variable (each prunes the graph).
+            equivalence.load_start(sess, loads, initial)
         # The other worker takes the chief's values here.
         sess.run(sessions.local_init_op())
         gaps = []
         for _ in range(equivalence.STEPS):
             sess.run(train_op)
-            gaps.append(equivalence.largest_copy_gap(sess, graph_variables))
+            gaps.append(sessions.largest_copy_gap(sess, graph_variables))
         return sess.run(graph_variables), gaps
 
 

@@ -9,6 +9,7 @@ which the towers could not share.
 import contextlib
 import importlib
 import logging
+import sys
 import warnings
 
 import tensorflow as tf
@@ -22,18 +23,14 @@ REDUCED_DTYPES = (tf.float16, tf.bfloat16)
 LAYERS_EXTRA = 'pip install ".[layers]" (tf-keras~=2.21.0)'
 
 # `tensorflow.python.layers.normalization` (tf-slim's batch_norm) loads
-# Keras 2's TF1 batch norm from this module, which tf-keras ships elsewhere:
-# an upstream bug (TensorFlow 2.21, tf-keras 2.21) that no install fixes.
+# Keras 2's TF1 batch norm from this module, which tf-keras ships at
+# SHIPPED_BATCH_NORM_MODULE: an upstream bug (TensorFlow 2.21, tf-keras
+# 2.21), which `_supply_batch_norm_module` mends where tf-keras is installed.
 MISSING_BATCH_NORM_MODULE = "tf_keras.legacy_tf_layers"
+SHIPPED_BATCH_NORM_MODULE = "tf_keras.src.legacy_tf_layers"
 BATCH_NORM_BUG = (
     "%s calls TensorFlow's TF1 batch norm (tf-slim's batch_norm is built "
-    "on it), which fails with \"No module named '"
-    + MISSING_BATCH_NORM_MODULE
-    + "'\" on TensorFlow %s, tf-keras installed or not: an upstream "
-    "bug (tensorflow/python/layers/normalization.py loads it from a path "
-    "tf-keras does not have); write the layer as "
-    "tf.compat.v1.layers.batch_normalization(inputs, training=is_training), "
-    "the same layer, with " + LAYERS_EXTRA
+    "on it), which needs tf-keras: " + LAYERS_EXTRA
 )
 
 
@@ -55,6 +52,7 @@ def call_model(
     batch-norm statistics join MOVING_AVERAGE_VARIABLES, so the eval restores
     their averages too. name: the model as the user names it, for the errors.
     """
+    _supply_batch_norm_module()
     with (
         _float32_variables() as (created, got, float32_of),
         (
@@ -89,7 +87,24 @@ def _refuse_missing_layers(error, name):
             "TensorFlow 2.16+: %s" % (name, LAYERS_EXTRA)
         ) from None
     if is_batch_norm_bug(error):
-        raise ValueError(BATCH_NORM_BUG % (name, tf.__version__)) from None
+        raise ValueError(BATCH_NORM_BUG % name) from None
+
+
+def _supply_batch_norm_module():
+    """Where tf-keras is installed, its TF1 layers and their batch norm
+    also under MISSING_BATCH_NORM_MODULE, the path TensorFlow loads them
+    from (an alias in sys.modules, once); nothing where it is not."""
+    if MISSING_BATCH_NORM_MODULE in sys.modules:
+        return
+    try:
+        shipped = [
+            importlib.import_module(SHIPPED_BATCH_NORM_MODULE + suffix)
+            for suffix in ("", ".normalization")
+        ]
+    except ImportError:
+        return
+    for module, suffix in zip(shipped, ("", ".normalization")):
+        sys.modules[MISSING_BATCH_NORM_MODULE + suffix] = module
 
 
 @contextlib.contextmanager
@@ -135,11 +150,16 @@ class _KerasDeprecations(logging.Filter):
 
 @contextlib.contextmanager
 def _quiet_tf1_layers():
-    """Hides tf-keras' notices that the TF1 layers are deprecated."""
+    """Hides tf-keras' notices that the TF1 layers, and their `apply`,
+    are deprecated."""
     quiet = _KerasDeprecations()
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore", r"`tf\.layers\.\w+` is deprecated", UserWarning
+        )
+        # tf-slim's layers call the TF1 layers' `apply`.
+        warnings.filterwarnings(
+            "ignore", r"`layer\.apply` is deprecated", UserWarning
         )
         tf.get_logger().addFilter(quiet)
         try:
