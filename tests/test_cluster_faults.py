@@ -196,3 +196,47 @@ def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
         "port has not answered for --operation_timeout_secs=1, and no word "
         "from worker task 1 (127.0.0.1:%d); the ps stops" % tuple(worker_ports)
     )
+
+
+@pytest.mark.slow
+def test_a_worker_whose_chief_died_stops_naming_the_checkpoint_to_resume(
+    make_cluster,
+):
+    cluster = make_cluster(
+        2, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
+    )
+    cluster.start("ps", 0, PS_PATIENCE)
+    cluster.start("worker", 0)
+    cluster.start("worker", 1)
+    wait_for_step(cluster, "worker1", 10)
+    cluster.processes["worker0"].kill()
+    cluster.wait("worker0")
+    newest = checkpoint_steps(cluster.train_dir(0))[-1]
+
+    code, seconds = cluster.wait("worker1")
+    last = cluster.log("worker1").strip().split("\n")[-1]
+    assert code == 1, last
+    assert seconds < FAULT_EXIT_BOUND_SECS
+    ended = re.fullmatch(
+        re.escape(
+            "cifar10_multi_gpu_train.py: error: worker task 1: the chief, "
+            "worker task 0 (%s) has not accepted a connection for "
+            % cluster.worker_addresses[0]
+        )
+        + r"\d+"
+        + re.escape(
+            " s: ended, or its host is unreachable; the steps since the "
+            "chief's newest checkpoint are in no checkpoint, so this worker "
+            "stops: the job resumes from the newest checkpoint in the "
+            "chief's --train_dir, %s on host " % cluster.train_dir(0)
+        )
+        + r"\S+ \(job [0-9a-f]{16}\): "
+        + re.escape(
+            "%s; start every task of the job again, the ps tasks first, "
+            "then the chief (worker task 0) and the other workers, with the "
+            "job's commands"
+            % (cluster.train_dir(0) / ("model.ckpt-%d" % newest))
+        ),
+        last,
+    )
+    assert ended, last

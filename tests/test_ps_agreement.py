@@ -8,13 +8,14 @@ ends without TensorFlow's 'Object was never used' block.
 """
 
 import re
+import socket
 import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
 from conftest import REPO, SCRIPT_ENV, checkpoint_steps
-from helpers.cluster import wait_for_step
+from helpers.cluster import Cluster, wait_for_step
 
 from multigpu.distributed import agreement, cluster, ps
 
@@ -113,6 +114,42 @@ def test_a_restarted_chief_of_other_flags_is_refused_and_of_the_same_joins(
     running.start("worker", 0)
     running.start("worker", 1)
     wait_for_step(running, "worker1", 10)
+
+    # A chief of another job (its own --train_dir and workers, the same
+    # flags) on the running job's ps: refused, and the job trains on.
+    other = Cluster(running.tmp_path / "other", SCRIPT, 2)
+    other.tmp_path.mkdir()
+    other.flags[0] = "--ps_hosts=%s" % running.ps_address
+    other.flags[2:] = running.flags[2:]
+    try:
+        other.start("worker", 0)
+        code, _ = other.wait("worker0")
+    finally:
+        other.stop_all()
+    log = other.log("worker0")
+    assert code == 1, log[-3000:]
+    job_id = (running.train_dir(0) / "job.txt").read_text().strip()
+    assert log.strip().split("\n")[-1] == (
+        "%s: error: ps task 0 (%s) holds another job: its chief's "
+        "--train_dir is %s on host %s (job %s), this chief's %s on host %s "
+        "(a new job); give this job ps tasks of its own (--ps_hosts), or "
+        "stop every task of that job, its ps tasks too, before starting this "
+        "one; to rejoin that job, start its chief with its --train_dir "
+        "(docs/cluster.md)"
+        % (
+            SCRIPT,
+            running.ps_address,
+            running.train_dir(0),
+            socket.gethostname(),
+            job_id,
+            other.train_dir(0),
+            socket.gethostname(),
+        )
+    )
+    assert not other.train_dir(0).exists()
+    reached = max(map(int, re.findall(r"step (\d+),", running.log("worker0"))))
+    wait_for_step(running, "worker0", reached + 5)
+
     running.processes["worker0"].kill()
     running.wait("worker0")
     reached = max(map(int, re.findall(r"step (\d+),", running.log("worker1"))))

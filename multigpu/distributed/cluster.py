@@ -11,7 +11,7 @@ import sys
 
 import tensorflow as tf
 
-from multigpu.distributed import kinds, ps, tf_config
+from multigpu.distributed import jobs, kinds, ps, tf_config
 
 
 class ClusterTask(
@@ -276,12 +276,21 @@ def task_config(config, task):
     return task.kind.session_config(config, task)
 
 
-def report_done(server, done_ops, task, runs, config, max_steps):
+def report_done(server, done_ops, task, runs, config, max_steps, train_dir):
     """Runs done_ops, then says what the worker ran, unless it ran no step
     of a job already at max_steps (int or None): its
-    `sessions.FinishedHook` said so, and that line stays its last."""
+    `sessions.FinishedHook` said so, and that line stays its last.
+
+    In a ps cluster, first `jobs.settle`: the chief records its newest
+    checkpoint, another worker that ran the job's last steps waits for
+    the chief's checkpoint of them.
+    """
     with tf.compat.v1.Session(server.target, config=config) as sess:
         global_step = sess.run(tf.compat.v1.train.get_global_step())
+        if "ps" in task.cluster.jobs:
+            jobs.settle(
+                server.target, config, task, train_dir, global_step, max_steps
+            )
         sess.run(done_ops)
     if runs == 0 and max_steps is not None and global_step >= max_steps:
         return

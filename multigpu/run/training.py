@@ -69,7 +69,12 @@ def run_training(step, schedule, start, train_dir, process=ONE_PROCESS):
     )
     done_ops = task.kind.done_signals(task)
     started = task.kind.start(
-        task, config, settings, done_ops, watched.interrupt.installed()
+        task,
+        config,
+        settings,
+        done_ops,
+        watched.interrupt.installed(),
+        train_dir.path,
     )
     session = session._replace(
         hooks=[*started.hooks, *session.hooks],
@@ -268,6 +273,7 @@ def _train_owned(train_op, train_dir, session, start, watched):
             watched.logger.runs,
             config,
             start.max_steps,
+            train_dir,
         )
     if watched.preemption and watched.preemption.signals:
         raise interrupts.preempted(watched.preemption, train_dir, task.is_chief)
