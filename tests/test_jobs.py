@@ -9,6 +9,7 @@ import sys
 import pytest
 from helpers import ports
 
+from multigpu import errors
 from multigpu.distributed import agreement, cluster, jobs, ps
 from verification.processes import REPO, SCRIPT_ENV, free_ports
 
@@ -159,4 +160,34 @@ def test_a_worker_whose_chief_is_gone_names_the_checkpoint_to_resume_from(
         "task of the job again, the ps tasks first, then the chief (worker "
         "task 0) and the other workers, with the job's commands"
         % (tmp_path, HOST, tmp_path / "model.ckpt-53")
+    )
+
+
+def test_a_chief_whose_ps_port_holds_another_program_ends_naming_it():
+    [worker] = free_ports(1)
+    with ports.listening(ports.HTTP_ERROR) as other:
+        task = cluster.cluster_task(other, "127.0.0.1:%d" % worker, "worker", 0)
+        with pytest.raises(errors.TrainingError) as ended:
+            agreement.held_job(task, None, 1)
+    assert str(ended.value) == (
+        "worker task 0: no answer from ps task 0 (%s) within 1 s of start-up "
+        "(--operation_timeout_secs): not a TensorFlow server (another "
+        "program holds its port); start the ps tasks, or look in their "
+        "output for why they ended" % other
+    )
+
+
+def test_a_worker_whose_peers_port_holds_another_program_ends_naming_it():
+    [worker] = free_ports(1)
+    with ports.listening(ports.HTTP_ERROR) as other:
+        task = cluster.cluster_task(
+            "", "%s,127.0.0.1:%d" % (other, worker), "worker", 1
+        )
+        with pytest.raises(errors.TrainingError) as ended:
+            agreement.wait_for_peers(task, 1)
+    assert str(ended.value) == (
+        "worker task 1: no answer from worker task 0 (%s, not a TensorFlow "
+        "server (another program holds its port)) within 1 s of start-up "
+        "(--operation_timeout_secs); start every worker task with the same "
+        "flags, or look in its output for why it ended" % other
     )

@@ -60,7 +60,6 @@ def test_a_ps_cluster_worker_with_another_learning_rate_ends_naming_it(
         SCRIPT + ": error: --learning_rate differs between the workers: "
         "worker task 0 has 0.1, worker task 1 has 0.05; start every worker "
         "with the same --learning_rate (docs/cluster.md)"
-        + agreement.STALE_PS_NOTE
     )
     assert not re.search(r"step \d+,", log), log[-3000:]
     for name in ("worker0", "ps0"):

@@ -25,7 +25,6 @@ from verification.accident_expect import (
     PS,
     PS_SYNC,
     SCRIPT,
-    STALE_PS_NOTE,
     WORKERS,
     Expected,
     chief_done,
@@ -360,7 +359,7 @@ def _other_data(tasks, context, outcome):
         {"ps0": 0, "worker0": 0, "worker1": 1},
         {
             **finished_lines(tasks, ["ps0", "worker0"]),
-            "worker1": line + STALE_PS_NOTE,
+            "worker1": line,
         },
         [0, LAST_STEP],
         files([0, LAST_STEP]),

@@ -20,12 +20,6 @@ LOCAL, PS, PS_SYNC, WORKERS = (k.name for k in kinds.KINDS)
 # event files (`files`).
 RECORDS = ("checkpoint", "data.txt", "graph.pbtxt", "model.txt", "trainer.lock")
 RESUME_ALL = "run the same commands on every worker to resume"
-# What a ps cluster's worker adds when it refuses the chief's settings.
-STALE_PS_NOTE = (
-    "; worker task 0's are those published on ps task 0: if it now runs "
-    "with other flags, the ps tasks are left from an earlier job, and "
-    "every task of that job, its ps tasks too, must stop first"
-)
 KILLED = -signal.SIGKILL  # The exit code of a task the cell killed.
 # The saver's max_to_keep.
 KEPT = 5

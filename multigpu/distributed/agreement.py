@@ -240,12 +240,6 @@ def difference(settings_of_tasks, tasks=None):
     return None
 
 
-# The chief's settings a worker read may be an earlier job's, left on the ps.
-STALE_PS_NOTE = (
-    "; worker task 0's are those published on ps task 0: if it now runs "
-    "with other flags, the ps tasks are left from an earlier job, and "
-    "every task of that job, its ps tasks too, must stop first"
-)
 # What a restarted chief may change: where it stops, not what it learns.
 RESTART_MAY_CHANGE = ("max_steps",)
 POLL_SECS = 0.5
@@ -376,7 +370,7 @@ class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
         if line is not None:
             # The ps need not wait for a worker that leaves.
             session.run(self._done)
-            raise ValueError(line + STALE_PS_NOTE)
+            raise ValueError(line)
 
     def _wait_for_chief(self, session):
         """The chief's publication, once a chief that answers made it.

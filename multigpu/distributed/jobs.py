@@ -2,18 +2,20 @@
 
 The chief that starts a job on its ps tasks publishes, beside its
 settings, the job's identity: a job id, random hex made at the job's first
-start and kept in the chief's --train_dir (`RECORD`), the --train_dir and
-its host. A chief of the same job (the same --train_dir, so the same id)
-rejoins; a chief of another one (another --train_dir, or one that lost its
-record: --clear_train_dir) is refused in one line naming both jobs before
-it runs an op on the ps.
+start and kept in the chief's --train_dir (`RECORD`), the --train_dir, its
+host and the workers' addresses. A chief of the same job (the same
+--train_dir, so the same id) rejoins; a chief of another one (another
+--train_dir, or one that lost its record: --clear_train_dir), or a worker
+the job does not list, is refused in one line naming both jobs before its
+server starts: each reads the publication through a session of ps task
+0's own server (`read_published`). At its end the chief records the step
+of its newest checkpoint (`ChiefSaved`), which the other workers wait for.
 """
 
 import json
 import os
 import secrets
 import socket
-import time
 
 import tensorflow as tf
 
@@ -34,9 +36,8 @@ ID_BYTES = 8
 VARIABLE_SCOPE = summaries.SESSION + "/"
 VARIABLE_NAME = "chief_settings"
 # On ps task 0 beside it: the step of the chief's newest checkpoint as its
-# run ended (`settle`).
+# run ended (`ChiefSaved`).
 SAVED_NAME = "chief_saved"
-SAVED_POLL_SECS = 0.5
 
 
 def identity(train_dir, workers):
@@ -206,16 +207,12 @@ def _ps_session(ps_address, timeout_ms, graph):
     )
 
 
-def settle(target, config, task, train_dir, global_step, max_steps):
-    """A ps cluster worker's last word before it says it is done.
+class ChiefSaved:
+    """The step of the chief's newest checkpoint as its run ended, on ps
+    task 0 beside its publication (-1: none recorded yet); built in a
+    graph of its own."""
 
-    The chief records on ps task 0 the step of its newest checkpoint;
-    another worker whose run ended at max_steps (an int, or None) waits
-    for the chief's record of global_step: its steps are the job's last,
-    and until the chief saves them no checkpoint holds them. A chief that
-    goes first ends it (`ps.PsWatchdog`).
-    """
-    with tf.Graph().as_default() as graph:
+    def __init__(self):
         with tf.device("/job:ps/task:0"), tf.name_scope(VARIABLE_SCOPE):
             saved = tf.compat.v1.Variable(
                 tf.constant(-1, tf.int64),
@@ -224,17 +221,17 @@ def settle(target, config, task, train_dir, global_step, max_steps):
                 trainable=False,
                 use_resource=False,
             )
-            ready = tf.raw_ops.IsVariableInitialized(ref=saved)
-        step = tf.compat.v1.placeholder(tf.int64, [])
-        record = tf.compat.v1.assign(saved, step, validate_shape=False)
-        read = saved.read_value()
-    with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
-        if task.is_chief:
-            newest = checkpoints.latest_checkpoint(train_dir)
-            newest_step = checkpoints.global_step(newest) if newest else 0
-            sess.run(record, {step: newest_step})
-            return
-        if max_steps is None or global_step < max_steps:
-            return
-        while not (sess.run(ready) and sess.run(read) >= global_step):
-            time.sleep(SAVED_POLL_SECS)
+            self._ready = tf.raw_ops.IsVariableInitialized(ref=saved)
+        self._step = tf.compat.v1.placeholder(tf.int64, [])
+        self._record = tf.compat.v1.assign(
+            saved, self._step, validate_shape=False
+        )
+        self._read = saved.read_value()
+
+    def record(self, session, train_dir):
+        newest = checkpoints.latest_checkpoint(train_dir)
+        step = checkpoints.global_step(newest) if newest else 0
+        session.run(self._record, {self._step: step})
+
+    def step(self, session):
+        return session.run(self._read) if session.run(self._ready) else -1

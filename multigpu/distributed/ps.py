@@ -2,8 +2,10 @@
 
 A ps task serves the variables until every worker is done, and names the
 workers that never started or went silent. Lost tasks are noticed by their
-ports, on a `Watcher`'s thread: a worker's ps tasks (`PsWatchdog`), a sync
-chief's workers (`cluster.sync_hooks`).
+servers (`probe`: a gRPC server answers the HTTP/2 greeting; a stopped
+task's port accepts and says nothing), on a `Watcher`'s thread: a worker's
+ps tasks and chief (`PsWatchdog`); a sync chief's workers by their ports
+(`cluster.sync_hooks`).
 """
 
 import contextlib
@@ -265,7 +267,9 @@ class PsWatchdog:
                 continue
             since = self._silent_since.setdefault(address, now)
             if address == self._chief and self._chief_job is None:
-                self._chief_job = self._published_job()
+                self._chief_job = published_job(
+                    self._task, self._timeout_secs * 1000
+                )
             if now - since >= self._timeout_secs:
                 _exit_saying(self._line(name, address, state, now - since))
         return False
@@ -278,14 +282,15 @@ class PsWatchdog:
             return "lost the cluster: %s: %s" % (NO_PORT, name)
         return "lost the cluster: " + line
 
-    def _published_job(self):
-        """The job the ps holds (`jobs.identity`), {} if unknown."""
-        address = self._task.cluster.task_address("ps", 0)
-        try:
-            held = jobs.read_published(address, self._timeout_secs * 1000)
-        except tf.errors.OpError:
-            return {}
-        return (held or {}).get(jobs.KEY) or {}
+
+def published_job(task, timeout_ms):
+    """The job ps task 0 holds (`jobs.identity`), {} if unknown."""
+    address = task.cluster.task_address("ps", 0)
+    try:
+        held = jobs.read_published(address, timeout_ms)
+    except tf.errors.OpError:
+        return {}
+    return (held or {}).get(jobs.KEY) or {}
 
 
 def chief_gone(task, line, job):
