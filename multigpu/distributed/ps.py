@@ -223,7 +223,9 @@ class PsWatchdog:
     as long as it is stopped. A ps answers until every worker is done, so
     a silent ps is a lost cluster. The chief alone saves the job: another
     worker training on without it makes steps no checkpoint will hold, so
-    a chief gone (once it answered) ends the other workers too.
+    a chief gone ends the other workers too, once it answered and had
+    published its job (a chief lost before its session was made ends them
+    by their session's bound).
     """
 
     def __init__(self, task, timeout_secs):
@@ -232,8 +234,7 @@ class PsWatchdog:
         self._watcher = Watcher()
         self._silent_since = {}
         self._chief = task.cluster.task_address("worker", 0)
-        self._chief_seen = False
-        self._chief_job = None
+        self._chief_job = None  # its `jobs.identity` once seen
 
     def __enter__(self):
         if self._timeout_secs:  # --operation_timeout_secs=0 bounds no wait.
@@ -258,18 +259,16 @@ class PsWatchdog:
         now = time.time()
         for name, address in self._watched():
             state = probe(address)
-            if address == self._chief:
-                self._chief_seen |= state == ANSWERS
-                if not self._chief_seen:
-                    continue
+            if address == self._chief and not self._chief_job:
+                if state == ANSWERS:
+                    self._chief_job = published_job(
+                        self._task, int(self._timeout_secs * 1000)
+                    )
+                continue
             if state == ANSWERS:
                 self._silent_since.pop(address, None)
                 continue
             since = self._silent_since.setdefault(address, now)
-            if address == self._chief and self._chief_job is None:
-                self._chief_job = published_job(
-                    self._task, self._timeout_secs * 1000
-                )
             if now - since >= self._timeout_secs:
                 _exit_saying(self._line(name, address, state, now - since))
         return False
@@ -284,13 +283,16 @@ class PsWatchdog:
 
 
 def published_job(task, timeout_ms):
-    """The job ps task 0 holds (`jobs.identity`), {} if unknown."""
+    """The job its chief published on ps task 0 (`jobs.identity`), {} if
+    none yet (or a restarted chief's, not yet published again)."""
     address = task.cluster.task_address("ps", 0)
     try:
-        held = jobs.read_published(address, timeout_ms)
+        held = jobs.read_published(address, timeout_ms) or {}
     except tf.errors.OpError:
         return {}
-    return (held or {}).get(jobs.KEY) or {}
+    if held.get(jobs.STARTING):
+        return {}
+    return held.get(jobs.KEY) or {}
 
 
 def chief_gone(task, line, job):
