@@ -100,7 +100,7 @@ def test_a_ps_cluster_chief_ends_without_an_object_never_used_error():
 
 
 @pytest.mark.slow
-def test_a_restarted_chief_of_other_flags_is_refused_and_of_the_same_joins(
+def test_a_chief_of_another_job_or_other_flags_is_refused_of_the_job_joins(
     make_cluster,
 ):
     running = make_cluster(
@@ -116,35 +116,10 @@ def test_a_restarted_chief_of_other_flags_is_refused_and_of_the_same_joins(
 
     # A chief of another job (its own --train_dir and workers, the same
     # flags) on the running job's ps: refused, and the job trains on.
-    other = Cluster(running.tmp_path / "other", SCRIPT, 2)
-    other.tmp_path.mkdir()
-    other.flags[0] = "--ps_hosts=%s" % running.ps_address
-    other.flags[2:] = running.flags[2:]
-    try:
-        other.start("worker", 0)
-        code, _ = other.wait("worker0")
-    finally:
-        other.stop_all()
+    other, code = _another_jobs_chief(running)
     log = other.log("worker0")
     assert code == 1, log[-3000:]
-    job_id = (running.train_dir(0) / "job.txt").read_text().strip()
-    assert log.strip().split("\n")[-1] == (
-        "%s: error: ps task 0 (%s) holds another job: its chief's "
-        "--train_dir is %s on host %s (job %s), this chief's %s on host %s "
-        "(a new job); give this job ps tasks of its own (--ps_hosts), or "
-        "stop every task of that job, its ps tasks too, before starting this "
-        "one; to rejoin that job, start its chief with its --train_dir "
-        "(docs/cluster.md)"
-        % (
-            SCRIPT,
-            running.ps_address,
-            running.train_dir(0),
-            socket.gethostname(),
-            job_id,
-            other.train_dir(0),
-            socket.gethostname(),
-        )
-    )
+    assert log.strip().split("\n")[-1] == _other_job_line(running, other)
     assert not other.train_dir(0).exists()
     reached = max(map(int, re.findall(r"step (\d+),", running.log("worker0"))))
     wait_for_step(running, "worker0", reached + 5)
@@ -174,3 +149,39 @@ def test_a_restarted_chief_of_other_flags_is_refused_and_of_the_same_joins(
     assert "the ps tasks hold this job already: training on from their " in log
     started = int(re.search(r"training from step (\d+)", log)[1])
     assert started >= reached
+
+
+def _another_jobs_chief(running):
+    """Runs the chief of another job on running's ps to its end: (its
+    `Cluster`, its exit code)."""
+    other = Cluster(running.tmp_path / "other", SCRIPT, 2)
+    other.tmp_path.mkdir()
+    other.flags[0] = "--ps_hosts=%s" % running.ps_address
+    other.flags[2:] = running.flags[2:]
+    try:
+        other.start("worker", 0)
+        code, _ = other.wait("worker0")
+    finally:
+        other.stop_all()
+    return other, code
+
+
+def _other_job_line(running, other):
+    host = socket.gethostname()
+    return (
+        "%s: error: ps task 0 (%s) holds another job: its chief's "
+        "--train_dir is %s on host %s (job %s), this chief's %s on host %s "
+        "(a new job); give this job ps tasks of its own (--ps_hosts), or "
+        "stop every task of that job, its ps tasks too, before starting this "
+        "one; to rejoin that job, start its chief with its --train_dir "
+        "(docs/cluster.md)"
+        % (
+            SCRIPT,
+            running.ps_address,
+            running.train_dir(0),
+            host,
+            (running.train_dir(0) / "job.txt").read_text().strip(),
+            other.train_dir(0),
+            host,
+        )
+    )
