@@ -145,19 +145,30 @@ def test_a_ps_that_looks_only_after_its_workers_finished_ends_normally(
     assert time.time() - start < 5
 
 
+def _chief_killed_at_step_10(make_cluster, num_workers):
+    """A ps and num_workers workers, saving every 5 steps; kill -9 of the
+    chief once the last worker logged step 10. Returns the cluster and
+    the step of the chief's newest checkpoint."""
+    cluster = make_cluster(
+        num_workers,
+        "--max_steps=100000",
+        "--save_checkpoint_steps=5",
+        *_fault_flags(),
+    )
+    cluster.start("ps", 0, PS_PATIENCE)
+    for index in range(num_workers):
+        cluster.start("worker", index)
+    wait_for_step(cluster, "worker%d" % (num_workers - 1), 10)
+    cluster.processes["worker0"].kill()
+    cluster.wait("worker0")
+    return cluster, checkpoint_steps(cluster.train_dir(0))[-1]
+
+
 @pytest.mark.slow
 def test_a_restarted_chief_trains_on_from_the_variables_the_ps_holds(
     make_cluster,
 ):
-    cluster = make_cluster(
-        1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
-    )
-    cluster.start("ps", 0, PS_PATIENCE)
-    cluster.start("worker", 0)
-    wait_for_step(cluster, "worker0", 10)
-    cluster.processes["worker0"].kill()
-    cluster.wait("worker0")
-    saved = checkpoint_steps(cluster.train_dir(0))[-1]
+    cluster, saved = _chief_killed_at_step_10(make_cluster, 1)
     assert saved >= 5
 
     # Where it stops may change; the ps's step is at least the saved one.
@@ -203,16 +214,7 @@ def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
 def test_a_worker_whose_chief_died_stops_naming_the_checkpoint_to_resume(
     make_cluster,
 ):
-    cluster = make_cluster(
-        2, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
-    )
-    cluster.start("ps", 0, PS_PATIENCE)
-    cluster.start("worker", 0)
-    cluster.start("worker", 1)
-    wait_for_step(cluster, "worker1", 10)
-    cluster.processes["worker0"].kill()
-    cluster.wait("worker0")
-    newest = checkpoint_steps(cluster.train_dir(0))[-1]
+    cluster, newest = _chief_killed_at_step_10(make_cluster, 2)
 
     code, seconds = cluster.wait("worker1")
     last = cluster.log("worker1").strip().split("\n")[-1]

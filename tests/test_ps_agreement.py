@@ -8,7 +8,6 @@ ends without TensorFlow's 'Object was never used' block.
 """
 
 import re
-import socket
 import subprocess
 import sys
 
@@ -18,6 +17,7 @@ from conftest import REPO, SCRIPT_ENV, checkpoint_steps
 from helpers.cluster import Cluster, wait_for_step
 
 from multigpu.distributed import agreement, cluster, ps
+from verification.accident_expect import another_job
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 MAX_STEPS = 20
@@ -31,6 +31,7 @@ from multigpu import quiet_cpp_logs
 import gc
 import tensorflow as tf
 from multigpu.distributed import agreement, cluster, ps
+from verification.accident_expect import another_job
 task = cluster.cluster_task("127.0.0.1:1", "127.0.0.1:2", "worker", 0)
 with tf.Graph().as_default():
     done_ops = ps.done_signals(task)
@@ -119,7 +120,9 @@ def test_a_chief_of_another_job_or_other_flags_is_refused_of_the_job_joins(
     other, code = _another_jobs_chief(running)
     log = other.log("worker0")
     assert code == 1, log[-3000:]
-    assert log.strip().split("\n")[-1] == _other_job_line(running, other)
+    assert log.strip().split("\n")[-1] == another_job(
+        running.ps_address, running.train_dir(0), other.train_dir(0)
+    )
     assert not other.train_dir(0).exists()
     reached = max(map(int, re.findall(r"step (\d+),", running.log("worker0"))))
     wait_for_step(running, "worker0", reached + 5)
@@ -164,24 +167,3 @@ def _another_jobs_chief(running):
     finally:
         other.stop_all()
     return other, code
-
-
-def _other_job_line(running, other):
-    host = socket.gethostname()
-    return (
-        "%s: error: ps task 0 (%s) holds another job: its chief's "
-        "--train_dir is %s on host %s (job %s), this chief's %s on host %s "
-        "(a new job); give this job ps tasks of its own (--ps_hosts), or "
-        "stop every task of that job, its ps tasks too, before starting this "
-        "one; to rejoin that job, start its chief with its --train_dir "
-        "(docs/cluster.md)"
-        % (
-            SCRIPT,
-            running.ps_address,
-            running.train_dir(0),
-            host,
-            (running.train_dir(0) / "job.txt").read_text().strip(),
-            other.train_dir(0),
-            host,
-        )
-    )

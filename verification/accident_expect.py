@@ -9,9 +9,10 @@ outside them the expected value is -1, which nothing leaves.
 
 import re
 import signal
+import socket
 from typing import NamedTuple
 
-from multigpu.distributed import kinds
+from multigpu.distributed import jobs, kinds
 from multigpu.graph import step_optimizer
 from verification.accident_runs import SCRIPT
 
@@ -49,6 +50,29 @@ def files(steps, event_files=1):
             "model.ckpt-%d.%s" % (step, s) for s in ("data", "index", "meta")
         ]
     return sorted(names)
+
+
+def another_job(ps_address, held_train_dir, train_dir):
+    """The line of a new job's chief (of train_dir) on ps tasks that hold
+    the job of held_train_dir, on this host."""
+    host = socket.gethostname()
+    return (
+        "%s: error: ps task 0 (%s) holds another job: its chief's "
+        "--train_dir is %s on host %s (job %s), this chief's %s on host %s "
+        "(a new job); give this job ps tasks of its own (--ps_hosts), or "
+        "stop every task of that job, its ps tasks too, before starting this "
+        "one; to rejoin that job, start its chief with its --train_dir "
+        "(docs/cluster.md)"
+        % (
+            SCRIPT,
+            ps_address,
+            held_train_dir,
+            host,
+            jobs.recorded_id(held_train_dir),
+            train_dir,
+            host,
+        )
+    )
 
 
 def saved(tasks, step):

@@ -6,9 +6,6 @@ Each is a function (tasks, context, outcome) -> `Expected`, as in
 `accident_cells`.
 """
 
-import socket
-
-from multigpu.distributed import jobs
 from verification import accident_provoke as provoke
 from verification.accident_expect import (
     KEPT,
@@ -17,6 +14,7 @@ from verification.accident_expect import (
     SCRIPT,
     WORKERS,
     Expected,
+    another_job,
     chief_lost_at_start,
     end_or_past,
     files,
@@ -66,23 +64,10 @@ def stale_ps(tasks, context, outcome):
     server starts, naming both jobs; its worker 1 never takes the earlier
     chief's settings on the ps for its chief's, and ends once its wait for
     a chief that answers runs out; the ps runs on (the cell kills it)."""
-    earlier = tasks.root / "train_earlier_job"
-    chief = (
-        "%s: error: ps task 0 (%s) holds another job: its chief's "
-        "--train_dir is %s on host %s (job %s), this chief's %s on host %s "
-        "(a new job); give this job ps tasks of its own (--ps_hosts), or "
-        "stop every task of that job, its ps tasks too, before starting this "
-        "one; to rejoin that job, start its chief with its --train_dir "
-        "(docs/cluster.md)"
-        % (
-            SCRIPT,
-            "%s:%d" % (tasks.address("ps0"), tasks.ports["ps0"]),
-            earlier,
-            socket.gethostname(),
-            jobs.recorded_id(earlier),
-            tasks.train_dir(tasks.chief),
-            socket.gethostname(),
-        )
+    chief = another_job(
+        "%s:%d" % (tasks.address("ps0"), tasks.ports["ps0"]),
+        tasks.root / "train_earlier_job",
+        tasks.train_dir(tasks.chief),
     )
     worker = (
         "%s: error: worker task 1: the chief (worker task 0) did not publish "
