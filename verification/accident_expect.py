@@ -165,6 +165,28 @@ def chief_gone(tasks):
     )
 
 
+def chief_left(tasks, observed, step):
+    """Worker 1's line once its chief is gone (observed if it is it, but
+    for how long), the chief's newest checkpoint of step."""
+    train_dir = tasks.train_dir(tasks.chief)
+    return matching(
+        observed,
+        "%s: error: worker task 1: the chief, %s has not accepted a "
+        "connection for {N} s: ended, or its host is unreachable; the steps "
+        "since the chief's newest checkpoint are in no checkpoint, so this "
+        "worker stops: the job resumes from the newest checkpoint in the "
+        "chief's --train_dir, %s on host %s (job %s): %s; start every task "
+        "of the job again, the ps tasks first, then the chief (worker task "
+        "0) and the other workers, with the job's commands",
+        SCRIPT,
+        unreachable(tasks, "worker0"),
+        train_dir,
+        socket.gethostname(),
+        jobs.recorded_id(train_dir),
+        train_dir / ("model.ckpt-%d" % step),
+    )
+
+
 def chief_done(tasks):
     """The ps's line once the chief is done and worker 1 silent."""
     return (
