@@ -7,6 +7,7 @@ import time
 import pytest
 import tensorflow as tf
 from conftest import error_line, free_port
+from helpers import ports
 from helpers.scripts import run_code
 
 from multigpu.distributed import agreement, cluster, ps, sessions
@@ -128,10 +129,14 @@ def test_the_agreement_under_a_bound_of_0_waits_for_a_late_peer():
             free_port(),
         )
         task = cluster.cluster_task("", hosts, "worker", 1)
-        # The peer's port answers after a few looks at it.
-        late = threading.Timer(3 * agreement.PORT_POLL_SECS, peer.listen)
+        # The peer's server answers after a few looks at it.
+        late = threading.Timer(
+            3 * agreement.PORT_POLL_SECS,
+            ports.serve,
+            (peer, ports.SETTINGS_FRAME),
+        )
         late.start()
         agreement.wait_for_peers(task, 0)
         late.join()
         # It returned once the peer answered, not at its first look.
-        assert ps.answers(hosts.split(",")[0])
+        assert ps.responds(hosts.split(",")[0])

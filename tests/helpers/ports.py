@@ -17,15 +17,21 @@ def listening(reply=None):
     reply (bytes) to each; None: answers nothing, as a stopped process."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
+    serve(server, reply)
+    try:
+        yield "127.0.0.1:%d" % server.getsockname()[1]
+    finally:
+        server.close()
+
+
+def serve(server, reply=None):
+    """Listens on server (a bound socket), sending reply (bytes) to each
+    connection; None: answers nothing."""
     server.listen(8)
     if reply is not None:
         threading.Thread(
             target=_answer, args=(server, reply), daemon=True
         ).start()
-    try:
-        yield "127.0.0.1:%d" % server.getsockname()[1]
-    finally:
-        server.close()
 
 
 def _answer(server, reply):
