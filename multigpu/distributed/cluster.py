@@ -287,7 +287,7 @@ def report_done(server, done_ops, task, runs, config, max_steps, train_dir):
     """
     with tf.compat.v1.Session(server.target, config=config) as sess:
         global_step = sess.run(tf.compat.v1.train.get_global_step())
-        if "ps" in task.cluster.jobs:
+        if task.kind.settles_on_ps:
             _settle(server, config, task, train_dir, (global_step, max_steps))
         sess.run(done_ops)
     if runs == 0 and max_steps is not None and global_step >= max_steps:

@@ -73,6 +73,10 @@ class Kind(NamedTuple):
     # last completed step, saved when a peer is lost, or None.
     lost_peer_save: Callable
     lost_peer_advice: str  # told after the cause
+    # The chief records its last checkpoint's step on ps task 0 at its end,
+    # and another worker that ran the job's last step waits for it
+    # (`cluster.report_done`).
+    settles_on_ps: bool
     # {flag: why this kind refuses it, '%s' for the flag as given}.
     refused_flags: dict
 
@@ -282,6 +286,7 @@ LOCAL = Kind(
     session=_wait_for_chief,
     lost_peer_save=lambda server, config, saver, train_dir: None,
     lost_peer_advice="",
+    settles_on_ps=False,
     refused_flags=_LOCAL_REFUSED,
 )
 PS = Kind(
@@ -304,6 +309,7 @@ PS = Kind(
     session=_wait_for_chief,
     lost_peer_save=lambda server, config, saver, train_dir: None,
     lost_peer_advice="",
+    settles_on_ps=True,
     refused_flags=_PS_REFUSED,
 )
 PS_SYNC = PS._replace(
@@ -335,6 +341,7 @@ WORKERS_ONLY = Kind(
         "; run the same commands on every worker to resume from the "
         "chief's newest checkpoint"
     ),
+    settles_on_ps=False,
     refused_flags={
         "variable_device": _VARIABLE_DEVICE,
         "sync_replicas": (
