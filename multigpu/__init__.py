@@ -12,7 +12,7 @@ up. Each floor, and its modules (docs/layout.md says what each holds):
 - `train_dir/`, what a run keeps: `train_dirs`, `lock`, `checkpoints`,
   `restore`, `event_files`.
 - `distributed/`, beyond one machine: `kinds`, `cluster`, `ps`,
-  `agreement`, `sessions`, `tf_config`.
+  `agreement`, `jobs`, `sessions`, `tf_config`.
 - `run/`, running it safely: `training`, `loop_hooks`, `interrupts`,
   `failures`, `profile`, `report`.
 - `flags/`, the flags, turned into plain values in main(): `common_flags`,

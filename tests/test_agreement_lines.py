@@ -103,8 +103,9 @@ def test_the_default_learning_rate_is_named_as_the_models_own_recipe():
 def test_a_chief_refused_by_the_ps_names_the_default_rate_as_its_own_recipe():
     with pytest.raises(ValueError) as refused:
         agreement.refuse_other_job(
-            {"learning_rate": 0.05, "max_steps": 20},
-            {"learning_rate": 0.0, "max_steps": 30},
+            {"learning_rate": 0.05, "max_steps": 20, "job": {"id": "a1"}},
+            {"learning_rate": 0.0, "max_steps": 30, "job": {"id": "a1"}},
+            "127.0.0.1:2222",
         )
     assert str(refused.value) == (
         "the ps tasks hold a job started by a chief with other flags: "

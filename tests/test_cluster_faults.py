@@ -116,9 +116,10 @@ def test_a_ps_ends_once_its_chief_is_done_naming_the_killed_worker(
     cluster = make_cluster(2, "--max_steps=40")
     cluster.start("worker", 0)
     cluster.start("worker", 1)
-    # The ps gives its workers 10 s to start: they are up before it.
+    # The ps gives its workers 10 s to start: worker 1 is up before it, and
+    # the chief opens its port once it has read the job the ps holds.
     deadline = time.time() + TASK_DEADLINE_SECS
-    while not all(map(ps.answers, cluster.worker_addresses)):
+    while not ps.answers(cluster.worker_addresses[1]):
         assert time.time() < deadline
         time.sleep(0.5)
     cluster.start("ps", 0, "--operation_timeout_secs=10")
@@ -163,19 +164,30 @@ def test_a_ps_that_looks_only_after_its_workers_finished_ends_normally(
     assert time.time() - start < 5
 
 
+def _chief_killed_at_step_10(make_cluster, num_workers):
+    """A ps and num_workers workers, saving every 5 steps; kill -9 of the
+    chief once the last worker logged step 10. Returns the cluster and
+    the step of the chief's newest checkpoint."""
+    cluster = make_cluster(
+        num_workers,
+        "--max_steps=100000",
+        "--save_checkpoint_steps=5",
+        *_fault_flags(),
+    )
+    cluster.start("ps", 0, PS_PATIENCE)
+    for index in range(num_workers):
+        cluster.start("worker", index)
+    wait_for_step(cluster, "worker%d" % (num_workers - 1), 10)
+    cluster.processes["worker0"].kill()
+    cluster.wait("worker0")
+    return cluster, checkpoint_steps(cluster.train_dir(0))[-1]
+
+
 @pytest.mark.slow
 def test_a_restarted_chief_trains_on_from_the_variables_the_ps_holds(
     make_cluster,
 ):
-    cluster = make_cluster(
-        1, "--max_steps=100000", "--save_checkpoint_steps=5", *_fault_flags()
-    )
-    cluster.start("ps", 0, PS_PATIENCE)
-    cluster.start("worker", 0)
-    wait_for_step(cluster, "worker0", 10)
-    cluster.processes["worker0"].kill()
-    cluster.wait("worker0")
-    saved = checkpoint_steps(cluster.train_dir(0))[-1]
+    cluster, saved = _chief_killed_at_step_10(make_cluster, 1)
     assert saved >= 5
 
     # Where it stops may change; the ps's step is at least the saved one.
@@ -215,3 +227,38 @@ def test_a_ps_whose_chief_is_gone_stops_naming_the_silent_workers():
         "port has not answered for --operation_timeout_secs=1, and no word "
         "from worker task 1 (127.0.0.1:%d); the ps stops" % tuple(worker_ports)
     )
+
+
+@pytest.mark.slow
+def test_a_worker_whose_chief_died_stops_naming_the_checkpoint_to_resume(
+    make_cluster,
+):
+    cluster, newest = _chief_killed_at_step_10(make_cluster, 2)
+
+    code, seconds = cluster.wait("worker1")
+    last = cluster.log("worker1").strip().split("\n")[-1]
+    assert code == 1, last
+    assert seconds < FAULT_EXIT_BOUND_SECS
+    ended = re.fullmatch(
+        re.escape(
+            "cifar10_multi_gpu_train.py: error: worker task 1: the chief, "
+            "worker task 0 (%s) has not accepted a connection for "
+            % cluster.worker_addresses[0]
+        )
+        + r"\d+"
+        + re.escape(
+            " s: ended, or its host is unreachable; the steps since the "
+            "chief's newest checkpoint are in no checkpoint, so this worker "
+            "stops: the job resumes from the newest checkpoint in the "
+            "chief's --train_dir, %s on host " % cluster.train_dir(0)
+        )
+        + r"\S+ \(job [0-9a-f]{16}\): "
+        + re.escape(
+            "%s; start every task of the job again, the ps tasks first, "
+            "then the chief (worker task 0) and the other workers, with the "
+            "job's commands"
+            % (cluster.train_dir(0) / ("model.ckpt-%d" % newest))
+        ),
+        last,
+    )
+    assert ended, last

@@ -1,6 +1,5 @@
 """Operation timeouts bound the waits of a cluster, and only of a cluster."""
 
-import os
 import socket
 import sys
 import threading
@@ -10,6 +9,7 @@ import types
 import pytest
 import tensorflow as tf
 from conftest import error_line, free_port
+from helpers import ports
 from helpers.scripts import run_code
 
 from multigpu.distributed import agreement, cluster, ps, sessions
@@ -131,48 +131,48 @@ def test_the_agreement_under_a_bound_of_0_waits_for_a_late_peer():
             free_port(),
         )
         task = cluster.cluster_task("", hosts, "worker", 1)
-        # The peer's port answers after a few looks at it.
-        late = threading.Timer(3 * agreement.PORT_POLL_SECS, peer.listen)
+        # The peer's server answers after a few looks at it.
+        late = threading.Timer(
+            3 * agreement.PORT_POLL_SECS,
+            ports.serve,
+            (peer, ports.SETTINGS_FRAME),
+        )
         late.start()
         agreement.wait_for_peers(task, 0)
         late.join()
         # It returned once the peer answered, not at its first look.
-        assert ps.answers(hosts.split(",")[0])
+        assert ps.responds(hosts.split(",")[0])
 
 
 def test_the_ps_watchdog_ends_a_worker_only_after_a_silence_of_its_timeout(
-    monkeypatch, capsys
+    monkeypatch,
 ):
-    # (clock, whether the ps answers) at each look: a blip at 1000 s, an
-    # answer at 1005 s, a second blip from 1100 s on; the timeout is 30 s.
+    # (clock, what the ps does) at each look: a blip at 1000 s, an answer
+    # at 1005 s, a second silence from 1100 s on; the timeout is 30 s.
     looks = [
-        (1000, False),
-        (1005, True),
-        (1100, False),
-        (1129, False),
-        (1130, False),
+        (1000, ps.SILENT),
+        (1005, ps.ANSWERS),
+        (1100, ps.SILENT),
+        (1129, ps.SILENT),
+        (1130, ps.SILENT),
     ]
-    now = {"secs": 0, "answers": True}
-    monkeypatch.setattr(
-        ps,
-        "unreachable_tasks",
-        lambda _: "every task answers" if now["answers"] else "unreachable: ps",
-    )
+    now = {"secs": 0, "state": ps.ANSWERS}
+    monkeypatch.setattr(ps, "probe", lambda address: now["state"])
     # The module's clock and exit, for these looks only.
     monkeypatch.setattr(
         ps, "time", types.SimpleNamespace(time=lambda: now["secs"])
     )
-    monkeypatch.setattr(
-        ps, "os", types.SimpleNamespace(path=os.path, _exit=sys.exit)
-    )
-    watchdog = ps.PsWatchdog(None, 30)
+    monkeypatch.setattr(ps, "_exit_saying", lambda line: sys.exit(line))
+    chief = cluster.cluster_task("h:1", "h:2,h:3", "worker", 0)
+    watchdog = ps.PsWatchdog(chief, 30)
     survived = []
     with pytest.raises(SystemExit) as ended:
-        for now["secs"], now["answers"] in looks:
-            watchdog._look(None)
+        for now["secs"], now["state"] in looks:
+            watchdog._look()
             survived.append(now["secs"])
 
-    assert (survived, ended.value.code) == ([1000, 1005, 1100, 1129], 1)
-    assert capsys.readouterr().err.endswith(
-        ": error: lost the cluster: unreachable: ps\n"
+    assert (survived, ended.value.code) == (
+        [1000, 1005, 1100, 1129],
+        "lost the cluster: ps task 0 (h:1) holds its port but has not "
+        "answered for 30 s: stopped or stuck",
     )

@@ -9,7 +9,7 @@ wrote a second event file.
 The first run ends at --max_steps exactly: its checkpoint is
 model.ckpt-MAX_STEPS and holds that global step. In the ps cluster the
 chief is frozen (SIGSTOP) in its first step while worker 1 trains the job
-to its end, then goes on: its step, begun at step 0, claims no global
+to its last step, then goes on: its step, begun at step 0, claims no global
 step past --max_steps (`step_optimizer.claiming`). Before, it landed as
 step 7 and the chief saved model.ckpt-7.
 """
@@ -36,7 +36,9 @@ def _run_job(cluster, num_ps, frozen_chief=False):
     """Starts every task of the cluster; their exit codes, ps first.
 
     frozen_chief: the chief is stopped once worker 1 logged its first step
-    (the chief's first step takes longer), and goes on once worker 1 ended.
+    (the chief's first step takes longer), and goes on once worker 1
+    logged the job's last step (worker 1 then waits for the chief's
+    checkpoint of it before it ends: `cluster.report_done`).
     """
     names = ["ps%d" % i for i in range(num_ps)] + ["worker0", "worker1"]
     for name in names:
@@ -45,7 +47,7 @@ def _run_job(cluster, num_ps, frozen_chief=False):
         wait_for_step(cluster, "worker1", 1)
         os.kill(cluster.processes["worker0"].pid, signal.SIGSTOP)
         try:
-            cluster.wait("worker1")
+            wait_for_step(cluster, "worker1", MAX_STEPS)
         finally:
             os.kill(cluster.processes["worker0"].pid, signal.SIGCONT)
     return [cluster.wait(name)[0] for name in names]

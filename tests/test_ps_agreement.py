@@ -14,9 +14,10 @@ import sys
 import pytest
 import tensorflow as tf
 from conftest import REPO, SCRIPT_ENV, checkpoint_steps
-from helpers.cluster import wait_for_step
+from helpers.cluster import Cluster, wait_for_step
 
 from multigpu.distributed import agreement, cluster, ps
+from verification.accident_expect import another_job
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 MAX_STEPS = 20
@@ -30,6 +31,7 @@ from multigpu import quiet_cpp_logs
 import gc
 import tensorflow as tf
 from multigpu.distributed import agreement, cluster, ps
+from verification.accident_expect import another_job
 task = cluster.cluster_task("127.0.0.1:1", "127.0.0.1:2", "worker", 0)
 with tf.Graph().as_default():
     done_ops = ps.done_signals(task)
@@ -59,7 +61,6 @@ def test_a_ps_cluster_worker_with_another_learning_rate_ends_naming_it(
         SCRIPT + ": error: --learning_rate differs between the workers: "
         "worker task 0 has 0.1, worker task 1 has 0.05; start every worker "
         "with the same --learning_rate (docs/cluster.md)"
-        + agreement.STALE_PS_NOTE
     )
     assert not re.search(r"step \d+,", log), log[-3000:]
     for name in ("worker0", "ps0"):
@@ -100,7 +101,7 @@ def test_a_ps_cluster_chief_ends_without_an_object_never_used_error():
 
 
 @pytest.mark.slow
-def test_a_restarted_chief_of_other_flags_is_refused_and_of_the_same_joins(
+def test_a_chief_of_another_job_or_other_flags_is_refused_of_the_job_joins(
     make_cluster,
 ):
     running = make_cluster(
@@ -113,6 +114,19 @@ def test_a_restarted_chief_of_other_flags_is_refused_and_of_the_same_joins(
     running.start("worker", 0)
     running.start("worker", 1)
     wait_for_step(running, "worker1", 10)
+
+    # A chief of another job (its own --train_dir and workers, the same
+    # flags) on the running job's ps: refused, and the job trains on.
+    other, code = _another_jobs_chief(running)
+    log = other.log("worker0")
+    assert code == 1, log[-3000:]
+    assert log.strip().split("\n")[-1] == another_job(
+        running.ps_address, running.train_dir(0), other.train_dir(0)
+    )
+    assert not other.train_dir(0).exists()
+    reached = max(map(int, re.findall(r"step (\d+),", running.log("worker0"))))
+    wait_for_step(running, "worker0", reached + 5)
+
     running.processes["worker0"].kill()
     running.wait("worker0")
     reached = max(map(int, re.findall(r"step (\d+),", running.log("worker1"))))
@@ -138,3 +152,18 @@ def test_a_restarted_chief_of_other_flags_is_refused_and_of_the_same_joins(
     assert "the ps tasks hold this job already: training on from their " in log
     started = int(re.search(r"training from step (\d+)", log)[1])
     assert started >= reached
+
+
+def _another_jobs_chief(running):
+    """Runs the chief of another job on running's ps to its end: (its
+    `Cluster`, its exit code)."""
+    other = Cluster(running.tmp_path / "other", SCRIPT, 2)
+    other.tmp_path.mkdir()
+    other.flags[0] = "--ps_hosts=%s" % running.ps_address
+    other.flags[2:] = running.flags[2:]
+    try:
+        other.start("worker", 0)
+        code, _ = other.wait("worker0")
+    finally:
+        other.stop_all()
+    return other, code

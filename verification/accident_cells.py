@@ -27,11 +27,11 @@ from verification.accident_expect import (
     PS,
     PS_SYNC,
     SCRIPT,
-    STALE_PS_NOTE,
     WORKERS,
     Expected,
     chief_done,
     chief_gone,
+    chief_left,
     chief_lost_at_start,
     end_or_past,
     files,
@@ -195,23 +195,27 @@ def _during_a_save(tasks, context, outcome):
     if tasks.kind.name == LOCAL:
         return Expected({"local": 143}, {"local": line}, steps, files(steps))
     # The ps chief: its signal saves the step it reached (its saves skip
-    # the global steps worker 1 makes meanwhile); worker 1 trains on alone
-    # to --max_steps, and the ps ends with it.
+    # the global steps worker 1 makes meanwhile). Worker 1's steps after it
+    # are in no checkpoint: it stops once the chief is gone, naming that
+    # checkpoint, and the ps ends naming it; where the chief's save came
+    # after worker 1's last step, both end as at the job's end.
     step = within(
         outcome.steps[-1] if outcome.steps else -1,
         1,
         end_or_past(tasks, STEPS),
     )
     steps = outcome.steps[-KEPT:-1] + [step]
-    return Expected(
-        {"ps0": 0, "worker0": 143, "worker1": 0},
-        {
-            **finished_lines(tasks, ["ps0", "worker1"]),
-            "worker0": interrupted(tasks, step),
-        },
-        steps,
-        files(steps),
-    )
+    lines = {"worker0": interrupted(tasks, step)}
+    if step >= STEPS:
+        codes = {"ps0": 0, "worker0": 143, "worker1": 0}
+        lines.update(finished_lines(tasks, ["ps0", "worker1"]))
+    else:
+        codes = {"ps0": 1, "worker0": 143, "worker1": 1}
+        lines["ps0"] = chief_done(tasks)
+        lines["worker1"] = chief_left(
+            tasks, outcome.lines.get("worker1", ""), step
+        )
+    return Expected(codes, lines, steps, files(steps))
 
 
 def _again(tasks, context, outcome, event_files):
@@ -361,7 +365,7 @@ def _other_data(tasks, context, outcome):
         {"ps0": 0, "worker0": 0, "worker1": 1},
         {
             **finished_lines(tasks, ["ps0", "worker0"]),
-            "worker1": line + STALE_PS_NOTE,
+            "worker1": line,
         },
         [0, LAST_STEP],
         files([0, LAST_STEP]),

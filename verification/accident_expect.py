@@ -9,9 +9,10 @@ outside them the expected value is -1, which nothing leaves.
 
 import re
 import signal
+import socket
 from typing import NamedTuple
 
-from multigpu.distributed import kinds
+from multigpu.distributed import jobs, kinds
 from multigpu.graph import step_optimizer
 from verification.accident_runs import SCRIPT
 
@@ -20,12 +21,6 @@ LOCAL, PS, PS_SYNC, WORKERS = (k.name for k in kinds.KINDS)
 # event files (`files`).
 RECORDS = ("checkpoint", "data.txt", "graph.pbtxt", "model.txt", "trainer.lock")
 RESUME_ALL = "run the same commands on every worker to resume"
-# What a ps cluster's worker adds when it refuses the chief's settings.
-STALE_PS_NOTE = (
-    "; worker task 0's are those published on ps task 0: if it now runs "
-    "with other flags, the ps tasks are left from an earlier job, and "
-    "every task of that job, its ps tasks too, must stop first"
-)
 KILLED = -signal.SIGKILL  # The exit code of a task the cell killed.
 # The saver's max_to_keep.
 KEPT = 5
@@ -55,6 +50,29 @@ def files(steps, event_files=1):
             "model.ckpt-%d.%s" % (step, s) for s in ("data", "index", "meta")
         ]
     return sorted(names)
+
+
+def another_job(ps_address, held_train_dir, train_dir):
+    """The line of a new job's chief (of train_dir) on ps tasks that hold
+    the job of held_train_dir, on this host."""
+    host = socket.gethostname()
+    return (
+        "%s: error: ps task 0 (%s) holds another job: its chief's "
+        "--train_dir is %s on host %s (job %s), this chief's %s on host %s "
+        "(a new job); give this job ps tasks of its own (--ps_hosts), or "
+        "stop every task of that job, its ps tasks too, before starting this "
+        "one; to rejoin that job, start its chief with its --train_dir "
+        "(docs/cluster.md)"
+        % (
+            SCRIPT,
+            ps_address,
+            held_train_dir,
+            host,
+            jobs.recorded_id(held_train_dir),
+            train_dir,
+            host,
+        )
+    )
 
 
 def saved(tasks, step):
@@ -146,6 +164,28 @@ def chief_gone(tasks):
         "answered for --operation_timeout_secs=60, and no word from %s; the "
         "ps stops"
         % (SCRIPT, unreachable(tasks, "worker0"), unreachable(tasks, "worker1"))
+    )
+
+
+def chief_left(tasks, observed, step):
+    """Worker 1's line once its chief is gone (observed if it is it, but
+    for how long), the chief's newest checkpoint of step."""
+    train_dir = tasks.train_dir(tasks.chief)
+    return matching(
+        observed,
+        "%s: error: worker task 1: the chief, %s has not accepted a "
+        "connection for {N} s: ended, or its host is unreachable; the steps "
+        "since the chief's newest checkpoint are in no checkpoint, so this "
+        "worker stops: the job resumes from the newest checkpoint in the "
+        "chief's --train_dir, %s on host %s (job %s): %s; start every task "
+        "of the job again, the ps tasks first, then the chief (worker task "
+        "0) and the other workers, with the job's commands",
+        SCRIPT,
+        unreachable(tasks, "worker0"),
+        train_dir,
+        socket.gethostname(),
+        jobs.recorded_id(train_dir),
+        train_dir / ("model.ckpt-%d" % step),
     )
 
 

@@ -12,15 +12,16 @@ from verification.accident_expect import (
     KILLED,
     LOCAL,
     SCRIPT,
-    STALE_PS_NOTE,
     WORKERS,
     Expected,
+    another_job,
     chief_lost_at_start,
     end_or_past,
     files,
     finished_lines,
     within,
 )
+from verification.accident_runs import WORKER_TIMEOUT_SECS
 
 # The last step of the runs these accidents start again, and the step the
 # chief restarted under a running worker trains to.
@@ -59,19 +60,24 @@ def _refused(other, this):
 
 
 def stale_ps(tasks, context, outcome):
-    """The new job's chief is refused before it writes anything; its
-    worker 1, which reads the earlier chief's settings on the ps, ends
-    naming the flag and the earlier job; the ps runs on (the cell kills
-    it)."""
+    """The new job's chief is refused before it writes anything or its
+    server starts, naming both jobs; its worker 1 never takes the earlier
+    chief's settings on the ps for its chief's, and ends once its wait for
+    a chief that answers runs out; the ps runs on (the cell kills it)."""
+    chief = another_job(
+        "%s:%d" % (tasks.address("ps0"), tasks.ports["ps0"]),
+        tasks.root / "train_earlier_job",
+        tasks.train_dir(tasks.chief),
+    )
     worker = (
-        "%s: error: --learning_rate differs between the workers: worker "
-        "task 0 has 0.05, worker task 1 has 0 (the model's own recipe); "
-        "start every worker with the same --learning_rate (docs/cluster.md)"
-        % SCRIPT
-    ) + STALE_PS_NOTE
+        "%s: error: worker task 1: the chief (worker task 0) did not publish "
+        "its settings on ps task 0 within %d s (--operation_timeout_secs); "
+        "start the chief, or look in its output for why it ended"
+        % (SCRIPT, WORKER_TIMEOUT_SECS)
+    )
     return Expected(
         {"ps0": KILLED, "worker0": 1, "worker1": 1},
-        {"worker0": _refused("0.05", OWN_RATE), "worker1": worker},
+        {"worker0": chief, "worker1": worker},
         [],
         None,
     )

@@ -247,8 +247,9 @@ BUGS = [
     Bug(
         "watchdog_never_resets",
         "multigpu/distributed/ps.py",
-        "            self._silent_since = None\n            return False\n",
-        "            return False\n",
+        "                self._silent_since.pop(address, None)\n"
+        "                continue\n",
+        "                continue\n",
         "the ps watchdog's silence never restarts: a second blip ends a worker",
         (
             "tests/test_cluster_timeouts.py::test_the_ps_watchdog_ends_a_"

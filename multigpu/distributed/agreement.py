@@ -29,8 +29,8 @@ import numpy as np
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import ps, sessions
-from multigpu.graph import summaries, towers
+from multigpu.distributed import jobs, ps, sessions
+from multigpu.graph import towers
 
 # The all-gather takes one shape from every worker: the JSON padded to this.
 SETTINGS_BYTES = 16384
@@ -111,12 +111,14 @@ def agree(target, task, settings, wait_secs):
 
 
 def wait_for_peers(task, wait_secs):
-    """Waits until every other worker's port answers, at most wait_secs."""
+    """Waits until every other worker's server answers, at most wait_secs:
+    a program other than a worker on a worker's port is no peer."""
     addresses = task.cluster.job_tasks("worker")
     waiting = set(range(len(addresses))) - {task.task_index}
     deadline = time.time() + wait_secs
     while waiting:
-        waiting = {i for i in waiting if not ps.answers(addresses[i])}
+        states = {i: ps.probe(addresses[i]) for i in waiting}
+        waiting = {i for i, state in states.items() if state != ps.ANSWERS}
         if not waiting:
             return
         if wait_secs and time.time() > deadline:
@@ -127,13 +129,20 @@ def wait_for_peers(task, wait_secs):
                 % (
                     task.task_index,
                     ", ".join(
-                        "worker task %d (%s)" % (i, addresses[i])
+                        "worker task %d (%s%s)"
+                        % (i, addresses[i], _said_state(states[i]))
                         for i in sorted(waiting)
                     ),
                     wait_secs,
                 )
             )
         time.sleep(PORT_POLL_SECS)
+
+
+def _said_state(state):
+    """', not a TensorFlow server (...)' for a port that holds something
+    else than a worker not yet started."""
+    return "" if state == ps.NO_PORT else ", " + state
 
 
 def encode(settings):
@@ -231,70 +240,43 @@ def difference(settings_of_tasks, tasks=None):
     return None
 
 
-# The chief's settings a worker read may be an earlier job's, left on the ps.
-STALE_PS_NOTE = (
-    "; worker task 0's are those published on ps task 0: if it now runs "
-    "with other flags, the ps tasks are left from an earlier job, and "
-    "every task of that job, its ps tasks too, must stop first"
-)
 # What a restarted chief may change: where it stops, not what it learns.
 RESTART_MAY_CHANGE = ("max_steps",)
 POLL_SECS = 0.5
-# An absolute scope: the session block's, where the hook's `begin` runs.
-VARIABLE_SCOPE = summaries.SESSION + "/"
-VARIABLE_NAME = "chief_settings"
 
 
-def _published_variable(text=""):
-    """(string scalar variable, bool scalar tensor): the chief's settings
-    on ps task 0 (text: the JSON its initializer sets), and whether any
-    chief set them. One absolute name in every graph: any session on the
-    cluster reads the one the ps holds."""
-    with tf.device("/job:ps/task:0"), tf.name_scope(VARIABLE_SCOPE):
-        published = tf.compat.v1.Variable(
-            text,
-            name=VARIABLE_NAME,
-            collections=[],
-            trainable=False,
-            use_resource=False,
-        )
-        # The raw op: tf.compat.v1.is_variable_initialized's tensor, which
-        # a chief never runs, logs an 'Object was never used' ERROR block at
-        # the chief's end once the hook is collected.
-        ready = tf.raw_ops.IsVariableInitialized(ref=published)
-    return published, ready
-
-
-def held_job(target, task, config, wait_secs):
+def held_job(task, config, wait_secs):
     """The settings dict the ps tasks' chief published, or None (a new ps);
     waits at most wait_secs (0: no bound) for ps task 0 to start."""
     address = task.cluster.task_address("ps", 0)
     deadline = time.time() + wait_secs
-    while not ps.answers(address):
+    while not ps.responds(address):
         if wait_secs and time.time() > deadline:
             raise errors.TrainingError(
                 "worker task %d: no answer from ps task 0 (%s) within %d s "
-                "of start-up (--operation_timeout_secs); start the ps tasks, "
-                "or look in their output for why they ended"
-                % (task.task_index, address, wait_secs)
+                "of start-up (--operation_timeout_secs): %s; start the ps "
+                "tasks, or look in their output for why they ended"
+                % (task.task_index, address, wait_secs, ps.probe(address))
             )
         time.sleep(POLL_SECS)
-    with tf.Graph().as_default() as graph:
-        published, ready = _published_variable()
-        read = published.read_value()
-    with tf.compat.v1.Session(target, graph=graph, config=config) as session:
-        if not session.run(ready):
-            return None
-        return json.loads(session.run(read).decode())
+    return jobs.read_published(address, config.operation_timeout_in_ms)
 
 
-def refuse_other_job(held, settings):
-    """ValueError when the ps tasks hold a job of other settings.
+def refuse_other_job(held, settings, ps_address):
+    """ValueError when the ps tasks hold another job, or this job under
+    other settings.
 
-    A chief restarted with other flags under running workers would train
-    at other settings; the ps tasks of an earlier job, left running, would
-    hand that job's settings to the new job's workers.
+    held, settings: the published settings and this chief's, each with
+    its job (`jobs.KEY`). A chief restarted with other flags under running
+    workers would train at other settings; the ps tasks of another job
+    would hand that job's variables to this one.
     """
+    held, held_job = _without_job(held)
+    settings, job = _without_job(settings)
+    if not jobs.same(held_job, job):
+        raise ValueError(jobs.other_job_line(held_job, job, ps_address))
+    if held.get(jobs.STARTING):
+        return  # A chief of the job started and ended before it published.
     names = [
         name
         for name in differing_names([held, settings])
@@ -319,17 +301,28 @@ def refuse_other_job(held, settings):
     )
 
 
-def joins_held_job(target, task, config, settings):
+def _without_job(published):
+    """(the settings, the job) of a published dict."""
+    settings = dict(published)
+    return settings, settings.pop(jobs.KEY, None)
+
+
+def joins_held_job(task, config, settings):
     """Whether the chief joins the job the ps tasks hold.
 
     A chief restarted under running workers, or whose ps tasks outlived
     their workers, takes their variables as they are, newer than any
-    checkpoint; one of other settings is refused before it restores.
+    checkpoint; one of another job, or of other settings, is refused
+    before it runs an op on the ps.
     """
-    held = held_job(target, task, config, sessions.timeout_secs(config))
+    held = held_job(task, config, sessions.timeout_secs(config))
     if held is None:
         return False
-    refuse_other_job(held, settings)
+    address = task.cluster.task_address("ps", 0)
+    refuse_other_job(held, settings, address)
+    jobs.mark_starting(
+        address, config.operation_timeout_in_ms, settings[jobs.KEY]
+    )
     print(
         "the ps tasks hold this job already: training on from their "
         "variables, restoring no checkpoint",
@@ -339,41 +332,61 @@ def joins_held_job(target, task, config, settings):
 
 
 class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
-    """Publishes the chief's settings; checks another worker's against them.
+    """Publishes the chief's settings and job; checks another worker's
+    settings against them.
 
-    wait_secs: how long a worker waits for the chief's settings (0: no
-    bound); done_ops (`ps.done_signals`): run by a worker that differs.
+    settings: the chief's with its job (`jobs.KEY`), which it records in
+    train_dir as it publishes; wait_secs: how long a worker waits for the
+    chief's settings (0: no bound); done_ops (`ps.done_signals`): run by
+    a worker that differs.
     """
 
-    def __init__(self, task, settings, wait_secs, done_ops):
+    def __init__(self, task, settings, wait_secs, done_ops, train_dir=None):
         self._task = task
         self._settings = settings
         self._wait_secs = wait_secs
         self._done = done_ops
+        self._train_dir = train_dir
 
     def begin(self):
-        self._published, self._ready = _published_variable(
-            json.dumps(self._settings, sort_keys=True)
+        self._published, self._ready = jobs.published_variable()
+        self._text = tf.compat.v1.placeholder(tf.string, [])
+        self._publish = tf.compat.v1.assign(
+            self._published, self._text, validate_shape=False
         )
-        self._publish = self._published.initializer
         self._read = self._published.read_value()
 
     def after_create_session(self, session, coord):
         if self._task.is_chief:
-            session.run(self._publish)
+            settings, job = _without_job(self._settings)
+            settings[jobs.KEY] = jobs.started(job, self._train_dir)
+            text = json.dumps(settings, sort_keys=True)
+            session.run(self._publish, {self._text: text})
             return
-        chief = json.loads(self._wait_for_chief(session).decode())
+        chief, _ = _without_job(self._wait_for_chief(session))
         line = difference(
             [chief, self._settings], tasks=[0, self._task.task_index]
         )
         if line is not None:
             # The ps need not wait for a worker that leaves.
             session.run(self._done)
-            raise ValueError(line + STALE_PS_NOTE)
+            raise ValueError(line)
 
     def _wait_for_chief(self, session):
+        """The chief's publication, once a chief that answers made it.
+
+        Its port is looked at first: a chief restarted under this worker
+        clears the publication (`jobs.STARTING`) before its server
+        starts, so one read after it answered is its own, never that of
+        a chief gone before (ps tasks left from an earlier job).
+        """
+        chief = self._task.cluster.task_address("worker", 0)
         deadline = time.time() + self._wait_secs
-        while not session.run(self._ready):
+        while True:
+            if ps.responds(chief) and session.run(self._ready):
+                published = json.loads(session.run(self._read).decode())
+                if not published.get(jobs.STARTING):
+                    return published
             if self._wait_secs and time.time() > deadline:
                 raise errors.TrainingError(
                     "worker task %d: the chief (worker task 0) did not "
@@ -383,4 +396,16 @@ class PsAgreementHook(tf.compat.v1.train.SessionRunHook):
                     % (self._task.task_index, self._wait_secs)
                 )
             time.sleep(POLL_SECS)
-        return session.run(self._read)
+
+
+def refuse_stray_worker(task, config):
+    """ValueError for a worker other than the chief whose place the job
+    of the ps tasks (if they run) gives another address; before its
+    server starts."""
+    address = task.cluster.task_address("ps", 0)
+    if not ps.responds(address):
+        return
+    held = jobs.read_published(address, config.operation_timeout_in_ms)
+    line = held and jobs.stray_worker_line(held, task)
+    if line:
+        raise ValueError(line)

@@ -8,10 +8,12 @@ import collections
 import functools
 import ipaddress
 import sys
+import time
 
 import tensorflow as tf
 
-from multigpu.distributed import kinds, ps, tf_config
+from multigpu import errors
+from multigpu.distributed import jobs, kinds, ps, tf_config
 
 
 class ClusterTask(
@@ -278,12 +280,17 @@ def task_config(config, task):
     return task.kind.session_config(config, task)
 
 
-def report_done(server, done_ops, task, runs, config, max_steps):
+def report_done(server, done_ops, task, runs, config, max_steps, train_dir):
     """Runs done_ops, then says what the worker ran, unless it ran no step
     of a job already at max_steps (int or None): its
-    `sessions.FinishedHook` said so, and that line stays its last."""
+    `sessions.FinishedHook` said so, and that line stays its last.
+
+    In a ps cluster, first `_settle`.
+    """
     with tf.compat.v1.Session(server.target, config=config) as sess:
         global_step = sess.run(tf.compat.v1.train.get_global_step())
+        if task.kind.settles_on_ps:
+            _settle(server, config, task, train_dir, (global_step, max_steps))
         sess.run(done_ops)
     if runs == 0 and max_steps is not None and global_step >= max_steps:
         return
@@ -292,3 +299,41 @@ def report_done(server, done_ops, task, runs, config, max_steps):
         % (task.task_index, runs, global_step),
         flush=True,
     )
+
+
+SAVED_POLL_SECS = 0.5
+
+
+def _settle(server, config, task, train_dir, steps):
+    """A ps cluster worker's last word before it says it is done.
+
+    The chief records on ps task 0 the step of its newest checkpoint
+    (`jobs.ChiefSaved`). Another worker's steps (steps: its global step
+    and max_steps, an int or None) are saved once the chief records a
+    step as far: one whose run ended at max_steps waits for the chief's
+    last checkpoint (a chief that goes first ends it: `ps.PsWatchdog`);
+    one that ended before while its chief is gone ends saying so.
+    """
+    global_step, max_steps = steps
+    with tf.Graph().as_default() as graph:
+        saved = jobs.ChiefSaved()
+    with tf.compat.v1.Session(
+        server.target, graph=graph, config=config
+    ) as sess:
+        if task.is_chief:
+            saved.record(sess, train_dir)
+            return
+        chief = task.cluster.task_address("worker", 0)
+        while saved.step(sess) < global_step:
+            if max_steps is None or global_step < max_steps:
+                if ps.responds(chief):
+                    return
+                raise errors.TrainingError(
+                    ps.chief_gone(
+                        task,
+                        "the chief, worker task 0 (%s) ended before it saved "
+                        "global step %d" % (chief, global_step),
+                        ps.published_job(task, config.operation_timeout_in_ms),
+                    )
+                )
+            time.sleep(SAVED_POLL_SECS)

@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple
 
 import tensorflow as tf
 
-from multigpu.distributed import agreement, ps, sessions
+from multigpu.distributed import agreement, jobs, ps, sessions
 from multigpu.graph import step_optimizer
 from multigpu.train_dir import checkpoints
 
@@ -50,8 +50,8 @@ class Kind(NamedTuple):
     done_signals: Callable
     # (task, timeout_secs) -> a context manager watching the peers.
     watchdog: Callable
-    # (task, config, settings, done_ops, signals) -> `Started`; signals:
-    # the run's signal handlers, a context manager not yet entered.
+    # (task, config, settings, done_ops, signals, train_dir) -> `Started`;
+    # signals: the run's signal handlers, a context manager not yet entered.
     start: Callable
     # (checkpoint, max_steps) -> whether a run whose newest checkpoint is at
     # --max_steps ends before its session, saying so (else every worker
@@ -73,6 +73,10 @@ class Kind(NamedTuple):
     # last completed step, saved when a peer is lost, or None.
     lost_peer_save: Callable
     lost_peer_advice: str  # told after the cause
+    # The chief records its last checkpoint's step on ps task 0 at its end,
+    # and another worker that ran the job's last step waits for it
+    # (`cluster.report_done`).
+    settles_on_ps: bool
     # {flag: why this kind refuses it, '%s' for the flag as given}.
     refused_flags: dict
 
@@ -147,24 +151,32 @@ class Started(NamedTuple):
     joins_held_job: bool  # the chief takes the variables the ps tasks hold
 
 
-def _start_alone(task, config, settings, done_ops, signals):
+def _start_alone(task, config, settings, done_ops, signals, train_dir):
     return Started(None, [], False)
 
 
-def _start_against_chief(task, config, settings, done_ops, signals):
-    """The chief joins the job the ps tasks hold, if it is of its settings;
-    each other worker compares its settings with the chief's."""
+def _start_against_chief(task, config, settings, done_ops, signals, train_dir):
+    """The chief joins the job the ps tasks hold, if it is its job and of
+    its settings, before its server starts; each other worker compares its
+    settings with the chief's."""
     settings = agreement.with_model(settings)
+    joins = False
+    if task.is_chief:
+        settings[jobs.KEY] = jobs.identity(
+            train_dir, task.cluster.job_tasks("worker")
+        )
+        joins = agreement.joins_held_job(task, config, settings)
+    else:
+        agreement.refuse_stray_worker(task, config)
     server = ps.start_server(task, config)
     wait_secs = sessions.timeout_secs(config)
-    joins = task.is_chief and agreement.joins_held_job(
-        server.target, task, config, settings
+    hook = agreement.PsAgreementHook(
+        task, settings, wait_secs, done_ops, train_dir
     )
-    hook = agreement.PsAgreementHook(task, settings, wait_secs, done_ops)
     return Started(server, [hook], joins)
 
 
-def _start_agreeing_all(task, config, settings, done_ops, signals):
+def _start_agreeing_all(task, config, settings, done_ops, signals, train_dir):
     settings = agreement.with_model(settings)
     # A signal from the server's start on (its peers may reach it from
     # then) is kept, and stops every worker after step 1.
@@ -274,6 +286,7 @@ LOCAL = Kind(
     session=_wait_for_chief,
     lost_peer_save=lambda server, config, saver, train_dir: None,
     lost_peer_advice="",
+    settles_on_ps=False,
     refused_flags=_LOCAL_REFUSED,
 )
 PS = Kind(
@@ -296,6 +309,7 @@ PS = Kind(
     session=_wait_for_chief,
     lost_peer_save=lambda server, config, saver, train_dir: None,
     lost_peer_advice="",
+    settles_on_ps=True,
     refused_flags=_PS_REFUSED,
 )
 PS_SYNC = PS._replace(
@@ -327,6 +341,7 @@ WORKERS_ONLY = Kind(
         "; run the same commands on every worker to resume from the "
         "chief's newest checkpoint"
     ),
+    settles_on_ps=False,
     refused_flags={
         "variable_device": _VARIABLE_DEVICE,
         "sync_replicas": (

@@ -2,12 +2,13 @@
 
 A ps task serves the variables until every worker is done, and names the
 workers that never started or went silent. Lost tasks are noticed by their
-ports, on a `Watcher`'s thread: a worker's ps tasks (`PsWatchdog`), a sync
-chief's workers (`cluster.sync_hooks`).
+servers (`probe`: a gRPC server answers the HTTP/2 greeting; a stopped
+task's port accepts and says nothing), on a `Watcher`'s thread: a worker's
+ps tasks and chief (`PsWatchdog`); a sync chief's workers by their ports
+(`cluster.sync_hooks`).
 """
 
 import contextlib
-import functools
 import os
 import socket
 import sys
@@ -17,7 +18,8 @@ import time
 import tensorflow as tf
 
 from multigpu import errors
-from multigpu.distributed import tf_config
+from multigpu.distributed import jobs, tf_config
+from multigpu.train_dir import checkpoints
 
 TOKEN_LOOK_SECS = 0.1
 
@@ -138,7 +140,7 @@ def _wait_for_start(task, sess, tokens, timeout_secs):
         started |= {
             i
             for i, address in enumerate(task.cluster.job_tasks("worker"))
-            if i not in started and answers(address)
+            if i not in started and responds(address)
         }
         if len(started) == task.num_workers:
             return done
@@ -156,7 +158,7 @@ def _wait_for_done(task, sess, tokens, timeout_secs, done=()):
     while len(done) < task.num_workers:
         done |= tokens.take(sess, WATCHDOG_INTERVAL_SECS)
         chief_done = 0 in done
-        chief_there = not chief_done and answers(chief_address)
+        chief_there = not chief_done and responds(chief_address)
         if chief_there or not timeout_secs:
             chief_away_since = None
             continue
@@ -213,45 +215,112 @@ class Watcher:
 
 
 class PsWatchdog:
-    """Ends the process when a ps task stops answering for timeout_secs
-    (0: never).
+    """Ends the process when a ps task, or on another worker the chief,
+    has not answered for timeout_secs (0: never).
 
     After a ps dies, TensorFlow's own recovery closes the session, and that
-    close can wait forever for the dead ps. A ps answers until every worker
-    is done, so a silent ps is a lost cluster: say so, and exit 1.
+    close can wait forever for the dead ps; a stopped ps holds every step
+    as long as it is stopped. A ps answers until every worker is done, so
+    a silent ps is a lost cluster. The chief alone saves the job: another
+    worker training on without it makes steps no checkpoint will hold, so
+    a chief gone ends the other workers too, once it answered and had
+    published its job (a chief lost before its session was made ends them
+    by their session's bound).
     """
 
     def __init__(self, task, timeout_secs):
         self._task = task
         self._timeout_secs = timeout_secs
         self._watcher = Watcher()
-        self._silent_since = None
+        self._silent_since = {}
+        self._chief = task.cluster.task_address("worker", 0)
+        self._chief_job = None  # its `jobs.identity` once seen
 
     def __enter__(self):
-        if not self._timeout_secs:
-            return self  # --operation_timeout_secs=0 bounds no wait.
-        ps = tf.train.ClusterSpec({"ps": self._task.cluster.job_tasks("ps")})
-        self._watcher.start(functools.partial(self._look, ps))
+        if self._timeout_secs:  # --operation_timeout_secs=0 bounds no wait.
+            self._watcher.start(self._look)
         return self
 
     def __exit__(self, *exc_info):
         self._watcher.stop()
 
-    def _look(self, ps):
-        lost = unreachable_tasks(ps)
-        if not lost.startswith("unreachable"):
-            self._silent_since = None
-            return False
-        self._silent_since = self._silent_since or time.time()
-        if time.time() - self._silent_since >= self._timeout_secs:
-            print(
-                "%s: error: lost the cluster: %s"
-                % (os.path.basename(sys.argv[0]), lost),
-                file=sys.stderr,
-                flush=True,
+    def _watched(self):
+        tasks = [
+            ("ps task %d (%s)" % (i, address), address)
+            for i, address in enumerate(self._task.cluster.job_tasks("ps"))
+        ]
+        if not self._task.is_chief:
+            tasks.append(
+                ("the chief, worker task 0 (%s)" % self._chief, self._chief)
             )
-            os._exit(1)
+        return tasks
+
+    def _look(self):
+        now = time.time()
+        for name, address in self._watched():
+            state = probe(address)
+            if address == self._chief and not self._chief_job:
+                if state == ANSWERS:
+                    self._chief_job = published_job(
+                        self._task, int(self._timeout_secs * 1000)
+                    )
+                continue
+            if state == ANSWERS:
+                self._silent_since.pop(address, None)
+                continue
+            since = self._silent_since.setdefault(address, now)
+            if now - since >= self._timeout_secs:
+                _exit_saying(self._line(name, address, state, now - since))
         return False
+
+    def _line(self, name, address, state, secs):
+        line = "%s %s" % (name, SILENT_FOR[state] % secs)
+        if address == self._chief:
+            return chief_gone(self._task, line, self._chief_job)
+        if state == NO_PORT:
+            return "lost the cluster: %s: %s" % (NO_PORT, name)
+        return "lost the cluster: " + line
+
+
+def published_job(task, timeout_ms):
+    """The job its chief published on ps task 0 (`jobs.identity`), {} if
+    none yet (or a restarted chief's, not yet published again)."""
+    address = task.cluster.task_address("ps", 0)
+    try:
+        held = jobs.read_published(address, timeout_ms) or {}
+    except tf.errors.OpError:
+        return {}
+    if held.get(jobs.STARTING):
+        return {}
+    return held.get(jobs.KEY) or {}
+
+
+def chief_gone(task, line, job):
+    """The line of a worker whose chief has gone (line: how it went;
+    job: the published `jobs.identity`, {} if unknown)."""
+    where = "the chief's --train_dir"
+    if job.get("train_dir"):
+        where += ", %s" % jobs.named(job)
+        newest = None
+        if job.get("host") == socket.gethostname():
+            newest = checkpoints.latest_checkpoint(job["train_dir"])
+        where += ": %s" % (newest or "none yet, so step 0")
+    return (
+        "worker task %d: %s; the steps since the chief's newest checkpoint "
+        "are in no checkpoint, so this worker stops: the job resumes from "
+        "the newest checkpoint in %s; start every task of the job again, "
+        "the ps tasks first, then the chief (worker task 0) and the other "
+        "workers, with the job's commands" % (task.task_index, line, where)
+    )
+
+
+def _exit_saying(line):
+    print(
+        "%s: error: %s" % (os.path.basename(sys.argv[0]), line),
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(1)
 
 
 @contextlib.contextmanager
@@ -276,20 +345,11 @@ def ends_after(wait_secs, task, what):
 
 
 def _end(wait_secs, task, what):
-    print(
-        "%s: error: worker task %d: %s did not end within %d s of start-up "
+    _exit_saying(
+        "worker task %d: %s did not end within %d s of start-up "
         "(--operation_timeout_secs): %s; start every worker task again"
-        % (
-            os.path.basename(sys.argv[0]),
-            task.task_index,
-            what,
-            wait_secs,
-            unreachable_tasks(task.cluster),
-        ),
-        file=sys.stderr,
-        flush=True,
+        % (task.task_index, what, wait_secs, unreachable_tasks(task.cluster))
     )
-    os._exit(1)
 
 
 def unreachable_tasks(cluster):
@@ -297,21 +357,23 @@ def unreachable_tasks(cluster):
     'unreachable: worker task 1 (localhost:2224)'.
 
     A killed task's port refuses connections; a stopped (frozen) task's
-    port still accepts them (the kernel does), but its server says nothing.
+    port still accepts them (the kernel does), but its server says
+    nothing; another program there answers, but not as gRPC.
     """
     if cluster is None:
         return "not in a cluster"
     tasks = [
-        ("%s task %d (%s)" % (job, index, address), address)
+        ("%s task %d (%s)" % (job, index, address), probe(address))
         for job in cluster.jobs
         for index, address in enumerate(cluster.job_tasks(job))
     ]
-    lost = [name for name, address in tasks if not answers(address)]
-    if lost:
-        return "unreachable: " + ", ".join(lost)
-    silent = [name for name, address in tasks if not responds(address)]
-    if silent:
-        return "not responding (stopped or stuck): " + ", ".join(silent)
+    found = [
+        "%s: %s" % (state, ", ".join(n for n, s in tasks if s == state))
+        for state in (NO_PORT, SILENT, NOT_GRPC)
+        if any(s == state for _, s in tasks)
+    ]
+    if found:
+        return "; ".join(found)
     return "every task answers; a peer may be stuck or too slow"
 
 
@@ -346,28 +408,58 @@ def answers(address):
 
 # An HTTP/2 client's first bytes: the preface, then an empty SETTINGS frame
 # (length 0, type 4, no flags, stream 0), which a gRPC server answers with a
-# frame of its own.
+# SETTINGS frame of its own.
 _HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(
     [0, 0, 0, 4, 0, 0, 0, 0, 0]
 )
-# What a live server sends at least.
+# A frame's header: length (3 bytes), type, flags, stream (4 bytes).
 _HTTP2_FRAME_HEADER_BYTES = 9
+_HTTP2_SETTINGS = 4
+# What a task's port tells a look (`probe`).
+ANSWERS = "answers"
+NO_PORT = "unreachable"
+SILENT = "not responding (stopped or stuck)"
+NOT_GRPC = "not a TensorFlow server (another program holds its port)"
+# How a watchdog's line says each, of a task silent for N s.
+SILENT_FOR = {
+    NO_PORT: "has not accepted a connection for %d s: ended, or its host "
+    "is unreachable",
+    SILENT: "holds its port but has not answered for %d s: stopped or stuck",
+    NOT_GRPC: "holds its port but has not answered as a TensorFlow server "
+    "for %d s: another program listens there",
+}
+
+
+def probe(address):
+    """What HOST:PORT does with an HTTP/2 greeting: ANSWERS (a gRPC
+    server's SETTINGS frame comes back), NO_PORT, SILENT (nothing within
+    CONNECT_TIMEOUT_SECS: the kernel of a stopped process still accepts)
+    or NOT_GRPC (other bytes, or the connection closed)."""
+    host, _, port = address.rpartition(":")
+    try:
+        conn = socket.create_connection(
+            (host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECS
+        )
+    except OSError:
+        return NO_PORT
+    received = b""
+    with conn:
+        try:
+            conn.sendall(_HTTP2_HELLO)
+            while len(received) < _HTTP2_FRAME_HEADER_BYTES:
+                chunk = conn.recv(64)
+                if not chunk:
+                    return NOT_GRPC
+                received += chunk
+        except socket.timeout:
+            return SILENT
+        except OSError:
+            return NOT_GRPC
+    if received[3] != _HTTP2_SETTINGS:
+        return NOT_GRPC
+    return ANSWERS
 
 
 def responds(address):
     """Whether the gRPC server at HOST:PORT answers an HTTP/2 greeting."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection(
-            (host.strip("[]"), int(port)), CONNECT_TIMEOUT_SECS
-        ) as conn:
-            conn.sendall(_HTTP2_HELLO)
-            received = b""
-            while len(received) < _HTTP2_FRAME_HEADER_BYTES:
-                chunk = conn.recv(64)
-                if not chunk:
-                    return False
-                received += chunk
-    except OSError:
-        return False
-    return True
+    return probe(address) == ANSWERS

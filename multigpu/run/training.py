@@ -76,6 +76,7 @@ def run_training(step, schedule, start, train_dir, process=ONE_PROCESS):
         settings,
         done_ops,
         watched.interrupt.installed(then_hold=True),
+        train_dir.path,
     )
     session = session._replace(
         hooks=[*started.hooks, *session.hooks],
@@ -274,6 +275,7 @@ def _train_owned(train_op, train_dir, session, start, watched):
             watched.logger.runs,
             config,
             start.max_steps,
+            train_dir,
         )
     if watched.preemption and watched.preemption.signals:
         raise interrupts.preempted(watched.preemption, train_dir, task.is_chief)

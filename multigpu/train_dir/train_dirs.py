@@ -18,6 +18,8 @@ LOCK_NAME = "trainer.lock"
 MODEL_RECORD = "model.txt"
 # The file that names the data a train_dir was trained on (`record_data`).
 DATA_RECORD = "data.txt"
+# The id of a ps cluster's job whose chief trains here (`distributed.jobs`).
+JOB_RECORD = "job.txt"
 # The data's name among the settings a cluster's workers compare before
 # step 1: each reads its own --data_dir, and all must hold the same files.
 SETTING = "data_dir"
@@ -28,12 +30,13 @@ SETTING = "data_dir"
 _CHECKPOINT_FILE = r"model\.ckpt-[0-9]+(\.index|\.meta|\.data-[0-9]+-of-[0-9]+)"
 _INTERRUPTED = r"(\.tmp[0-9a-f]{32}|\.tempstate[0-9]+)?"
 _SUITE_FILE = re.compile(
-    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|%s|%s|%s|"
+    r"^(checkpoint|graph\.pbtxt|events\.out\.tfevents\..+|%s|%s|%s|%s|%s|"
     r"trace_step_[0-9]+\.json)%s$"
     % (
         re.escape(LOCK_NAME),
         re.escape(MODEL_RECORD),
         re.escape(DATA_RECORD),
+        re.escape(JOB_RECORD),
         _CHECKPOINT_FILE,
         _INTERRUPTED,
     )
