@@ -18,6 +18,7 @@ import time
 import pytest
 import tensorflow as tf
 from conftest import free_port
+from helpers import ports
 
 from multigpu import errors
 from multigpu.distributed import cluster, ps
@@ -60,10 +61,12 @@ def test_a_ps_takes_every_done_token_though_its_looks_end_as_tokens_come():
 
 
 def test_a_ps_serves_on_while_a_worker_has_not_said_it_is_done(monkeypatch):
-    # Worker 1 has started (its port listens) and not said it is done; the
-    # chief is done. The ps waits --operation_timeout_secs=1 for worker 1.
+    # Worker 1 has started (its port answers as a gRPC server) and not said
+    # it is done; the chief is done. The ps waits
+    # --operation_timeout_secs=1 for worker 1.
     monkeypatch.setattr(ps, "WATCHDOG_INTERVAL_SECS", 0.1)
     listening = socket.create_server(("127.0.0.1", 0))
+    ports.serve(listening, ports.SETTINGS_FRAME)
     workers = "127.0.0.1:%d,127.0.0.1:%d" % (
         free_port(),
         listening.getsockname()[1],
