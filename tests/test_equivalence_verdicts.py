@@ -281,7 +281,8 @@ def test_a_row_of_a_step_that_draws_random_numbers_reads_not_provable(
     assert capsys.readouterr().out.strip().split(None, 12)[12] == (
         "not provable here: the step draws random numbers (model/d "
         "(Multinomial)), each tower its own, apart from the one device's: "
-        "dropout's masks differ by mode"
+        "dropout's masks differ by mode; prove the model built with a "
+        "dropout rate of 0"
     )
     assert equivalence_table.print_summary([drawn]) == 1
     assert capsys.readouterr().out.startswith(
