@@ -22,11 +22,13 @@ from verification import linked_hosts
 from verification.accident_expect import (
     KEPT,
     KILLED,
+    LAST_STEP,
     LOCAL,
     LOST,
     PS,
     PS_SYNC,
     SCRIPT,
+    STEPS,
     WORKERS,
     Expected,
     chief_done,
@@ -50,8 +52,6 @@ from verification.accident_expect import (
 
 NO_PEER = "one process has no peer"
 NO_PS = "a cluster of workers only has no ps"
-STEPS = 20  # --max_steps of a run the accident cuts short.
-LAST_STEP = 6  # --max_steps of the runs that end there.
 UNTIL_STOPPED = ("--max_steps=%d" % STEPS, "--save_checkpoint_steps=100000")
 ENDING = ("--max_steps=%d" % LAST_STEP, "--save_checkpoint_steps=100000")
 

@@ -24,6 +24,8 @@ RESUME_ALL = "run the same commands on every worker to resume"
 KILLED = -signal.SIGKILL  # The exit code of a task the cell killed.
 # The saver's max_to_keep.
 KEPT = 5
+STEPS = 20  # --max_steps of a run the accident cuts short.
+LAST_STEP = 6  # --max_steps of the runs that end there.
 
 
 class Expected(NamedTuple):

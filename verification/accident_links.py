@@ -16,6 +16,7 @@ from verification.accident_expect import (
     LOST,
     RESUME_ALL,
     SCRIPT,
+    STEPS,
     WORKERS,
     Expected,
     chief_done,
@@ -36,7 +37,6 @@ from verification.accident_provoke import ACCIDENT_STEP
 HOST_OF = {"ps0": 0, "worker0": 0, "worker1": 1}
 # What the names of the tasks of the first run carry in a cell's lines.
 DOWN = " (link down)"
-STEPS = 20  # --max_steps of the cells' runs (accident_cells.UNTIL_STOPPED).
 
 
 def lost_link(tasks):

@@ -10,8 +10,10 @@ from verification import accident_provoke as provoke
 from verification.accident_expect import (
     KEPT,
     KILLED,
+    LAST_STEP,
     LOCAL,
     SCRIPT,
+    STEPS,
     WORKERS,
     Expected,
     another_job,
@@ -23,10 +25,6 @@ from verification.accident_expect import (
 )
 from verification.accident_runs import WORKER_TIMEOUT_SECS
 
-# The last step of the runs these accidents start again, and the step the
-# chief restarted under a running worker trains to.
-LAST_STEP = 6
-STEPS = 20
 # A chief's --learning_rate when not given, as its error line says it.
 OWN_RATE = "0 (the model's own recipe)"
 

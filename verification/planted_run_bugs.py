@@ -6,7 +6,8 @@ the other workers' start, the stop every worker agrees on, the lost
 cluster's last save, the ps's step claims, watchdog and done tokens,
 resumes and warm starts, the data record, event files, the eval's
 restore, batch norm and input, the training input, MNIST's epochs, the
-argparse era's flags, and the accident runner's expected steps. `verification/planted_bugs.py` plants them.
+argparse era's flags, and the accident runner's expected steps.
+`verification/planted_bugs.py` plants them.
 """
 
 from verification.planted_step_bugs import Bug

@@ -5,8 +5,8 @@ checks (tests of `-m "not slow"`) that should catch it: here the towers,
 the gradients' reduction, transfer and clipping, the sync chief's
 aggregation, the loss scale, the moving averages, the LRN, the ResNet,
 the eval's recall, the network plan, the equivalence runner's tolerance
-and table, and its filter of TensorFlow's C++ notices. `verification/planted_bugs.py`
-plants them.
+and table, and its filter of TensorFlow's C++ notices.
+`verification/planted_bugs.py` plants them.
 """
 
 import collections
