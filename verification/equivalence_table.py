@@ -146,8 +146,7 @@ def _not_provable(result):
         return (
             "the step draws random numbers (%s), each tower its own, apart "
             "from the one device's: dropout's masks differ by mode; prove "
-            "the model built with a dropout rate of 0"
-            % result.random_op
+            "the model built with a dropout rate of 0" % result.random_op
         )
     return _hidden(*result.hidden) if within(result) and result.hidden else ""
 

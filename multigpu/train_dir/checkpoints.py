@@ -73,8 +73,7 @@ def newest_valid_checkpoint(checkpoint_dir):
             "none of the %d checkpoint(s) in %s reads (the newest is %s): "
             "nothing to resume from or to score; put back whole copies, or "
             "move them out of the folder, and a trainer starts over from "
-            "step 0"
-            % (len(candidates), checkpoint_dir, candidates[0])
+            "step 0" % (len(candidates), checkpoint_dir, candidates[0])
         )
     return None
 
