@@ -16,15 +16,14 @@ from typing import Callable, NamedTuple
 from data_sets import cifar10_data
 from multigpu.train_dir import train_dirs
 from verification import accident_links as links
+from verification import accident_peers as peers
 from verification import accident_provoke as provoke
 from verification import accident_restarts as restarts
 from verification import linked_hosts
 from verification.accident_expect import (
     KEPT,
-    KILLED,
     LAST_STEP,
     LOCAL,
-    LOST,
     PS,
     PS_SYNC,
     SCRIPT,
@@ -32,7 +31,6 @@ from verification.accident_expect import (
     WORKERS,
     Expected,
     chief_done,
-    chief_gone,
     chief_left,
     chief_lost_at_start,
     end_or_past,
@@ -41,12 +39,8 @@ from verification.accident_expect import (
     interrupted,
     left,
     left_at,
-    matching,
     nothing_to_train,
-    ps_lost,
-    saved,
     stopped_together,
-    unreachable,
     within,
 )
 
@@ -281,64 +275,6 @@ def _read_only(tasks, context, outcome):
     return Expected({name: 1 for name in lines}, lines, [], "unchanged")
 
 
-def _lost_worker(tasks, context, outcome):
-    """kill -9 of worker 1 mid-run (docs/survival.md, docs/cluster.md)."""
-    lines, lost = outcome.lines, unreachable(tasks, "worker1")
-    if tasks.kind.name == WORKERS:
-        step = outcome.steps[-1] if outcome.steps else -1
-        line = matching(
-            lines["worker0"],
-            LOST + "; saved %s; run the same "
-            "commands on every worker to resume from it",
-            SCRIPT,
-            lost,
-            saved(tasks, step),
-        )
-        return Expected(
-            {"worker0": 1, "worker1": KILLED},
-            {"worker0": line},
-            [0, step],
-            files([0, step]),
-        )
-    if tasks.kind.name == PS or outcome.codes.get("worker0") == 0:
-        # The chief trains on (a sync chief puts tokens in the token queue
-        # for the lost worker, `cluster._LostWorkersHook`); the ps waits
-        # for worker 1's word.
-        return Expected(
-            {"ps0": 1, "worker0": 0, "worker1": KILLED},
-            {
-                **finished_lines(tasks, ["worker0"]),
-                "ps0": chief_done(tasks),
-            },
-            [0, STEPS],
-            files([0, STEPS]),
-        )
-    # A sync chief's step may still wait out its operation timeout (1 run
-    # of 9 with the tokens, 4 of 8 without): it ends naming worker 1.
-    return Expected(
-        {"ps0": 1, "worker0": 1, "worker1": KILLED},
-        {
-            "worker0": matching(lines["worker0"], LOST, SCRIPT, lost),
-            "ps0": chief_gone(tasks),
-        },
-        [0],
-        files([0]),
-    )
-
-
-def _lost_ps(tasks, context, outcome):
-    """kill -9 of the ps mid-run: every worker ends naming it, by its
-    watchdog, or by its step's operation timeout when that step waited on
-    the ps from before the kill (both bound by --operation_timeout_secs)."""
-    lines = {
-        name: ps_lost(tasks, outcome.lines.get(name, ""))
-        for name in ("worker0", "worker1")
-    }
-    return Expected(
-        {"ps0": KILLED, "worker0": 1, "worker1": 1}, lines, [0], files([0])
-    )
-
-
 def _other_data(tasks, context, outcome):
     """Worker 1's data differs from the chief's: refused like a setting
     (docs/cluster.md), before step 1; in a cluster of workers only every
@@ -370,10 +306,6 @@ def _other_data(tasks, context, outcome):
         [0, LAST_STEP],
         files([0, LAST_STEP]),
     )
-
-
-def _lost_task(name):
-    return lambda tasks: provoke.lost_peer(tasks, name)
 
 
 _ALL = {LOCAL: None, PS: None, PS_SYNC: None, WORKERS: None}
@@ -441,16 +373,16 @@ ACCIDENTS = {
     ),
     "lost_worker": Accident(
         "kill -9 of a non-chief worker",
-        _lost_task("worker1"),
+        peers.lost_task("worker1"),
         UNTIL_STOPPED,
-        _every(_lost_worker, LOCAL=NO_PEER),
+        _every(peers.lost_worker, LOCAL=NO_PEER),
     ),
     "lost_ps": Accident(
         "kill -9 of the ps",
-        _lost_task("ps0"),
+        peers.lost_task("ps0"),
         UNTIL_STOPPED,
         _every(
-            _lost_ps,
+            peers.lost_ps,
             LOCAL=NO_PEER,
             WORKERS=NO_PS,
         ),
