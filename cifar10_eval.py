@@ -39,7 +39,6 @@ from data_sets import cifar10_batches, cifar10_data
 from multigpu import errors, folders
 from multigpu.flags import choices, common_flags, script
 from multigpu.graph import op_kernels, placement, summaries
-from multigpu.run import interrupts
 from multigpu.train_dir import checkpoints, event_files, restore, train_dirs
 
 # Seconds between the watching eval's lines saying what it waits for.
@@ -306,9 +305,9 @@ def main(argv):
     )
     watch = Watch(FLAGS.run_once, FLAGS.eval_interval_secs, FLAGS.last_step)
     try:
-        with interrupts.raising():
+        with errors.raising():
             evaluate(checkpoint_dir, eval_dir, watch, config, **data)
-    except interrupts.Signalled as e:
+    except errors.Signalled as e:
         raise errors.Interrupted(
             "interrupted (%s); the eval saves nothing, its scores so far "
             "are in %s" % (e.name, eval_dir),

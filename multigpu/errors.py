@@ -1,5 +1,13 @@
 """The suite's errors: a failed run, a run a signal stopped."""
 
+import contextlib
+import signal
+
+# The signals a run takes as a request to stop (`multigpu.run.interrupts`).
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# A shell's exit status of a process ended by signal N.
+SHELL_SIGNAL_BASE = 128
+
 
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. the loss diverged)."""
@@ -16,3 +24,35 @@ class Interrupted(Exception):
 
 # 128 + SIGINT.
 CTRL_C_EXIT_CODE = 130
+
+
+class Signalled(BaseException):
+    """One of SIGNALS, raised in a process with nothing to save
+    (`raising`)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        self.exit_code = SHELL_SIGNAL_BASE + signum
+
+
+def _raise_signalled(signum, frame):
+    del frame
+    raise Signalled(signum)
+
+
+@contextlib.contextmanager
+def raising():
+    """In the block, each of SIGNALS raises `Signalled` where Python is (a
+    Ctrl-C too, for KeyboardInterrupt); the previous handlers on exit."""
+    previous = {
+        signum: signal.signal(signum, _raise_signalled) for signum in SIGNALS
+    }
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Signalled(signal.SIGINT) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

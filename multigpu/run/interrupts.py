@@ -1,5 +1,5 @@
-"""Ctrl-C, SIGTERM, SIGHUP and SIGQUIT: finish the step, save it, say so and
-exit 128 + the signal's number (130, 143, 129, 131).
+"""Ctrl-C, SIGTERM, SIGHUP and SIGQUIT (`errors.SIGNALS`): finish the step,
+save it, say so and exit 128 + the signal's number (130, 143, 129, 131).
 
 The first signal only sets a flag: the step running ends, the session
 stops, the chief's checkpoint saver writes the step reached (its `end`),
@@ -30,11 +30,6 @@ from multigpu import errors
 from multigpu.graph import collectives
 from multigpu.train_dir import checkpoints
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-
-# A shell's exit status of a process ended by signal N.
-SHELL_SIGNAL_BASE = 128
-
 
 class InterruptHook(tf.compat.v1.train.SessionRunHook):
     """Asks the session to stop after one of SIGNALS; then knows the step.
@@ -55,7 +50,7 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
     def handle(self, signum, frame):
         del frame
         self.signum = signum
-        for other in SIGNALS:
+        for other in errors.SIGNALS:
             signal.signal(other, signal.SIG_DFL)
 
     def after_create_session(self, session, coord):
@@ -76,7 +71,7 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
         with then_hold, and no signal yet, `hold`'s instead: the run goes on
         until its loop sets them again."""
         previous = {}
-        for signum in SIGNALS:
+        for signum in errors.SIGNALS:
             previous[signum] = signal.signal(signum, self.handle)
         # Taken once the handler is set: a signal meanwhile is not lost.
         before, held = _HELD.take()
@@ -93,7 +88,7 @@ class InterruptHook(tf.compat.v1.train.SessionRunHook):
                 signal.signal(signum, handler)
 
     def exit_code(self):
-        return SHELL_SIGNAL_BASE + self.signum
+        return errors.SHELL_SIGNAL_BASE + self.signum
 
     def signal_name(self):
         return signal.Signals(self.signum).name
@@ -103,7 +98,7 @@ def hold():
     """Holds one of SIGNALS from now until a run's handlers are set, which a
     script does before it reads its data: else such a signal ends it with
     no line (SIGTERM) or outside the training loop (SIGINT)."""
-    for signum in SIGNALS:
+    for signum in errors.SIGNALS:
         _HELD.before[signum] = signal.signal(signum, _hold_signal)
 
 
@@ -127,40 +122,8 @@ _HELD = _Held()
 def _hold_signal(signum, frame):
     del frame
     _HELD.signum = signum
-    for other in SIGNALS:
+    for other in errors.SIGNALS:
         signal.signal(other, signal.SIG_DFL)
-
-
-class Signalled(BaseException):
-    """One of SIGNALS, raised in a process with nothing to save
-    (`raising`)."""
-
-    def __init__(self, signum):
-        super().__init__(signum)
-        self.signum = signum
-        self.name = signal.Signals(signum).name
-        self.exit_code = SHELL_SIGNAL_BASE + signum
-
-
-def _raise_signalled(signum, frame):
-    del frame
-    raise Signalled(signum)
-
-
-@contextlib.contextmanager
-def raising():
-    """In the block, each of SIGNALS raises `Signalled` where Python is (a
-    Ctrl-C too, for KeyboardInterrupt); the previous handlers on exit."""
-    previous = {
-        signum: signal.signal(signum, _raise_signalled) for signum in SIGNALS
-    }
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise Signalled(signal.SIGINT) from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def interrupted(hook, train_dir, task, runs):
@@ -265,5 +228,5 @@ def preempted(hook, train_dir, is_chief):
     return errors.Interrupted(
         "%s: every worker stopped at step %d; %s; run the same commands on "
         "every worker to resume" % (received, hook.step, saved),
-        SHELL_SIGNAL_BASE + first,
+        errors.SHELL_SIGNAL_BASE + first,
     )
