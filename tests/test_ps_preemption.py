@@ -14,7 +14,7 @@ import time
 
 import pytest
 from conftest import checkpoint_steps
-from helpers.cluster import wait_for_step
+from helpers.cluster import wait_for_line, wait_for_step
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 MAX_STEPS = 100
@@ -78,3 +78,23 @@ def test_a_signal_to_a_ps_cluster_worker_ends_it_alone(
         code, _ = cluster.wait(name)
         assert code == 0, cluster.log(name)[-3000:]
     assert checkpoint_steps(cluster.train_dir(0))[-1] == MAX_STEPS
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_ps_ends_it_with_one_line_naming_the_signal(
+    make_cluster, signum
+):
+    cluster = make_cluster(1, "--operation_timeout_secs=300")
+    cluster.start("ps", 0)
+    wait_for_line(cluster, "ps0", r"^ps task 0: gRPC server listening")
+    os.kill(cluster.processes["ps0"].pid, signum)
+
+    code, _ = cluster.wait("ps0")
+
+    assert code == 128 + signum, cluster.log("ps0")[-3000:]
+    assert cluster.log("ps0").strip().split("\n")[-1] == (
+        "%s: ps task 0 interrupted (%s): the job's variables it held are "
+        "gone, and every worker ends within its --operation_timeout_secs; "
+        "start the ps tasks again, then every worker, to resume from the "
+        "chief's newest checkpoint" % (SCRIPT, signal.Signals(signum).name)
+    )

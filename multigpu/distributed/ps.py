@@ -88,7 +88,18 @@ def run_ps(task, config, timeout_secs=0):
     config = task.kind.session_config(config, task)
     # No operation timeout here: a ps waits as long as training lasts.
     config.operation_timeout_in_ms = 0
-    serve_until_done(task, start_server(task, config), config, timeout_secs)
+    try:
+        with errors.raising():
+            server = start_server(task, config)
+            serve_until_done(task, server, config, timeout_secs)
+    except errors.Signalled as e:
+        raise errors.Interrupted(
+            "ps task %d interrupted (%s): the job's variables it held are "
+            "gone, and every worker ends within its --operation_timeout_secs;"
+            " start the ps tasks again, then every worker, to resume from the"
+            " chief's newest checkpoint" % (task.task_index, e.name),
+            e.exit_code,
+        ) from None
 
 
 def serve_until_done(task, server, config, timeout_secs):

@@ -110,11 +110,25 @@ FAULT_EXIT_BOUND_SECS = 4 * FAULT_TIMEOUT_SECS
 
 def wait_for_step(cluster, name, step):
     """Waits until the task has logged a global step of at least step."""
+    _wait_until(
+        cluster,
+        name,
+        lambda log: (
+            max(map(int, re.findall(r"step (\d+),", log)), default=0) >= step
+        ),
+    )
+
+
+def wait_for_line(cluster, name, pattern):
+    """Waits until a line of the task's log matches pattern."""
+    _wait_until(
+        cluster, name, lambda log: re.search(pattern, log, re.MULTILINE)
+    )
+
+
+def _wait_until(cluster, name, seen):
     deadline = time.time() + TASK_DEADLINE_SECS
-    while (
-        max(map(int, re.findall(r"step (\d+),", cluster.log(name))), default=0)
-        < step
-    ):
+    while not seen(cluster.log(name)):
         assert time.time() < deadline, cluster.log(name)[-3000:]
         assert cluster.processes[name].poll() is None, cluster.log(name)
         time.sleep(0.5)
