@@ -191,3 +191,55 @@ def test_a_worker_whose_peers_port_holds_another_program_ends_naming_it():
         "(--operation_timeout_secs); start every worker task with the same "
         "flags, or look in its output for why it ended" % other
     )
+
+
+# Worker 1 of a ps job at --max_steps=20, its chief never answering (gone
+# between two looks of the watchdog, which then never saw its job), waits
+# for the chief's record of step 20 on the ps, then says what it did.
+SETTLED_ALONE = """
+import sys
+import tensorflow as tf
+from multigpu import errors, quiet_cpp_logs
+from multigpu.distributed import cluster, ps
+task = cluster.cluster_task(sys.argv[1], sys.argv[2], "worker", 1)
+ps_server = tf.distribute.Server(task.cluster, "ps", 0)
+server = tf.distribute.Server(task.cluster, "worker", 1)
+config = task.kind.session_config(tf.compat.v1.ConfigProto(), task)
+tf.compat.v1.disable_eager_execution()
+with tf.device("/job:ps/task:0"):
+    step = tf.compat.v1.train.get_or_create_global_step()
+with tf.compat.v1.Session(server.target, config=config) as sess:
+    sess.run(step.initializer)
+    sess.run(step.assign(20))
+config.operation_timeout_in_ms = 1000
+try:
+    cluster.report_done(server, ps.done_signals(task), task, 20, config, 20, "")
+except errors.TrainingError as e:
+    print(e)
+"""
+
+
+def test_a_worker_at_max_steps_whose_chief_is_gone_stops_within_the_timeout():
+    ps_port, chief, worker = free_ports(3)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SETTLED_ALONE,
+            "127.0.0.1:%d" % ps_port,
+            "127.0.0.1:%d,127.0.0.1:%d" % (chief, worker),
+        ],
+        capture_output=True,
+        text=True,
+        env=SCRIPT_ENV,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert result.stdout.strip().split("\n")[-1] == (
+        "worker task 1: the chief, worker task 0 (127.0.0.1:%d) ended before "
+        "it saved global step 20; the steps since the chief's newest "
+        "checkpoint are in no checkpoint, so this worker stops: the job "
+        "resumes from the newest checkpoint in the chief's --train_dir; start "
+        "every task of the job again, the ps tasks first, then the chief "
+        "(worker task 0) and the other workers, with the job's commands" % chief
+    ), result.stderr[-3000:]

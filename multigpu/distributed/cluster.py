@@ -311,8 +311,10 @@ def _settle(server, config, task, train_dir, steps):
     (`jobs.ChiefSaved`). Another worker's steps (steps: its global step
     and max_steps, an int or None) are saved once the chief records a
     step as far: one whose run ended at max_steps waits for the chief's
-    last checkpoint (a chief that goes first ends it: `ps.PsWatchdog`);
-    one that ended before while its chief is gone ends saying so.
+    last checkpoint, as long as the chief answers within the operation
+    timeout (`ps.PsWatchdog` ends it sooner where it saw the chief's job:
+    not for a chief gone between two of its looks); one that ended before
+    while its chief is gone ends saying so.
     """
     global_step, max_steps = steps
     with tf.Graph().as_default() as graph:
@@ -324,10 +326,15 @@ def _settle(server, config, task, train_dir, steps):
             saved.record(sess, train_dir)
             return
         chief = task.cluster.task_address("worker", 0)
+        ended = max_steps is not None and global_step >= max_steps
+        timeout_secs = config.operation_timeout_in_ms / 1000
+        answered = time.time()
         while saved.step(sess) < global_step:
-            if max_steps is None or global_step < max_steps:
-                if ps.responds(chief):
+            if ps.responds(chief):
+                if not ended:
                     return
+                answered = time.time()
+            elif not ended or 0 < timeout_secs <= time.time() - answered:
                 raise errors.TrainingError(
                     ps.chief_gone(
                         task,
