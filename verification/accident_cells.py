@@ -394,6 +394,30 @@ ACCIDENTS = {
         _every(links.expect, LOCAL="one process runs on one host"),
         linked_hosts.missing,
     ),
+    "lost_chief": Accident(
+        "kill -9 of the chief",
+        peers.lost_task("worker0"),
+        UNTIL_STOPPED,
+        _every(peers.lost_chief, LOCAL=NO_PEER),
+    ),
+    "frozen_peer": Accident(
+        "SIGSTOP of the ps (workers only: worker 1)",
+        provoke.frozen_peer,
+        UNTIL_STOPPED,
+        _every(peers.frozen_peer, LOCAL=NO_PEER),
+    ),
+    "program_on_port": Accident(
+        "another program on the ps's port (workers only: worker 1's)",
+        provoke.program_on_port,
+        UNTIL_STOPPED,
+        _every(peers.program_on_port, LOCAL=NO_PEER),
+    ),
+    "second_job": Accident(
+        "a second job's chief on the running job's ps",
+        provoke.second_job,
+        UNTIL_STOPPED,
+        _every(peers.second_job, LOCAL=NO_PEER, WORKERS=NO_PS),
+    ),
     "other_data": Accident(
         "other data on one worker",
         provoke.other_data,

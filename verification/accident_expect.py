@@ -169,14 +169,19 @@ def chief_gone(tasks):
     )
 
 
-def chief_left(tasks, observed, step):
+# How worker 1's watchdog says its chief is gone (`chief_left`).
+CHIEF_SILENT = (
+    "has not accepted a connection for {N} s: ended, or its host is unreachable"
+)
+
+
+def chief_left(tasks, observed, step, how=CHIEF_SILENT):
     """Worker 1's line once its chief is gone (observed if it is it, but
-    for how long), the chief's newest checkpoint of step."""
+    for the counts of how), the chief's newest checkpoint of step."""
     train_dir = tasks.train_dir(tasks.chief)
     return matching(
         observed,
-        "%s: error: worker task 1: the chief, %s has not accepted a "
-        "connection for {N} s: ended, or its host is unreachable; the steps "
+        "%s: error: worker task 1: the chief, %s " + how + "; the steps "
         "since the chief's newest checkpoint are in no checkpoint, so this "
         "worker stops: the job resumes from the newest checkpoint in the "
         "chief's --train_dir, %s on host %s (job %s): %s; start every task "

@@ -10,10 +10,12 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 from data_sets import cifar10_data
-from verification.accident_runs import WAIT_SECS
+from multigpu.distributed import ps
+from verification.accident_runs import WAIT_SECS, Tasks
 from verification.data_files import fill_disk, write_cifar10_files
 
 # The line every trainer prints early, before its graph, on the sample set.
@@ -31,6 +33,10 @@ OTHER_RATE = "--learning_rate=0.05"
 PATIENT_PS = {"ps0": ("--operation_timeout_secs=%d" % WAIT_SECS,)}
 # No bound on a task's waits (--operation_timeout_secs=0).
 UNBOUNDED = ("--operation_timeout_secs=0",)
+# The folder of a second job's chief (`second_job`), and its name in a
+# cell's outcome.
+SECOND_JOB = "second_job"
+SECOND_CHIEF = "worker0 (a second job)"
 # What a chief restarted with its job's flags says, then its first step.
 TRAINS_ON = r"the ps tasks hold this job already: training on from[\s\S]*: step"
 
@@ -198,6 +204,77 @@ def lost_peer(tasks, name):
     tasks.wait_for_step(tasks.chief, ACCIDENT_STEP)
     tasks.signal(name, signal.SIGKILL)
     return {}
+
+
+def frozen(tasks):
+    """The task a frozen peer or another program is: the ps, or worker 1
+    in a cluster of workers only."""
+    return "ps0" if "ps0" in tasks.names else "worker1"
+
+
+def frozen_peer(tasks):
+    """SIGSTOP of the ps (or worker 1: `frozen`) once the chief logged
+    ACCIDENT_STEP; kill -9 of it once every other task ended."""
+    _sample_set(tasks)
+    tasks.start()
+    tasks.wait_for_step(tasks.chief, ACCIDENT_STEP)
+    tasks.signal(frozen(tasks), signal.SIGSTOP)
+    for name in tasks.names:
+        if name != frozen(tasks):
+            tasks.processes[name].wait(timeout=WAIT_SECS)
+    _kill(tasks, [frozen(tasks)])
+    return {}
+
+
+def program_on_port(tasks):
+    """Another program (python -m http.server) holds the port of the ps
+    (or of worker 1: `frozen`) as the other tasks start."""
+    _sample_set(tasks)
+    name = frozen(tasks)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1"]
+        + [str(tasks.ports[name])],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    tasks.set_up.callback(server.wait, timeout=60)
+    tasks.set_up.callback(server.kill)
+    address = "127.0.0.1:%d" % tasks.ports[name]
+    deadline = time.monotonic() + WAIT_SECS
+    while not ps.answers(address):
+        assert time.monotonic() < deadline, "http.server did not listen"
+        time.sleep(0.05)
+    tasks.start(only=[n for n in tasks.names if n != name])
+    return {}
+
+
+def second_job(tasks):
+    """A second job's chief (the same flags, its own worker ports and
+    --train_dir SECOND_JOB/train_worker0) against the ps of the running
+    job, whose chief is frozen from its ACCIDENT_STEP (else the job may
+    end first) until the second chief ended; every task of the job waits
+    without bound (UNBOUNDED), so that the freeze alone ends nothing.
+
+    Returns:
+      {"ended": {SECOND_CHIEF: (exit code, last line)}}.
+    """
+    _sample_set(tasks)
+    tasks.start(flags_of=dict.fromkeys(tasks.names, UNBOUNDED))
+    tasks.wait_for_step(tasks.chief, ACCIDENT_STEP)
+    tasks.signal(tasks.chief, signal.SIGSTOP)
+    other = Tasks(tasks.kind, tasks.root / SECOND_JOB)
+    other.root.mkdir()
+    other.flags = list(tasks.flags)
+    other.ports["ps0"] = tasks.ports["ps0"]
+    other.data_dirs = {tasks.chief: tasks.data_dir(tasks.chief)}
+    try:
+        other.start(only=(tasks.chief,))
+        code = other.processes[tasks.chief].wait(timeout=WAIT_SECS)
+        ended = {SECOND_CHIEF: (code, other.last_line(tasks.chief))}
+    finally:
+        other.end()
+        tasks.signal(tasks.chief, signal.SIGCONT)
+    return {"ended": ended}
 
 
 def other_data(tasks):
