@@ -36,25 +36,34 @@ def lost_task(name):
     return lambda tasks: provoke.lost_peer(tasks, name)
 
 
+def _chief_saved(tasks, outcome, state, step):
+    """A cluster of workers only whose worker 1 the cell ended (state: how
+    the chief's line says it, e.g. 'unreachable'): the chief ends saving
+    step, the step it reached."""
+    line = matching(
+        outcome.lines.get("worker0", ""),
+        "%s: error: lost the cluster after {N} local steps "
+        "(DeadlineExceededError): %s: %s; saved %s; run the same commands on "
+        "every worker to resume from it",
+        SCRIPT,
+        state,
+        unreachable(tasks, "worker1"),
+        saved(tasks, step),
+    )
+    return Expected(
+        {"worker0": 1, "worker1": KILLED},
+        {"worker0": line},
+        [0, step],
+        files([0, step]),
+    )
+
+
 def lost_worker(tasks, context, outcome):
     """kill -9 of worker 1 mid-run (docs/survival.md, docs/cluster.md)."""
     lines, lost = outcome.lines, unreachable(tasks, "worker1")
     if tasks.kind.name == WORKERS:
         step = outcome.steps[-1] if outcome.steps else -1
-        line = matching(
-            lines["worker0"],
-            LOST + "; saved %s; run the same "
-            "commands on every worker to resume from it",
-            SCRIPT,
-            lost,
-            saved(tasks, step),
-        )
-        return Expected(
-            {"worker0": 1, "worker1": KILLED},
-            {"worker0": line},
-            [0, step],
-            files([0, step]),
-        )
+        return _chief_saved(tasks, outcome, "unreachable", step)
     if tasks.kind.name == PS or outcome.codes.get("worker0") == 0:
         # The chief trains on (a sync chief puts tokens in the token queue
         # for the lost worker, `cluster._LostWorkersHook`); the ps waits
@@ -136,21 +145,8 @@ def frozen_peer(tasks, context, outcome):
     frozen, lines = unreachable(tasks, name), outcome.lines
     if tasks.kind.name == WORKERS:
         step = within(outcome.steps[-1] if outcome.steps else -1, 1, STEPS)
-        line = matching(
-            lines.get("worker0", ""),
-            "%s: error: lost the cluster after {N} local steps "
-            "(DeadlineExceededError): not responding (stopped or stuck): %s; "
-            "saved %s; run the same commands on every worker to resume from "
-            "it",
-            SCRIPT,
-            frozen,
-            saved(tasks, step),
-        )
-        return Expected(
-            {"worker0": 1, "worker1": KILLED},
-            {"worker0": line},
-            [0, step],
-            files([0, step]),
+        return _chief_saved(
+            tasks, outcome, "not responding (stopped or stuck)", step
         )
     text = (
         "%s: error: lost the cluster: %s holds its port but has not "
