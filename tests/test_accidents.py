@@ -105,3 +105,18 @@ def test_a_step_outside_its_expected_range_reads_as_minus_1():
     found = [accident_expect.within(step, 3, 5) for step in (2, 3, 5, 6)]
 
     assert found == [-1, 3, 5, -1]
+
+
+def test_a_cell_the_runner_does_not_have_is_one_line_naming_the_choices(
+    capsys,
+):
+    with pytest.raises(SystemExit) as ended:
+        accidents.main(["--cells=mid_run:local,mid_run:everywhere"])
+
+    assert ended.value.code == 2
+    last = capsys.readouterr().err.strip().split("\n")[-1]
+    assert last.split(": error: ")[1] == (
+        "--cells: no cell mid_run:everywhere; a cell is "
+        "ACCIDENT:KIND, an accident of %s and a kind of local, ps, ps_sync, "
+        "workers_only" % ", ".join(accident_cells.ACCIDENTS)
+    )

@@ -220,6 +220,17 @@ def main(argv=None):
         if args.cells
         else (FAST if args.fast else cells())
     )
+    unknown = [cell for cell in chosen if cell not in cells()]
+    if unknown:
+        parser.error(
+            "--cells: no cell %s; a cell is ACCIDENT:KIND, an accident of %s "
+            "and a kind of %s"
+            % (
+                ", ".join(unknown),
+                ", ".join(accident_cells.ACCIDENTS),
+                ", ".join(KIND_IDS.values()),
+            )
+        )
     print(
         "| kind | accident | exit codes | last lines | steps saved | "
         "folder | result |"
