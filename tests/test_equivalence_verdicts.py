@@ -253,6 +253,31 @@ def dropout_model(images, is_training):
     return layers.dense(x, 10, name="dense")
 
 
+def diverging_model(images, is_training):
+    """dense with a log of a negative: NaN [batch, 10] logits."""
+    del is_training
+    x = tf.math.log(-tf.reduce_mean(tf.abs(images), [1, 2]))  # [batch, 3]
+    return tf.compat.v1.layers.dense(x, 10, name="dense")
+
+
+def test_a_one_device_that_diverges_takes_one_measuring_run_and_is_out(
+    monkeypatch,
+):
+    model = equivalence_models.LAYERS_MODEL._replace(
+        name="diverging", build=diverging_model
+    )
+    monkeypatch.setitem(equivalence_cells.MODELS, "diverging", model)
+    case = Case("replicated", "collective", "diverging", "float32", 2)
+
+    result, reference = equivalence.run_cell(case)
+
+    assert (reference.runs, result.worst, result.name) == (
+        1,
+        INF,
+        "nan on the one device: model/dense/kernel",
+    )
+
+
 def test_a_step_that_draws_dropout_masks_is_named_as_not_provable(
     monkeypatch,
 ):
