@@ -162,7 +162,16 @@ def _result(hidden, worst=0.5, settled=True):
             "1.0e-01: towers that moved every weight half as far or twice "
             "as far would pass",
         ),
-        (("model/w", 2200.0, 0.1), 1.5, True, "OUT: w"),
+        (
+            ("model/w", 2200.0, 0.1),
+            1.5,
+            True,
+            "OUT: w; but every weight's tolerance is half its move over the "
+            "steps or more (the one device's own runs spread that far), the "
+            "narrowest model/w's 2.2e+03, 2.2e+04 times its 1.0e-01: towers "
+            "that moved every weight half as far or twice as far would pass, "
+            "so a variable out here may be the steps' own spread",
+        ),
         (None, 0.5, True, "ok"),
     ],
 )

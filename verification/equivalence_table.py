@@ -129,9 +129,18 @@ def _verdict(result):
         # Infinitely out (a NaN, a variable missing, an integer that
         # differs) whatever the tolerance.
         verdict = "OUT: " + result.name
-        if result.settled or result.worst == float("inf"):
+        if result.worst == float("inf"):
             return verdict
-        return verdict + " (UNSETTLED)"
+        if not result.settled:
+            verdict += " (UNSETTLED)"
+        if result.hidden:
+            # Out of a tolerance that hides is out, but say how far the one
+            # device's own runs spread: such steps may tip one variable.
+            verdict += (
+                "; but %s, so a variable out here may be the steps' own "
+                "spread" % _hidden(*result.hidden)
+            )
+        return verdict
     return "ok" if result.settled else "UNSETTLED (within its widest spread)"
 
 
