@@ -169,31 +169,40 @@ def chief_gone(tasks):
     )
 
 
-# How worker 1's watchdog says its chief is gone (`chief_left`).
-CHIEF_SILENT = (
-    "has not accepted a connection for {N} s: ended, or its host is unreachable"
+# How worker 1 says its chief is gone (`chief_left`): by its watchdog,
+# or, had it run the job's last step first, as it waits for the chief's
+# save of that step (`cluster.report_done`).
+CHIEF_GONE = (
+    "has not accepted a connection for {N} s: ended, or its host is "
+    "unreachable",
+    "ended before it saved global step {N}",
 )
 
 
-def chief_left(tasks, observed, step, how=CHIEF_SILENT):
-    """Worker 1's line once its chief is gone (observed if it is it, but
-    for the counts of how), the chief's newest checkpoint of step."""
+def chief_left(tasks, observed, step):
+    """Worker 1's line once its chief is gone: observed if it is one of
+    CHIEF_GONE's (but for their counts), naming the chief's newest
+    checkpoint of step; else the first."""
     train_dir = tasks.train_dir(tasks.chief)
-    return matching(
-        observed,
-        "%s: error: worker task 1: the chief, %s " + how + "; the steps "
-        "since the chief's newest checkpoint are in no checkpoint, so this "
-        "worker stops: the job resumes from the newest checkpoint in the "
-        "chief's --train_dir, %s on host %s (job %s): %s; start every task "
-        "of the job again, the ps tasks first, then the chief (worker task "
-        "0) and the other workers, with the job's commands",
-        SCRIPT,
-        unreachable(tasks, "worker0"),
-        train_dir,
-        socket.gethostname(),
-        jobs.recorded_id(train_dir),
-        train_dir / ("model.ckpt-%d" % step),
-    )
+    lines = [
+        matching(
+            observed,
+            "%s: error: worker task 1: the chief, %s " + how + "; the steps "
+            "since the chief's newest checkpoint are in no checkpoint, so "
+            "this worker stops: the job resumes from the newest checkpoint "
+            "in the chief's --train_dir, %s on host %s (job %s): %s; start "
+            "every task of the job again, the ps tasks first, then the chief "
+            "(worker task 0) and the other workers, with the job's commands",
+            SCRIPT,
+            unreachable(tasks, "worker0"),
+            train_dir,
+            socket.gethostname(),
+            jobs.recorded_id(train_dir),
+            train_dir / ("model.ckpt-%d" % step),
+        )
+        for how in CHIEF_GONE
+    ]
+    return observed if observed in lines else lines[0]
 
 
 def chief_done(tasks):
