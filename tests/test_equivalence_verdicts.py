@@ -269,16 +269,20 @@ def diverging_model(images, is_training):
     return tf.compat.v1.layers.dense(x, 10, name="dense")
 
 
+def _run_cell_of(monkeypatch, name, build):
+    """(`Result`, `Reference`) of a replicated collective float32 cell of
+    2 towers of the layers model built by build."""
+    model = equivalence_models.LAYERS_MODEL._replace(name=name, build=build)
+    monkeypatch.setitem(equivalence_cells.MODELS, name, model)
+    return equivalence.run_cell(
+        Case("replicated", "collective", name, "float32", 2)
+    )
+
+
 def test_a_one_device_that_diverges_takes_one_measuring_run_and_is_out(
     monkeypatch,
 ):
-    model = equivalence_models.LAYERS_MODEL._replace(
-        name="diverging", build=diverging_model
-    )
-    monkeypatch.setitem(equivalence_cells.MODELS, "diverging", model)
-    case = Case("replicated", "collective", "diverging", "float32", 2)
-
-    result, reference = equivalence.run_cell(case)
+    result, reference = _run_cell_of(monkeypatch, "diverging", diverging_model)
 
     assert (reference.runs, result.worst, result.name) == (
         1,
@@ -290,13 +294,7 @@ def test_a_one_device_that_diverges_takes_one_measuring_run_and_is_out(
 def test_a_step_that_draws_dropout_masks_is_named_as_not_provable(
     monkeypatch,
 ):
-    model = equivalence_models.LAYERS_MODEL._replace(
-        name="dropout", build=dropout_model
-    )
-    monkeypatch.setitem(equivalence_cells.MODELS, "dropout", model)
-    case = Case("replicated", "collective", "dropout", "float32", 2)
-
-    result, reference = equivalence.run_cell(case)
+    result, reference = _run_cell_of(monkeypatch, "dropout", dropout_model)
 
     # One measuring run: no tolerance could hold other masks.
     assert (reference.runs, result.random_op) == (
