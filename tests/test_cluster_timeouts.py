@@ -144,6 +144,45 @@ def test_the_agreement_under_a_bound_of_0_waits_for_a_late_peer():
         assert ps.responds(hosts.split(",")[0])
 
 
+def test_a_chief_gone_between_two_looks_of_the_watchdog_ends_its_worker(
+    monkeypatch, tmp_path
+):
+    # Worker 1's looks: the chief answers before it published its job, and
+    # is gone at the next look, which finds the job on the ps; timeout 30 s.
+    job = {"id": "0a1b", "train_dir": str(tmp_path), "host": "h"}
+    looks = [(1000, ps.ANSWERS, {}), (1002, ps.NO_PORT, {"job": job})]
+    looks += [(1031, ps.NO_PORT, {"job": job}), (1032, ps.NO_PORT, {})]
+    now = {"secs": 0, "chief": ps.ANSWERS, "held": {}}
+    monkeypatch.setattr(
+        ps,
+        "probe",
+        lambda address: now["chief"] if address == "h:2" else ps.ANSWERS,
+    )
+    monkeypatch.setattr(
+        ps.jobs, "read_published", lambda address, timeout_ms: now["held"]
+    )
+    monkeypatch.setattr(
+        ps, "time", types.SimpleNamespace(time=lambda: now["secs"])
+    )
+    monkeypatch.setattr(ps, "_exit_saying", lambda line: sys.exit(line))
+    worker = cluster.cluster_task("h:1", "h:2,h:3", "worker", 1)
+    watchdog = ps.PsWatchdog(worker, 30)
+    survived = []
+    with pytest.raises(SystemExit) as ended:
+        for now["secs"], now["chief"], now["held"] in looks:
+            watchdog._look()
+            survived.append(now["secs"])
+
+    assert survived == [1000, 1002, 1031]
+    assert ended.value.code.startswith(
+        "worker task 1: the chief, worker task 0 (h:2) has not accepted a "
+        "connection for 30 s: ended, or its host is unreachable; the steps "
+        "since the chief's newest checkpoint are in no checkpoint, so this "
+        "worker stops: the job resumes from the newest checkpoint in the "
+        "chief's --train_dir, %s on host h (job 0a1b)" % tmp_path
+    )
+
+
 def test_the_ps_watchdog_ends_a_worker_only_after_a_silence_of_its_timeout(
     monkeypatch,
 ):

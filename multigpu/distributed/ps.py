@@ -236,7 +236,9 @@ class PsWatchdog:
     worker training on without it makes steps no checkpoint will hold, so
     a chief gone ends the other workers too, once it answered and had
     published its job (a chief lost before its session was made ends them
-    by their session's bound).
+    by their session's bound). A chief seen answering that is silent at
+    the look that finds its job on ps task 0 (it went between two looks)
+    is silent from that look on.
     """
 
     def __init__(self, task, timeout_secs):
@@ -246,6 +248,7 @@ class PsWatchdog:
         self._silent_since = {}
         self._chief = task.cluster.task_address("worker", 0)
         self._chief_job = None  # its `jobs.identity` once seen
+        self._chief_seen = False  # whether it answered a look
 
     def __enter__(self):
         if self._timeout_secs:  # --operation_timeout_secs=0 bounds no wait.
@@ -271,11 +274,13 @@ class PsWatchdog:
         for name, address in self._watched():
             state = probe(address)
             if address == self._chief and not self._chief_job:
-                if state == ANSWERS:
+                self._chief_seen |= state == ANSWERS
+                if self._chief_seen:
                     self._chief_job = published_job(
                         self._task, int(self._timeout_secs * 1000)
                     )
-                continue
+                if state == ANSWERS or not self._chief_job:
+                    continue
             if state == ANSWERS:
                 self._silent_since.pop(address, None)
                 continue
