@@ -205,6 +205,21 @@ def test_a_sigterm_during_the_agreement_stops_every_worker_after_step_1(
     )
 
 
+def test_a_ps_chiefs_signal_line_names_the_step_it_saved(three_checkpoints):
+    # The other workers moved the global step from 29, as the hook read
+    # it, to 30 before the chief's saver wrote it.
+    task = cluster.cluster_task("h:1", "h:2,h:3", "worker", 0)
+    hook = interrupts.InterruptHook()
+    hook.signum, hook.step = signal.SIGTERM, 29
+
+    interrupted = interrupts.interrupted(hook, str(three_checkpoints), task, 29)
+
+    assert str(interrupted) == (
+        "interrupted (SIGTERM) at step 30; saved %s; run the same command to "
+        "resume" % (three_checkpoints / "model.ckpt-30")
+    )
+
+
 @pytest.mark.parametrize("kind", ["workers_only", "ps"])
 def test_a_signal_no_step_carried_says_what_the_job_did_on_each_kind(kind):
     ps_hosts = "" if kind == "workers_only" else "h:1"

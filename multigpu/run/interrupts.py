@@ -162,13 +162,16 @@ def interrupted(hook, train_dir, task, runs):
             % (task.task_index, hook.signal_name(), hook.step, sync),
             hook.exit_code(),
         )
+    # A ps chief's saver writes the global step as the run ends, which the
+    # other workers may have moved past the step the hook read.
+    saved = checkpoints.latest_checkpoint(train_dir)
     return errors.Interrupted(
         "interrupted (%s) at step %d; saved %s; run the same command to "
         "resume"
         % (
             hook.signal_name(),
-            hook.step,
-            checkpoints.latest_checkpoint(train_dir),
+            checkpoints.global_step(saved) if saved else hook.step,
+            saved,
         ),
         hook.exit_code(),
     )
