@@ -192,7 +192,9 @@ def _during_a_save(tasks, context, outcome):
     # the global steps worker 1 makes meanwhile). Worker 1's steps after it
     # are in no checkpoint: it stops once the chief is gone, naming that
     # checkpoint, and the ps ends naming it; where the chief's save came
-    # after worker 1's last step, both end as at the job's end.
+    # after worker 1's last step (at the job's end, or a sync worker 1
+    # whose step the chief's end cut short, `cluster.report_done`), both
+    # end as at the job's end.
     step = within(
         outcome.steps[-1] if outcome.steps else -1,
         1,
@@ -200,7 +202,7 @@ def _during_a_save(tasks, context, outcome):
     )
     steps = outcome.steps[-KEPT:-1] + [step]
     lines = {"worker0": interrupted(tasks, step)}
-    if step >= STEPS:
+    if step >= STEPS or outcome.codes.get("worker1") == 0:
         codes = {"ps0": 0, "worker0": 143, "worker1": 0}
         lines.update(finished_lines(tasks, ["ps0", "worker1"]))
     else:
