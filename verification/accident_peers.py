@@ -111,7 +111,7 @@ def lost_chief(tasks, context, outcome):
     it); the ps stops once the chief is gone; nothing exits 0. A sync
     worker 1's step waits on the chief, and its operation timeout, the
     watchdog's bound too, may end it first, naming the chief unreachable
-    but not the checkpoint (2 runs of 3)."""
+    but not the checkpoint (2 runs of 4)."""
     lines, lost = outcome.lines, unreachable(tasks, "worker0")
     if tasks.kind.name == WORKERS:
         line = matching(
