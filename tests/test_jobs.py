@@ -69,9 +69,17 @@ def test_a_cleared_train_dir_starts_another_job(tmp_path):
 
 
 def test_a_publication_cleared_by_a_restarting_chief_is_compared_by_job():
-    held = _held("0a1b", "/tmp/a", starting=True)
-    agreement.refuse_other_job(
-        held, dict(learning_rate=0.1, job=held["job"]), "127.0.0.1:2222"
+    cleared = _held("0a1b", "/tmp/a", starting=True)
+    settings = dict(learning_rate=0.1, job=cleared["job"])
+
+    # Its settings are gone, so only the job counts; uncleared, the same
+    # settings differ from the held ones.
+    assert agreement.refuse_other_job(cleared, settings, "h:1") is None
+    with pytest.raises(ValueError) as refused:
+        agreement.refuse_other_job(_held("0a1b", "/tmp/a"), settings, "h:1")
+    assert str(refused.value).startswith(
+        "the ps tasks hold a job started by a chief with other flags: "
+        "--learning_rate (the job's chief has "
     )
 
 
