@@ -144,6 +144,28 @@ def test_the_agreement_under_a_bound_of_0_waits_for_a_late_peer():
         assert ps.responds(hosts.split(",")[0])
 
 
+def _watch(monkeypatch, task, now, fields, looks):
+    """Looks of task's `ps.PsWatchdog` (timeout 30 s), each after setting
+    now's fields (its clock 'secs' among them) to a look's values, on the
+    module's clock and exit, until it ends the process.
+
+    Returns:
+      (the clocks of the looks it survived, the line it ended with).
+    """
+    monkeypatch.setattr(
+        ps, "time", types.SimpleNamespace(time=lambda: now["secs"])
+    )
+    monkeypatch.setattr(ps, "_exit_saying", lambda line: sys.exit(line))
+    watchdog = ps.PsWatchdog(task, 30)
+    survived = []
+    with pytest.raises(SystemExit) as ended:
+        for look in looks:
+            now.update(zip(fields, look))
+            watchdog._look()
+            survived.append(now["secs"])
+    return survived, ended.value.code
+
+
 def test_a_chief_gone_between_two_looks_of_the_watchdog_ends_its_worker(
     monkeypatch, tmp_path
 ):
@@ -161,20 +183,14 @@ def test_a_chief_gone_between_two_looks_of_the_watchdog_ends_its_worker(
     monkeypatch.setattr(
         ps.jobs, "read_published", lambda address, timeout_ms: now["held"]
     )
-    monkeypatch.setattr(
-        ps, "time", types.SimpleNamespace(time=lambda: now["secs"])
-    )
-    monkeypatch.setattr(ps, "_exit_saying", lambda line: sys.exit(line))
     worker = cluster.cluster_task("h:1", "h:2,h:3", "worker", 1)
-    watchdog = ps.PsWatchdog(worker, 30)
-    survived = []
-    with pytest.raises(SystemExit) as ended:
-        for now["secs"], now["chief"], now["held"] in looks:
-            watchdog._look()
-            survived.append(now["secs"])
+
+    survived, line = _watch(
+        monkeypatch, worker, now, ("secs", "chief", "held"), looks
+    )
 
     assert survived == [1000, 1002, 1031]
-    assert ended.value.code.startswith(
+    assert line.startswith(
         "worker task 1: the chief, worker task 0 (h:2) has not accepted a "
         "connection for 30 s: ended, or its host is unreachable; the steps "
         "since the chief's newest checkpoint are in no checkpoint, so this "
@@ -197,20 +213,9 @@ def test_the_ps_watchdog_ends_a_worker_only_after_a_silence_of_its_timeout(
     ]
     now = {"secs": 0, "state": ps.ANSWERS}
     monkeypatch.setattr(ps, "probe", lambda address: now["state"])
-    # The module's clock and exit, for these looks only.
-    monkeypatch.setattr(
-        ps, "time", types.SimpleNamespace(time=lambda: now["secs"])
-    )
-    monkeypatch.setattr(ps, "_exit_saying", lambda line: sys.exit(line))
     chief = cluster.cluster_task("h:1", "h:2,h:3", "worker", 0)
-    watchdog = ps.PsWatchdog(chief, 30)
-    survived = []
-    with pytest.raises(SystemExit) as ended:
-        for now["secs"], now["state"] in looks:
-            watchdog._look()
-            survived.append(now["secs"])
 
-    assert (survived, ended.value.code) == (
+    assert _watch(monkeypatch, chief, now, ("secs", "state"), looks) == (
         [1000, 1005, 1100, 1129],
         "lost the cluster: ps task 0 (h:1) holds its port but has not "
         "answered for 30 s: stopped or stuck",
