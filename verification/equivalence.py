@@ -368,12 +368,10 @@ def measured_reference(case, initial, images, labels, devices):
     with trainer(graph, devices) as train_from:
         values, _ = train_from(initial)
         runs, settled = [], False
-        # A step that draws random numbers cannot be compared: one run
-        # shows how far its draws land. A one device that diverged (a NaN
-        # or an infinity) fails the cell whatever its runs say.
-        limit = equivalence_tolerance.MAX_RUNS
-        if random[0] or equivalence_tolerance.not_finite(values):
-            limit = 1
+        # One run shows how far a step's random draws land, which no
+        # tolerance holds; a diverged one device fails whatever runs say.
+        diverged = equivalence_tolerance.not_finite(values)
+        limit = 1 if random[0] or diverged else equivalence_tolerance.MAX_RUNS
         while not settled and len(runs) < limit:
             moved = equivalence_tolerance.moved_by_one_ulp(
                 initial, compute_dtype.as_numpy_dtype, seed=len(runs) + 1
