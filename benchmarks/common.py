@@ -215,8 +215,8 @@ def summarize(samples):
 
     Returns:
       dict: the median of every numeric measure but 'seconds' (rate,
-      cpu_rate, ...) and, if there is a rate, rates: each sample's rate in
-      the order run.
+      cpu_rate, ...) and, if there is a rate, rates and cpu_rates: each
+      sample's rate and CPU rate in the order run.
     """
     medians = {
         key: round(statistics.median(s[key] for s in samples), 2)
@@ -225,6 +225,7 @@ def summarize(samples):
     }
     if "rate" in medians:
         medians["rates"] = [round(s["rate"], 1) for s in samples]
+        medians["cpu_rates"] = [round(s["cpu_rate"], 1) for s in samples]
     return medians
 
 

@@ -114,10 +114,12 @@ def table(results):
             cells = (value, "", "")
             if isinstance(value, dict):
                 basis = value.get("basis", "wall")
-                shown = "%s%s" % (
-                    value["value"],
-                    "" if basis == "wall" else " (%s)" % basis,
-                )
+                notes = [] if basis == "wall" else [basis]
+                if "spread" in value:
+                    notes.append("spread %s over the rounds" % value["spread"])
+                shown = value["value"]
+                if notes:
+                    shown = "%s (%s)" % (shown, "; ".join(notes))
                 if "met" in value:
                     met = "yes" if value["met"] else "**no**"
                     cells = (shown, value["target"], met)
