@@ -275,6 +275,45 @@ def test_an_eval_on_a_full_disk_is_one_line_and_leaves_no_file(
     assert os.listdir(str(disk)) == ["filler"]
 
 
+def test_steps_without_events_neither_flush_nor_read_yet_see_foreign_bytes(
+    tmp_path, monkeypatch
+):
+    reads = []
+    read_records = event_files._read_records
+    monkeypatch.setattr(
+        event_files,
+        "_read_records",
+        lambda path, start: reads.append(start) or read_records(path, start),
+    )
+    with tf.Graph().as_default():
+        writer = event_files.open_writer(str(tmp_path))
+        event_file = event_files.EventFile(writer)
+        flushes = []
+        flush = writer.flush
+        writer.flush = lambda: flushes.append(writer.events_added) or flush()
+        writer.add_summary(_scalar("loss", 1.0), 1)
+        event_file.flush()
+        # The file's version record and the summary.
+        assert event_file.check() == 2
+        # Steps that wrote no event: the file is looked at, not read.
+        for _ in range(3):
+            event_file.flush()
+            assert event_file.check() == 0
+        assert flushes == [1]
+        assert reads == [0]
+        with open(event_file.path, "ab") as f:
+            f.write(b"not a record")
+        with pytest.raises(event_files.ForeignWriter) as error:
+            event_file.check()
+        writer.close()
+    assert reads == [0, event_file.end]
+    assert str(error.value) == (
+        "another process writes into the event file %s (the record at byte "
+        "%d is another writer's: its checksum fails)"
+        % (event_file.path, event_file.end)
+    )
+
+
 def test_an_evals_folder_deleted_while_it_watches_is_one_line(tmp_path):
     eval_dir = tmp_path / "eval"
     with tf.Graph().as_default():

@@ -67,8 +67,21 @@ class _MainGraphWriter(tf.compat.v1.summary.FileWriter):
     TensorBoard's Graphs page draws each function of the library (the
     bodies of tf.data's maps and of the conds: 39 in the one-device
     trainer) as a box beside the main graph and fits the whole to the
-    page, which left the main graph small in a corner.
+    page, which left the main graph small in a corner. It counts the
+    events it is given (`events_added`): a step that added none needs no
+    flush, which waits for the writer's thread.
     """
+
+    events_added = 0
+
+    def add_event(self, event):
+        self.events_added += 1
+        super().add_event(event)
+
+    def _add_event(self, event, step):
+        # Summaries, session logs and meta graphs come this way.
+        self.events_added += 1
+        super()._add_event(event, step)
 
     def add_graph(self, graph, global_step=None, graph_def=None):
         del graph_def
@@ -113,8 +126,17 @@ class EventFile:
         self.end = 0  # The end of the file's records read back whole.
         self._inode = None
         self._head = None
+        self._seen = None  # (inode, size, mtime) at the last reading
+        self._flushed = 0  # The writer's events_added at the last flush.
         self._foreign = False
         _quiet_writer_thread()
+
+    def flush(self):
+        """Flushes the events the writer was given since the last flush."""
+        added = self.writer.events_added
+        if added != self._flushed:
+            self.writer.flush()
+            self._flushed = added
 
     def check(self):
         """Reads back the records the writer flushed since the last check:
@@ -126,10 +148,18 @@ class EventFile:
         path = self.writer.event_writer._ev_writer.FileName()
         if path != self.path:
             self.path, self.end, self._inode, self._head = path, 0, None, None
-        if not os.path.exists(path):
-            raise RuntimeError("%s; the file is missing" % path)
+            self._seen = None
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            raise RuntimeError("%s; the file is missing" % path) from None
+        # Any write, ours or another's, moves the size or the time of the
+        # last change: an unchanged file needs no reading (most steps).
+        seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if seen == self._seen:
+            return 0
         end, count, error = _read_records(path, self.end)
-        foreign = self._foreign_sign(path, end, error)
+        foreign = self._foreign_sign(path, stat, end, error)
         if foreign is not None:
             self._foreign = True
             raise ForeignWriter(
@@ -143,12 +173,13 @@ class EventFile:
             )
         self.end = end
         self._head = self._head or _first_record(path)
+        self._seen = seen
         return count
 
-    def _foreign_sign(self, path, end, error):
+    def _foreign_sign(self, path, stat, end, error):
         """Why the file seems written by another process too, or None: one
-        opens it afresh (cut to 0 bytes) and writes its own first record."""
-        stat = os.stat(path)
+        opens it afresh (cut to 0 bytes) and writes its own first record.
+        stat: the file's `os.stat` before its records were read."""
         self._inode = self._inode or stat.st_ino
         if stat.st_ino != self._inode:
             return "it was replaced"
@@ -168,7 +199,7 @@ class EventFile:
         is not there whole."""
         self.writer.add_summary(summary, step)
         try:
-            self.writer.flush()
+            self.flush()
             if self.check():
                 return
             reason = "no record reached the file"
@@ -208,7 +239,8 @@ class EventFile:
 
 
 class EventFileHook(tf.compat.v1.train.SessionRunHook):
-    """Flushes the event file of train_dir after every step, and checks it."""
+    """Flushes the event file of train_dir after every step that added an
+    event, and checks it after every step."""
 
     def __init__(self, train_dir):
         self._train_dir = train_dir
@@ -220,7 +252,7 @@ class EventFileHook(tf.compat.v1.train.SessionRunHook):
         )
 
     def after_run(self, run_context, run_values):
-        self._file.writer.flush()
+        self._file.flush()
         self._file.check()
 
     def cut_back(self):
