@@ -145,6 +145,7 @@ def eval_once(checkpoint, saver, event_file, scoring, config):
         try:
             while True:
                 batch_hits = sess.run(scoring.hits)
+                errors.raise_if_signalled()
                 counts += np.sum(batch_hits, axis=1)
                 examples += batch_hits.shape[1]
         except tf.errors.OutOfRangeError:
@@ -196,6 +197,7 @@ def evaluate(checkpoint_dir, eval_dir, watch, config=None, **data):
         event_file = event_files.EventFile(event_files.open_writer(eval_dir))
         last_scored, scored_step, said_at = None, None, None
         while True:
+            errors.raise_if_signalled()
             checkpoint = _newest_checkpoint(checkpoint_dir, watch.run_once)
             if checkpoint is not None and checkpoint != last_scored:
                 with cifar10_batches.reading(data["data_dir"]):

@@ -37,15 +37,42 @@ class Signalled(BaseException):
         self.exit_code = SHELL_SIGNAL_BASE + signum
 
 
+# The signals `raising`'s handler took in its block, in order.
+_taken = []
+
+
 def _raise_signalled(signum, frame):
-    del frame
-    raise Signalled(signum)
+    _taken.append(signum)
+    if not _inside_session_run(frame):
+        raise Signalled(signum)
+
+
+def _inside_session_run(frame):
+    """Whether frame runs inside a session run, called back from its C++
+    (to convert the run's results): an exception raised there is printed
+    and dropped, and the block went on (a ps task ran on after one SIGTERM
+    in 6)."""
+    while frame is not None:
+        if frame.f_code.co_name == "_call_tf_sessionrun":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def raise_if_signalled():
+    """Raises the `Signalled` of a signal `raising`'s handler took but
+    could not raise (inside a session run). Call it after each run of a
+    loop of the block."""
+    if _taken:
+        raise Signalled(_taken[0])
 
 
 @contextlib.contextmanager
 def raising():
     """In the block, each of SIGNALS raises `Signalled` where Python is (a
-    Ctrl-C too, for KeyboardInterrupt); the previous handlers on exit."""
+    Ctrl-C too, for KeyboardInterrupt), or, inside a session run, at the
+    next `raise_if_signalled`; the previous handlers on exit."""
+    _taken.clear()
     previous = {
         signum: signal.signal(signum, _raise_signalled) for signum in SIGNALS
     }
@@ -56,3 +83,4 @@ def raising():
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        _taken.clear()

@@ -16,6 +16,8 @@ import pytest
 from conftest import checkpoint_steps
 from helpers.cluster import wait_for_line, wait_for_step
 
+from multigpu import errors
+
 SCRIPT = "cifar10_multi_gpu_train.py"
 MAX_STEPS = 100
 # The global step after which worker 1 gets its signal.
@@ -98,3 +100,22 @@ def test_a_signal_to_the_ps_ends_it_with_one_line_naming_the_signal(
         "start the ps tasks again, then every worker, to resume from the "
         "chief's newest checkpoint" % (SCRIPT, signal.Signals(signum).name)
     )
+
+
+def _call_tf_sessionrun():
+    """Stands for the frame of TensorFlow's session run, whose C++ calls
+    back into Python as it converts the run's results (NumPy's version
+    check): a signal's handler may run there."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    return "the run's results"
+
+
+def test_a_signal_taken_inside_a_session_run_is_raised_after_the_run():
+    # Raised in the callback, TensorFlow printed the exception and dropped
+    # it: the ps task served on (1 SIGTERM in 6 of the test above).
+    with pytest.raises(errors.Signalled) as raised, errors.raising():
+        assert _call_tf_sessionrun() == "the run's results"
+        errors.raise_if_signalled()
+    assert raised.value.exit_code == 143
+    # Outside the block: no signal taken, nothing raised.
+    errors.raise_if_signalled()

@@ -133,6 +133,7 @@ class DoneTokens:
         deadline = time.monotonic() + wait_secs
         while True:
             held = sess.run(self._held)
+            errors.raise_if_signalled()
             if len(held) or time.monotonic() >= deadline:
                 return {int(token) for token in held}
             time.sleep(TOKEN_LOOK_SECS)
