@@ -27,6 +27,7 @@ from helpers.cluster import (
     run_to_the_end,
     with_tracebacks,
 )
+from helpers import ports
 from helpers.towers import cifar10_step, cifar10_step_graph
 
 from multigpu.distributed import cluster, ps, sessions
@@ -249,6 +250,22 @@ def test_a_port_in_use_is_one_line_naming_it():
     )
     assert str(error.value).endswith(
         "); stop what uses that port or choose another"
+    )
+
+
+def test_a_port_a_running_task_holds_is_one_line_saying_a_task_runs_there():
+    with ports.listening(ports.SETTINGS_FRAME) as running:
+        task = cluster.cluster_task(
+            "", "127.0.0.1:%d,%s" % (free_ports(1)[0], running), "worker", 1
+        )
+        with pytest.raises(ValueError) as error:
+            ps.start_server(task, None)
+    assert str(error.value) == (
+        "--worker_hosts: worker task 1 cannot listen on port %s of %s (a "
+        "TensorFlow server answers there: a task runs there already, this "
+        "one started twice or a task of another job); that task runs on: "
+        "stop it first, or give this task a port no job uses"
+        % (running.rpartition(":")[2], running)
     )
 
 

@@ -38,17 +38,14 @@ def start_server(task, config):
         where = "--%s_hosts" % task.job_name
         if task.hosts_from == tf_config.TF_CONFIG:
             where = "TF_CONFIG's cluster"
+        found = "(%s); stop what uses that port or choose another" % (
+            e.message.strip().split("\n")[0]
+        )
+        if responds(address):
+            found = _RUNNING_THERE
         raise ValueError(
-            "%s: %s task %d cannot listen on port %s of %s (%s); "
-            "stop what uses that port or choose another"
-            % (
-                where,
-                task.job_name,
-                task.task_index,
-                port,
-                address,
-                e.message.strip().split("\n")[0],
-            )
+            "%s: %s task %d cannot listen on port %s of %s %s"
+            % (where, task.job_name, task.task_index, port, address, found)
         ) from None
     print(
         "%s task %d: gRPC server listening on all interfaces, port %s, with "
@@ -58,6 +55,13 @@ def start_server(task, config):
         flush=True,
     )
     return server
+
+
+_RUNNING_THERE = (
+    "(a TensorFlow server answers there: a task runs there already, this "
+    "one started twice or a task of another job); that task runs on: stop "
+    "it first, or give this task a port no job uses"
+)
 
 
 def done_signals(task):
