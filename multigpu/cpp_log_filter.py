@@ -15,7 +15,8 @@ import re
 # even on CPUs with AVX-512; the results are the same); the lines that echo
 # a failure the script reports itself in one line (a failed step's
 # rendezvous and cancelled input, an allocation that does not fit, a port
-# in use, a lost ps or peer and its gRPC status, collectives' aborts) with
+# in use, a lost ps or peer and its gRPC status, collectives' aborts, a
+# group's leader that refuses a worker of another job) with
 # their continuation lines; a ps's queue warning for each wait for its
 # workers' done tokens it ends; Grappler's notices of a cond's Merge left
 # unoptimised (the dry run's audit) and of a float16 batch norm left
@@ -40,7 +41,9 @@ _DROPPED_LINE = re.compile(
     rb"UNAVAILABLE: "
     rb"|E\d{4} [^]]*ring_alg\.cc:\d+\] Aborting \w+ with UNAVAILABLE: "
     rb"|E\d{4} [^]]*base_collective_executor\.cc:\d+\] "
-    rb"BaseCollectiveExecutor::StartAbort UNAVAILABLE: "
+    rb"BaseCollectiveExecutor::StartAbort (UNAVAILABLE: |(FAILED_PRECONDITION"
+    rb"|INTERNAL): Device \S+ (current incarnation doesn't match|is joining "
+    rb"a group with size))"
     rb"|The error could be from a previous operation\. Restart your program "
     rb"|W\d{4} [^]]*loop_optimizer\.cc:\d+\] Skipping loop optimization "
     rb"|W\d{4} [^]]*graph_view\.cc:\d+\] No registered '_FusedBatchNormEx' "

@@ -4,13 +4,16 @@ Worker tasks as processes on 127.0.0.1; every process a test starts is ended
 by the test, every wait is bounded.
 """
 
+import os
 import re
+import signal
 import time
 
 import pytest
-from helpers.cluster import FAULT_EXIT_BOUND_SECS
+from conftest import checkpoint_steps, free_port, run_script
+from helpers.cluster import FAULT_EXIT_BOUND_SECS, wait_for_step
 
-from multigpu.distributed import agreement
+from multigpu.distributed import agreement, cluster
 
 SCRIPT = "cifar10_multi_gpu_train.py"
 # The start-up wait of the runs that must end by agreement: far above the
@@ -174,3 +177,69 @@ def test_a_worker_whose_peer_never_listens_ends_naming_it(
     if peer_flags is not None:
         code, _ = cluster.wait("worker0")
         assert code == 1
+
+
+def test_a_worker_the_leader_refuses_for_its_group_size_is_told_so():
+    task = cluster.cluster_task("", "h:1,h:2,h:3", "worker", 2)
+    message = (
+        "Device /job:worker/replica:0/task:2/device:CPU:0 is joining a group "
+        "with size3, but that group has size 2 (group_key=1073741824)"
+    )
+    assert agreement.refused_by_leader(task, message) == (
+        "worker task 2: worker task 0 (h:1) leads a group of 2 workers, not "
+        "the 3 of this worker's --worker_hosts h:1,h:2,h:3: a job of other "
+        "--worker_hosts runs there; this worker is not one of that job's, "
+        "which trains on: give this job workers of its own (ports no job uses"
+        " in --worker_hosts), or stop every worker of that job and start them"
+        " all again (docs/cluster.md)"
+    )
+    assert agreement.refused_by_leader(task, "Connection reset") is None
+
+
+@pytest.mark.slow
+def test_a_worker_of_other_hosts_joining_a_running_job_is_refused_in_one_line(
+    make_cluster, cifar10_data_dir, tmp_path
+):
+    job = _workers(make_cluster, PATIENT_SECS)
+    job.start("worker", 1, "--num_gpus=1", "--max_steps=100000")
+    job.start("worker", 0, "--num_gpus=1", "--max_steps=100000")
+    wait_for_step(job, "worker0", 5)
+    # Its own port, and the running job's chief as its worker task 0.
+    hosts = "%s,127.0.0.1:%d" % (job.worker_addresses[0], free_port())
+
+    stray = run_script(
+        SCRIPT,
+        "--worker_hosts=%s" % hosts,
+        "--job_name=worker",
+        "--task_index=1",
+        "--variable_update=replicated",
+        "--cpu_towers",
+        "--fake_data",
+        "--data_dir=%s" % cifar10_data_dir,
+        "--train_dir=%s" % (tmp_path / "stray"),
+        expect_success=False,
+    )
+
+    assert stray.returncode == 1
+    assert stray.stderr == (
+        "%s: error: worker task 1: worker task 0 (%s) leads a group of "
+        "workers formed without this one: a job runs there whose "
+        "--worker_hosts are not this worker's %s, or this worker restarted "
+        "alone under its running peers; this worker is not one of that "
+        "job's, which trains on: give this job workers of its own (ports no "
+        "job uses in --worker_hosts), or stop every worker of that job and "
+        "start them all again (docs/cluster.md)\n"
+        % (SCRIPT, job.worker_addresses[0], hosts)
+    )
+    assert not (tmp_path / "stray").exists()
+    # The job trains on: a signal to its chief saves the step it reached.
+    os.kill(job.processes["worker0"].pid, signal.SIGTERM)
+    assert [job.wait(name)[0] for name in ("worker0", "worker1")] == [143] * 2
+    saved = checkpoint_steps(job.train_dir(0))[-1]
+    assert saved >= 5
+    assert (job.train_dir(0) / ("model.ckpt-%d.index" % saved)).exists()
+    assert job.log("worker0").strip().split("\n")[-1] == (
+        "%s: worker task 0 got SIGTERM: every worker stopped at step %d; "
+        "saved %s; run the same commands on every worker to resume"
+        % (SCRIPT, saved, job.train_dir(0) / ("model.ckpt-%d" % saved))
+    )

@@ -20,6 +20,7 @@ from conftest import (
     remapper_fuses_bfloat16,
     run_script,
 )
+from helpers import ports
 from helpers.cluster import (
     SCRIPT,
     TASK_DEADLINE_SECS,
@@ -27,7 +28,6 @@ from helpers.cluster import (
     run_to_the_end,
     with_tracebacks,
 )
-from helpers import ports
 from helpers.towers import cifar10_step, cifar10_step_graph
 
 from multigpu.distributed import cluster, ps, sessions

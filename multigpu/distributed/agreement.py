@@ -10,7 +10,9 @@ setting and each task's value.
 In a cluster of workers only every worker all-gathers every other's
 settings over the servers (`agree`), each wait bounded: first the peers'
 ports (a worker whose graph failed to build never opens its port), then
-the all-gather itself (`ps.ends_after`).
+the all-gather itself (`ps.ends_after`). A worker whose worker task 0
+leads a group formed without it (a running job's chief) is refused by
+that leader, and ends in one line (`refused_by_leader`).
 
 In the ps cluster each worker compares with its chief. The chief publishes
 its settings in a string variable on ps task 0 once its session is made;
@@ -23,6 +25,7 @@ op sets it, and a chief that starts again publishes again.
 
 import hashlib
 import json
+import re
 import time
 
 import numpy as np
@@ -175,8 +178,60 @@ def _all_gather(target, task, codes, wait_secs):
             ps.ends_after(wait_secs, task, "the agreement on the settings"),
             tf.compat.v1.Session(target, graph=graph) as session,
         ):
-            flat = session.run(gathered)
+            try:
+                flat = session.run(gathered)
+            except (
+                tf.errors.FailedPreconditionError,
+                tf.errors.InternalError,
+            ) as e:
+                line = refused_by_leader(task, e.message)
+                if line is None:
+                    raise
+                raise ValueError(line) from None
     return np.split(flat, num_workers)
+
+
+# How the group's leader (worker task 0) refuses a worker into a group it
+# formed with other workers (TensorFlow 2.21's words): the worker is not
+# the process of its task index the group holds (or none), or the group is
+# of another size.
+_OTHER_PROCESS = re.compile(r"current incarnation doesn't match")
+_OTHER_SIZE = re.compile(
+    r"joining a group with size ?(\d+), but that group has size (\d+)"
+)
+
+
+def refused_by_leader(task, message):
+    """The line of a worker (task) whose agreement the group's leader
+    refused (message: TensorFlow's error), or None for another error.
+
+    A worker of another job whose --worker_hosts name a running job's
+    chief: that job trains on, its leader keeps the group it formed.
+    """
+    leader = task.cluster.task_address("worker", 0)
+    mine = ",".join(task.cluster.job_tasks("worker"))
+    size = _OTHER_SIZE.search(message)
+    if size:
+        found = (
+            "worker task 0 (%s) leads a group of %s workers, not the %s of "
+            "this worker's --worker_hosts %s: a job of other --worker_hosts "
+            "runs there" % (leader, size[2], size[1], mine)
+        )
+    elif _OTHER_PROCESS.search(message):
+        found = (
+            "worker task 0 (%s) leads a group of workers formed without this"
+            " one: a job runs there whose --worker_hosts are not this "
+            "worker's %s, or this worker restarted alone under its running "
+            "peers" % (leader, mine)
+        )
+    else:
+        return None
+    return (
+        "worker task %d: %s; this worker is not one of that job's, which "
+        "trains on: give this job workers of its own (ports no job uses in "
+        "--worker_hosts), or stop every worker of that job and start them "
+        "all again (docs/cluster.md)" % (task.task_index, found)
+    )
 
 
 # The values a flag gives a meaning to, as the line says them.

@@ -38,8 +38,9 @@ def start_server(task, config):
         where = "--%s_hosts" % task.job_name
         if task.hosts_from == tf_config.TF_CONFIG:
             where = "TF_CONFIG's cluster"
-        found = "(%s); stop what uses that port or choose another" % (
-            e.message.strip().split("\n")[0]
+        found = (
+            "(%s); stop what uses that port or choose another"
+            % (e.message.strip().split("\n")[0])
         )
         if responds(address):
             found = _RUNNING_THERE
