@@ -198,7 +198,7 @@ def test_a_worker_the_leader_refuses_for_its_group_size_is_told_so():
 
 @pytest.mark.slow
 def test_a_worker_of_other_hosts_joining_a_running_job_is_refused_in_one_line(
-    make_cluster, cifar10_data_dir, tmp_path
+    make_cluster, tmp_path
 ):
     job = _workers(make_cluster, PATIENT_SECS)
     job.start("worker", 1, "--num_gpus=1", "--max_steps=100000")
@@ -209,13 +209,10 @@ def test_a_worker_of_other_hosts_joining_a_running_job_is_refused_in_one_line(
 
     stray = run_script(
         SCRIPT,
+        *job.flags,
         "--worker_hosts=%s" % hosts,
         "--job_name=worker",
         "--task_index=1",
-        "--variable_update=replicated",
-        "--cpu_towers",
-        "--fake_data",
-        "--data_dir=%s" % cifar10_data_dir,
         "--train_dir=%s" % (tmp_path / "stray"),
         expect_success=False,
     )
