@@ -8,6 +8,7 @@ import time
 
 import pytest
 from conftest import checkpoint_steps
+from helpers import ports
 from helpers.cluster import (
     FAULT_EXIT_BOUND_SECS,
     FAULT_TIMEOUT_SECS,
@@ -59,23 +60,38 @@ def test_a_sync_chief_trains_on_to_max_steps_past_a_killed_worker(
     assert checkpoint_steps(cluster.train_dir(0))[-1] == SYNC_STEPS
 
 
+class _Session:
+    """Records what a hook runs."""
+
+    def __init__(self):
+        self.runs = []
+
+    def run(self, fetches):
+        self.runs.append(fetches)
+
+
 def test_a_sync_chief_gives_tokens_again_for_a_worker_lost_twice(monkeypatch):
     task = cluster.cluster_task("h:1", "h:2,h:3", "worker", 0)
     hook = cluster._LostWorkersHook("tokens", task)
     # Worker 1 answers, is killed, is restarted and answers, is killed.
     answers = iter([True, False, True, False])
-    monkeypatch.setattr(ps, "answers", lambda address: next(answers))
+    monkeypatch.setattr(ps, "responds", lambda address: next(answers))
 
-    class Session:
-        runs = []
-
-        def run(self, fetches):
-            self.runs.append(fetches)
-
-    session, seen, lost = Session(), set(), set()
+    session, seen, lost = _Session(), set(), set()
     for _ in range(4):
         assert not hook._look(session, seen, lost)
     assert session.runs == ["tokens", "tokens"]
+
+
+def test_a_sync_chief_gives_tokens_for_a_stopped_worker_that_holds_its_port():
+    # Worker 1 answered a look, then was stopped (SIGSTOP): the kernel
+    # still accepts on its port, and its server says nothing.
+    with ports.listening() as stopped:
+        task = cluster.cluster_task("h:1", "h:2,%s" % stopped, "worker", 0)
+        hook = cluster._LostWorkersHook("tokens", task)
+        session = _Session()
+        assert not hook._look(session, {stopped}, set())
+    assert session.runs == ["tokens"]
 
 
 @pytest.mark.slow

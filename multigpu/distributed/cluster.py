@@ -217,7 +217,9 @@ class _ReleaseWorkersHook(tf.compat.v1.train.SessionRunHook):
 
 class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
     """The chief puts one token per worker in the token queue for each
-    worker lost (killed: its port stops answering) while it trains.
+    worker lost while it trains: one whose server answered a look and no
+    longer answers one (`ps.responds`): killed (its port closed), stopped
+    (SIGSTOP: the kernel still accepts on its port) or stuck.
 
     A lost worker sends no more gradients, and the dequeue of its step's
     token may stay pending on the ps and take the next token made: the
@@ -249,7 +251,7 @@ class _LostWorkersHook(tf.compat.v1.train.SessionRunHook):
         one that answers again (restarted) may be lost again. True once the
         session ended or failed: no step waits."""
         for address in self._addresses:
-            if ps.answers(address):
+            if ps.responds(address):
                 seen.add(address)
                 lost.discard(address)
             elif address in seen and address not in lost:

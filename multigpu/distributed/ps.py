@@ -4,7 +4,7 @@ A ps task serves the variables until every worker is done, and names the
 workers that never started or went silent. Lost tasks are noticed by their
 servers (`probe`: a gRPC server answers the HTTP/2 greeting; a stopped
 task's port accepts and says nothing), on a `Watcher`'s thread: a worker's
-ps tasks and chief (`PsWatchdog`); a sync chief's workers by their ports
+ps tasks and chief (`PsWatchdog`); a sync chief's workers
 (`cluster.sync_hooks`).
 """
 
