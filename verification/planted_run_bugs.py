@@ -163,6 +163,18 @@ BUGS = [
         ),
     ),
     Bug(
+        "signal_raised_inside_session_run",
+        "multigpu/errors.py",
+        "    if not _inside_session_run(frame):\n"
+        "        raise Signalled(signum)",
+        "    raise Signalled(signum)",
+        "a signal raised inside a session run, where TensorFlow drops it",
+        (
+            "tests/test_ps_preemption.py::test_a_signal_taken_inside_a_"
+            "session_run_is_raised_after_the_run",
+        ),
+    ),
+    Bug(
         "event_file_name_shared",
         "multigpu/train_dir/event_files.py",
         'suffix = ".%d.%s" % (os.getpid(), secrets.token_hex(4))',
